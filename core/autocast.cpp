@@ -1,0 +1,61 @@
+// Thread-local autocast state and the casting helpers ops call under mixed precision.
+#include "core/autocast.h"
+
+namespace kiln {
+
+namespace {
+thread_local bool t_autocast_enabled = false;
+thread_local DType t_autocast_dtype = DType::bfloat16;
+
+void check_autocast_dtype(DType dt) {
+  KILN_CHECK(dt == DType::float16 || dt == DType::bfloat16,
+             "autocast: the low-precision dtype must be float16 or bfloat16, got ", dtype_name(dt));
+}
+}  // namespace
+
+bool autocast_enabled() { return t_autocast_enabled; }
+DType autocast_dtype() { return t_autocast_dtype; }
+void set_autocast_enabled(bool enabled) { t_autocast_enabled = enabled; }
+void set_autocast_dtype(DType dtype) {
+  check_autocast_dtype(dtype);
+  t_autocast_dtype = dtype;
+}
+
+autocast::autocast(DType dtype, bool enabled)
+    : prev_enabled_(t_autocast_enabled), prev_dtype_(t_autocast_dtype) {
+  check_autocast_dtype(dtype);
+  t_autocast_enabled = enabled;
+  if (enabled) t_autocast_dtype = dtype;
+}
+
+autocast::~autocast() {
+  t_autocast_enabled = prev_enabled_;
+  t_autocast_dtype = prev_dtype_;
+}
+
+Tensor autocast_to_low(const Tensor& t) {
+  if (!t_autocast_enabled || !t.defined() || t.dtype() != DType::float32) return t;
+  return t.to(t_autocast_dtype);
+}
+
+Tensor autocast_to_fp32(const Tensor& t) {
+  if (!t_autocast_enabled || !t.defined()) return t;
+  if (t.dtype() != DType::float16 && t.dtype() != DType::bfloat16) return t;
+  return t.to(DType::float32);
+}
+
+bool autocast_wants_low(std::initializer_list<Tensor> ts) {
+  if (!t_autocast_enabled) return false;
+  for (const auto& t : ts)
+    if (t.defined() && t.dtype() == DType::float32) return true;
+  return false;
+}
+
+bool autocast_wants_fp32(std::initializer_list<Tensor> ts) {
+  if (!t_autocast_enabled) return false;
+  for (const auto& t : ts)
+    if (t.defined() && (t.dtype() == DType::float16 || t.dtype() == DType::bfloat16)) return true;
+  return false;
+}
+
+}  // namespace kiln

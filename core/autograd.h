@@ -1,0 +1,103 @@
+// The autograd tape: a graph of Nodes, one per op output that needs a gradient.
+// Each Node holds edges to its inputs' producers (or to leaves) and a backward closure
+// that maps the output's gradient to the inputs' gradients (micrograd's `_backward`).
+// Tensor::backward() walks the graph in reverse topological order without recursion.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+#include "core/tensor.h"
+
+namespace kiln {
+
+/// Where an input's gradient goes: the node that produced it, or the leaf itself.
+struct Edge {
+  std::shared_ptr<Node> node;        // non-leaf input
+  std::shared_ptr<TensorImpl> leaf;  // leaf input that requires grad
+  bool valid() const { return node || leaf; }
+};
+
+/// backward(grad_output, needs) returns one gradient per input (undefined where
+/// needs[i] is false or the input gets no gradient).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output,
+                                                     const std::vector<bool>& needs)>;
+
+struct Node {
+  std::string name;             // op name, used in error messages
+  std::vector<Edge> next;       // one per input, in the op's input order
+  std::vector<Shape> input_shapes;
+  std::vector<DType> input_dtypes;
+  BackwardFn backward;          // released (empty) after a backward without retain_graph
+  bool released = false;
+  ~Node();                      // iterative: a 100,000-node chain does not recurse
+};
+
+/// Whether ops record the graph on this thread (on by default).
+bool grad_mode_enabled();
+void set_grad_mode(bool enabled);
+
+/// Disables graph recording in a scope (like torch.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(grad_mode_enabled()) { set_grad_mode(false); }
+  ~NoGradGuard() { set_grad_mode(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+ private:
+  bool prev_;
+};
+/// Sets grad mode to `enabled` in a scope (used by checkpointing to re-enable it).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled) : prev_(grad_mode_enabled()) { set_grad_mode(enabled); }
+  ~GradModeGuard() { set_grad_mode(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+ private:
+  bool prev_;
+};
+
+/// True when grad mode is on and any input requires grad.
+bool any_requires_grad(std::initializer_list<Tensor> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+/// Records `out` as produced by op `name` from `inputs`: when grad mode is on and an
+/// input requires grad, gives `out` a grad_fn with `backward`. Returns out.
+/// Closures must capture what they need as detached tensors (t.detach()), never
+/// tensors with a grad_fn, so the graph has no cycles.
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+/// Runs backward from several roots with their seed gradients at once.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+
+/// A user-defined differentiable function: subclass, implement forward (runs with grad
+/// mode off) and backward (one gradient per input), then call Function::apply.
+///   struct Cube : kiln::Function {
+///     Tensor forward(const std::vector<Tensor>& in) override { save_for_backward({in[0]}); return in[0]*in[0]*in[0]; }
+///     std::vector<Tensor> backward(const Tensor& g) override { auto x = saved()[0]; return {g * 3.0 * x * x}; }
+///   };
+///   Tensor y = kiln::Function::apply(std::make_shared<Cube>(), {x});
+class Function {
+ public:
+  virtual ~Function() = default;
+  virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
+  virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  /// Name used in error messages and printed graphs.
+  virtual std::string name() const { return "Function"; }
+
+  /// Keeps tensors for backward (stored detached).
+  void save_for_backward(const std::vector<Tensor>& ts);
+  const std::vector<Tensor>& saved() const { return saved_; }
+  /// Whether input i needs a gradient (valid inside backward).
+  bool needs_input_grad(size_t i) const { return i < needs_.size() && needs_[i]; }
+
+  /// Runs fn->forward on inputs and records fn->backward on the tape.
+  static Tensor apply(std::shared_ptr<Function> fn, const std::vector<Tensor>& inputs);
+
+ private:
+  std::vector<Tensor> saved_;
+  std::vector<bool> needs_;
+};
+
+}  // namespace kiln

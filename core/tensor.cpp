@@ -1,0 +1,423 @@
+// Tensor handle: metadata, factories, copies/conversions, element access and printing.
+#include "core/tensor.h"
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+#include "core/autograd.h"
+#include "core/copy.h"
+#include "core/rng.h"
+#include "core/strided.h"
+
+namespace kiln {
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape s(shape.size());
+  int64_t acc = 1;
+  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+    s[d] = acc;
+    acc *= shape[d];
+  }
+  return s;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (auto v : shape) n *= v;
+  return n;
+}
+
+TensorImpl& Tensor::impl() const {
+  KILN_CHECK(impl_ != nullptr, "use of an undefined Tensor (default-constructed or a missing gradient)");
+  return *impl_;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (auto v : shape)
+    KILN_CHECK(v >= 0, "empty: negative size in shape ", shape_str(shape));
+  KILN_CHECK(shape.size() <= 16, "empty: at most 16 dims are supported, got shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+static int64_t wrap_dim_local(int64_t d, int64_t nd, const char* op) {
+  KILN_CHECK(d >= -nd && d < nd, op, ": dim ", d, " out of range for a tensor with ", nd, " dims");
+  return d < 0 ? d + nd : d;
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim_local(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim_local(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t acc = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (shape()[d] == 1) continue;
+    if (strides()[d] != acc) return false;
+    acc *= shape()[d];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl().storage->data()) + impl().offset * int64_t(element_size());
+}
+
+Tensor& Tensor::requires_grad_(bool r) {
+  KILN_CHECK(!r || is_floating_point(), "requires_grad_: only floating-point tensors can require "
+             "gradients, got dtype ", dtype_name(dtype()));
+  KILN_CHECK(is_leaf() || r, "requires_grad_(false): only leaves can be changed; use detach()");
+  impl().requires_grad = r;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined())
+    KILN_CHECK(g.shape() == shape(), "set_grad: gradient shape ", shape_str(g.shape()),
+               " does not match tensor shape ", shape_str(shape()));
+  impl().grad = g.impl_ptr();
+}
+
+Tensor Tensor::detach() const {
+  auto d = std::make_shared<TensorImpl>();
+  d->storage = impl().storage;
+  d->shape = impl().shape;
+  d->strides = impl().strides;
+  d->offset = impl().offset;
+  d->dtype = impl().dtype;
+  return Tensor(std::move(d));
+}
+
+// ---------------------------------------------------------------- copies
+
+namespace {
+DeviceCopyFn g_device_copy = nullptr;
+
+template <class D, class S>
+void copy_cast_cpu(const Tensor& dst, const Tensor& src) {
+  D* dp = static_cast<D*>(dst.raw_data());
+  const S* sp = static_cast<const S*>(src.raw_data());
+  if (dst.is_contiguous() && src.is_contiguous()) {
+    if constexpr (std::is_same_v<D, S>) {
+      std::memcpy(dp, sp, size_t(dst.numel()) * sizeof(D));
+    } else {
+      parallel_for(0, dst.numel(), 32768, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dp[i] = static_cast<D>(sp[i]);
+      });
+    }
+    return;
+  }
+  for_each_row<2>(dst.shape(), {dst.strides(), src.strides()},
+                  [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+                    D* d = dp + off[0];
+                    const S* s = sp + off[1];
+                    for (int64_t i = 0; i < n; ++i) d[i * st[0]] = static_cast<D>(s[i * st[1]]);
+                  });
+}
+}  // namespace
+
+void register_device_copy(DeviceCopyFn fn) { g_device_copy = fn; }
+
+void copy_tensor(const Tensor& dst, const Tensor& src) {
+  KILN_CHECK(dst.shape() == src.shape(), "copy: shapes differ, destination ", shape_str(dst.shape()),
+             " vs source ", shape_str(src.shape()));
+  if (dst.numel() == 0) return;
+  if (!dst.is_cpu() || !src.is_cpu()) {
+    KILN_CHECK(g_device_copy != nullptr, "copy from ", src.device().str(), " to ", dst.device().str(),
+               ": this build of kiln has no CUDA backend");
+    g_device_copy(dst, src);
+    return;
+  }
+  KILN_DISPATCH_ALL(dst.dtype(), "copy", [&]<class D>() {
+    KILN_DISPATCH_ALL(src.dtype(), "copy", [&]<class S>() { copy_cast_cpu<D, S>(dst, src); });
+  });
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = Tensor::empty(shape(), dtype(), device());
+  copy_tensor(out, *this);
+  return record(out, "clone", {*this}, [](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{g};
+  });
+}
+
+Tensor Tensor::to(DType dt) const {
+  if (dt == dtype()) return *this;
+  Tensor out = Tensor::empty(shape(), dt, device());
+  copy_tensor(out, *this);
+  if (!is_floating(dt)) return out;
+  DType src = dtype();
+  return record(out, "to_dtype", {*this}, [src](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{g.to(src)};
+  });
+}
+
+Tensor Tensor::to(Device dev) const {
+  if (dev == device()) return *this;
+  Tensor out = Tensor::empty(shape(), dtype(), dev);
+  copy_tensor(out, *this);
+  Device src = device();
+  return record(out, "to_device", {*this}, [src](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{g.to(src)};
+  });
+}
+
+static void check_inplace(const Tensor& t, const char* op) {
+  KILN_CHECK(!(grad_mode_enabled() && t.requires_grad()), op,
+             ": in-place change of a tensor that requires grad (shape ", shape_str(t.shape()),
+             ") would corrupt the graph; wrap it in kiln::NoGradGuard or use the out-of-place op");
+}
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+Tensor& Tensor::fill_(double v) {
+  check_inplace(*this, "fill_");
+  if (!is_cpu()) {
+    Tensor src = full({}, v, {.dtype = dtype()}).expand(shape());
+    copy_tensor(*this, src);
+    return *this;
+  }
+  KILN_DISPATCH_ALL(dtype(), "fill_", [&]<class T>() {
+    T* p = static_cast<T*>(raw_data());
+    T val = static_cast<T>(v);
+    if (is_contiguous()) {
+      int64_t n = numel();
+      parallel_for(0, n, 65536, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) p[i] = val; });
+    } else {
+      for_each_row<1>(shape(), {strides()}, [&](const std::array<int64_t, 1>& off, int64_t n,
+                                                const std::array<int64_t, 1>& st) {
+        for (int64_t i = 0; i < n; ++i) p[off[0] + i * st[0]] = val;
+      });
+    }
+  });
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace(*this, "copy_");
+  copy_tensor(*this, src.shape() == shape() ? src : src.expand(shape()));
+  return *this;
+}
+
+// ---------------------------------------------------------------- values
+
+double Tensor::item() const {
+  KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape_str(shape()));
+  Tensor c = is_cpu() ? *this : to(Device::cpu());
+  return KILN_DISPATCH_ALL(c.dtype(), "item", [&]<class T>() -> double {
+    return static_cast<double>(*static_cast<const T*>(c.raw_data()));
+  });
+}
+
+double Tensor::at(std::initializer_list<int64_t> index) const { return at(Shape(index)); }
+
+double Tensor::at(const Shape& index) const {
+  KILN_CHECK(int64_t(index.size()) == dim(), "at: expected ", dim(), " indices for shape ",
+             shape_str(shape()), ", got ", index.size());
+  int64_t off = 0;
+  for (int64_t d = 0; d < dim(); ++d) {
+    int64_t i = index[d] < 0 ? index[d] + shape()[d] : index[d];
+    KILN_CHECK(i >= 0 && i < shape()[d], "at: index ", index[d], " out of range for dim ", d,
+               " of size ", shape()[d], " (shape ", shape_str(shape()), ")");
+    off += i * strides()[d];
+  }
+  Tensor c = *this;
+  if (!is_cpu()) KILN_FAIL("at: tensor is on ", device().str(), "; call .to(kiln::Device::cpu()) first");
+  return KILN_DISPATCH_ALL(c.dtype(), "at", [&]<class T>() -> double {
+    const T v = static_cast<const T*>(c.raw_data())[off];
+    return static_cast<double>(v);
+  });
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = detach().to(Device::cpu()).to(dtype_v<T>).contiguous();
+  const T* p = static_cast<const T*>(c.raw_data());
+  return std::vector<T>(p, p + c.numel());
+}
+#define KILN_X(e, T, n) template std::vector<T> Tensor::to_vector<T>() const;
+KILN_X(f, float, 0) KILN_X(d, double, 0) KILN_X(i, int64_t, 0) KILN_X(i32, int32_t, 0) KILN_X(u, uint8_t, 0)
+#undef KILN_X
+
+// ---------------------------------------------------------------- printing
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  Tensor c = detach().to(Device::cpu()).to(is_floating_point() ? DType::float64 : DType::int64).contiguous();
+  std::ostringstream os;
+  const bool fl = is_floating_point();
+  std::vector<double> v(size_t(c.numel()));
+  if (fl) { const double* p = c.data<double>(); v.assign(p, p + c.numel()); }
+  else { const int64_t* p = c.data<int64_t>(); for (int64_t i = 0; i < c.numel(); ++i) v[i] = double(p[i]); }
+  const bool summarize = c.numel() > 1000;
+  auto fmt = [&](double x) {
+    std::ostringstream e;
+    if (dtype() == DType::bool_) e << (x != 0 ? "True" : "False");
+    else if (!fl) e << int64_t(x);
+    else if (std::isnan(x) || std::isinf(x)) e << x;
+    else e << std::fixed << std::setprecision(4) << x;
+    return e.str();
+  };
+  size_t width = 1;
+  for (double x : v) width = std::max(width, fmt(x).size());
+  const Shape& sh = c.shape();
+  const int nd = int(sh.size());
+  std::string indent = "tensor(";
+  // recursive print with an explicit dimension walk
+  std::function<void(int, int64_t)> rec = [&](int d, int64_t base) {
+    if (d == nd) { std::string s = fmt(v[size_t(base)]); os << std::string(width - s.size(), ' ') << s; return; }
+    os << "[";
+    int64_t n = sh[d], stride = c.strides()[d];
+    for (int64_t i = 0; i < n; ++i) {
+      if (summarize && n > 6 && i == 3) {
+        os << (d == nd - 1 ? "..., " : "...,\n" + std::string(indent.size() + d + 1, ' '));
+        i = n - 3;
+      }
+      rec(d + 1, base + i * stride);
+      if (i + 1 < n) {
+        if (d == nd - 1) os << ", ";
+        else os << "," << std::string(size_t(nd - d - 1), '\n') << std::string(indent.size() + d + 1, ' ');
+      }
+    }
+    os << "]";
+  };
+  os << indent;
+  rec(0, 0);
+  if (dtype() != DType::float32 && dtype() != DType::int64) os << ", dtype=" << dtype_name(dtype());
+  if (!device().is_cpu()) os << ", device='" << device().str() << "'";
+  if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name << ">";
+  else if (requires_grad()) os << ", requires_grad=True";
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+// ---------------------------------------------------------------- factories
+
+Tensor empty(const Shape& shape, TensorOptions o) {
+  Tensor t = Tensor::empty(shape, o.dtype, o.device);
+  if (o.requires_grad) t.requires_grad_();
+  return t;
+}
+Tensor full(const Shape& shape, double value, TensorOptions o) {
+  Tensor t = Tensor::empty(shape, o.dtype, o.device);
+  t.fill_(value);
+  if (o.requires_grad) t.requires_grad_();
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
+Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
+Tensor scalar_tensor(double value, TensorOptions o) { return full({}, value, o); }
+
+// Builds a CPU float64 tensor from a generator g(i), then converts to the requested options.
+template <class G>
+static Tensor generate(const Shape& shape, TensorOptions o, const G& g) {
+  Tensor t = Tensor::empty(shape, DType::float64, Device::cpu());
+  double* p = t.data<double>();
+  parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) p[i] = g(i); });
+  Tensor r = t.to(o.dtype).to(o.device);
+  if (o.requires_grad) r.requires_grad_();
+  return r;
+}
+
+Tensor arange(double start, double end, double step, TensorOptions o) {
+  KILN_CHECK(step != 0, "arange: step must be nonzero");
+  double span = (end - start) / step;
+  int64_t n = span > 0 ? int64_t(std::ceil(span - 1e-12)) : 0;
+  return generate({n}, o, [&](int64_t i) { return start + double(i) * step; });
+}
+Tensor arange(double end, TensorOptions o) { return arange(0.0, end, 1.0, o); }
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
+  KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
+  double h = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
+  return generate({steps}, o, [&](int64_t i) { return i == steps - 1 ? end : start + double(i) * h; });
+}
+
+// Random factories draw in the target precision's bits: float32 tensors use 24-bit
+// uniforms (4 per Philox block), float64 53-bit ones (2 per block).
+Tensor rand(const Shape& shape, TensorOptions o) {
+  int64_t n = shape_numel(shape);
+  if (o.dtype == DType::float64) {
+    RngState s = rng_reserve(uint64_t((n + 1) / 2));
+    return generate(shape, o, [&](int64_t i) {
+      Philox4 r = philox4x32(s.offset + uint64_t(i / 2), 0, s.seed);
+      int w = int(i % 2) * 2;
+      return uint_to_uniform_double(r.x[w], r.x[w + 1]);
+    });
+  }
+  RngState s = rng_reserve(uint64_t((n + 3) / 4));
+  return generate(shape, o, [&](int64_t i) {
+    Philox4 r = philox4x32(s.offset + uint64_t(i / 4), 0, s.seed);
+    return double(uint_to_uniform_float(r.x[i % 4]));
+  });
+}
+
+Tensor randn(const Shape& shape, TensorOptions o) {
+  int64_t n = shape_numel(shape);
+  RngState s = rng_reserve(uint64_t(n));
+  return generate(shape, o, [&](int64_t i) {
+    // Box-Muller on two uniforms from this element's own Philox block
+    Philox4 r = philox4x32(s.offset + uint64_t(i), 0, s.seed);
+    double u1 = uint_to_uniform_double(r.x[0], r.x[1]);
+    double u2 = uint_to_uniform_double(r.x[2], r.x[3]);
+    u1 = u1 < 1e-300 ? 1e-300 : u1;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  });
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
+  KILN_CHECK(high > low, "randint: expected high > low, got low=", low, " high=", high);
+  int64_t n = shape_numel(shape);
+  RngState s = rng_reserve(uint64_t((n + 1) / 2));
+  uint64_t range = uint64_t(high - low);
+  return generate(shape, o, [&](int64_t i) {
+    Philox4 r = philox4x32(s.offset + uint64_t(i / 2), 0, s.seed);
+    int w = int(i % 2) * 2;
+    uint64_t v = (uint64_t(r.x[w]) << 32) | r.x[w + 1];
+    return double(low + int64_t(v % range));
+  });
+}
+
+Tensor from_blob(const void* data, const Shape& shape, DType src_dtype, TensorOptions o) {
+  Tensor src = Tensor::empty(shape, src_dtype, Device::cpu());
+  std::memcpy(src.raw_data(), data, size_t(src.numel()) * dtype_size(src_dtype));
+  Tensor r = src.to(o.dtype).to(o.device);
+  if (o.requires_grad) r.requires_grad_();
+  return r;
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions o) {
+  KILN_CHECK(int64_t(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+             " values do not fill shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> b(values.begin(), values.end());
+    return from_blob(b.data(), shape, DType::bool_, o);
+  } else {
+    return from_blob(values.data(), shape, dtype_v<T>, o);
+  }
+}
+#define KILN_X(T) template Tensor from_vector<T>(const std::vector<T>&, const Shape&, TensorOptions);
+KILN_X(float) KILN_X(double) KILN_X(int64_t) KILN_X(int32_t) KILN_X(uint8_t) KILN_X(bool)
+#undef KILN_X
+
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), {t.dtype(), t.device()}); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), {t.dtype(), t.device()}); }
+Tensor full_like(const Tensor& t, double v) { return full(t.shape(), v, {t.dtype(), t.device()}); }
+Tensor rand_like(const Tensor& t) { return rand(t.shape(), {t.dtype(), t.device()}); }
+Tensor randn_like(const Tensor& t) { return randn(t.shape(), {t.dtype(), t.device()}); }
+
+}  // namespace kiln

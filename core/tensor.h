@@ -1,0 +1,184 @@
+// Tensor: a cheap, shared handle to (storage, shape, strides, offset, dtype) plus the
+// autograd fields (requires_grad, grad, grad_fn). Copying a Tensor copies the handle:
+// every copy sees the same data, the same .grad and the same requires_grad flag.
+// Views (reshape, permute, narrow, ...) make new handles over the same Storage.
+#pragma once
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/storage.h"
+
+namespace kiln {
+
+using Shape = std::vector<int64_t>;
+struct Node;
+class Tensor;
+
+/// The shared state behind a Tensor handle. Users go through Tensor.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;          // in elements
+  int64_t offset = 0;     // in elements
+  DType dtype = DType::float32;
+  // autograd
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf
+  std::shared_ptr<Node> grad_fn;     // the node that produced this tensor (null for leaves)
+};
+
+/// Row-major (C-order) strides for a shape.
+Shape contiguous_strides(const Shape& shape);
+/// Product of the sizes.
+int64_t shape_numel(const Shape& shape);
+
+class Tensor {
+ public:
+  /// An undefined tensor (defined() is false); used for "no gradient".
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  /// Allocates an uninitialised contiguous tensor.
+  static Tensor empty(const Shape& shape, DType dtype = DType::float32, Device device = Device::cpu());
+
+  bool defined() const { return impl_ != nullptr; }
+  // ---- metadata ----
+  const Shape& shape() const { return impl().shape; }
+  const Shape& sizes() const { return impl().shape; }
+  /// Size of dimension d (negative d counts from the end).
+  int64_t size(int64_t d) const;
+  const Shape& strides() const { return impl().strides; }
+  int64_t stride(int64_t d) const;
+  int64_t dim() const { return int64_t(impl().shape.size()); }
+  int64_t numel() const { return shape_numel(impl().shape); }
+  int64_t offset() const { return impl().offset; }
+  DType dtype() const { return impl().dtype; }
+  size_t element_size() const { return dtype_size(impl().dtype); }
+  Device device() const { return impl().storage->device(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_contiguous() const;
+  bool is_floating_point() const { return is_floating(dtype()); }
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  /// Pointer to the first element (storage data + offset).
+  void* raw_data() const;
+  /// Typed pointer to the first element; throws if T does not match dtype().
+  template <class T> T* data() const {
+    KILN_CHECK(dtype_v<T> == dtype(), "Tensor::data<", dtype_name(dtype_v<T>),
+               ">: tensor has dtype ", dtype_name(dtype()));
+    return static_cast<T*>(raw_data());
+  }
+
+  // ---- autograd ----
+  bool requires_grad() const { return impl().requires_grad; }
+  /// Marks a leaf as needing gradients (returns *this). Only floating tensors can.
+  Tensor& requires_grad_(bool r = true);
+  /// The accumulated gradient (undefined if none yet).
+  Tensor grad() const;
+  /// Replaces the gradient (an undefined Tensor clears it).
+  void set_grad(const Tensor& g) const;
+  const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  /// Reverse-mode differentiation from this tensor. Without `grad`, the tensor must have
+  /// one element and the seed is 1. Gradients accumulate into leaves' .grad.
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+  /// Same data, cut from the graph (requires_grad false, no grad_fn).
+  Tensor detach() const;
+
+  // ---- values ----
+  /// The single value of a one-element tensor, as double.
+  double item() const;
+  template <class T> T item() const { return static_cast<T>(item()); }
+  /// Element at a full index, as double (for tests and debugging; slow).
+  double at(std::initializer_list<int64_t> index) const;
+  double at(const Shape& index) const;
+  /// All elements in row-major order converted to T (copies to CPU if needed).
+  template <class T> std::vector<T> to_vector() const;
+
+  // ---- copies and conversions (differentiable) ----
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+
+  // ---- views: share storage, never copy (differentiable; defined in ops/views.cpp) ----
+  Tensor view(const Shape& shape) const;      ///< needs compatible strides
+  Tensor reshape(const Shape& shape) const;   ///< a view when possible, else a copy
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;                           ///< transpose of a 2-D tensor
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;    ///< -1 keeps a size
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+
+  // ---- in-place (not recorded by autograd; refused on tensors that need grad while
+  //      grad mode is on, except under NoGradGuard as optimizers do) ----
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  /// Copies src (broadcast to this shape, any dtype/device) into this tensor.
+  Tensor& copy_(const Tensor& src);
+  /// this += alpha * other (other broadcast to this shape).
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(double s);
+
+  /// Readable printing, PyTorch-like.
+  std::string str() const;
+
+  TensorImpl& impl() const;
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  /// True when both handles share one TensorImpl.
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- factories ----
+struct TensorOptions {
+  DType dtype = DType::float32;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+};
+Tensor empty(const Shape& shape, TensorOptions o = {});
+Tensor zeros(const Shape& shape, TensorOptions o = {});
+Tensor ones(const Shape& shape, TensorOptions o = {});
+Tensor full(const Shape& shape, double value, TensorOptions o = {});
+/// [start, end) with step, like torch.arange (default dtype int64 when all are integral is
+/// not guessed: pass the dtype you want; float32 by default).
+Tensor arange(double start, double end, double step = 1.0, TensorOptions o = {});
+Tensor arange(double end, TensorOptions o = {});
+Tensor linspace(double start, double end, int64_t steps, TensorOptions o = {});
+/// Uniform [0, 1) from the global Philox generator.
+Tensor rand(const Shape& shape, TensorOptions o = {});
+/// Standard normal from the global Philox generator.
+Tensor randn(const Shape& shape, TensorOptions o = {});
+/// Uniform integers in [low, high); int64 by default.
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o = {.dtype = DType::int64});
+/// Copies values into a new tensor of the given shape (numel must match).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions o = {.dtype = dtype_v<T>});
+/// 1-D tensor from values.
+template <class T>
+Tensor from_vector(const std::vector<T>& values) { return from_vector(values, {int64_t(values.size())}); }
+/// Copies numel(shape) elements of dtype src_dtype from a raw host buffer.
+Tensor from_blob(const void* data, const Shape& shape, DType src_dtype, TensorOptions o = {});
+/// A 0-dim tensor holding value.
+Tensor scalar_tensor(double value, TensorOptions o = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+
+}  // namespace kiln

@@ -1,0 +1,248 @@
+// conv2d and 2-D pooling: argument checks, output shapes, the call through the dispatch
+// table (a forward/backward kernel table per op, see ops/cpu/conv_kernels.h) and the
+// backward lambdas, which call the backward kernels directly.
+#include "ops/conv.h"
+#include "core/autocast.h"
+#include <sstream>
+#include "core/autograd.h"
+#include "ops/cpu/conv_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/helpers.h"
+
+namespace kiln {
+
+namespace {
+
+bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
+
+/// Contiguous, detached data of t (a copy only when t is not contiguous).
+Tensor contig(const Tensor& t) {
+  Tensor d = t.detach();
+  return d.is_contiguous() ? d : d.contiguous();
+}
+
+/// Gradient g as contiguous data of dtype dt.
+Tensor grad_in(const Tensor& g, DType dt) { return contig(g.dtype() == dt ? g : g.detach().to(dt)); }
+
+/// An uninitialised gradient buffer, zeroed when the kernel will not write it.
+Tensor grad_buffer(const Shape& shape, DType dt, Device dev, bool kernel_writes) {
+  Tensor t = Tensor::empty(shape, dt, dev);
+  if (!kernel_writes && t.numel() > 0) t.zero_();
+  return t;
+}
+
+std::string pair_str(IntPair p) {
+  std::ostringstream os;
+  os << '(' << p[0] << ", " << p[1] << ')';
+  return os.str();
+}
+
+/// Checks of a pooling input: defined, floating, (N, C, H, W) or (C, H, W).
+void check_pool_input(const char* op, const Tensor& x) {
+  check_floating(op, x, "input");
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4, op, ": expected input of shape (N, C, H, W) or (C, H, W), got ",
+             describe(x));
+}
+
+/// Resolves stride (0,0 = kernel), checks kernel/stride/padding and returns the geometry.
+Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& stride, IntPair padding) {
+  check_pool_input(op, x);
+  if (stride[0] == 0 && stride[1] == 0) stride = kernel;
+  KILN_CHECK(kernel[0] > 0 && kernel[1] > 0, op, ": kernel size must be positive, got ", pair_str(kernel),
+             " for input ", shape_str(x.shape()));
+  KILN_CHECK(stride[0] > 0 && stride[1] > 0, op, ": stride must be positive, got ", pair_str(stride),
+             " for input ", shape_str(x.shape()));
+  KILN_CHECK(padding[0] >= 0 && padding[1] >= 0 && padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], op,
+             ": padding must be in [0, kernel/2], got padding ", pair_str(padding), " for kernel ", pair_str(kernel));
+  const int64_t H = x.size(-2), W = x.size(-1);
+  KILN_CHECK(H + 2 * padding[0] >= kernel[0] && W + 2 * padding[1] >= kernel[1], op, ": kernel ", pair_str(kernel),
+             " is larger than the padded input (input ", shape_str(x.shape()), ", padding ", pair_str(padding), ")");
+  KILN_CHECK(H * W < (int64_t(1) << 31), op, ": planes of 2^31 or more elements are not supported, got input ",
+             shape_str(x.shape()));
+  Pool2dGeom g{};
+  g.H = H;
+  g.W = W;
+  g.P = H * W > 0 ? x.numel() / (H * W) : shape_numel(Shape(x.shape().begin(), x.shape().end() - 2));
+  g.kH = kernel[0];
+  g.kW = kernel[1];
+  g.sH = stride[0];
+  g.sW = stride[1];
+  g.pH = padding[0];
+  g.pW = padding[1];
+  g.OH = (H + 2 * g.pH - g.kH) / g.sH + 1;
+  g.OW = (W + 2 * g.pW - g.kW) / g.sW + 1;
+  return g;
+}
+
+Shape pooled_shape(const Tensor& x, int64_t OH, int64_t OW) {
+  Shape s = x.shape();
+  s[s.size() - 2] = OH;
+  s[s.size() - 1] = OW;
+  return s;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ conv2d
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
+  if (autocast_wants_low({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
+    const Tensor xc = autocast_to_low(x), wc = autocast_to_low(weight), bc = autocast_to_low(bias);
+    autocast off(autocast_dtype(), false);
+    return conv2d(xc, wc, bc, args);
+  }
+  const char* op = "conv2d";
+  check_floating(op, x, "input");
+  check_floating(op, weight, "weight");
+  check_same_device(op, {x, weight, bias});
+  KILN_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+             "conv2d: dtype mismatch: input ", describe(x), ", weight ", describe(weight), ", bias ", describe(bias),
+             " (expected equal dtypes)");
+  KILN_CHECK(x.dim() == 4 || x.dim() == 3, "conv2d: expected input of shape (N, C, H, W) or (C, H, W), got ",
+             shape_str(x.shape()));
+  KILN_CHECK(weight.dim() == 4, "conv2d: expected weight of shape (out_channels, in_channels/groups, kH, kW), got ",
+             shape_str(weight.shape()));
+  const int64_t G = args.groups;
+  KILN_CHECK(G >= 1, "conv2d: groups must be positive, got ", G);
+  KILN_CHECK(args.stride[0] > 0 && args.stride[1] > 0, "conv2d: stride must be positive, got ",
+             pair_str(args.stride), " (input ", shape_str(x.shape()), ")");
+  KILN_CHECK(args.dilation[0] > 0 && args.dilation[1] > 0, "conv2d: dilation must be positive, got ",
+             pair_str(args.dilation));
+  KILN_CHECK(args.padding[0] >= 0 && args.padding[1] >= 0, "conv2d: padding must be non-negative, got ",
+             pair_str(args.padding));
+  const int64_t C = x.size(-3), H = x.size(-2), W = x.size(-1);
+  const int64_t O = weight.size(0), kH = weight.size(2), kW = weight.size(3);
+  KILN_CHECK(C % G == 0, "conv2d: groups=", G, " does not divide the input's ", C, " channels (input ",
+             shape_str(x.shape()), ", weight ", shape_str(weight.shape()), ")");
+  KILN_CHECK(O % G == 0, "conv2d: groups=", G, " does not divide out_channels=", O, " (weight ",
+             shape_str(weight.shape()), ")");
+  KILN_CHECK(C == weight.size(1) * G, "conv2d: channel mismatch: input ", shape_str(x.shape()), " has ", C,
+             " channels but weight ", shape_str(weight.shape()), " with groups=", G, " expects ", weight.size(1) * G);
+  if (bias.defined())
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == O, "conv2d: bias must have shape [", O, "] for weight ",
+               shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
+  const int64_t ekH = args.dilation[0] * (kH - 1) + 1, ekW = args.dilation[1] * (kW - 1) + 1;
+  KILN_CHECK(kH > 0 && kW > 0 && ekH <= H + 2 * args.padding[0] && ekW <= W + 2 * args.padding[1],
+             "conv2d: kernel (", kH, ", ", kW, ") with dilation ", pair_str(args.dilation),
+             " is larger than the padded input: input ", shape_str(x.shape()), ", weight ", shape_str(weight.shape()),
+             ", padding ", pair_str(args.padding));
+  if (is_half(x.dtype()))
+    return conv2d(x.to(DType::float32), weight.to(DType::float32),
+                  bias.defined() ? bias.to(DType::float32) : Tensor(), args)
+        .to(x.dtype());
+
+  Conv2dGeom g{};
+  g.N = x.dim() == 4 ? x.size(0) : 1;
+  g.C = C;
+  g.H = H;
+  g.W = W;
+  g.O = O;
+  g.kH = kH;
+  g.kW = kW;
+  g.sH = args.stride[0];
+  g.sW = args.stride[1];
+  g.pH = args.padding[0];
+  g.pW = args.padding[1];
+  g.dH = args.dilation[0];
+  g.dW = args.dilation[1];
+  g.groups = G;
+  g.OH = (H + 2 * g.pH - ekH) / g.sH + 1;
+  g.OW = (W + 2 * g.pW - ekW) / g.sW + 1;
+
+  Tensor xc = contig(x), wc = contig(weight), bc = bias.defined() ? contig(bias) : Tensor();
+  Shape out_shape = x.dim() == 4 ? Shape{g.N, O, g.OH, g.OW} : Shape{O, g.OH, g.OW};
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  const auto* k = kernel<const Conv2dKernels>(Op::conv2d, x.device());
+  if (y.numel() > 0)
+    k->forward(x.dtype(), g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data());
+
+  const bool gx = x.requires_grad(), gw = weight.requires_grad();
+  record(y, "conv2d", {x, weight, bias},
+         [k, g, dt = x.dtype(), xc = gw ? xc : Tensor(), wc = gx ? wc : Tensor(), x_shape = x.shape(), w_shape = weight.shape()](
+             const Tensor& gy, const std::vector<bool>& needs) -> std::vector<Tensor> {
+           Tensor dy = grad_in(gy, dt);
+           const bool run = dy.numel() > 0;
+           Tensor dx = needs[0] ? grad_buffer(x_shape, dt, dy.device(), run) : Tensor();
+           Tensor dw = needs[1] ? grad_buffer(w_shape, dt, dy.device(), run) : Tensor();
+           Tensor db = needs.size() > 2 && needs[2] ? grad_buffer({g.O}, dt, dy.device(), run) : Tensor();
+           if (dy.numel() > 0 && (dx.defined() || dw.defined() || db.defined()))
+             k->backward(dt, g, xc.defined() ? xc.raw_data() : nullptr, wc.defined() ? wc.raw_data() : nullptr,
+                         dy.raw_data(), dx.defined() ? dx.raw_data() : nullptr,
+                         dw.defined() ? dw.raw_data() : nullptr, db.defined() ? db.raw_data() : nullptr);
+           return {dx, dw, db};
+         });
+  return y;
+}
+
+// ------------------------------------------------------------------ pooling
+
+Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding) {
+  Pool2dGeom g = pool_geom("max_pool2d", x, kernel_size, stride, padding);
+  if (is_half(x.dtype())) return max_pool2d(x.to(DType::float32), kernel_size, stride, padding).to(x.dtype());
+  Tensor xc = contig(x);
+  Shape out_shape = pooled_shape(x, g.OH, g.OW);
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor idx = Tensor::empty(out_shape, DType::int64, x.device());  // flat h*W + w per plane
+  const auto* k = kernel<const MaxPool2dKernels>(Op::max_pool2d, x.device());
+  if (y.numel() > 0) k->forward(x.dtype(), g, xc.raw_data(), y.raw_data(), static_cast<int64_t*>(idx.raw_data()));
+  record(y, "max_pool2d", {x},
+         [k, g, idx, dt = x.dtype(), x_shape = x.shape()](const Tensor& gy,
+                                                          const std::vector<bool>&) -> std::vector<Tensor> {
+           Tensor dy = grad_in(gy, dt);
+           Tensor dx = grad_buffer(x_shape, dt, dy.device(), dy.numel() > 0);
+           if (dy.numel() > 0)
+             k->backward(dt, g, dy.raw_data(), static_cast<const int64_t*>(idx.raw_data()), dx.raw_data());
+           return {dx};
+         });
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding, bool count_include_pad) {
+  Pool2dGeom g = pool_geom("avg_pool2d", x, kernel_size, stride, padding);
+  if (is_half(x.dtype()))
+    return avg_pool2d(x.to(DType::float32), kernel_size, stride, padding, count_include_pad).to(x.dtype());
+  Tensor xc = contig(x);
+  Tensor y = Tensor::empty(pooled_shape(x, g.OH, g.OW), x.dtype(), x.device());
+  const auto* k = kernel<const AvgPool2dKernels>(Op::avg_pool2d, x.device());
+  if (y.numel() > 0) k->forward(x.dtype(), g, count_include_pad, xc.raw_data(), y.raw_data());
+  record(y, "avg_pool2d", {x},
+         [k, g, count_include_pad, dt = x.dtype(), x_shape = x.shape()](
+             const Tensor& gy, const std::vector<bool>&) -> std::vector<Tensor> {
+           Tensor dy = grad_in(gy, dt);
+           Tensor dx = grad_buffer(x_shape, dt, dy.device(), dy.numel() > 0);
+           if (dy.numel() > 0) k->backward(dt, g, count_include_pad, dy.raw_data(), dx.raw_data());
+           return {dx};
+         });
+  return y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size) {
+  const char* op = "adaptive_avg_pool2d";
+  check_pool_input(op, x);
+  KILN_CHECK(output_size[0] > 0 && output_size[1] > 0, op, ": output size must be positive, got ",
+             pair_str(output_size), " for input ", shape_str(x.shape()));
+  const int64_t H = x.size(-2), W = x.size(-1);
+  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
+  if (is_half(x.dtype())) return adaptive_avg_pool2d(x.to(DType::float32), output_size).to(x.dtype());
+  Pool2dGeom g{};
+  g.H = H;
+  g.W = W;
+  g.P = x.numel() / (H * W);
+  g.OH = output_size[0];
+  g.OW = output_size[1];
+  Tensor xc = contig(x);
+  Tensor y = Tensor::empty(pooled_shape(x, g.OH, g.OW), x.dtype(), x.device());
+  const auto* k = kernel<const AdaptiveAvgPool2dKernels>(Op::adaptive_avg_pool2d, x.device());
+  if (y.numel() > 0) k->forward(x.dtype(), g, xc.raw_data(), y.raw_data());
+  record(y, "adaptive_avg_pool2d", {x},
+         [k, g, dt = x.dtype(), x_shape = x.shape()](const Tensor& gy,
+                                                     const std::vector<bool>&) -> std::vector<Tensor> {
+           Tensor dy = grad_in(gy, dt);
+           Tensor dx = grad_buffer(x_shape, dt, dy.device(), dy.numel() > 0);
+           if (dy.numel() > 0) k->backward(dt, g, dy.raw_data(), dx.raw_data());
+           return {dx};
+         });
+  return y;
+}
+
+}  // namespace kiln

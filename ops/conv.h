@@ -1,0 +1,28 @@
+// 2-D convolution and pooling on NCHW tensors.
+#pragma once
+#include <array>
+#include "core/tensor.h"
+
+namespace kiln {
+
+using IntPair = std::array<int64_t, 2>;
+
+struct Conv2dArgs {
+  IntPair stride{1, 1};
+  IntPair padding{0, 0};
+  IntPair dilation{1, 1};
+  int64_t groups = 1;
+};
+/// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) or undefined -> (N, O, H', W').
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dArgs args = {});
+
+/// Max pooling; stride {0,0} means stride = kernel. Padding pads with -inf.
+Tensor max_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntPair padding = {0, 0});
+/// Average pooling; stride {0,0} means stride = kernel. Padded zeros count in the mean
+/// when count_include_pad (PyTorch's default).
+Tensor avg_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntPair padding = {0, 0},
+                  bool count_include_pad = true);
+/// Average pooling to a fixed output size (PyTorch's bin boundaries).
+Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size);
+
+}  // namespace kiln

@@ -1,0 +1,539 @@
+// CPU kernels of the conv op family and their registration in the dispatch table.
+// conv2d: per-sample im2col + GEMM (gemm_cpu, Eigen), threads over the batch with
+// per-thread scratch and per-thread weight-gradient accumulators reduced in a fixed order.
+// Pooling: loops over N*C planes in parallel.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+#include <omp.h>
+#include "core/parallel.h"
+#include "ops/cpu/conv_kernels.h"
+#include "ops/cpu/linalg_kernels.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+namespace {
+
+// ------------------------------------------------------------------ im2col / col2im
+
+/// First output index o in [0, n) with o*s + off >= 0, and first with o*s + off >= lim
+/// (so o*s + off lies in [0, lim) for o in [lo, hi)).
+inline void valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t& lo, int64_t& hi) {
+  auto ceil_div_pos = [](int64_t a, int64_t b) { return a <= 0 ? int64_t(0) : (a + b - 1) / b; };
+  lo = std::min(ceil_div_pos(-off, s), n);
+  hi = std::max(lo, std::min(ceil_div_pos(lim - off, s), n));
+}
+
+/// cols (C*kH*kW, OH*OW) for input channels [c0, c1) of one sample x (C, H, W).
+template <class T>
+void im2col(const T* x, const Conv2dGeom& g, int64_t c0, int64_t c1, T* cols) {
+  const int64_t L = g.OH * g.OW;
+  for (int64_t c = c0; c < c1; ++c) {
+    const T* xc = x + c * g.H * g.W;  // (H, W)
+    for (int64_t kh = 0; kh < g.kH; ++kh) {
+      for (int64_t kw = 0; kw < g.kW; ++kw) {
+        T* row = cols + ((c * g.kH + kh) * g.kW + kw) * L;  // (OH, OW)
+        const int64_t woff = kw * g.dW - g.pW;
+        int64_t lo, hi;
+        valid_range(woff, g.sW, g.W, g.OW, lo, hi);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          T* r = row + oh * g.OW;
+          const int64_t ih = oh * g.sH - g.pH + kh * g.dH;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(r, r + g.OW, T(0));
+            continue;
+          }
+          const T* xr = xc + ih * g.W;  // input row; column of ow is ow*sW + woff
+          std::fill(r, r + lo, T(0));
+          if (g.sW == 1) {
+            if (hi > lo) std::memcpy(r + lo, xr + lo + woff, size_t(hi - lo) * sizeof(T));
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sW + woff];
+          }
+          std::fill(r + hi, r + g.OW, T(0));
+        }
+      }
+    }
+  }
+}
+
+/// dx (C, H, W) += col2im(dcols (C*kH*kW, OH*OW)) for channels [c0, c1).
+template <class T>
+void col2im_add(const T* cols, const Conv2dGeom& g, int64_t c0, int64_t c1, T* dx) {
+  const int64_t L = g.OH * g.OW;
+  for (int64_t c = c0; c < c1; ++c) {
+    T* xc = dx + c * g.H * g.W;
+    for (int64_t kh = 0; kh < g.kH; ++kh) {
+      for (int64_t kw = 0; kw < g.kW; ++kw) {
+        const T* row = cols + ((c * g.kH + kh) * g.kW + kw) * L;
+        const int64_t woff = kw * g.dW - g.pW;
+        int64_t lo, hi;
+        valid_range(woff, g.sW, g.W, g.OW, lo, hi);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const int64_t ih = oh * g.sH - g.pH + kh * g.dH;
+          if (ih < 0 || ih >= g.H) continue;
+          const T* r = row + oh * g.OW;
+          T* xr = xc + ih * g.W;
+          if (g.sW == 1) {
+            for (int64_t ow = lo; ow < hi; ++ow) xr[ow + woff] += r[ow];
+          } else {
+            for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sW + woff] += r[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+/// A 1x1 kernel with stride 1 and no padding reads x (C, H*W) directly as its columns.
+inline bool is_pointwise(const Conv2dGeom& g) {
+  return g.kH == 1 && g.kW == 1 && g.sH == 1 && g.sW == 1 && g.pH == 0 && g.pW == 0;
+}
+
+/// Threads to use over n independent samples: all when there are enough samples,
+/// else 1 (then Eigen threads each GEMM).
+inline int batch_threads(int64_t n) {
+  if (omp_in_parallel()) return 1;
+  int nt = get_num_threads();
+  return n >= nt ? nt : 1;
+}
+
+/// Calls f(tid, lo, hi) on nt contiguous chunks of [0, n) in parallel (one per thread).
+template <class F>
+void run_chunks(int nt, int64_t n, const F& f) {
+  if (nt <= 1) {
+    sync_eigen_threads();
+    f(0, int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t per = (n + T - 1) / T;
+    const int64_t lo = std::min<int64_t>(n, t * per), hi = std::min<int64_t>(n, lo + per);
+    if (lo < hi) f(t, lo, hi);
+  }
+}
+
+// ------------------------------------------------------------------ reductions
+
+constexpr int64_t kLanes = 16;  // partial sums per reduction (a vector register or two)
+
+/// Pairwise sum of kLanes partial sums (fixed order: deterministic).
+template <class T>
+inline T reduce_lanes(T* acc) {
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+/// Sum of r[0, n) with kLanes independent partial sums (vectorises, unlike a plain loop).
+template <class T>
+inline T sum_lanes(const T* r, int64_t n) {
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += r[i + j];
+  for (; i < n; ++i) acc[0] += r[i];
+  return reduce_lanes(acc);
+}
+
+// ------------------------------------------------------------------ conv2d
+
+template <class T>
+void conv2d_forward_t(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
+  const int64_t L = g.OH * g.OW, G = g.groups, Cg = g.C / G, Og = g.O / G;
+  const int64_t Kg = Cg * g.kH * g.kW;  // GEMM depth per group
+  const bool pw = is_pointwise(g);
+  const int nt = batch_threads(g.N);
+  run_chunks(nt, g.N, [&](int, int64_t lo, int64_t hi) {
+    std::vector<T> cols(pw ? 0 : size_t(G * Kg * L));  // (C*kH*kW, L)
+    for (int64_t n = lo; n < hi; ++n) {
+      const T* xn = x + n * g.C * g.H * g.W;
+      T* yn = y + n * g.O * L;  // (O, L)
+      const T* cn = xn;
+      if (!pw) {
+        if (nt == 1)
+          parallel_for(0, g.C, 1, [&](int64_t c0, int64_t c1) { im2col(xn, g, c0, c1, cols.data()); });
+        else
+          im2col(xn, g, 0, g.C, cols.data());
+        cn = cols.data();
+      }
+      for (int64_t gi = 0; gi < G; ++gi) {  // y_g (Og, L) = w_g (Og, Kg) @ cols_g (Kg, L) + b_g
+        const T* wg = w + gi * Og * Kg;
+        const T* cg = cn + gi * Kg * L;
+        const T* bg = bias ? bias + gi * Og : nullptr;
+        T* yg = yn + gi * Og * L;
+        if (bg)  // bias rows first, then accumulate (beta = 1): no separate pass
+          for (int64_t o = 0; o < Og; ++o) std::fill(yg + o * L, yg + (o + 1) * L, bg[o]);
+        gemm_cpu<T>(false, false, Og, L, Kg, T(1), wg, Kg, cg, L, bg ? T(1) : T(0), yg, L);
+      }
+    }
+  });
+}
+
+template <class T>
+void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
+  const int64_t L = g.OH * g.OW, G = g.groups, Cg = g.C / G, Og = g.O / G;
+  const int64_t Kg = Cg * g.kH * g.kW;
+  const int64_t wsize = g.O * Kg;
+  const bool pw = is_pointwise(g);
+  const int nt = batch_threads(g.N);
+  // Per-thread accumulators for dw and db, summed in thread order afterwards (deterministic).
+  std::vector<std::vector<T>> dw_acc(nt > 1 && dw ? nt : 0), db_acc(nt > 1 && db ? nt : 0);
+  if (nt == 1) {
+    if (dw) std::fill(dw, dw + wsize, T(0));
+    if (db) std::fill(db, db + g.O, T(0));
+  }
+  run_chunks(nt, g.N, [&](int t, int64_t lo, int64_t hi) {
+    T* dwt = dw;
+    T* dbt = db;
+    if (nt > 1) {
+      if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
+      if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
+    }
+    std::vector<T> cols((!pw && (dw || dx)) ? size_t(G * Kg * L) : 0);  // (C*kH*kW, L)
+    for (int64_t n = lo; n < hi; ++n) {
+      const T* xn = x + n * g.C * g.H * g.W;
+      const T* dyn = dy + n * g.O * L;  // (O, L)
+      if (dw) {
+        const T* cn = xn;
+        if (!pw) {
+          if (nt == 1)
+            parallel_for(0, g.C, 1, [&](int64_t c0, int64_t c1) { im2col(xn, g, c0, c1, cols.data()); });
+          else
+            im2col(xn, g, 0, g.C, cols.data());
+          cn = cols.data();
+        }
+        for (int64_t gi = 0; gi < G; ++gi) {  // dw_g (Og, Kg) += dy_g (Og, L) @ cols_g^T (L, Kg)
+          const T* dyg = dyn + gi * Og * L;
+          const T* cg = cn + gi * Kg * L;
+          T* dwg = dwt + gi * Og * Kg;
+          gemm_cpu<T>(false, true, Og, Kg, L, T(1), dyg, L, cg, L, T(1), dwg, Kg);
+        }
+      }
+      if (db)
+        for (int64_t o = 0; o < g.O; ++o) dbt[o] += sum_lanes(dyn + o * L, L);
+      if (dx) {
+        T* dxn = dx + n * g.C * g.H * g.W;
+        T* dc = pw ? dxn : cols.data();  // dcols (C*kH*kW, L)
+        for (int64_t gi = 0; gi < G; ++gi) {  // dcols_g (Kg, L) = w_g^T (Kg, Og) @ dy_g (Og, L)
+          gemm_cpu<T>(true, false, Kg, L, Og, T(1), w + gi * Og * Kg, Kg, dyn + gi * Og * L, L, T(0),
+                      dc + gi * Kg * L, L);
+        }
+        if (!pw) {
+          std::fill(dxn, dxn + g.C * g.H * g.W, T(0));
+          if (nt == 1)
+            parallel_for(0, g.C, 1, [&](int64_t c0, int64_t c1) { col2im_add(dc, g, c0, c1, dxn); });
+          else
+            col2im_add(dc, g, 0, g.C, dxn);
+        }
+      }
+    }
+  });
+  if (nt > 1) {
+    if (dw) {
+      std::fill(dw, dw + wsize, T(0));
+      for (auto& a : dw_acc)
+        if (!a.empty())
+          for (int64_t i = 0; i < wsize; ++i) dw[i] += a[i];
+    }
+    if (db) {
+      std::fill(db, db + g.O, T(0));
+      for (auto& a : db_acc)
+        if (!a.empty())
+          for (int64_t i = 0; i < g.O; ++i) db[i] += a[i];
+    }
+  }
+}
+
+void conv2d_forward_cpu(DType dtype, const Conv2dGeom& g, const void* x, const void* w, const void* bias,
+                        void* y) {
+  KILN_DISPATCH_FLOATING(dtype, "conv2d", [&]<class T>() {
+    conv2d_forward_t<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+                        static_cast<T*>(y));
+  });
+}
+
+void conv2d_backward_cpu(DType dtype, const Conv2dGeom& g, const void* x, const void* w, const void* dy, void* dx,
+                         void* dw, void* dbias) {
+  KILN_DISPATCH_FLOATING(dtype, "conv2d", [&]<class T>() {
+    conv2d_backward_t<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(dy),
+                         static_cast<T*>(dx), static_cast<T*>(dw), static_cast<T*>(dbias));
+  });
+}
+
+// ------------------------------------------------------------------ pooling
+
+/// Planes per parallel chunk so that a chunk touches ~32k elements.
+inline int64_t plane_grain(const Pool2dGeom& g) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.H * g.W + g.OH * g.OW));
+}
+
+/// Visits every window of one plane row by row: interior(oh, lo, hi, h0) for the run of
+/// windows [lo, hi) of row oh that lie fully inside the input (top row h0, left column of
+/// window ow is ow*sW - pW), edge(oh, ow) for windows touching padding. Keeping bounds
+/// checks out of the interior run lets the compiler vectorise it.
+template <class Interior, class Edge>
+inline void for_each_window(const Pool2dGeom& g, const Interior& interior, const Edge& edge) {
+  const int64_t ow_lo = std::min(g.OW, (g.pW + g.sW - 1) / g.sW);
+  const int64_t ow_hi = g.W - g.kW + g.pW >= 0 ? std::clamp((g.W - g.kW + g.pW) / g.sW + 1, ow_lo, g.OW) : ow_lo;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const int64_t h0 = oh * g.sH - g.pH;
+    if (h0 < 0 || h0 + g.kH > g.H) {
+      for (int64_t ow = 0; ow < g.OW; ++ow) edge(oh, ow);
+      continue;
+    }
+    for (int64_t ow = 0; ow < ow_lo; ++ow) edge(oh, ow);
+    interior(oh, ow_lo, ow_hi, h0);
+    for (int64_t ow = ow_hi; ow < g.OW; ++ow) edge(oh, ow);
+  }
+}
+
+/// Select step of a max scan: first maximum wins, NaN propagates (PyTorch's rule).
+/// Branch-free so random data does not mispredict and rows vectorise.
+template <class T, class I>
+inline void max_step(T v, I i, T& best, I& bi) {
+  const bool take = (v > best) | (v != v);
+  best = take ? v : best;
+  bi = take ? i : bi;
+}
+
+/// One plane of max pooling; KH/KW/SW > 0 fix kernel size and column stride at compile
+/// time (unrolled, vectorised interior).
+template <class T, int KH, int KW, int SW>
+void max_pool_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict yp, int64_t* __restrict ip) {
+  const int64_t kH = KH > 0 ? KH : g.kH, kW = KW > 0 ? KW : g.kW, W = g.W, sW = SW > 0 ? SW : g.sW, pW = g.pW;
+  for_each_window(
+      g,
+      [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+        const T* r = xp + h0 * W;
+        T* yr = yp + oh * g.OW;
+        int64_t* ir = ip + oh * g.OW;
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const int64_t w0 = ow * sW - pW;
+          T best = r[w0];
+          int32_t bi = 0;  // offset kh*W + kw inside the window (int32: vectorises with T lanes)
+          for (int64_t kh = 0; kh < kH; ++kh)
+            for (int64_t kw = 0; kw < kW; ++kw) max_step(r[kh * W + w0 + kw], int32_t(kh * W + kw), best, bi);
+          yr[ow] = best;
+          ir[ow] = h0 * W + w0 + bi;
+        }
+      },
+      [&](int64_t oh, int64_t ow) {
+        const int64_t h0 = std::max<int64_t>(oh * g.sH - g.pH, 0), h1 = std::min(oh * g.sH - g.pH + kH, g.H);
+        const int64_t w0 = std::max<int64_t>(ow * sW - pW, 0), w1 = std::min(ow * sW - pW + kW, W);
+        T best = xp[h0 * W + w0];
+        int64_t bi = h0 * W + w0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) max_step(xp[h * W + w], h * W + w, best, bi);
+        yp[oh * g.OW + ow] = best;
+        ip[oh * g.OW + ow] = bi;
+      });
+}
+
+template <class T>
+void max_pool_forward_t(const Pool2dGeom& g, const T* x, T* y, int64_t* idx) {
+  auto plane = &max_pool_plane<T, 0, 0, 0>;
+  if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
+  else if (g.kH == 3 && g.kW == 3 && g.sW == 2) plane = &max_pool_plane<T, 3, 3, 2>;
+  else if (g.kH == 3 && g.kW == 3) plane = &max_pool_plane<T, 3, 3, 0>;
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) plane(g, x + p * g.H * g.W, y + p * g.OH * g.OW, idx + p * g.OH * g.OW);
+  });
+}
+
+template <class T>
+void max_pool_backward_t(const Pool2dGeom& g, const T* dy, const int64_t* idx, T* dx) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* dxp = dx + p * g.H * g.W;
+      const T* dyp = dy + p * g.OH * g.OW;
+      const int64_t* ip = idx + p * g.OH * g.OW;
+      std::fill(dxp, dxp + g.H * g.W, T(0));
+      for (int64_t i = 0; i < g.OH * g.OW; ++i) dxp[ip[i]] += dyp[i];
+    }
+  });
+}
+
+/// Window of output (oh, ow) clipped to the input, and its divisor: with count_include_pad
+/// the window clipped to the padded input (PyTorch's pool_size), else the real elements.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1, div;
+};
+inline AvgWindow avg_window(const Pool2dGeom& g, bool count_include_pad, int64_t oh, int64_t ow) {
+  int64_t h0 = oh * g.sH - g.pH, w0 = ow * g.sW - g.pW;
+  int64_t h1 = std::min(h0 + g.kH, g.H + g.pH), w1 = std::min(w0 + g.kW, g.W + g.pW);
+  const int64_t pool = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, g.H);
+  w1 = std::min(w1, g.W);
+  const int64_t div = count_include_pad ? pool : (h1 - h0) * (w1 - w0);
+  return {h0, h1, w0, w1, std::max<int64_t>(div, 1)};
+}
+
+template <class T>
+inline T window_sum(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+  T s = T(0);
+  for (int64_t h = h0; h < h1; ++h)
+    for (int64_t w = w0; w < w1; ++w) s += xp[h * W + w];
+  return s;
+}
+
+template <class T, int KH, int KW, int SW>
+void avg_pool_plane(const Pool2dGeom& g, bool cip, const T* __restrict xp, T* __restrict yp) {
+  const int64_t kH = KH > 0 ? KH : g.kH, kW = KW > 0 ? KW : g.kW, W = g.W, sW = SW > 0 ? SW : g.sW, pW = g.pW;
+  const T full = T(kH * kW);  // divisor of an interior window in both modes
+  for_each_window(
+      g,
+      [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+        const T* r = xp + h0 * W;
+        T* yr = yp + oh * g.OW;
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const int64_t w0 = ow * sW - pW;
+          T s = T(0);
+          for (int64_t kh = 0; kh < kH; ++kh)
+            for (int64_t kw = 0; kw < kW; ++kw) s += r[kh * W + w0 + kw];
+          yr[ow] = s / full;
+        }
+      },
+      [&](int64_t oh, int64_t ow) {
+        const AvgWindow a = avg_window(g, cip, oh, ow);
+        yp[oh * g.OW + ow] = window_sum(xp, W, a.h0, a.h1, a.w0, a.w1) / T(a.div);
+      });
+}
+
+template <class T>
+void avg_pool_forward_t(const Pool2dGeom& g, bool cip, const T* x, T* y) {
+  auto plane = &avg_pool_plane<T, 0, 0, 0>;
+  if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &avg_pool_plane<T, 2, 2, 2>;
+  else if (g.kH == 3 && g.kW == 3) plane = &avg_pool_plane<T, 3, 3, 0>;
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) plane(g, cip, x + p * g.H * g.W, y + p * g.OH * g.OW);
+  });
+}
+
+template <class T>
+void avg_pool_backward_t(const Pool2dGeom& g, bool cip, const T* dy, T* dx) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* dxp = dx + p * g.H * g.W;
+      const T* dyp = dy + p * g.OH * g.OW;
+      std::fill(dxp, dxp + g.H * g.W, T(0));
+      const T full = T(g.kH * g.kW);
+      auto spread = [&](T v, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
+      };
+      for_each_window(
+          g,
+          [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              const int64_t w0 = ow * g.sW - g.pW;
+              spread(dyp[oh * g.OW + ow] / full, h0, h0 + g.kH, w0, w0 + g.kW);
+            }
+          },
+          [&](int64_t oh, int64_t ow) {
+            const AvgWindow a = avg_window(g, cip, oh, ow);
+            spread(dyp[oh * g.OW + ow] / T(a.div), a.h0, a.h1, a.w0, a.w1);
+          });
+    }
+  });
+}
+
+// PyTorch's adaptive bins: [floor(i*n/out), ceil((i+1)*n/out)).
+inline int64_t bin_start(int64_t i, int64_t n, int64_t out) { return (i * n) / out; }
+inline int64_t bin_end(int64_t i, int64_t n, int64_t out) { return ((i + 1) * n + out - 1) / out; }
+
+template <class T>
+void adaptive_avg_forward_t(const Pool2dGeom& g, const T* x, T* y) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * g.H * g.W;
+      T* yp = y + p * g.OH * g.OW;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+          T s = T(0);
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += xp[h * g.W + w];
+          yp[oh * g.OW + ow] = s / T((h1 - h0) * (w1 - w0));
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void adaptive_avg_backward_t(const Pool2dGeom& g, const T* dy, T* dx) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* dxp = dx + p * g.H * g.W;
+      const T* dyp = dy + p * g.OH * g.OW;
+      std::fill(dxp, dxp + g.H * g.W, T(0));
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+          const T v = dyp[oh * g.OW + ow] / T((h1 - h0) * (w1 - w0));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
+        }
+      }
+    }
+  });
+}
+
+void max_pool_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y, int64_t* idx) {
+  KILN_DISPATCH_FLOATING(dtype, "max_pool2d", [&]<class T>() {
+    max_pool_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx);
+  });
+}
+void max_pool_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx) {
+  KILN_DISPATCH_FLOATING(dtype, "max_pool2d", [&]<class T>() {
+    max_pool_backward_t<T>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
+  });
+}
+void avg_pool_forward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* x, void* y) {
+  KILN_DISPATCH_FLOATING(dtype, "avg_pool2d", [&]<class T>() {
+    avg_pool_forward_t<T>(g, cip, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+void avg_pool_backward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* dy, void* dx) {
+  KILN_DISPATCH_FLOATING(dtype, "avg_pool2d", [&]<class T>() {
+    avg_pool_backward_t<T>(g, cip, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+}
+void adaptive_avg_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y) {
+  KILN_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&]<class T>() {
+    adaptive_avg_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+void adaptive_avg_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, void* dx) {
+  KILN_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&]<class T>() {
+    adaptive_avg_backward_t<T>(g, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+}
+
+const Conv2dKernels kConv2dCpu{&conv2d_forward_cpu, &conv2d_backward_cpu};
+const MaxPool2dKernels kMaxPoolCpu{&max_pool_forward_cpu, &max_pool_backward_cpu};
+const AvgPool2dKernels kAvgPoolCpu{&avg_pool_forward_cpu, &avg_pool_backward_cpu};
+const AdaptiveAvgPool2dKernels kAdaptiveAvgPoolCpu{&adaptive_avg_forward_cpu, &adaptive_avg_backward_cpu};
+
+}  // namespace
+
+void register_cpu_conv() {
+  // Each entry is a table of function pointers (forward, backward), see conv_kernels.h.
+  register_kernel(Op::conv2d, DeviceType::CPU, const_cast<Conv2dKernels*>(&kConv2dCpu));
+  register_kernel(Op::max_pool2d, DeviceType::CPU, const_cast<MaxPool2dKernels*>(&kMaxPoolCpu));
+  register_kernel(Op::avg_pool2d, DeviceType::CPU, const_cast<AvgPool2dKernels*>(&kAvgPoolCpu));
+  register_kernel(Op::adaptive_avg_pool2d, DeviceType::CPU,
+                  const_cast<AdaptiveAvgPool2dKernels*>(&kAdaptiveAvgPoolCpu));
+}
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// Kernel signatures of the elementwise family (shared by the CPU and CUDA backends).
+// Kernels get raw pointers, a shape and per-operand strides (0 on broadcast dims).
+#pragma once
+#include <cstdint>
+#include "core/dtype.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+constexpr int kMaxDims = 16;
+
+/// Up to 4 operands over one index space: operand 0 is the output.
+struct EwArgs {
+  int ndim = 0;
+  int64_t shape[kMaxDims];
+  int64_t strides[4][kMaxDims];
+  void* ptr[4] = {nullptr, nullptr, nullptr, nullptr};
+};
+
+/// out = op(a, b) over a broadcast index space. `dt` is the dtype of a and b; out has dtype
+/// `dt` except for comparisons (bool). ptr[0]=out, ptr[1]=a, ptr[2]=b.
+using BinaryKernelFn = void(Op op, DType dt, const EwArgs& args);
+
+/// Unary forward on contiguous arrays: out[i] = op(x[i]; p0, p1).
+/// Unary backward (backward=true): out[i] = g[i] * op'(x[i] or y[i]); ops whose derivative
+/// is cheaper from the output (tanh, sigmoid) read y, the others read x.
+struct UnaryArgs {
+  int64_t n = 0;
+  const void* x = nullptr;   // (n) input
+  const void* y = nullptr;   // (n) forward output (backward only)
+  const void* g = nullptr;   // (n) output gradient (backward only)
+  void* out = nullptr;       // (n)
+  double p0 = 0, p1 = 0;     // op parameters (slope, clamp bounds, exponent)
+  bool backward = false;
+};
+using UnaryKernelFn = void(Op op, DType dt, const UnaryArgs& args);
+
+/// where / masked_fill: out = cond ? a : b with ptr[0]=out, ptr[1]=cond (bool), ptr[2]=a,
+/// ptr[3]=b; `dt` is the dtype of out, a and b.
+using WhereKernelFn = void(DType dt, const EwArgs& args);
+
+}  // namespace kiln

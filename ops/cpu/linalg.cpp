@@ -1,0 +1,115 @@
+// CPU kernels of the linalg op family and their registration in the dispatch table.
+// GEMM goes through Eigen: Eigen::Map over raw row-major buffers, transposes folded into
+// the Map's storage order, Eigen's own OpenMP threading for big products.
+// GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <algorithm>
+#include <omp.h>
+#include "core/parallel.h"
+#include "ops/cpu/linalg_kernels.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+void sync_eigen_threads() {
+  if (omp_in_parallel()) return;
+  int nt = get_num_threads();
+  if (Eigen::nbThreads() != nt) Eigen::setNbThreads(nt);
+}
+
+template <class T>
+void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  using Eigen::Dynamic;
+  using RowMat = Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>;
+  using ColMat = Eigen::Matrix<T, Dynamic, Dynamic, Eigen::ColMajor>;
+  using Stride = Eigen::OuterStride<>;
+  using RowMap = Eigen::Map<const RowMat, Eigen::Unaligned, Stride>;
+  using ColMap = Eigen::Map<const ColMat, Eigen::Unaligned, Stride>;
+  if (M <= 0 || N <= 0) return;
+  Eigen::Map<RowMat, Eigen::Unaligned, Stride> c(C, M, N, Stride(ldc));  // (M, N)
+  if (K <= 0) {
+    if (beta == T(0)) c.setZero();
+    else if (beta != T(1)) c *= beta;
+    return;
+  }
+  auto run = [&](const auto& a, const auto& b) {
+    if (beta == T(0)) {
+      if (alpha == T(1)) c.noalias() = a * b;
+      else c.noalias() = (alpha * a) * b;
+    } else {
+      if (beta != T(1)) c *= beta;
+      if (alpha == T(1)) c.noalias() += a * b;
+      else c.noalias() += (alpha * a) * b;
+    }
+  };
+  // A stored (K, M) row-major and read transposed is the same bytes as (M, K) column-major.
+  if (!trans_a && !trans_b) run(RowMap(A, M, K, Stride(lda)), RowMap(B, K, N, Stride(ldb)));
+  else if (!trans_a && trans_b) run(RowMap(A, M, K, Stride(lda)), ColMap(B, K, N, Stride(ldb)));
+  else if (trans_a && !trans_b) run(ColMap(A, M, K, Stride(lda)), RowMap(B, K, N, Stride(ldb)));
+  else run(ColMap(A, M, K, Stride(lda)), ColMap(B, K, N, Stride(ldb)));
+}
+
+template void gemm_cpu<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                              int64_t, float, float*, int64_t);
+template void gemm_cpu<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                               const double*, int64_t, double, double*, int64_t);
+
+namespace {
+
+void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                double alpha, const void* A, int64_t lda, const int64_t* a_off, const void* B, int64_t ldb,
+                const int64_t* b_off, double beta, void* C, int64_t ldc, const int64_t* c_off) {
+  KILN_DISPATCH_FLOATING(dtype, "matmul", [&]<class T>() {
+    const T* a = static_cast<const T*>(A);
+    const T* b = static_cast<const T*>(B);
+    T* c = static_cast<T*>(C);
+    auto one = [&](int64_t i) {
+      gemm_cpu<T>(trans_a, trans_b, M, N, K, T(alpha), a + a_off[i], lda, b + b_off[i], ldb, T(beta),
+                  c + c_off[i], ldc);
+    };
+    const int nt = omp_in_parallel() ? 1 : get_num_threads();
+    const double work = double(M) * double(N) * double(K);
+    // Many GEMMs (or small ones): one thread per GEMM block, Eigen serial inside (it sees
+    // omp_get_num_threads() > 1). Few big GEMMs: one at a time, Eigen threads each.
+    bool over_batch = nt > 1 && batch >= nt && (batch >= 4 * nt || work < 256.0 * 256.0 * 256.0);
+    if (over_batch) {
+      parallel_for(0, batch, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) one(i);
+      });
+    } else {
+      sync_eigen_threads();
+      for (int64_t i = 0; i < batch; ++i) one(i);
+    }
+  });
+}
+
+void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
+                const void* bias, void* y) {
+  KILN_DISPATCH_FLOATING(dtype, "linear", [&]<class T>() {
+    T* yp = static_cast<T*>(y);  // (M, O)
+    T beta = T(0);
+    if (bias) {
+      const T* bp = static_cast<const T*>(bias);  // (O)
+      parallel_for(0, M, std::max<int64_t>(1, 32768 / std::max<int64_t>(O, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t m = lo; m < hi; ++m)
+          for (int64_t o = 0; o < O; ++o) yp[m * O + o] = bp[o];
+      });
+      beta = T(1);
+    }
+    sync_eigen_threads();
+    // W (O, I) row-major read transposed as (I, O): trans_b with ldb = I.
+    gemm_cpu<T>(false, true, M, O, I, T(1), static_cast<const T*>(x), ldx, static_cast<const T*>(w), I, beta,
+                yp, O);
+  });
+}
+
+}  // namespace
+
+void register_cpu_linalg() {
+  register_kernel(Op::matmul, DeviceType::CPU, reinterpret_cast<void*>(&matmul_cpu));
+  register_kernel(Op::linear, DeviceType::CPU, reinterpret_cast<void*>(&linear_cpu));
+}
+
+}  // namespace kiln

@@ -1,0 +1,38 @@
+// Kernel types of the linalg op family (matmul, linear) and the CPU GEMM they share with
+// the conv kernels. Row-major BLAS conventions; kernels take raw pointers, never Tensors.
+// Eigen stays inside ops/cpu/linalg.cpp: this header declares, it does not include Eigen.
+#pragma once
+#include <cstdint>
+#include "core/dtype.h"
+
+namespace kiln {
+
+/// Batched GEMM, the kernel registered for Op::matmul. For b in [0, batch):
+///   C[c_off[b]] (M, N) = alpha * op(A[a_off[b]]) (M, K) @ op(B[b_off[b]]) (K, N) + beta * C
+/// Row-major: op(A) = A (M, K) with row stride lda when !trans_a, else A is stored (K, M)
+/// with row stride lda and read transposed (no copy). Same for B. Offsets are host arrays
+/// of `batch` element offsets; they may repeat for A and B (broadcast batch dims); C blocks
+/// must not overlap.
+/// dtype is float32 or float64; alpha and beta are converted to it.
+using MatmulKernel = void(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N,
+                          int64_t K, double alpha, const void* A, int64_t lda, const int64_t* a_off,
+                          const void* B, int64_t ldb, const int64_t* b_off, double beta, void* C,
+                          int64_t ldc, const int64_t* c_off);
+
+/// The kernel registered for Op::linear: y (M, O) = x (M, I) @ W^T + bias, where x has row
+/// stride ldx, W is (O, I) contiguous (read transposed, no copy) and bias (O) may be null.
+/// y is contiguous.
+using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx,
+                          const void* w, const void* bias, void* y);
+
+/// Single row-major GEMM through Eigen (instantiated for float and double):
+/// C (M, N) = alpha * op(A) @ op(B) + beta * C. Transposes are folded into Eigen::Map's
+/// storage order. Uses Eigen's OpenMP threads unless called inside a parallel region.
+template <class T>
+void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+/// Makes Eigen's GEMM use kiln::get_num_threads() threads (call outside parallel regions).
+void sync_eigen_threads();
+
+}  // namespace kiln

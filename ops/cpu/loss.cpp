@@ -1,0 +1,227 @@
+// CPU kernels of the loss family: fused cross entropy (logsumexp + pick + label smoothing,
+// and its softmax-minus-one-hot backward), nll_loss and mse_loss, and their registration.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+#include "core/parallel.h"
+#include "ops/cpu/loss_kernels.h"
+#include "ops/cpu/reduce_kernels.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kGrain = 32768;   // elements below which work runs on one thread
+constexpr int64_t kColBlock = 64;   // spatial positions one task handles at once
+
+// ---------------------------------------------------------------- cross entropy
+
+template <class T>
+void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
+  const int64_t N = a.n, C = a.c, S = a.s;
+  const T* x = static_cast<const T*>(a.logits);  // (N, C, S)
+  const int64_t* tg = a.target;                   // (N, S)
+  T* loss = static_cast<T*>(a.loss);              // (N, S)
+  T* lse = static_cast<T*>(a.lse);                // (N, S)
+  const double eps = a.label_smoothing;
+  const int64_t W = std::min<int64_t>(S, kColBlock), nb = (S + W - 1) / W;
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C * W));
+  parallel_for(0, N * nb, grain, [&](int64_t b, int64_t e) {
+    double m[kColBlock], sum[kColBlock], xsum[kColBlock];
+    T mt[kColBlock];
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t n = task / nb, s0 = (task % nb) * W, w = std::min(W, S - s0);
+      for (int64_t j = 0; j < w; ++j) {
+        mt[j] = -std::numeric_limits<T>::infinity();
+        sum[j] = 0;
+        xsum[j] = 0;
+      }
+      if (S == 1) {
+        const T* xr = x + n * C;  // (C)
+        const T mx = cpu::row_max(xr, C);
+        m[0] = double(mx);
+        sum[0] = cpu::row_sum_exp(xr, C, mx);
+        if (eps > 0) xsum[0] = cpu::row_sum<T, double>(xr, C);
+      } else {
+        for (int64_t c = 0; c < C; ++c) {
+          const T* xr = x + (n * C + c) * S + s0;  // (w)
+          for (int64_t j = 0; j < w; ++j) {
+            mt[j] = xr[j] > mt[j] ? xr[j] : mt[j];
+            xsum[j] += double(xr[j]);
+          }
+        }
+        for (int64_t c = 0; c < C; ++c) {
+          const T* xr = x + (n * C + c) * S + s0;
+          for (int64_t j = 0; j < w; ++j) sum[j] += double(math::fast_exp(xr[j] - mt[j]));
+        }
+        for (int64_t j = 0; j < w; ++j) m[j] = double(mt[j]);
+      }
+      for (int64_t j = 0; j < w; ++j) {
+        const int64_t k = n * S + s0 + j;
+        const double l = m[j] + std::log(sum[j]);
+        lse[k] = T(l);
+        const int64_t t = tg[k];
+        if (t == a.ignore_index) {
+          loss[k] = T(0);
+          continue;
+        }
+        double v = l - (1.0 - eps) * double(x[(n * C + t) * S + s0 + j]);
+        if (eps > 0) v -= eps * xsum[j] / double(C);
+        loss[k] = T(v);
+      }
+    }
+  });
+}
+
+template <class T>
+void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
+  const int64_t N = a.n, C = a.c, S = a.s;
+  const T* x = static_cast<const T*>(a.logits);  // (N, C, S)
+  const int64_t* tg = a.target;                   // (N, S)
+  const T* lse = static_cast<const T*>(a.lse);    // (N, S)
+  const T* g = static_cast<const T*>(a.g);        // (N, S) or one value
+  T* dx = static_cast<T*>(a.dlogits);             // (N, C, S)
+  const T eps = T(a.label_smoothing), smooth = C > 0 ? eps / T(C) : T(0);
+  const int64_t W = std::min<int64_t>(S, kColBlock), nb = (S + W - 1) / W;
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C * W));
+  parallel_for(0, N * nb, grain, [&](int64_t b, int64_t e) {
+    T gk[kColBlock], l[kColBlock];
+    bool ign[kColBlock];
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t n = task / nb, s0 = (task % nb) * W, w = std::min(W, S - s0);
+      for (int64_t j = 0; j < w; ++j) {
+        const int64_t k = n * S + s0 + j;
+        ign[j] = tg[k] == a.ignore_index;
+        gk[j] = ign[j] ? T(0) : T(double(g[k * a.g_stride]) * a.scale);
+        l[j] = lse[k];
+      }
+      if (S == 1) {
+        const T* xr = x + n * C;
+        T* dr = dx + n * C;
+        if (ign[0]) {
+          std::fill(dr, dr + C, T(0));
+          continue;
+        }
+        const T gg = gk[0], ll = l[0];
+        for (int64_t c = 0; c < C; ++c) dr[c] = gg * (math::fast_exp(xr[c] - ll) - smooth);
+      } else {
+        for (int64_t c = 0; c < C; ++c) {
+          const T* xr = x + (n * C + c) * S + s0;
+          T* dr = dx + (n * C + c) * S + s0;
+          for (int64_t j = 0; j < w; ++j) dr[j] = ign[j] ? T(0) : gk[j] * (math::fast_exp(xr[j] - l[j]) - smooth);
+        }
+      }
+      for (int64_t j = 0; j < w; ++j) {
+        if (ign[j]) continue;
+        const int64_t t = tg[n * S + s0 + j];
+        dx[(n * C + t) * S + s0 + j] -= gk[j] * (T(1) - eps);
+      }
+    }
+  });
+}
+
+void cross_entropy_cpu(DType dt, const CrossEntropyKernelArgs& a) {
+  if (a.n * a.s == 0) return;
+  KILN_DISPATCH_FLOATING(dt, "cross_entropy", [&]<class T>() {
+    if (a.backward) cross_entropy_backward<T>(a);
+    else cross_entropy_forward<T>(a);
+  });
+}
+
+// ---------------------------------------------------------------- nll
+
+void nll_loss_cpu(DType dt, const NllLossKernelArgs& a) {
+  const int64_t N = a.n, C = a.c, S = a.s, K = N * S;
+  if (K == 0) return;
+  KILN_DISPATCH_FLOATING(dt, "nll_loss", [&]<class T>() {
+    const int64_t* tg = a.target;  // (N, S)
+    if (!a.backward) {
+      const T* lp = static_cast<const T*>(a.log_probs);  // (N, C, S)
+      T* loss = static_cast<T*>(a.loss);                  // (N, S)
+      parallel_for(0, K, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          const int64_t t = tg[k];
+          loss[k] = t == a.ignore_index ? T(0) : -lp[((k / S) * C + t) * S + k % S];
+        }
+      });
+      return;
+    }
+    const T* g = static_cast<const T*>(a.g);
+    T* d = static_cast<T*>(a.dlog_probs);  // (N, C, S)
+    parallel_for(0, N, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C * S)), [&](int64_t b, int64_t e) {
+      std::fill(d + b * C * S, d + e * C * S, T(0));
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t k = n * S + s, t = tg[k];
+          if (t != a.ignore_index) d[(n * C + t) * S + s] = T(-double(g[k * a.g_stride]) * a.scale);
+        }
+    });
+  });
+}
+
+// ---------------------------------------------------------------- mse
+
+void mse_loss_cpu(DType dt, const MseLossKernelArgs& a) {
+  const int64_t n = a.n;
+  KILN_DISPATCH_FLOATING(dt, "mse_loss", [&]<class T>() {
+    const T* x = static_cast<const T*>(a.input);
+    const T* y = static_cast<const T*>(a.target);
+    if (a.backward) {
+      const T* g = static_cast<const T*>(a.g);
+      T* dx = static_cast<T*>(a.dinput);
+      T* dy = static_cast<T*>(a.dtarget);
+      const T two_scale = T(2.0 * a.scale);
+      parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const T d = two_scale * (x[i] - y[i]) * g[i * a.g_stride];
+          if (dx) dx[i] = d;
+          if (dy) dy[i] = -d;
+        }
+      });
+      return;
+    }
+    T* out = static_cast<T*>(a.out);
+    if (!a.reduce) {
+      parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = (x[i] - y[i]) * (x[i] - y[i]);
+      });
+      return;
+    }
+    // fixed chunks summed in order: the same result for any thread count
+    const int64_t chunks = std::clamp<int64_t>(n / kGrain, 1, 64);
+    std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+    parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        const int64_t i0 = n * c / chunks, i1 = n * (c + 1) / chunks;
+        double acc[8] = {};
+        int64_t i = i0;
+        for (; i + 8 <= i1; i += 8)
+          for (int j = 0; j < 8; ++j) {
+            double d = double(x[i + j]) - double(y[i + j]);
+            acc[j] += d * d;
+          }
+        double s = 0;
+        for (int j = 0; j < 8; ++j) s += acc[j];
+        for (; i < i1; ++i) {
+          double d = double(x[i]) - double(y[i]);
+          s += d * d;
+        }
+        part[size_t(c)] = s;
+      }
+    });
+    double total = 0;
+    for (double p : part) total += p;
+    out[0] = T(total * a.scale);
+  });
+}
+
+}  // namespace
+
+void register_cpu_loss() {
+  register_kernel(Op::cross_entropy, DeviceType::CPU, reinterpret_cast<void*>(&cross_entropy_cpu));
+  register_kernel(Op::nll_loss, DeviceType::CPU, reinterpret_cast<void*>(&nll_loss_cpu));
+  register_kernel(Op::mse_loss, DeviceType::CPU, reinterpret_cast<void*>(&mse_loss_cpu));
+}
+
+}  // namespace kiln

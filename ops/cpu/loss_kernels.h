@@ -1,0 +1,70 @@
+// Kernel signatures of the loss family (shared by the CPU and CUDA backends): fused
+// cross-entropy from logits, nll_loss over log-probabilities and mse_loss, forward and backward.
+// Targets are validated by the op before the kernel runs (in [0, c) or ignore_index).
+#pragma once
+#include <cstdint>
+#include "core/dtype.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+/// Cross entropy of logits (n, c, s) against int64 targets (n, s); s is the product of the
+/// spatial dims (1 for (N, C) logits). With eps = label_smoothing and lse the logsumexp
+/// over classes, a non-ignored element's loss is
+///   lse - (1 - eps) x[t] - eps mean_c(x[c])   (= (1-eps) nll + eps mean_c(-log p_c))
+/// and its gradient  dx[c] = g (softmax(x)[c] - (1 - eps) [c == t] - eps / c).
+/// Ignored elements have loss 0 and gradient 0.
+struct CrossEntropyKernelArgs {
+  int64_t n = 0, c = 0, s = 1;
+  const void* logits = nullptr;     // (n, c, s)
+  const int64_t* target = nullptr;  // (n, s)
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+  void* lse = nullptr;              // (n, s): written by the forward, read by the backward
+  // forward
+  void* loss = nullptr;             // (n, s) per-element loss
+  // backward
+  bool backward = false;
+  const void* g = nullptr;          // (n, s) gradient of the per-element loss (g_stride 1), or one value (0)
+  int64_t g_stride = 1;
+  double scale = 1.0;               // multiplies g (1 / count for the mean)
+  void* dlogits = nullptr;          // (n, c, s)
+};
+/// `dt` is the dtype of logits, lse, loss, g and dlogits (float32/float64).
+using CrossEntropyKernelFn = void(DType dt, const CrossEntropyKernelArgs& args);
+
+/// Negative log-likelihood of log-probabilities (n, c, s): loss = -log_probs[t] (0 where
+/// ignored); backward: dlog_probs = 0 except dlog_probs[t] = -g.
+struct NllLossKernelArgs {
+  int64_t n = 0, c = 0, s = 1;
+  const void* log_probs = nullptr;  // (n, c, s)
+  const int64_t* target = nullptr;  // (n, s)
+  int64_t ignore_index = -100;
+  void* loss = nullptr;             // forward (n, s)
+  bool backward = false;
+  const void* g = nullptr;          // backward: as for cross entropy
+  int64_t g_stride = 1;
+  double scale = 1.0;
+  void* dlog_probs = nullptr;       // (n, c, s)
+};
+using NllLossKernelFn = void(DType dt, const NllLossKernelArgs& args);
+
+/// Squared error of input and target (n elements, contiguous).
+/// Forward: out = (x - y)^2 per element, or (reduce) one value: scale * sum (x - y)^2.
+/// Backward: d = 2 (x - y) g scale; dinput = d, dtarget = -d (either may be null).
+struct MseLossKernelArgs {
+  int64_t n = 0;
+  const void* input = nullptr;   // (n)
+  const void* target = nullptr;  // (n)
+  void* out = nullptr;           // (n), or (1) when reduce
+  bool reduce = false;
+  double scale = 1.0;
+  bool backward = false;
+  const void* g = nullptr;       // (n) with g_stride 1, or one value with g_stride 0
+  int64_t g_stride = 1;
+  void* dinput = nullptr;        // (n)
+  void* dtarget = nullptr;       // (n)
+};
+using MseLossKernelFn = void(DType dt, const MseLossKernelArgs& args);
+
+}  // namespace kiln

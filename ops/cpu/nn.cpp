@@ -1,0 +1,271 @@
+// CPU kernels of the nn op family (dropout, embedding, fused scaled dot-product attention
+// forward/backward) and their registration in the dispatch table. Attention works on
+// blocks of rows (flash-attention style, small Eigen GEMMs), never a T x T matrix.
+// GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "ops/cpu/nn_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/nn_math.h"
+
+namespace kiln {
+
+namespace {
+
+// ---------------------------------------------------------------- dropout
+
+// The Philox words of kLanes consecutive blocks, in element order (word j of block
+// first + l is w[4 l + j]), so the keep/scale loop below runs vectorised.
+constexpr int kLanes = 16;
+struct PhiloxLanes {
+  uint32_t w[4 * kLanes];
+};
+inline void philox_lanes(uint64_t first, uint64_t seed, PhiloxLanes& out) {
+  for (int l = 0; l < kLanes; ++l) {
+    const Philox4 r = philox4x32(first + uint64_t(l), 0, seed);
+    for (int j = 0; j < 4; ++j) out.w[4 * l + j] = r.x[j];
+  }
+}
+
+template <class T>
+void dropout_apply_t(const T* in, T* out, int64_t n, float p, T scale, uint64_t seed, uint64_t offset) {
+  // Element i uses word i % 4 of Philox block offset + i / 4 (math::dropout_keep).
+  constexpr int64_t kChunk = 4 * kLanes;  // elements per batch of blocks
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  parallel_for(0, chunks, 64, [&](int64_t c0, int64_t c1) {
+    const float pl = p;  // locals: no aliasing with out[]
+    const T sl = scale;
+    PhiloxLanes r;
+    for (int64_t c = c0; c < c1; ++c) {
+      philox_lanes(offset + uint64_t(c * kLanes), seed, r);
+      const int64_t i0 = c * kChunk, m = std::min(kChunk, n - i0);
+      const T* x = in + i0;
+      T* y = out + i0;
+      if (m == kChunk) {  // branch-free, vectorised
+        for (int64_t e = 0; e < kChunk; ++e) y[e] = x[e] * (math::dropout_keep_word(r.w[e], pl) ? sl : T(0));
+      } else {
+        for (int64_t e = 0; e < m; ++e) y[e] = x[e] * (math::dropout_keep_word(r.w[e], pl) ? sl : T(0));
+      }
+    }
+  });
+}
+
+void dropout_apply(DType dt, const void* in, void* out, int64_t n, float p, double scale, uint64_t seed,
+                   uint64_t offset) {
+  KILN_DISPATCH_FLOATING(dt, "dropout", [&]<class T>() {
+    dropout_apply_t<T>(static_cast<const T*>(in), static_cast<T*>(out), n, p, T(scale), seed, offset);
+  });
+}
+
+// ---------------------------------------------------------------- embedding
+
+void embedding_forward(size_t es, const int64_t* idx, const void* weight, void* out, int64_t n, int64_t D) {
+  const size_t row = size_t(D) * es;
+  const char* w = static_cast<const char*>(weight);
+  char* o = static_cast<char*>(out);
+  parallel_for(0, n, std::max<int64_t>(1, 65536 / std::max<int64_t>(int64_t(row), 1)), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) std::memcpy(o + size_t(i) * row, w + size_t(idx[i]) * row, row);
+  });
+}
+
+template <class T>
+void embedding_backward_t(const int64_t* idx, const T* g, T* dw, int64_t n, int64_t D, int64_t padding_idx) {
+  // Each task owns a block of columns and walks the indices in order: deterministic.
+  constexpr int64_t kBlock = 64;
+  const int64_t nblocks = (D + kBlock - 1) / kBlock;
+  parallel_for(0, nblocks, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)), [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t c0 = blk * kBlock, m = std::min(kBlock, D - c0);
+      for (int64_t i = 0; i < n; ++i) {
+        if (idx[i] == padding_idx) continue;
+        const T* gr = g + i * D + c0;
+        T* d = dw + idx[i] * D + c0;
+        for (int64_t c = 0; c < m; ++c) d[c] += gr[c];
+      }
+    }
+  });
+}
+
+void embedding_backward(DType dt, const int64_t* idx, const void* g, void* dw, int64_t n, int64_t D,
+                        int64_t padding_idx) {
+  KILN_DISPATCH_FLOATING(dt, "embedding_backward", [&]<class T>() {
+    embedding_backward_t<T>(idx, static_cast<const T*>(g), static_cast<T*>(dw), n, D, padding_idx);
+  });
+}
+
+// ---------------------------------------------------------------- attention
+//
+// Flash-attention style on the CPU: work units are blocks of kRows query rows (forward,
+// dq) or key rows (dk, dv) of one batch entry; each unit holds at most kRows x T scores
+// (never a T x T matrix) and turns its products into small Eigen GEMMs. Units are fixed
+// by the shapes, so results do not depend on the thread count.
+
+constexpr int64_t kRows = 32;
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using CMap = Eigen::Map<const RowMat<T>>;
+template <class T>
+using MMap = Eigen::Map<RowMat<T>>;
+
+// Row prefix to run exp over: the seen length ni rounded up to whole 16-lane packets
+// (within the n computed columns), so Eigen's vectorised exp has no scalar tail.
+inline int64_t exp_width(int64_t ni, int64_t n) { return std::min(n, (ni + 15) / 16 * 16); }
+
+// Number of keys query row i sees: j <= i when causal (top-left aligned, like PyTorch).
+inline int64_t keys_seen(int64_t i, int64_t Tk, bool causal) { return causal ? std::min(i + 1, Tk) : Tk; }
+
+template <class T>
+void attention_forward_t(const T* q, const T* k, const T* v, T* out, T* lse, int64_t B, int64_t Tq, int64_t Tk,
+                         int64_t E, int64_t Ev, T scale, bool causal) {
+  const int64_t nblk = (Tq + kRows - 1) / kRows;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(kRows * Tk * (E + Ev), 1));
+  parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
+    RowMat<T> S(kRows, Tk);  // (rows, Tk) scores of one block
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
+      const int64_t n = keys_seen(i0 + r - 1, Tk, causal);  // keys any row of the block sees
+      CMap<T> Q(q + (b * Tq + i0) * E, r, E), K(k + b * Tk * E, n, E), V(v + b * Tk * Ev, n, Ev);
+      MMap<T> O(out + (b * Tq + i0) * Ev, r, Ev);
+      auto Sb = S.topLeftCorner(r, n);
+      Sb.noalias() = Q * K.transpose();
+      for (int64_t rr = 0; rr < r; ++rr) {
+        const int64_t ni = keys_seen(i0 + rr, Tk, causal);
+        auto row = Sb.row(rr);
+        const int64_t w = exp_width(ni, n);
+        row.head(w) *= scale;
+        const T m = row.head(ni).maxCoeff();
+        row.head(w).array() = (row.head(w).array() - m).exp();  // masked lanes are zeroed next
+        row.tail(n - ni).setZero();
+        const T sum = row.head(ni).sum();
+        row.head(ni) *= T(1) / sum;  // probabilities
+        lse[b * Tq + i0 + rr] = m + std::log(sum);
+      }
+      O.noalias() = Sb * V;
+    }
+  });
+}
+
+template <class T>
+void attention_backward_t(const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout, T* dq,
+                          T* dk, T* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, T scale,
+                          bool causal) {
+  // Dsum_i = dout_i . out_i (the softmax backward's row term)
+  std::vector<T> dsum(size_t(B * Tq));
+  parallel_for(0, B * Tq, std::max<int64_t>(1, 16384 / std::max<int64_t>(Ev, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> o(out + r * Ev, Ev), g(dout + r * Ev, Ev);
+      dsum[size_t(r)] = o.dot(g);
+    }
+  });
+  // With s_ij = scale q_i . k_j and p_ij = exp(s_ij - lse_i) (0 where masked):
+  //   ds_ij = p_ij (dout_i . v_j - Dsum_i), dq_i = scale sum_j ds_ij k_j,
+  //   dv_j = sum_i p_ij dout_i, dk_j = scale sum_i ds_ij q_i.
+  if (dq) {  // blocks of query rows
+    const int64_t nblk = (Tq + kRows - 1) / kRows;
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kRows * Tk * (E + Ev), 1));
+    parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
+      RowMat<T> P(kRows, Tk), dP(kRows, Tk);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
+        const int64_t n = keys_seen(i0 + r - 1, Tk, causal);
+        CMap<T> Q(q + (b * Tq + i0) * E, r, E), G(dout + (b * Tq + i0) * Ev, r, Ev);
+        CMap<T> K(k + b * Tk * E, n, E), V(v + b * Tk * Ev, n, Ev);
+        auto Pb = P.topLeftCorner(r, n);
+        auto dPb = dP.topLeftCorner(r, n);
+        Pb.noalias() = Q * K.transpose();
+        dPb.noalias() = G * V.transpose();
+        for (int64_t rr = 0; rr < r; ++rr) {
+          const int64_t i = b * Tq + i0 + rr, ni = keys_seen(i0 + rr, Tk, causal);
+          const int64_t w = exp_width(ni, n);
+          auto p = Pb.row(rr).head(w).array();
+          p = (p * scale - lse[i]).exp();  // masked lanes are multiplied by the zeroed dP
+          dPb.row(rr).tail(n - ni).setZero();
+          dPb.row(rr).head(ni).array() = p.head(ni) * (dPb.row(rr).head(ni).array() - dsum[size_t(i)]);
+        }
+        MMap<T> dQ(dq + (b * Tq + i0) * E, r, E);
+        dQ.noalias() = dPb * K;
+        dQ *= scale;
+      }
+    });
+  }
+  if (dk || dv) {  // blocks of key rows; query rows i >= j see key j when causal
+    const int64_t nblk = (Tk + kRows - 1) / kRows;
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kRows * Tq * (E + Ev), 1));
+    parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
+      RowMat<T> P(kRows, Tq), dP(kRows, Tq);  // transposed: (key rows, query rows)
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t b = u / nblk, j0 = (u % nblk) * kRows, r = std::min(kRows, Tk - j0);
+        const int64_t i0 = causal ? std::min(j0, Tq) : 0, m = Tq - i0;
+        MMap<T> dK(dk ? dk + (b * Tk + j0) * E : nullptr, dk ? r : 0, E);
+        MMap<T> dV(dv ? dv + (b * Tk + j0) * Ev : nullptr, dv ? r : 0, Ev);
+        if (m == 0) {
+          dK.setZero();
+          dV.setZero();
+          continue;
+        }
+        CMap<T> K(k + (b * Tk + j0) * E, r, E), V(v + (b * Tk + j0) * Ev, r, Ev);
+        CMap<T> Q(q + (b * Tq + i0) * E, m, E), G(dout + (b * Tq + i0) * Ev, m, Ev);
+        auto Pb = P.topLeftCorner(r, m);
+        Pb.noalias() = K * Q.transpose();
+        Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> L(lse + b * Tq + i0, m);
+        for (int64_t rr = 0; rr < r; ++rr) {
+          // key j = j0 + rr is seen by query rows i >= j: the first (j - i0) columns are masked
+          const int64_t skip = causal ? std::min(j0 + rr - i0, m) : 0;
+          Pb.row(rr).head(skip).setZero();
+          auto p = Pb.row(rr).tail(m - skip).array();
+          p = (p * scale - L.tail(m - skip)).exp();
+        }
+        if (dv) dV.noalias() = Pb * G;
+        if (dk) {
+          auto dPb = dP.topLeftCorner(r, m);
+          dPb.noalias() = V * G.transpose();
+          Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> D(dsum.data() + b * Tq + i0, m);
+          for (int64_t rr = 0; rr < r; ++rr) dPb.row(rr).array() = Pb.row(rr).array() * (dPb.row(rr).array() - D);
+          dK.noalias() = dPb * Q;
+          dK *= scale;
+        }
+      }
+    });
+  }
+}
+
+void attention_forward(DType dt, const void* q, const void* k, const void* v, void* out, void* lse, int64_t B,
+                       int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
+  KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention", [&]<class T>() {
+    attention_forward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                           static_cast<T*>(out), static_cast<T*>(lse), B, Tq, Tk, E, Ev, T(scale), causal);
+  });
+}
+
+void attention_backward(DType dt, const void* q, const void* k, const void* v, const void* out, const void* lse,
+                        const void* dout, void* dq, void* dk, void* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E,
+                        int64_t Ev, double scale, bool causal) {
+  KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
+    attention_backward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                            static_cast<const T*>(out), static_cast<const T*>(lse), static_cast<const T*>(dout),
+                            static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), B, Tq, Tk, E, Ev,
+                            T(scale), causal);
+  });
+}
+
+const DropoutKernels kDropoutCpu{&dropout_apply};
+const EmbeddingKernels kEmbeddingCpu{&embedding_forward, &embedding_backward};
+const AttentionKernels kAttentionCpu{&attention_forward, &attention_backward};
+
+}  // namespace
+
+void register_cpu_nn() {
+  register_kernel(Op::dropout, DeviceType::CPU, const_cast<DropoutKernels*>(&kDropoutCpu));
+  register_kernel(Op::embedding, DeviceType::CPU, const_cast<EmbeddingKernels*>(&kEmbeddingCpu));
+  register_kernel(Op::scaled_dot_product_attention, DeviceType::CPU, const_cast<AttentionKernels*>(&kAttentionCpu));
+}
+
+}  // namespace kiln

@@ -1,0 +1,268 @@
+// CPU kernels of the norm op family (batch norm, layer norm: fused forward and backward)
+// and their registration in the dispatch table. Row sums use 16 independent lanes (the
+// compiler vectorises them; the order depends only on the length, so results do not
+// change with alignment or thread count); per-channel / per-column totals use double.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+#include "core/parallel.h"
+#include "ops/cpu/norm_kernels.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+namespace {
+
+// sum_{i < n} f(i) in 16 lanes, combined pairwise.
+template <class T, class F>
+inline T lane_sum(int64_t n, const F& f) {
+  constexpr int L = 16;
+  T acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) acc[j] += f(i + j);
+  T tail = T(0);
+  for (; i < n; ++i) tail += f(i);
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0] + tail;
+}
+
+// ---------------------------------------------------------------- batch norm
+
+template <class T>
+void bn_forward_train(const T* x, const T* w, const T* b, T* out, T* smean, T* sinv, T* rmean, T* rvar,
+                      int64_t N, int64_t C, int64_t S, double momentum, double eps) {
+  const int64_t M = N * S;
+  parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double acc = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + (n * C + c) * S;
+        acc += double(lane_sum<T>(S, [&](int64_t i) { return xr[i]; }));
+      }
+      const double mean = M > 0 ? acc / double(M) : 0.0;
+      const T mt = T(mean);
+      double sq = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + (n * C + c) * S;
+        sq += double(lane_sum<T>(S, [&](int64_t i) { return (xr[i] - mt) * (xr[i] - mt); }));
+      }
+      const double var = M > 0 ? sq / double(M) : 0.0;
+      const double inv = 1.0 / std::sqrt(var + eps);
+      smean[c] = T(mean);
+      sinv[c] = T(inv);
+      if (rmean) rmean[c] = T((1.0 - momentum) * double(rmean[c]) + momentum * mean);
+      if (rvar) {
+        const double unbiased = M > 1 ? sq / double(M - 1) : var;
+        rvar[c] = T((1.0 - momentum) * double(rvar[c]) + momentum * unbiased);
+      }
+      const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
+      const T a = T(wc * inv), sh = T(bc - mean * wc * inv);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = x + (n * C + c) * S;
+        T* o = out + (n * C + c) * S;
+        for (int64_t s = 0; s < S; ++s) o[s] = xr[s] * a + sh;
+      }
+    }
+  });
+}
+
+template <class T>
+void bn_forward_eval(const T* x, const T* w, const T* b, const T* rmean, const T* rvar, T* out, T* smean,
+                     T* sinv, int64_t N, int64_t C, int64_t S, double eps) {
+  for (int64_t c = 0; c < C; ++c) {
+    smean[c] = rmean[c];
+    sinv[c] = T(1.0 / std::sqrt(double(rvar[c]) + eps));
+  }
+  // parallel over (n, c) rows
+  parallel_for(0, N * C, std::max<int64_t>(1, 32768 / std::max<int64_t>(S, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r % C;
+      const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
+      const T a = T(wc * double(sinv[c])), sh = T(bc - double(smean[c]) * wc * double(sinv[c]));
+      const T* xr = x + r * S;
+      T* o = out + r * S;
+      for (int64_t s = 0; s < S; ++s) o[s] = xr[s] * a + sh;
+    }
+  });
+}
+
+template <class T>
+void bn_backward(const T* g, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw, T* db,
+                 int64_t N, int64_t C, int64_t S, bool training) {
+  const int64_t M = N * S;
+  parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const T mean = smean[c];
+      const double inv = double(sinv[c]);
+      double sum_g = 0, sum_gx = 0;  // sum(g), sum(g (x - mean))
+      for (int64_t n = 0; n < N; ++n) {
+        const T* gr = g + (n * C + c) * S;
+        const T* xr = x + (n * C + c) * S;
+        sum_g += double(lane_sum<T>(S, [&](int64_t i) { return gr[i]; }));
+        sum_gx += double(lane_sum<T>(S, [&](int64_t i) { return gr[i] * (xr[i] - mean); }));
+      }
+      if (dw) dw[c] = T(sum_gx * inv);
+      if (db) db[c] = T(sum_g);
+      if (!dx) continue;
+      const double wc = w ? double(w[c]) : 1.0;
+      if (training && M > 0) {
+        // dx = w inv (g - sum_g/M - (x - mean) inv^2 sum_gx / M)
+        const T k = T(wc * inv), mg = T(sum_g / double(M)), kx = T(inv * inv * sum_gx / double(M));
+        for (int64_t n = 0; n < N; ++n) {
+          const T* gr = g + (n * C + c) * S;
+          const T* xr = x + (n * C + c) * S;
+          T* d = dx + (n * C + c) * S;
+          for (int64_t s = 0; s < S; ++s) d[s] = k * (gr[s] - mg - (xr[s] - mean) * kx);
+        }
+      } else {
+        const T k = T(wc * inv);
+        for (int64_t n = 0; n < N; ++n) {
+          const T* gr = g + (n * C + c) * S;
+          T* d = dx + (n * C + c) * S;
+          for (int64_t s = 0; s < S; ++s) d[s] = k * gr[s];
+        }
+      }
+    }
+  });
+}
+
+void batch_norm_forward_train(DType dt, const void* x, const void* w, const void* b, void* out, void* smean,
+                              void* sinv, void* rmean, void* rvar, int64_t N, int64_t C, int64_t S,
+                              double momentum, double eps) {
+  KILN_DISPATCH_FLOATING(dt, "batch_norm", [&]<class T>() {
+    bn_forward_train<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
+                        static_cast<T*>(out), static_cast<T*>(smean), static_cast<T*>(sinv), static_cast<T*>(rmean),
+                        static_cast<T*>(rvar), N, C, S, momentum, eps);
+  });
+}
+
+void batch_norm_forward_eval(DType dt, const void* x, const void* w, const void* b, const void* rmean,
+                             const void* rvar, void* out, void* smean, void* sinv, int64_t N, int64_t C, int64_t S,
+                             double eps) {
+  KILN_DISPATCH_FLOATING(dt, "batch_norm", [&]<class T>() {
+    bn_forward_eval<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
+                       static_cast<const T*>(rmean), static_cast<const T*>(rvar), static_cast<T*>(out),
+                       static_cast<T*>(smean), static_cast<T*>(sinv), N, C, S, eps);
+  });
+}
+
+void batch_norm_backward(DType dt, const void* g, const void* x, const void* w, const void* smean,
+                         const void* sinv, void* dx, void* dw, void* db, int64_t N, int64_t C, int64_t S,
+                         bool training) {
+  KILN_DISPATCH_FLOATING(dt, "batch_norm_backward", [&]<class T>() {
+    bn_backward<T>(static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w),
+                   static_cast<const T*>(smean), static_cast<const T*>(sinv), static_cast<T*>(dx), static_cast<T*>(dw),
+                   static_cast<T*>(db), N, C, S, training);
+  });
+}
+
+// ---------------------------------------------------------------- layer norm
+
+template <class T>
+void ln_forward(const T* x, const T* w, const T* b, T* out, T* smean, T* srstd, int64_t R, int64_t D, double eps) {
+  parallel_for(0, R, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * D;
+      T* o = out + r * D;
+      const double mean = D > 0 ? double(lane_sum<T>(D, [&](int64_t i) { return xr[i]; })) / double(D) : 0.0;
+      const T mt = T(mean);
+      const double var =
+          D > 0 ? double(lane_sum<T>(D, [&](int64_t i) { return (xr[i] - mt) * (xr[i] - mt); })) / double(D) : 0.0;
+      const T rstd = T(1.0 / std::sqrt(var + eps));
+      smean[r] = mt;
+      srstd[r] = rstd;
+      if (w && b) {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mt) * rstd * w[i] + b[i];
+      } else if (w) {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mt) * rstd * w[i];
+      } else if (b) {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mt) * rstd + b[i];
+      } else {
+        for (int64_t i = 0; i < D; ++i) o[i] = (xr[i] - mt) * rstd;
+      }
+    }
+  });
+}
+
+template <class T>
+void ln_backward(const T* g, const T* x, const T* w, const T* smean, const T* srstd, T* dx, T* dw, T* db, int64_t R,
+                 int64_t D) {
+  if (dx) {
+    parallel_for(0, R, std::max<int64_t>(1, 8192 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+      std::vector<T> gw(size_t(w ? D : 0));
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* gr = g + r * D;
+        const T* xr = x + r * D;
+        T* d = dx + r * D;
+        const T mean = smean[r], rstd = srstd[r];
+        const T* gwp = gr;
+        if (w) {
+          for (int64_t i = 0; i < D; ++i) gw[i] = gr[i] * w[i];
+          gwp = gw.data();
+        }
+        // mean(gw) and mean(gw xhat)
+        const T m1 = T(double(lane_sum<T>(D, [&](int64_t i) { return gwp[i]; })) / double(D));
+        const T m2 = T(double(lane_sum<T>(D, [&](int64_t i) { return gwp[i] * (xr[i] - mean); })) * double(rstd) /
+                       double(D));
+        for (int64_t i = 0; i < D; ++i) d[i] = rstd * (gwp[i] - m1 - (xr[i] - mean) * rstd * m2);
+      }
+    });
+  }
+  if (dw || db) {
+    // Deterministic: each task owns a block of columns and walks all rows in order.
+    constexpr int64_t kBlock = 64;
+    const int64_t nblocks = (D + kBlock - 1) / kBlock;
+    parallel_for(0, nblocks, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<double> aw(kBlock), ab(kBlock);
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t c0 = blk * kBlock, n = std::min(kBlock, D - c0);
+        std::fill(aw.begin(), aw.end(), 0.0);
+        std::fill(ab.begin(), ab.end(), 0.0);
+        for (int64_t r = 0; r < R; ++r) {
+          const T* gr = g + r * D + c0;
+          const T* xr = x + r * D + c0;
+          const T mean = smean[r], rstd = srstd[r];
+          for (int64_t i = 0; i < n; ++i) {
+            aw[i] += double(gr[i] * ((xr[i] - mean) * rstd));
+            ab[i] += double(gr[i]);
+          }
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          if (dw) dw[c0 + i] = T(aw[i]);
+          if (db) db[c0 + i] = T(ab[i]);
+        }
+      }
+    });
+  }
+}
+
+void layer_norm_forward(DType dt, const void* x, const void* w, const void* b, void* out, void* smean, void* srstd,
+                        int64_t R, int64_t D, double eps) {
+  KILN_DISPATCH_FLOATING(dt, "layer_norm", [&]<class T>() {
+    ln_forward<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(out),
+                  static_cast<T*>(smean), static_cast<T*>(srstd), R, D, eps);
+  });
+}
+
+void layer_norm_backward(DType dt, const void* g, const void* x, const void* w, const void* smean,
+                         const void* srstd, void* dx, void* dw, void* db, int64_t R, int64_t D) {
+  KILN_DISPATCH_FLOATING(dt, "layer_norm_backward", [&]<class T>() {
+    ln_backward<T>(static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w),
+                   static_cast<const T*>(smean), static_cast<const T*>(srstd), static_cast<T*>(dx),
+                   static_cast<T*>(dw), static_cast<T*>(db), R, D);
+  });
+}
+
+const BatchNormKernels kBatchNormCpu{&batch_norm_forward_train, &batch_norm_forward_eval, &batch_norm_backward};
+const LayerNormKernels kLayerNormCpu{&layer_norm_forward, &layer_norm_backward};
+
+}  // namespace
+
+void register_cpu_norm() {
+  register_kernel(Op::batch_norm, DeviceType::CPU, const_cast<BatchNormKernels*>(&kBatchNormCpu));
+  register_kernel(Op::layer_norm, DeviceType::CPU, const_cast<LayerNormKernels*>(&kLayerNormCpu));
+}
+
+}  // namespace kiln

@@ -1,0 +1,49 @@
+// The (op, device) kernel table and the op name table generated from ops/op_list.def.
+#include "ops/dispatch.h"
+#include <array>
+#include <mutex>
+
+namespace kiln {
+
+namespace {
+constexpr size_t kNumOps = size_t(Op::kCount);
+const char* kOpNames[] = {
+#define KILN_OP(name) #name,
+#include "ops/op_list.def"
+#undef KILN_OP
+};
+std::array<std::array<void*, kNumDeviceTypes>, kNumOps> g_table{};
+std::once_flag g_cpu_once;
+}  // namespace
+
+const char* op_name(Op op) { return size_t(op) < kNumOps ? kOpNames[size_t(op)] : "?"; }
+
+void register_kernel(Op op, DeviceType dev, void* fn) { g_table[size_t(op)][size_t(dev)] = fn; }
+
+void register_cpu_kernels() {
+  std::call_once(g_cpu_once, [] {
+    register_cpu_elementwise();
+    register_cpu_reduce();
+    register_cpu_linalg();
+    register_cpu_conv();
+    register_cpu_norm();
+    register_cpu_nn();
+    register_cpu_shape();
+    register_cpu_loss();
+  });
+}
+
+bool supports(Op op, DeviceType dev) {
+  register_cpu_kernels();
+  return g_table[size_t(op)][size_t(dev)] != nullptr;
+}
+
+void* lookup_kernel(Op op, Device dev) {
+  register_cpu_kernels();
+  void* fn = g_table[size_t(op)][size_t(dev.type)];
+  KILN_CHECK(fn != nullptr, op_name(op), ": no kernel for device ", dev.str(),
+             dev.is_cuda() ? " (this build has no CUDA kernel for it, or the CUDA backend is not built)" : "");
+  return fn;
+}
+
+}  // namespace kiln

@@ -1,0 +1,300 @@
+// Elementwise ops: broadcasting, dtype promotion, the call through dispatch, and each
+// op's backward right next to its forward.
+#include "ops/elementwise.h"
+#include <cmath>
+#include "core/copy.h"
+#include "ops/cpu/elementwise_kernels.h"
+#include "ops/helpers.h"
+#include "ops/reduce.h"
+
+namespace kiln {
+namespace {
+
+EwArgs make_args(const Shape& shape, std::initializer_list<const Tensor*> ts, const char* op) {
+  EwArgs a;
+  KILN_CHECK(shape.size() <= size_t(kMaxDims), op, ": at most ", kMaxDims, " dims supported, got ", shape_str(shape));
+  a.ndim = int(shape.size());
+  for (int d = 0; d < a.ndim; ++d) a.shape[d] = shape[d];
+  int k = 0;
+  for (const Tensor* t : ts) {
+    Shape st = broadcast_strides(*t, shape, op);
+    for (int d = 0; d < a.ndim; ++d) a.strides[k][d] = st[d];
+    a.ptr[k] = t->raw_data();
+    ++k;
+  }
+  return a;
+}
+
+bool is_comparison(Op op) {
+  return op == Op::eq || op == Op::ne || op == Op::lt || op == Op::le || op == Op::gt || op == Op::ge;
+}
+
+// Forward of a binary op without autograd: promotes, broadcasts, calls the kernel.
+Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
+  const char* name = op_name(op);
+  KILN_CHECK(a0.defined() && b0.defined(), name, ": undefined input tensor");
+  check_same_device(name, {a0, b0});
+  DType dt = promote_types(a0.dtype(), b0.dtype());
+  if (op == Op::div && !is_floating(dt)) dt = DType::float32;       // true division
+  if (op == Op::pow && !is_floating(dt)) dt = DType::float32;
+  DType out_dt = is_comparison(op) ? DType::bool_ : dt;
+  DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
+  Tensor a = a0.to(compute), b = b0.to(compute);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::bool_ : compute, a.device());
+  if (out.numel() > 0) kernel<BinaryKernelFn>(op, out.device())(op, compute, make_args(shape, {&out, &a, &b}, name));
+  if (out.dtype() != out_dt) out = out.to(out_dt);
+  return out;
+}
+
+Tensor unary_raw(Op op, const Tensor& x0, double p0 = 0, double p1 = 0) {
+  const char* name = op_name(op);
+  KILN_CHECK(x0.defined(), name, ": undefined input tensor");
+  DType compute = x0.is_cpu() ? cpu_compute_dtype(x0.dtype()) : x0.dtype();
+  Tensor x = x0.detach().to(compute).contiguous();
+  Tensor out = Tensor::empty(x.shape(), compute, x.device());
+  UnaryArgs a;
+  a.n = x.numel();
+  a.x = x.raw_data();
+  a.out = out.raw_data();
+  a.p0 = p0;
+  a.p1 = p1;
+  if (a.n > 0) kernel<UnaryKernelFn>(op, out.device())(op, compute, a);
+  return out.to(x0.dtype());
+}
+
+// g * op'(x) through the unary backward kernel; y is the forward output.
+Tensor unary_grad(Op op, const Tensor& g0, const Tensor& x0, const Tensor& y0, double p0 = 0, double p1 = 0) {
+  DType compute = g0.is_cpu() ? cpu_compute_dtype(g0.dtype()) : g0.dtype();
+  Tensor g = g0.to(compute).contiguous();
+  Tensor x = x0.defined() ? x0.to(compute).contiguous() : Tensor();
+  Tensor y = y0.defined() ? y0.to(compute).contiguous() : Tensor();
+  Tensor out = Tensor::empty(g.shape(), compute, g.device());
+  UnaryArgs a;
+  a.n = g.numel();
+  a.x = x.defined() ? x.raw_data() : nullptr;
+  a.y = y.defined() ? y.raw_data() : nullptr;
+  a.g = g.raw_data();
+  a.out = out.raw_data();
+  a.p0 = p0;
+  a.p1 = p1;
+  a.backward = true;
+  if (a.n > 0) kernel<UnaryKernelFn>(op, out.device())(op, compute, a);
+  return out.to(g0.dtype());
+}
+
+// A unary op whose derivative reads the input x.
+Tensor unary_x(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
+  Tensor out = unary_raw(op, x, p0, p1);
+  if (!x.is_floating_point()) return out;
+  Tensor xs = x.detach();
+  return record(out, op_name(op), {x}, [op, xs, p0, p1](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{unary_grad(op, g, xs, Tensor(), p0, p1)};
+  });
+}
+
+// A unary op whose derivative is cheaper from the output y (exp, sqrt, tanh, sigmoid).
+Tensor unary_y(Op op, const Tensor& x) {
+  Tensor out = unary_raw(op, x);
+  Tensor ys = out.detach();
+  return record(out, op_name(op), {x}, [op, ys](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{unary_grad(op, g, Tensor(), ys)};
+  });
+}
+
+Tensor scalar_like(const Tensor& t, double v) {
+  DType dt = t.dtype();
+  if (!is_floating(dt) && v != std::floor(v)) dt = DType::float32;
+  if (dt == DType::bool_) dt = DType::int64;
+  return full({}, v, {.dtype = dt, .device = t.device()});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- binary
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(Op::add, a, b);
+  Shape sa = a.shape(), sb = b.shape();
+  return record(out, "add", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
+    return std::vector<Tensor>{n[0] ? sum_to(g, sa) : Tensor(), n[1] ? sum_to(g, sb) : Tensor()};
+  });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(Op::sub, a, b);
+  Shape sa = a.shape(), sb = b.shape();
+  return record(out, "sub", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
+    return std::vector<Tensor>{n[0] ? sum_to(g, sa) : Tensor(), n[1] ? sum_to(neg(g), sb) : Tensor()};
+  });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(Op::mul, a, b);
+  Tensor ad = a.detach(), bd = b.detach();
+  return record(out, "mul", {a, b}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
+    return std::vector<Tensor>{n[0] ? sum_to(g * bd, ad.shape()) : Tensor(),
+                               n[1] ? sum_to(g * ad, bd.shape()) : Tensor()};
+  });
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(Op::div, a, b);
+  Tensor ad = a.detach(), bd = b.detach();
+  return record(out, "div", {a, b}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
+    Tensor ga, gb;
+    if (n[0]) ga = sum_to(g / bd, ad.shape());
+    if (n[1]) gb = sum_to(neg(g) * ad / (bd * bd), bd.shape());
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(Op::pow, a, b);
+  Tensor ad = a.detach(), bd = b.detach(), yd = out.detach();
+  return record(out, "pow", {a, b}, [ad, bd, yd](const Tensor& g, const std::vector<bool>& n) {
+    Tensor ga, gb;
+    if (n[0]) ga = sum_to(g * bd * pow(ad, bd - 1.0), ad.shape());
+    if (n[1]) {
+      // d a^b / db = a^b log a; defined as 0 where a == 0 (PyTorch's convention)
+      Tensor la = where(eq(ad, 0.0), zeros_like(ad), log(ad));
+      gb = sum_to(g * yd * la, bd.shape());
+    }
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+
+static Tensor max_min(Op op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(op, a, b);
+  Tensor ad = a.detach(), bd = b.detach();
+  return record(out, op_name(op), {a, b}, [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
+    // ties split the gradient evenly, as PyTorch does
+    Tensor win_a = op == Op::maximum ? gt(ad, bd) : lt(ad, bd);
+    Tensor tie = eq(ad, bd);
+    Tensor wa = where(win_a, ones_like(g), where(tie, full_like(g, 0.5), zeros_like(g)));
+    Tensor ga, gb;
+    if (n[0]) ga = sum_to(g * wa, ad.shape());
+    if (n[1]) gb = sum_to(g * (1.0 - wa), bd.shape());
+    return std::vector<Tensor>{ga, gb};
+  });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(Op::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(Op::minimum, a, b); }
+
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
+Tensor operator/(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
+
+Tensor pow(const Tensor& a, double e) {
+  check_floating("pow", a);
+  Tensor out = unary_raw(Op::pow_scalar, a, e);
+  Tensor ad = a.detach();
+  return record(out, "pow", {a}, [ad, e](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{unary_grad(Op::pow_scalar, g, ad, Tensor(), e)};
+  });
+}
+Tensor pow(double base, const Tensor& e) { return pow(scalar_like(e, base), e); }
+
+// ---------------------------------------------------------------- unary
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary_raw(Op::neg, x);
+  return record(out, "neg", {x}, [](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{neg(g)};
+  });
+}
+Tensor exp(const Tensor& x) { check_floating("exp", x); return unary_y(Op::exp, x); }
+Tensor log(const Tensor& x) { check_floating("log", x); return unary_x(Op::log, x); }
+Tensor sqrt(const Tensor& x) { check_floating("sqrt", x); return unary_y(Op::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { check_floating("rsqrt", x); return unary_y(Op::rsqrt, x); }
+Tensor abs(const Tensor& x) { return unary_x(Op::abs, x); }
+Tensor sin(const Tensor& x) { check_floating("sin", x); return unary_x(Op::sin, x); }
+Tensor cos(const Tensor& x) { check_floating("cos", x); return unary_x(Op::cos, x); }
+Tensor tanh(const Tensor& x) { check_floating("tanh", x); return unary_y(Op::tanh, x); }
+Tensor sigmoid(const Tensor& x) { check_floating("sigmoid", x); return unary_y(Op::sigmoid, x); }
+Tensor relu(const Tensor& x) { check_floating("relu", x); return unary_x(Op::relu, x); }
+Tensor leaky_relu(const Tensor& x, double s) { check_floating("leaky_relu", x); return unary_x(Op::leaky_relu, x, s); }
+Tensor gelu(const Tensor& x, GeluApprox approx) {
+  check_floating("gelu", x);
+  return unary_x(approx == GeluApprox::tanh ? Op::gelu_tanh : Op::gelu, x);
+}
+Tensor silu(const Tensor& x) { check_floating("silu", x); return unary_x(Op::silu, x); }
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  check_floating("clamp", x);
+  double l = lo ? *lo : -INFINITY, h = hi ? *hi : INFINITY;
+  KILN_CHECK(!(lo && hi) || l <= h, "clamp: min ", l, " is greater than max ", h);
+  return unary_x(Op::clamp, x, l, h);
+}
+
+// ---------------------------------------------------------------- selection
+
+Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
+  KILN_CHECK(cond.defined() && a0.defined() && b0.defined(), "where: undefined input tensor");
+  check_same_device("where", {cond, a0, b0});
+  DType dt = promote_types(a0.dtype(), b0.dtype());
+  DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
+  Tensor c = cond.to(DType::bool_), a = a0.to(compute), b = b0.to(compute);
+  Shape shape = broadcast_shapes(broadcast_shapes(c.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = Tensor::empty(shape, compute, a.device());
+  if (out.numel() > 0) kernel<WhereKernelFn>(Op::where, out.device())(compute, make_args(shape, {&out, &c, &a, &b}, "where"));
+  out = out.to(dt);
+  Tensor cd = c.detach();
+  Shape sa = a0.shape(), sb = b0.shape();
+  return record(out, "where", {a0, b0}, [cd, sa, sb](const Tensor& g, const std::vector<bool>& n) {
+    Tensor z = zeros({}, {.dtype = g.dtype(), .device = g.device()});
+    return std::vector<Tensor>{n[0] ? sum_to(where(cd, g, z), sa) : Tensor(),
+                               n[1] ? sum_to(where(cd, z, g), sb) : Tensor()};
+  });
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  KILN_CHECK(x.defined() && mask.defined(), "masked_fill: undefined input tensor");
+  Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  KILN_CHECK(bs == x.shape(), "masked_fill: mask of shape ", shape_str(mask.shape()),
+             " does not broadcast to the input's shape ", shape_str(x.shape()));
+  return where(mask, full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);
+}
+
+// ---------------------------------------------------------------- comparisons
+
+#define KILN_CMP(name)                                                                    \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary_raw(Op::name, a, b); }    \
+  Tensor name(const Tensor& a, double b) { return binary_raw(Op::name, a, scalar_like(a, b)); }
+KILN_CMP(eq) KILN_CMP(ne) KILN_CMP(lt) KILN_CMP(le) KILN_CMP(gt) KILN_CMP(ge)
+#undef KILN_CMP
+
+// ---------------------------------------------------------------- in-place (no autograd)
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "add_: in-place change of a tensor that requires grad "
+             "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
+  NoGradGuard ng;
+  Tensor o = alpha == 1.0 ? other : mul(other, alpha);
+  check_same_device("add_", {*this, o});
+  broadcast_strides(o, shape(), "add_");
+  if (dtype() == o.dtype() && dtype() == cpu_compute_dtype(dtype()) && is_cpu()) {
+    Tensor self = *this;
+    kernel<BinaryKernelFn>(Op::add, device())(Op::add, dtype(), make_args(shape(), {&self, &self, &o}, "add_"));
+  } else {
+    copy_tensor(*this, add(*this, o).expand(shape()));
+  }
+  return *this;
+}
+
+Tensor& Tensor::mul_(double s) {
+  KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "mul_: in-place change of a tensor that requires grad "
+             "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
+  NoGradGuard ng;
+  Tensor sc = scalar_like(*this, s).to(dtype());
+  if (dtype() == cpu_compute_dtype(dtype()) && is_cpu()) {
+    Tensor self = *this;
+    kernel<BinaryKernelFn>(Op::mul, device())(Op::mul, dtype(), make_args(shape(), {&self, &self, &sc}, "mul_"));
+  } else {
+    copy_tensor(*this, mul(*this, s));
+  }
+  return *this;
+}
+
+}  // namespace kiln

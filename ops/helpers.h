@@ -1,0 +1,37 @@
+// Helpers every op implementation uses: dim wrapping, broadcasting, device and dtype
+// checks, and sum_to (the backward of broadcasting).
+#pragma once
+#include <string>
+#include <vector>
+#include "core/autograd.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+/// Maps a possibly negative dim into [0, ndim); throws naming op and shape otherwise.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+/// Sorted, unique, wrapped dims; an empty list means all dims.
+std::vector<int64_t> wrap_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op);
+
+/// NumPy broadcasting of two shapes; throws naming op and both shapes when incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+/// Strides that read `t` as if expanded to `shape` (0 on broadcast dims).
+Shape broadcast_strides(const Tensor& t, const Shape& shape, const char* op);
+
+/// Sums g over broadcast dims so it has `shape` (the gradient of an implicit expand).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+
+/// Throws unless all defined tensors share one device (message lists them).
+void check_same_device(const char* op, std::initializer_list<Tensor> ts);
+/// Throws unless t is floating point.
+void check_floating(const char* op, const Tensor& t, const char* what = "input");
+/// Describes a tensor for messages: "float32[2, 3] on cpu".
+std::string describe(const Tensor& t);
+
+/// On the CPU, 16-bit float tensors are computed in float32 and rounded back (so autocast
+/// numerics match the GPU's). Returns the dtype kernels should run in for dtype d.
+inline DType cpu_compute_dtype(DType d) {
+  return (d == DType::float16 || d == DType::bfloat16) ? DType::float32 : d;
+}
+
+}  // namespace kiln

@@ -1,0 +1,286 @@
+// matmul and linear: argument checks, batch broadcasting, output allocation, the call
+// through the dispatch table, and the backward formulas (dA = g B^T, dB = A^T g).
+// Transposed (non-contiguous) operands are handed to the GEMM as transposes, not copied.
+#include "ops/linalg.h"
+#include "core/autocast.h"
+#include <algorithm>
+#include "core/autograd.h"
+#include "ops/cpu/linalg_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/helpers.h"
+#include "ops/reduce.h"
+
+namespace kiln {
+
+namespace {
+
+/// A view of t's storage with the given shape and strides (no autograd, no checks).
+Tensor make_view(const Tensor& t, const Shape& shape, const Shape& strides) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = t.offset();
+  impl->dtype = t.dtype();
+  return Tensor(std::move(impl));
+}
+
+/// Contiguous data of t (detached) viewed with `shape` (same numel).
+Tensor contiguous_as(const Tensor& t, const Shape& shape) {
+  Tensor c = t.detach();
+  if (!c.is_contiguous()) c = c.contiguous();
+  return make_view(c, shape, contiguous_strides(shape));
+}
+
+/// Swaps the last two dims (a view).
+Tensor mT(const Tensor& t) {
+  Shape sh = t.shape(), st = t.strides();
+  std::swap(sh[sh.size() - 1], sh[sh.size() - 2]);
+  std::swap(st[st.size() - 1], st[st.size() - 2]);
+  return make_view(t, sh, st);
+}
+
+/// How the last two dims (r, c) of a tensor are handed to a row-major GEMM: as stored
+/// (row stride ld), as the transpose of a stored (c, r) matrix, or (t replaced by) a copy.
+struct GemmOperand {
+  Tensor t;
+  bool trans = false;
+  int64_t ld = 1;
+};
+
+GemmOperand gemm_operand(const Tensor& t) {
+  const int64_t nd = t.dim();
+  const int64_t r = t.shape()[nd - 2], c = t.shape()[nd - 1];
+  const int64_t sr = t.strides()[nd - 2], sc = t.strides()[nd - 1];
+  const int64_t r1 = std::max<int64_t>(r, 1), c1 = std::max<int64_t>(c, 1);
+  if ((c <= 1 || sc == 1) && (r <= 1 || sr >= c1)) return {t, false, r <= 1 ? c1 : sr};
+  if ((r <= 1 || sr == 1) && (c <= 1 || sc >= r1)) return {t, true, c <= 1 ? r1 : sc};
+  return {t.contiguous(), false, c1};
+}
+
+/// True when the batch dims of a (non-transposed) operand are laid out so that all its
+/// rows are evenly spaced by ld: then (batch..., M, K) is one (batch*M, K) matrix.
+bool rows_mergeable(const Tensor& t, int64_t ld) {
+  const int64_t nd = t.dim();
+  int64_t expect = ld * t.shape()[nd - 2];
+  for (int64_t d = nd - 3; d >= 0; --d) {
+    if (t.shape()[d] != 1 && t.strides()[d] != expect) return false;
+    expect *= t.shape()[d];
+  }
+  return true;
+}
+
+/// Element offsets of every batch entry of t (batch dims right-aligned against `batch`,
+/// broadcast where t has size 1 or lacks the dim).
+std::vector<int64_t> batch_offsets(const Tensor& t, const Shape& batch) {
+  const int64_t nb = int64_t(batch.size());
+  const int64_t tb = t.dim() - 2;  // t's batch dims
+  Shape st(nb, 0);
+  for (int64_t i = 0; i < tb; ++i) {
+    int64_t d = nb - tb + i;
+    st[d] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  }
+  const int64_t n = shape_numel(batch);
+  std::vector<int64_t> off(n);
+  Shape idx(nb, 0);
+  int64_t cur = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    off[k] = cur;
+    for (int64_t d = nb - 1; d >= 0; --d) {  // odometer
+      if (++idx[d] < batch[d]) { cur += st[d]; break; }
+      cur -= st[d] * (idx[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return off;
+}
+
+/// out (batch..., M, N) = a (..., M, K) @ b (..., K, N), batch dims broadcast; both >= 2-D,
+/// same float32/float64 dtype and device. Not recorded.
+Tensor bmm_raw(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in.detach(), b = b_in.detach();
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ab, bb, "matmul");
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
+  if (out.numel() == 0) return out;
+  GemmOperand A = gemm_operand(a), B = gemm_operand(b);
+  auto* fn = kernel<MatmulKernel>(Op::matmul, a.device());
+  int64_t zero = 0;
+  if (shape_numel(bb) == 1 && !A.trans && rows_mergeable(A.t, A.ld)) {
+    // b has no batch: fold a's batch into its rows, one (batch*M, K) @ (K, N) GEMM.
+    fn(a.dtype(), false, B.trans, 1, shape_numel(batch) * M, N, K, 1.0, A.t.raw_data(), A.ld, &zero,
+       B.t.raw_data(), B.ld, &zero, 0.0, out.raw_data(), N, &zero);
+    return out;
+  }
+  std::vector<int64_t> ao = batch_offsets(A.t, batch), bo = batch_offsets(B.t, batch);
+  std::vector<int64_t> co(ao.size());
+  for (size_t i = 0; i < co.size(); ++i) co[i] = int64_t(i) * M * N;
+  fn(a.dtype(), A.trans, B.trans, int64_t(co.size()), M, N, K, 1.0, A.t.raw_data(), A.ld, ao.data(),
+     B.t.raw_data(), B.ld, bo.data(), 0.0, out.raw_data(), N, co.data());
+  return out;
+}
+
+/// C (M, N) = op(A) @ op(B) into a new contiguous tensor, through the matmul kernel.
+Tensor gemm2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Tensor& A, int64_t lda, const Tensor& B,
+              int64_t ldb) {
+  Tensor out = Tensor::empty({M, N}, A.dtype(), A.device());
+  if (out.numel() == 0) return out;
+  int64_t zero = 0;
+  kernel<MatmulKernel>(Op::matmul, A.device())(A.dtype(), ta, tb, 1, M, N, K, 1.0, A.raw_data(), lda, &zero,
+                                               B.raw_data(), ldb, &zero, 0.0, out.raw_data(), N, &zero);
+  return out;
+}
+
+void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an, const char* bn) {
+  KILN_CHECK(a.defined(), op, ": ", an, " is an undefined tensor");
+  KILN_CHECK(b.defined(), op, ": ", bn, " is an undefined tensor");
+  check_same_device(op, {a, b});
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch, ", an, " is ", describe(a), " and ", bn, " is ",
+             describe(b), " (expected equal dtypes)");
+  check_floating(op, a, an);
+}
+
+bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast_wants_low({a, b})) {  // autocast: cast, then run the op with autocast off
+    const Tensor ac = autocast_to_low(a), bc = autocast_to_low(b);
+    autocast off(autocast_dtype(), false);
+    return matmul(ac, bc);
+  }
+  check_pair("matmul", a, b, "a", "b");
+  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
+             shape_str(a.shape()), " and ", shape_str(b.shape()));
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  KILN_CHECK(ka == kb, "matmul: inner dimensions do not match: a ", shape_str(a.shape()), " @ b ",
+             shape_str(b.shape()), " (a's last dim ", ka, " != b's ", b.dim() == 1 ? "only" : "second-to-last",
+             " dim ", kb, ")");
+  if (a.dim() > 2 || b.dim() > 2) {
+    Shape ab(a.shape().begin(), a.shape().end() - std::min<int64_t>(a.dim(), 2));
+    Shape bb(b.shape().begin(), b.shape().end() - std::min<int64_t>(b.dim(), 2));
+    try {
+      broadcast_shapes(ab, bb, "matmul");
+    } catch (const Error& e) {
+      KILN_FAIL("matmul: batch dims of a ", shape_str(a.shape()), " and b ", shape_str(b.shape()),
+                " cannot be broadcast (", e.what(), ")");
+    }
+  }
+  if (is_half(a.dtype())) return matmul(a.to(DType::float32), b.to(DType::float32)).to(a.dtype());
+
+  // 1-D operands become (1, K) / (K, 1) views; the added dims are dropped from the result.
+  const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
+  Tensor a2 = a1 ? make_view(a, {1, a.size(0)}, {a.size(0) * a.stride(0), a.stride(0)}) : a.detach();
+  Tensor b2 = b1 ? make_view(b, {b.size(0), 1}, {b.stride(0), 1}) : b.detach();
+  Tensor full = bmm_raw(a2, b2);  // (batch..., M, N), contiguous
+  Shape out_shape(full.shape().begin(), full.shape().end() - 2);
+  if (!a1) out_shape.push_back(full.size(-2));
+  if (!b1) out_shape.push_back(full.size(-1));
+  Tensor out = make_view(full, out_shape, contiguous_strides(out_shape));
+
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  record(out, "matmul", {a, b},
+         [a2 = gb ? a2 : Tensor(), b2 = ga ? b2 : Tensor(), dt = a.dtype(), full_shape = full.shape(),
+          a_shape = a.shape(), b_shape = b.shape()](const Tensor& g,
+                                                    const std::vector<bool>& needs) -> std::vector<Tensor> {
+           Tensor gf = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), full_shape);  // (batch..., M, N)
+           Tensor da, db;
+           if (needs[0]) {
+             Tensor d = bmm_raw(gf, mT(b2));  // (batch..., M, K)
+             Shape target = a_shape.size() == 1 ? Shape{1, a_shape[0]} : a_shape;
+             if (d.shape() != target) d = sum_to(d, target);
+             da = contiguous_as(d, a_shape);
+           }
+           if (needs[1]) {
+             Shape target = b_shape.size() == 1 ? Shape{b_shape[0], 1} : b_shape;
+             Tensor d;
+             const int64_t K = a2.size(-1), N = gf.size(-1);
+             if (target.size() == 2 && a2.dim() > 2) {
+               // b had no batch: dB (K, N) = A_rows^T (K, batch*M) @ g_rows (batch*M, N), one GEMM.
+               Tensor ar = contiguous_as(a2, {a2.numel() / std::max<int64_t>(K, 1), K});
+               Tensor gr = make_view(gf, {gf.numel() / std::max<int64_t>(N, 1), N}, {N, 1});
+               d = bmm_raw(mT(ar), gr);
+             } else {
+               d = bmm_raw(mT(a2), gf);  // (batch..., K, N)
+               if (d.shape() != target) d = sum_to(d, target);
+             }
+             db = contiguous_as(d, b_shape);
+           }
+           return {da, db};
+         });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (autocast_wants_low({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
+    const Tensor xc = autocast_to_low(x), wc = autocast_to_low(weight), bc = autocast_to_low(bias);
+    autocast off(autocast_dtype(), false);
+    return linear(xc, wc, bc);
+  }
+  check_pair("linear", x, weight, "input", "weight");
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
+             shape_str(weight.shape()));
+  KILN_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got shape ", shape_str(x.shape()));
+  KILN_CHECK(x.size(-1) == weight.size(1), "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
+             " features but weight ", shape_str(weight.shape()), " expects ", weight.size(1),
+             " (in_features = weight.size(1))");
+  if (bias.defined()) {
+    check_same_device("linear", {x, bias});
+    KILN_CHECK(bias.dtype() == x.dtype(), "linear: dtype mismatch, input is ", describe(x), " and bias is ",
+               describe(bias), " (expected equal dtypes)");
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias must have shape [",
+               weight.size(0), "] for weight ", shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
+  }
+  if (is_half(x.dtype()))
+    return linear(x.to(DType::float32), weight.to(DType::float32),
+                  bias.defined() ? bias.to(DType::float32) : Tensor())
+        .to(x.dtype());
+
+  const int64_t I = weight.size(1), O = weight.size(0);
+  Shape lead(x.shape().begin(), x.shape().end() - 1);
+  const int64_t M = shape_numel(lead);
+  // x as (M, I) rows with row stride ldx: a view when the rows are evenly spaced.
+  Tensor xd = x.detach();
+  int64_t ldx = std::max<int64_t>(I, 1);
+  Tensor x2;
+  if (xd.dim() >= 2) {
+    GemmOperand op = gemm_operand(xd);
+    if (!op.trans && rows_mergeable(op.t, op.ld)) {
+      x2 = op.t;
+      ldx = op.ld;
+    }
+  } else if (xd.stride(0) == 1 || I <= 1) {
+    x2 = xd;
+  }
+  if (!x2.defined()) x2 = xd.contiguous();
+  x2 = make_view(x2, {M, I}, {ldx, 1});
+  Tensor w = weight.detach();
+  if (!w.is_contiguous()) w = w.contiguous();
+  Tensor bd = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Shape out_shape = lead;
+  out_shape.push_back(O);
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  if (out.numel() > 0)
+    kernel<LinearKernel>(Op::linear, x.device())(x.dtype(), M, O, I, x2.raw_data(), ldx, w.raw_data(),
+                                                 bd.defined() ? bd.raw_data() : nullptr, out.raw_data());
+
+  const bool gx = x.requires_grad(), gw = weight.requires_grad();
+  record(out, "linear", {x, weight, bias},
+         [x2 = gw ? x2 : Tensor(), w = gx ? w : Tensor(), dt = x.dtype(), ldx, M, O, I, x_shape = x.shape()](
+             const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+           Tensor g2 = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), {M, O});  // (M, O)
+           Tensor dx, dw, db;
+           if (needs[0]) dx = contiguous_as(gemm2d(false, false, M, I, O, g2, O, w, I), x_shape);  // g W
+           if (needs[1]) dw = gemm2d(true, false, O, I, M, g2, O, x2, ldx);  // g^T x: (O, I)
+           if (needs.size() > 2 && needs[2]) db = sum(g2, {0});              // (O)
+           return {dx, dw, db};
+         });
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,240 @@
+// Losses: cross_entropy (fused log-softmax + pick + label smoothing), nll_loss and mse_loss:
+// argument and target checks, reductions, the call through dispatch and the fused backward.
+#include "ops/loss.h"
+#include "core/autocast.h"
+#include <cmath>
+#include <limits>
+#include "core/autograd.h"
+#include "ops/cpu/loss_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "ops/helpers.h"
+#include "ops/reduce.h"
+
+namespace kiln {
+
+namespace {
+
+bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
+
+/// (n, c, s) of class-scored input (C), (N, C) or (N, C, d1, ...) against target (), (N) or
+/// (N, d1, ...); throws naming both shapes when they do not fit.
+struct ClassLayout {
+  int64_t n = 1, c = 1, s = 1;
+};
+
+ClassLayout class_layout(const char* op, const char* what, const Tensor& input, const Tensor& target) {
+  const Shape& is = input.shape();
+  const Shape& ts = target.shape();
+  ClassLayout L;
+  KILN_CHECK(input.dim() >= 1, op, ": expected ", what, " of shape (C), (N, C) or (N, C, d1, ...), got shape ",
+             shape_str(is));
+  if (input.dim() == 1) {
+    KILN_CHECK(target.dim() == 0, op, ": for ", what, " of shape ", shape_str(is),
+               " (one sample) expected a 0-dim target, got target shape ", shape_str(ts));
+    L.c = is[0];
+    return L;
+  }
+  Shape want{is[0]};
+  for (size_t d = 2; d < is.size(); ++d) want.push_back(is[d]);
+  KILN_CHECK(ts == want, op, ": expected target of shape ", shape_str(want), " for ", what, " of shape ",
+             shape_str(is), ", got target shape ", shape_str(ts));
+  L.n = is[0];
+  L.c = is[1];
+  for (size_t d = 2; d < is.size(); ++d) L.s *= is[d];
+  return L;
+}
+
+/// int64, contiguous, detached class indices; throws for non-integer targets.
+Tensor class_targets(const char* op, const Tensor& target) {
+  KILN_CHECK(target.defined(), op, ": target is an undefined tensor");
+  KILN_CHECK(!target.is_floating_point() && target.dtype() != DType::bool_, op,
+             ": expected integer class indices (int64) as target, got ", describe(target),
+             " (class-probability targets are not supported)");
+  return target.detach().to(DType::int64).contiguous();
+}
+
+/// Checks every target is in [0, c) or equals ignore_index; returns how many are not ignored.
+int64_t check_targets(const char* op, const Tensor& tgt, int64_t c, int64_t ignore_index) {
+  Tensor t = tgt.is_cpu() ? tgt : tgt.to(Device::cpu());
+  const int64_t* p = t.data<int64_t>();
+  int64_t count = 0;
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    const int64_t v = p[k];
+    if (v == ignore_index) continue;
+    KILN_CHECK(v >= 0 && v < c, op, ": target value ", v, " is out of range for ", c,
+               " classes (expected 0 <= target < ", c, ", or ignore_index ", ignore_index, ")");
+    ++count;
+  }
+  return count;
+}
+
+/// Applies the reduction to per-element losses (no graph); mean divides by `count`.
+Tensor reduce_loss(const Tensor& per_element, Reduction r, int64_t count) {
+  NoGradGuard ng;
+  switch (r) {
+    case Reduction::none: return per_element;
+    case Reduction::sum: return sum(per_element);
+    case Reduction::mean:
+    default:
+      return mul(sum(per_element), count > 0 ? 1.0 / double(count) : std::numeric_limits<double>::quiet_NaN());
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- cross_entropy
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArgs args) {
+  if (autocast_wants_fp32({logits})) {  // autocast: cast, then run the op with autocast off
+    const Tensor lc = autocast_to_fp32(logits);
+    autocast off(autocast_dtype(), false);
+    return cross_entropy(lc, target, args);
+  }
+  const char* op = "cross_entropy";
+  check_floating(op, logits, "logits");
+  Tensor tgt = class_targets(op, target);
+  check_same_device(op, {logits, target});
+  KILN_CHECK(args.label_smoothing >= 0.0 && args.label_smoothing <= 1.0, op,
+             ": label_smoothing must be in [0, 1], got ", args.label_smoothing);
+  // 16-bit logits: computed in float32, the loss is float32 (the cast is differentiable)
+  if (is_half(logits.dtype())) return cross_entropy(logits.to(DType::float32), target, args);
+  const ClassLayout L = class_layout(op, "logits", logits, target);
+  const int64_t count = check_targets(op, tgt, L.c, args.ignore_index);
+  const DType dt = logits.dtype();
+  Tensor x = logits.detach().contiguous();                            // (n, c, s)
+  Tensor loss = Tensor::empty(target.shape(), dt, logits.device());  // (n, s)
+  Tensor lse = Tensor::empty(target.shape(), dt, logits.device());   // (n, s)
+  CrossEntropyKernelArgs a;
+  a.n = L.n;
+  a.c = L.c;
+  a.s = L.s;
+  a.logits = x.raw_data();
+  a.target = tgt.data<int64_t>();
+  a.ignore_index = args.ignore_index;
+  a.label_smoothing = args.label_smoothing;
+  a.lse = lse.raw_data();
+  a.loss = loss.raw_data();
+  kernel<CrossEntropyKernelFn>(Op::cross_entropy, logits.device())(dt, a);
+  Tensor out = reduce_loss(loss, args.reduction, count);
+  const Reduction red = args.reduction;
+  return record(out, op, {logits}, [x, tgt, lse, a, red, count](const Tensor& g, const std::vector<bool>&) {
+    Tensor gc = g.contiguous();
+    Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    CrossEntropyKernelArgs b = a;
+    b.logits = x.raw_data();
+    b.target = tgt.data<int64_t>();
+    b.lse = lse.raw_data();
+    b.loss = nullptr;
+    b.backward = true;
+    b.g = gc.raw_data();
+    b.g_stride = red == Reduction::none ? 1 : 0;
+    b.scale = red == Reduction::mean && count > 0 ? 1.0 / double(count) : 1.0;
+    b.dlogits = dx.raw_data();
+    kernel<CrossEntropyKernelFn>(Op::cross_entropy, x.device())(x.dtype(), b);
+    return std::vector<Tensor>{dx};
+  });
+}
+
+// ---------------------------------------------------------------- nll_loss
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args) {
+  if (autocast_wants_fp32({log_probs})) {  // autocast: cast, then run the op with autocast off
+    const Tensor lc = autocast_to_fp32(log_probs);
+    autocast off(autocast_dtype(), false);
+    return nll_loss(lc, target, args);
+  }
+  const char* op = "nll_loss";
+  check_floating(op, log_probs, "log_probs");
+  Tensor tgt = class_targets(op, target);
+  check_same_device(op, {log_probs, target});
+  if (is_half(log_probs.dtype())) return nll_loss(log_probs.to(DType::float32), target, args);
+  const ClassLayout L = class_layout(op, "log_probs", log_probs, target);
+  const int64_t count = check_targets(op, tgt, L.c, args.ignore_index);
+  const DType dt = log_probs.dtype();
+  Tensor x = log_probs.detach().contiguous();                          // (n, c, s)
+  Tensor loss = Tensor::empty(target.shape(), dt, log_probs.device());  // (n, s)
+  NllLossKernelArgs a;
+  a.n = L.n;
+  a.c = L.c;
+  a.s = L.s;
+  a.log_probs = x.raw_data();
+  a.target = tgt.data<int64_t>();
+  a.ignore_index = args.ignore_index;
+  a.loss = loss.raw_data();
+  kernel<NllLossKernelFn>(Op::nll_loss, log_probs.device())(dt, a);
+  Tensor out = reduce_loss(loss, args.reduction, count);
+  const Reduction red = args.reduction;
+  const Shape xs = x.shape();
+  return record(out, op, {log_probs}, [xs, tgt, a, red, count](const Tensor& g, const std::vector<bool>&) {
+    Tensor gc = g.contiguous();
+    Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
+    NllLossKernelArgs b = a;
+    b.log_probs = nullptr;
+    b.target = tgt.data<int64_t>();
+    b.loss = nullptr;
+    b.backward = true;
+    b.g = gc.raw_data();
+    b.g_stride = red == Reduction::none ? 1 : 0;
+    b.scale = red == Reduction::mean && count > 0 ? 1.0 / double(count) : 1.0;
+    b.dlog_probs = dx.raw_data();
+    kernel<NllLossKernelFn>(Op::nll_loss, g.device())(g.dtype(), b);
+    return std::vector<Tensor>{dx};
+  });
+}
+
+// ---------------------------------------------------------------- mse_loss
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast_wants_fp32({input, target})) {  // autocast: cast, then run the op with autocast off
+    const Tensor ic = autocast_to_fp32(input), tc = autocast_to_fp32(target);
+    autocast off(autocast_dtype(), false);
+    return mse_loss(ic, tc, reduction);
+  }
+  const char* op = "mse_loss";
+  check_floating(op, input, "input");
+  check_floating(op, target, "target");
+  check_same_device(op, {input, target});
+  KILN_CHECK(input.shape() == target.shape(), op, ": input shape ", shape_str(input.shape()),
+             " and target shape ", shape_str(target.shape()), " must match (got ", describe(input), " and ",
+             describe(target), ")");
+  // one compute dtype; 16-bit inputs are computed in float32 and the loss is float32
+  const DType dt = cpu_compute_dtype(promote_types(input.dtype(), target.dtype()));
+  Tensor a = input.to(dt), b = target.to(dt);  // differentiable casts (no-ops when equal)
+  Tensor xa = a.detach().contiguous(), xb = b.detach().contiguous();
+  const int64_t n = xa.numel();
+  const bool reduce = reduction != Reduction::none;
+  Tensor out = Tensor::empty(reduce ? Shape{} : input.shape(), dt, input.device());
+  MseLossKernelArgs k;
+  k.n = n;
+  k.input = xa.raw_data();
+  k.target = xb.raw_data();
+  k.out = out.raw_data();
+  k.reduce = reduce;
+  k.scale = reduction == Reduction::mean ? (n > 0 ? 1.0 / double(n) : std::numeric_limits<double>::quiet_NaN()) : 1.0;
+  kernel<MseLossKernelFn>(Op::mse_loss, input.device())(dt, k);
+  return record(out, op, {a, b}, [xa, xb, k](const Tensor& g, const std::vector<bool>& needs) {
+    Tensor gc = g.contiguous();
+    Tensor dx, dy;
+    MseLossKernelArgs bk = k;
+    bk.out = nullptr;
+    bk.backward = true;
+    bk.input = xa.raw_data();
+    bk.target = xb.raw_data();
+    bk.g = gc.raw_data();
+    bk.g_stride = k.reduce ? 0 : 1;
+    if (!k.reduce || k.n == 0) bk.scale = 1.0;
+    if (needs[0]) {
+      dx = Tensor::empty(xa.shape(), xa.dtype(), xa.device());
+      bk.dinput = dx.raw_data();
+    }
+    if (needs[1]) {
+      dy = Tensor::empty(xb.shape(), xb.dtype(), xb.device());
+      bk.dtarget = dy.raw_data();
+    }
+    kernel<MseLossKernelFn>(Op::mse_loss, xa.device())(xa.dtype(), bk);
+    return std::vector<Tensor>{dx, dy};
+  });
+}
+
+}  // namespace kiln

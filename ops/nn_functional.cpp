@@ -1,0 +1,161 @@
+// nn functions: dropout (Philox mask regenerated in the backward), embedding (row gather,
+// deterministic scatter-add backward) and fused scaled dot-product attention. Checks,
+// allocation, the call through dispatch (ops/cpu/nn.cpp) and the backward lambdas.
+#include "ops/nn_functional.h"
+#include "core/autocast.h"
+#include <cmath>
+#include "core/autograd.h"
+#include "core/rng.h"
+#include "ops/cpu/nn_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/helpers.h"
+
+namespace kiln {
+
+namespace {
+
+// Kernels run in float32/float64 on the CPU (16-bit floats are upcast); other devices
+// take the tensor's own dtype.
+DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
+Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }
+Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() != d) ? t.to(d) : t; }
+
+// Indices as a contiguous int64 tensor, every value checked to lie in [0, size).
+Tensor checked_indices(const Tensor& idx, int64_t size, const char* op, const Tensor& table) {
+  KILN_CHECK(idx.dtype() == DType::int64 || idx.dtype() == DType::int32, op,
+             ": indices must be int64 or int32, got ", describe(idx));
+  Tensor i64 = idx.to(DType::int64).contiguous();
+  Tensor host = i64.is_cpu() ? i64 : i64.to(Device::cpu());
+  const int64_t* p = host.data<int64_t>();
+  for (int64_t i = 0; i < host.numel(); ++i)
+    KILN_CHECK(p[i] >= 0 && p[i] < size, op, ": index ", p[i], " is out of range for weight with V = ", size,
+               " rows (weight shape ", shape_str(table.shape()), ", indices shape ", shape_str(idx.shape()), ")");
+  return i64;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  KILN_CHECK(x.defined(), "dropout: input is undefined");
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p, " (input shape ",
+             shape_str(x.shape()), ")");
+  if (!training || p == 0.0) return x;
+  check_floating("dropout", x);
+  const DType dt = compute_dtype(x), xdt = x.dtype();
+  const int64_t n = x.numel();
+  const float pf = float(p);
+  const double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;  // p == 1 drops everything
+  const RngState rs = rng_reserve(uint64_t((n + 3) / 4));
+  Tensor out;
+  {
+    NoGradGuard ng;
+    Tensor xc = as_compute(x, dt);
+    out = Tensor::empty(x.shape(), dt, x.device());
+    kernel<DropoutKernels>(Op::dropout, x.device())->apply(dt, xc.raw_data(), out.raw_data(), n, pf, scale, rs.seed,
+                                                           rs.offset);
+    out = cast_back(out, xdt);
+  }
+  Shape shape = x.shape();
+  return record(out, "dropout", {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    Tensor gc = as_compute(g, dt);
+    Tensor dx = Tensor::empty(shape, dt, gc.device());
+    // the same mask, regenerated from (seed, offset)
+    kernel<DropoutKernels>(Op::dropout, gc.device())->apply(dt, gc.raw_data(), dx.raw_data(), n, pf, scale, rs.seed,
+                                                            rs.offset);
+    return {cast_back(dx, xdt)};
+  });
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
+  const char* op = "embedding";
+  KILN_CHECK(indices.defined() && weight.defined(), "embedding: indices or weight is undefined");
+  KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (V, D), got shape ", shape_str(weight.shape()));
+  check_same_device(op, {indices, weight});
+  const int64_t V = weight.size(0), D = weight.size(1);
+  KILN_CHECK(padding_idx < V, "embedding: padding_idx ", padding_idx, " is out of range for weight of shape ",
+             shape_str(weight.shape()));
+  Tensor idx, out;
+  {
+    NoGradGuard ng;
+    idx = checked_indices(indices, V, op, weight);
+    Tensor wc = weight.contiguous();
+    Shape oshape = indices.shape();
+    oshape.push_back(D);
+    out = Tensor::empty(oshape, weight.dtype(), weight.device());
+    kernel<EmbeddingKernels>(Op::embedding, weight.device())
+        ->forward(weight.element_size(), idx.data<int64_t>(), wc.raw_data(), out.raw_data(), idx.numel(), D);
+  }
+  if (!weight.is_floating_point()) return out;
+  const DType wdt = weight.dtype(), dt = compute_dtype(weight);
+  const int64_t n = idx.numel();
+  Tensor idx_d = idx.detach();
+  return record(out, op, {weight}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    Tensor gc = as_compute(g, dt);
+    Tensor dw = zeros({V, D}, {.dtype = dt, .device = gc.device()});
+    kernel<EmbeddingKernels>(Op::embedding, gc.device())
+        ->backward(dt, idx_d.data<int64_t>(), gc.raw_data(), dw.raw_data(), n, D, padding_idx < 0 ? -1 : padding_idx);
+    return {cast_back(dw, wdt)};
+  });
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  if (autocast_wants_low({q, k, v})) {  // autocast: cast, then run the op with autocast off
+    const Tensor qc = autocast_to_low(q), kc = autocast_to_low(k), vc = autocast_to_low(v);
+    autocast off(autocast_dtype(), false);
+    return scaled_dot_product_attention(qc, kc, vc, causal);
+  }
+  const char* op = "scaled_dot_product_attention";
+  KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k or v is undefined");
+  check_floating(op, q, "q");
+  check_floating(op, k, "k");
+  check_floating(op, v, "v");
+  check_same_device(op, {q, k, v});
+  KILN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(), op, ": q, k and v must have one dtype, got ",
+             describe(q), ", ", describe(k), ", ", describe(v));
+  const int64_t nd = q.dim();
+  bool ok = nd >= 2 && k.dim() == nd && v.dim() == nd;
+  for (int64_t d = 0; ok && d < nd - 2; ++d) ok = k.size(d) == q.size(d) && v.size(d) == q.size(d);
+  ok = ok && k.size(-1) == q.size(-1) && v.size(-2) == k.size(-2);
+  KILN_CHECK(ok, op, ": expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) with equal batch dims, got q ",
+             shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  const int64_t Tq = q.size(-2), Tk = k.size(-2), E = q.size(-1), Ev = v.size(-1);
+  Shape batch(q.shape().begin(), q.shape().end() - 2);
+  const int64_t B = shape_numel(batch);
+  KILN_CHECK(E > 0, op, ": head dim d must be > 0, got q ", shape_str(q.shape()));
+  KILN_CHECK(Tk > 0 || Tq == 0 || B == 0, op, ": no keys (Tk = 0) for ", Tq, " queries: q ", shape_str(q.shape()),
+             ", k ", shape_str(k.shape()));
+  const double scale = 1.0 / std::sqrt(double(E));
+  const DType dt = compute_dtype(q), xdt = q.dtype();
+  Tensor qc, kc, vc, outc, lse, out;
+  {
+    NoGradGuard ng;
+    qc = as_compute(q, dt);
+    kc = as_compute(k, dt);
+    vc = as_compute(v, dt);
+    Shape oshape = batch;
+    oshape.push_back(Tq);
+    oshape.push_back(Ev);
+    outc = Tensor::empty(oshape, dt, q.device());
+    lse = Tensor::empty({B, Tq}, dt, q.device());
+    kernel<AttentionKernels>(Op::scaled_dot_product_attention, q.device())
+        ->forward(dt, qc.raw_data(), kc.raw_data(), vc.raw_data(), outc.raw_data(), lse.raw_data(), B, Tq, Tk, E, Ev,
+                  scale, causal);
+    out = cast_back(outc, xdt);
+  }
+  if (!any_requires_grad({q, k, v})) return out;
+  Tensor qd = qc.detach(), kd = kc.detach(), vd = vc.detach(), od = outc.detach();
+  Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
+  return record(out, op, {q, k, v}, [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+    Tensor gc = as_compute(g, dt);
+    Tensor dq = needs[0] ? Tensor::empty(qs, dt, gc.device()) : Tensor();
+    Tensor dk = needs[1] ? Tensor::empty(ks, dt, gc.device()) : Tensor();
+    Tensor dv = needs[2] ? Tensor::empty(vs, dt, gc.device()) : Tensor();
+    auto p = [](const Tensor& t) -> void* { return t.defined() ? t.raw_data() : nullptr; };
+    kernel<AttentionKernels>(Op::scaled_dot_product_attention, gc.device())
+        ->backward(dt, qd.raw_data(), kd.raw_data(), vd.raw_data(), od.raw_data(), lse.raw_data(), gc.raw_data(),
+                   p(dq), p(dk), p(dv), B, Tq, Tk, E, Ev, scale, causal);
+    return {cast_back(dq, xdt), cast_back(dk, xdt), cast_back(dv, xdt)};
+  });
+}
+
+}  // namespace kiln

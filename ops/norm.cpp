@@ -1,0 +1,160 @@
+// Normalisation ops: batch_norm and layer_norm. Argument checks, output allocation, the
+// call through dispatch to the fused kernels (ops/cpu/norm.cpp) and the backward lambda.
+#include "ops/norm.h"
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "ops/cpu/norm_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/helpers.h"
+
+namespace kiln {
+
+namespace {
+
+void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+// Kernels run in float32/float64 on the CPU (16-bit floats are upcast); other devices
+// take the tensor's own dtype.
+DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
+
+// Checks an optional per-channel / per-feature parameter.
+void check_param(const char* op, const Tensor& p, const char* what, const Shape& expected, const Tensor& x) {
+  if (!p.defined()) return;
+  KILN_CHECK(p.is_floating_point(), op, ": ", what, " must be floating point, got ", describe(p));
+  KILN_CHECK(p.shape() == expected, op, ": ", what, " has shape ", shape_str(p.shape()), ", expected ",
+             shape_str(expected), " for input of shape ", shape_str(x.shape()));
+}
+
+// A tensor in dtype dt, contiguous (the same handle when it already is).
+Tensor as_compute(const Tensor& t, DType dt) { return t.defined() ? t.to(dt).contiguous() : Tensor(); }
+
+Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() != d) ? t.to(d) : t; }
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  if (autocast_wants_fp32({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
+    const Tensor xc = autocast_to_fp32(x), wc = autocast_to_fp32(weight), bc = autocast_to_fp32(bias);
+    autocast off(autocast_dtype(), false);
+    return batch_norm(xc, wc, bc, running_mean, running_var, training, momentum, eps);
+  }
+  const char* op = "batch_norm";
+  KILN_CHECK(x.defined(), "batch_norm: input is undefined");
+  KILN_CHECK(x.dim() >= 2, "batch_norm: expected input of shape (N, C, ...) with at least 2 dims, got shape ",
+             shape_str(x.shape()));
+  check_floating(op, x);
+  const int64_t N = x.size(0), C = x.size(1), S = C > 0 && N > 0 ? x.numel() / (N * C) : 0;
+  check_param(op, weight, "weight", {C}, x);
+  check_param(op, bias, "bias", {C}, x);
+  check_param(op, running_mean, "running_mean", {C}, x);
+  check_param(op, running_var, "running_var", {C}, x);
+  KILN_CHECK(running_mean.defined() == running_var.defined(),
+             "batch_norm: running_mean and running_var must both be given or both be undefined");
+  KILN_CHECK(training || running_mean.defined(),
+             "batch_norm: inference (training=false) needs running_mean and running_var, got undefined tensors "
+             "(input shape ", shape_str(x.shape()), ")");
+  KILN_CHECK(!training || N * S > 1, "batch_norm: expected more than 1 value per channel when training, got input "
+             "of shape ", shape_str(x.shape()));
+  KILN_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
+  check_same_device(op, {x, weight, bias, running_mean, running_var});
+
+  const DType dt = compute_dtype(x);
+  Tensor out, xc, wc, smean, sinv;
+  {
+    NoGradGuard ng;
+    xc = as_compute(x, dt);
+    wc = as_compute(weight, dt);
+    Tensor bc = as_compute(bias, dt);
+    out = Tensor::empty(x.shape(), dt, x.device());
+    smean = Tensor::empty({C}, dt, x.device());
+    sinv = Tensor::empty({C}, dt, x.device());
+    auto* k = kernel<BatchNormKernels>(Op::batch_norm, x.device());
+    if (training) {
+      // Running stats are updated in place by the kernel; convert/copy back when they are
+      // not already contiguous tensors of the compute dtype.
+      Tensor rm = as_compute(running_mean, dt), rv = as_compute(running_var, dt);
+      k->forward_train(dt, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), out.raw_data(), smean.raw_data(),
+                       sinv.raw_data(), ptr_or_null(rm), ptr_or_null(rv), N, C, S, momentum, eps);
+      if (rm.defined() && !rm.is_same(running_mean)) Tensor(running_mean).copy_(rm);
+      if (rv.defined() && !rv.is_same(running_var)) Tensor(running_var).copy_(rv);
+    } else {
+      Tensor rm = as_compute(running_mean, dt), rv = as_compute(running_var, dt);
+      k->forward_eval(dt, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), rm.raw_data(), rv.raw_data(),
+                      out.raw_data(), smean.raw_data(), sinv.raw_data(), N, C, S, eps);
+    }
+    out = cast_back(out, x.dtype());
+  }
+  Tensor xd = xc.detach(), wd = wc.defined() ? wc.detach() : Tensor();
+  const DType xdt = x.dtype(), wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt;
+  Shape xshape = x.shape();
+  return record(out, op, {x, weight, bias},
+                [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+                  Tensor gc = as_compute(g, dt);
+                  Tensor dx = needs[0] ? Tensor::empty(xshape, dt, gc.device()) : Tensor();
+                  Tensor dw = needs[1] ? Tensor::empty({C}, dt, gc.device()) : Tensor();
+                  Tensor db = needs[2] ? Tensor::empty({C}, dt, gc.device()) : Tensor();
+                  kernel<BatchNormKernels>(Op::batch_norm, gc.device())
+                      ->backward(dt, gc.raw_data(), xd.raw_data(), ptr_or_null(wd), smean.raw_data(),
+                                 sinv.raw_data(), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), N, C, S,
+                                 training);
+                  return {cast_back(dx, xdt), cast_back(dw, wdt), cast_back(db, bdt)};
+                });
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  if (autocast_wants_fp32({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
+    const Tensor xc = autocast_to_fp32(x), wc = autocast_to_fp32(weight), bc = autocast_to_fp32(bias);
+    autocast off(autocast_dtype(), false);
+    return layer_norm(xc, normalized_shape, wc, bc, eps);
+  }
+  const char* op = "layer_norm";
+  KILN_CHECK(x.defined(), "layer_norm: input is undefined");
+  check_floating(op, x);
+  const int64_t nd = int64_t(normalized_shape.size());
+  KILN_CHECK(nd >= 1, "layer_norm: normalized_shape must have at least one dim (input shape ",
+             shape_str(x.shape()), ")");
+  bool ok = x.dim() >= nd;
+  for (int64_t i = 0; ok && i < nd; ++i) ok = x.size(x.dim() - nd + i) == normalized_shape[i];
+  KILN_CHECK(ok, "layer_norm: normalized_shape ", shape_str(normalized_shape),
+             " does not match the trailing dims of input of shape ", shape_str(x.shape()));
+  check_param(op, weight, "weight", normalized_shape, x);
+  check_param(op, bias, "bias", normalized_shape, x);
+  KILN_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
+  check_same_device(op, {x, weight, bias});
+
+  const int64_t D = shape_numel(normalized_shape);
+  const int64_t R = D > 0 ? x.numel() / D : 0;
+  const DType dt = compute_dtype(x);
+  Tensor out, xc, wc, smean, srstd;
+  {
+    NoGradGuard ng;
+    xc = as_compute(x, dt);
+    wc = as_compute(weight, dt);
+    Tensor bc = as_compute(bias, dt);
+    out = Tensor::empty(x.shape(), dt, x.device());
+    smean = Tensor::empty({R}, dt, x.device());
+    srstd = Tensor::empty({R}, dt, x.device());
+    kernel<LayerNormKernels>(Op::layer_norm, x.device())
+        ->forward(dt, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), out.raw_data(), smean.raw_data(),
+                  srstd.raw_data(), R, D, eps);
+    out = cast_back(out, x.dtype());
+  }
+  Tensor xd = xc.detach(), wd = wc.defined() ? wc.detach() : Tensor();
+  const DType xdt = x.dtype(), wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt;
+  Shape xshape = x.shape();
+  return record(out, op, {x, weight, bias},
+                [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+                  Tensor gc = as_compute(g, dt);
+                  Tensor dx = needs[0] ? Tensor::empty(xshape, dt, gc.device()) : Tensor();
+                  Tensor dw = needs[1] ? Tensor::empty(normalized_shape, dt, gc.device()) : Tensor();
+                  Tensor db = needs[2] ? Tensor::empty(normalized_shape, dt, gc.device()) : Tensor();
+                  kernel<LayerNormKernels>(Op::layer_norm, gc.device())
+                      ->backward(dt, gc.raw_data(), xd.raw_data(), ptr_or_null(wd), smean.raw_data(),
+                                 srstd.raw_data(), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), R, D);
+                  return {cast_back(dx, xdt), cast_back(dw, wdt), cast_back(db, bdt)};
+                });
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+// Reductions over any set of dims (empty = all) with keepdim, and softmax-family ops.
+// dtypes: float32/float64 compute natively; float16/bfloat16 are computed in float32 and
+// reductions return the input dtype, while softmax/log_softmax return float32 (as autocast
+// keeps them in fp32). Every floating op is differentiable. Negative dims count from the end.
+#pragma once
+#include <vector>
+#include "core/tensor.h"
+
+namespace kiln {
+
+using Dims = std::vector<int64_t>;
+
+/// Sum over dims (all dims when empty). Integral inputs sum in int64.
+/// Integer and bool inputs give an int64 result (not differentiable). Sums of float32
+/// accumulate in double; the result is the same for any thread count.
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Mean over dims. Integer and bool inputs give a float32 result (e.g. accuracy =
+/// mean(eq(pred, target))). An empty reduction gives NaN.
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Variance with Bessel's correction when unbiased (divides by N - 1). Two-pass (exact for
+/// data with a large offset); floating inputs only. std is its square root; with
+/// `using namespace kiln`, call it as kiln::std(...) (std alone names the namespace).
+/// A single element with unbiased=true gives NaN, like PyTorch.
+Tensor var(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+Tensor std(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+/// log(sum(exp(x))) computed stably (max-shifted), over dims (all when empty); floating only.
+/// All -inf gives -inf; any +inf gives +inf. Gradient: softmax(x).
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  ///< int64
+};
+/// Max / min along one dim with their (first) indices; gradient flows to the chosen element.
+/// NaN counts as the largest (and smallest) value, so it propagates, like PyTorch. Integer and
+/// bool inputs are supported (values keep the input dtype). The dim must not be empty.
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Max / min of all elements (0-dim); the gradient goes to the first chosen element.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+/// Index (int64) of the first max / min along dim.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+
+/// exp(x - max) / sum(exp(x - max)) along dim (stable). -inf entries get probability 0.
+/// Backward: y * (g - sum(g * y)). 16-bit inputs return float32.
+Tensor softmax(const Tensor& x, int64_t dim);
+/// x - logsumexp(x) along dim. Backward: g - exp(y) * sum(g). 16-bit inputs return float32.
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+}  // namespace kiln

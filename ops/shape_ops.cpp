@@ -1,0 +1,252 @@
+// Joining, splitting and indexing: cat, stack, split/chunk (views), index_select and
+// gather. Checks, output allocation, the call through dispatch (ops/cpu/shape.cpp) and
+// the backward lambdas (narrow / select of the gradient, index_add, scatter-add).
+#include "ops/shape_ops.h"
+#include <sstream>
+#include "core/autograd.h"
+#include "ops/cpu/shape_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/helpers.h"
+
+namespace kiln {
+
+namespace {
+
+DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
+Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }
+Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() != d) ? t.to(d) : t; }
+
+std::string list_shapes(const std::vector<Tensor>& ts) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ts.size(); ++i) os << (i ? ", " : "") << shape_str(ts[i].shape());
+  return os.str();
+}
+
+// Common checks of cat/stack: non-empty, defined, one device; returns the promoted dtype.
+DType check_list(const char* op, const std::vector<Tensor>& ts) {
+  KILN_CHECK(!ts.empty(), op, ": expected a non-empty list of tensors");
+  DType dt = DType::bool_;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    KILN_CHECK(ts[i].defined(), op, ": tensor ", i, " of the list is undefined");
+    KILN_CHECK(ts[i].device() == ts[0].device(), op, ": all tensors must be on one device, got ", describe(ts[0]),
+               " and ", describe(ts[i]), " (tensor ", i, ")");
+    dt = i == 0 ? ts[i].dtype() : promote_types(dt, ts[i].dtype());
+  }
+  return dt;
+}
+
+// Copies the (outer, inner[i]) blocks of the inputs side by side into out.
+void run_cat(Op op, const std::vector<Tensor>& conv, const std::vector<int64_t>& inner, int64_t outer, Tensor& out) {
+  std::vector<Tensor> cont(conv.size());
+  std::vector<const void*> ptrs(conv.size());
+  for (size_t i = 0; i < conv.size(); ++i) {
+    cont[i] = conv[i].contiguous();
+    ptrs[i] = cont[i].raw_data();
+  }
+  kernel<CatKernels>(op, out.device())
+      ->forward(out.element_size(), ptrs.data(), inner.data(), int64_t(conv.size()), out.raw_data(), outer);
+}
+
+// Indices as a contiguous int64 tensor with every value in [0, size).
+Tensor checked_index(const Tensor& index, int64_t size, int64_t dim, const char* op, const Tensor& x) {
+  KILN_CHECK(index.dtype() == DType::int64 || index.dtype() == DType::int32, op,
+             ": index must be int64 or int32, got ", describe(index));
+  Tensor i64 = index.to(DType::int64).contiguous();
+  Tensor host = i64.is_cpu() ? i64 : i64.to(Device::cpu());
+  const int64_t* p = host.data<int64_t>();
+  for (int64_t i = 0; i < host.numel(); ++i)
+    KILN_CHECK(p[i] >= 0 && p[i] < size, op, ": index ", p[i], " is out of range for dim ", dim, " of size ", size,
+               " (input shape ", shape_str(x.shape()), ", index shape ", shape_str(index.shape()), ")");
+  return i64;
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+  const DType dt = check_list("cat", ts);
+  const int64_t nd = ts[0].dim();
+  KILN_CHECK(nd > 0, "cat: zero-dimensional tensors cannot be concatenated (shapes ", list_shapes(ts), ")");
+  const int64_t d = wrap_dim(dim, nd, "cat");
+  bool ok = true;
+  for (const Tensor& t : ts) {
+    ok = ok && t.dim() == nd;
+    for (int64_t e = 0; ok && e < nd; ++e) ok = e == d || t.size(e) == ts[0].size(e);
+  }
+  KILN_CHECK(ok, "cat: tensors must have the same shape except in dim ", d, ", got shapes ", list_shapes(ts));
+  std::vector<Tensor> conv(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) conv[i] = ts[i].to(dt);  // differentiable dtype promotion
+  const Shape& s0 = ts[0].shape();
+  int64_t outer = 1, rest = 1, total = 0;
+  for (int64_t e = 0; e < d; ++e) outer *= s0[e];
+  for (int64_t e = d + 1; e < nd; ++e) rest *= s0[e];
+  std::vector<int64_t> inner(ts.size()), sizes(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    sizes[i] = ts[i].size(d);
+    inner[i] = sizes[i] * rest;
+    total += sizes[i];
+  }
+  Shape oshape = s0;
+  oshape[d] = total;
+  Tensor out = Tensor::empty(oshape, dt, ts[0].device());
+  {
+    NoGradGuard ng;
+    run_cat(Op::cat, conv, inner, outer, out);
+  }
+  return record(out, "cat", conv, [d, sizes](const Tensor& g, const std::vector<bool>& needs) {
+    std::vector<Tensor> gs(sizes.size());
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (needs[i]) gs[i] = g.narrow(d, off, sizes[i]);
+      off += sizes[i];
+    }
+    return gs;
+  });
+}
+
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+  const DType dt = check_list("stack", ts);
+  const Shape& s0 = ts[0].shape();
+  for (const Tensor& t : ts)
+    KILN_CHECK(t.shape() == s0, "stack: all tensors must have the same shape, got shapes ", list_shapes(ts));
+  const int64_t nd = int64_t(s0.size());
+  const int64_t d = wrap_dim(dim, nd + 1, "stack");
+  std::vector<Tensor> conv(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) conv[i] = ts[i].to(dt);
+  int64_t outer = 1, inner1 = 1;
+  for (int64_t e = 0; e < d; ++e) outer *= s0[e];
+  for (int64_t e = d; e < nd; ++e) inner1 *= s0[e];
+  std::vector<int64_t> inner(ts.size(), inner1);
+  Shape oshape = s0;
+  oshape.insert(oshape.begin() + d, int64_t(ts.size()));
+  Tensor out = Tensor::empty(oshape, dt, ts[0].device());
+  {
+    NoGradGuard ng;
+    run_cat(Op::stack, conv, inner, outer, out);
+  }
+  const size_t n = ts.size();
+  return record(out, "stack", conv, [d, n](const Tensor& g, const std::vector<bool>& needs) {
+    std::vector<Tensor> gs(n);
+    for (size_t i = 0; i < n; ++i)
+      if (needs[i]) gs[i] = g.select(d, int64_t(i));
+    return gs;
+  });
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  KILN_CHECK(x.defined(), "split: input is undefined");
+  KILN_CHECK(x.dim() >= 1, "split: cannot split a zero-dimensional tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "split");
+  const int64_t size = x.size(d);
+  KILN_CHECK(split_size > 0 || (split_size == 0 && size == 0), "split: split_size must be positive, got ",
+             split_size, " for dim ", d, " of input shape ", shape_str(x.shape()));
+  std::vector<Tensor> out;
+  if (size == 0) {
+    out.push_back(x.narrow(d, 0, 0));
+    return out;
+  }
+  for (int64_t off = 0; off < size; off += split_size) out.push_back(x.narrow(d, off, std::min(split_size, size - off)));
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
+  KILN_CHECK(x.defined(), "split: input is undefined");
+  KILN_CHECK(x.dim() >= 1, "split: cannot split a zero-dimensional tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "split");
+  int64_t total = 0;
+  bool ok = true;
+  for (int64_t s : sizes) {
+    ok = ok && s >= 0;
+    total += s;
+  }
+  KILN_CHECK(ok && total == x.size(d), "split: sizes ", shape_str(sizes), " must be non-negative and sum to ",
+             x.size(d), " (dim ", d, " of input shape ", shape_str(x.shape()), ")");
+  std::vector<Tensor> out;
+  int64_t off = 0;
+  for (int64_t s : sizes) {
+    out.push_back(x.narrow(d, off, s));
+    off += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  KILN_CHECK(x.defined(), "chunk: input is undefined");
+  KILN_CHECK(x.dim() >= 1, "chunk: cannot chunk a zero-dimensional tensor");
+  KILN_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks, " (input shape ",
+             shape_str(x.shape()), ")");
+  const int64_t d = wrap_dim(dim, x.dim(), "chunk");
+  const int64_t size = x.size(d);
+  if (size == 0) return split(x, std::vector<int64_t>(size_t(chunks), 0), d);  // like PyTorch: chunks empty pieces
+  return split(x, (size + chunks - 1) / chunks, d);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  const char* op = "index_select";
+  KILN_CHECK(x.defined() && index.defined(), "index_select: input or index is undefined");
+  KILN_CHECK(index.dim() <= 1, "index_select: index must be 1-D, got shape ", shape_str(index.shape()),
+             " (input shape ", shape_str(x.shape()), ")");
+  check_same_device(op, {x, index});
+  KILN_CHECK(x.dim() >= 1, "index_select: input must have at least one dim, got a zero-dimensional tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  const Shape& xs = x.shape();
+  Tensor idx = checked_index(index, xs[d], d, op, x);
+  int64_t outer = 1, inner = 1;
+  for (int64_t e = 0; e < d; ++e) outer *= xs[e];
+  for (int64_t e = d + 1; e < x.dim(); ++e) inner *= xs[e];
+  const int64_t S = xs[d], n = idx.numel();
+  Shape oshape = xs;
+  oshape[d] = n;
+  Tensor out = Tensor::empty(oshape, x.dtype(), x.device());
+  {
+    NoGradGuard ng;
+    Tensor xc = x.contiguous();
+    kernel<IndexSelectKernels>(Op::index_select, x.device())
+        ->forward(x.element_size(), xc.raw_data(), idx.data<int64_t>(), out.raw_data(), outer, S, n, inner);
+  }
+  if (!x.is_floating_point()) return out;
+  const DType xdt = x.dtype(), dt = compute_dtype(x);
+  Tensor idx_d = idx.detach();
+  return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    Tensor gc = as_compute(g, dt);
+    Tensor dx = zeros(xs, {.dtype = dt, .device = gc.device()});
+    kernel<IndexSelectKernels>(Op::index_select, gc.device())
+        ->backward(dt, gc.raw_data(), idx_d.data<int64_t>(), dx.raw_data(), outer, S, n, inner);
+    return {cast_back(dx, xdt)};
+  });
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  const char* op = "gather";
+  KILN_CHECK(x.defined() && index.defined(), "gather: input or index is undefined");
+  check_same_device(op, {x, index});
+  const int64_t nd = x.dim();
+  KILN_CHECK(nd >= 1, "gather: input must have at least one dim, got a zero-dimensional tensor");
+  bool ok = index.dim() == nd;
+  const int64_t d = wrap_dim(dim, nd, op);
+  for (int64_t e = 0; ok && e < nd; ++e) ok = e == d || index.size(e) <= x.size(e);
+  KILN_CHECK(ok, "gather: index must have as many dims as the input and size <= the input's in every dim except ",
+             d, ", got input shape ", shape_str(x.shape()), " and index shape ", shape_str(index.shape()));
+  Tensor idx = checked_index(index, x.size(d), d, op, x);
+  const Shape ishape = index.shape();
+  Tensor out = Tensor::empty(ishape, x.dtype(), x.device());
+  {
+    NoGradGuard ng;
+    kernel<GatherKernels>(Op::gather, x.device())
+        ->forward(x.element_size(), x.raw_data(), idx.data<int64_t>(), out.raw_data(), nd, ishape.data(),
+                  x.strides().data(), idx.strides().data(), out.strides().data(), d);
+  }
+  if (!x.is_floating_point()) return out;
+  const DType xdt = x.dtype(), dt = compute_dtype(x);
+  const Shape xs = x.shape();
+  Tensor idx_d = idx.detach();
+  return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    Tensor gc = as_compute(g, dt);
+    Tensor dx = zeros(xs, {.dtype = dt, .device = gc.device()});
+    kernel<GatherKernels>(Op::gather, gc.device())
+        ->backward(dt, gc.raw_data(), idx_d.data<int64_t>(), dx.raw_data(), nd, ishape.data(), gc.strides().data(),
+                   idx_d.strides().data(), dx.strides().data(), d);
+    return {cast_back(dx, xdt)};
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,21 @@
+// Joining, splitting and indexing: cat, stack, split/chunk, index_select, gather.
+#pragma once
+#include <vector>
+#include "core/tensor.h"
+
+namespace kiln {
+
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim = 0);
+/// Pieces of size split_size along dim (the last may be smaller); views of x.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+/// Pieces with the given sizes along dim (must sum to x.size(dim)).
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+/// `chunks` pieces of equal size (the last may be smaller).
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+/// Entries of x along dim at the (1-D, int64/int32) indices.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+/// out[i][j][k] = x[i][index[i][j][k]][k] for dim = 1 (torch.gather).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+
+}  // namespace kiln

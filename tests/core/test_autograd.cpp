@@ -1,0 +1,146 @@
+// Tests of the autograd tape: accumulation, retain_graph, deep graphs, NoGradGuard,
+// detach, custom Functions, and the errors for misuse.
+#include <doctest/doctest.h>
+#include "gradcheck.h"
+
+using namespace kiln;
+using kiln::test::T;
+
+TEST_CASE("gradients of a small expression and accumulation across backward calls") {
+  Tensor x = T({1, 2, 3}, {3}).requires_grad_();
+  Tensor y = sum(x * x * 3.0);  // dy/dx = 6x
+  y.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{6, 12, 18});
+  sum(x * 2.0).backward();  // accumulates: + 2
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{8, 14, 20});
+  x.set_grad(Tensor());
+  CHECK(!x.grad().defined());
+  // a tensor used on two paths receives the sum of both gradients
+  Tensor a = T({2}, {1}).requires_grad_();
+  Tensor b = a * 3.0;
+  Tensor c = b * b + b;  // dc/da = (2b + 1) * 3 = 39
+  c.backward(ones({1}, test::f64));
+  CHECK(a.grad().item() == doctest::Approx(39.0));
+}
+
+TEST_CASE("explicit gradient, retain_graph, and backward twice without it") {
+  Tensor x = T({1, 2}, {2}).requires_grad_();
+  Tensor y = x * x;
+  y.backward(T({1, 10}, {2}), /*retain_graph=*/true);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 40});
+  y.backward(T({1, 1}, {2}));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{4, 44});
+  try {
+    y.backward(T({1, 1}, {2}));
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("second time") != std::string::npos);
+  }
+  CHECK_THROWS_AS(y.backward(), Error);                        // not a scalar
+  CHECK_THROWS_AS((x * 2.0).backward(T({1, 2, 3}, {3})), Error);  // wrong grad shape
+}
+
+TEST_CASE("backward on a tensor that needs no grad is an error") {
+  Tensor x = T({1, 2}, {2});
+  try {
+    sum(x).backward();
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("does not require grad") != std::string::npos);
+  }
+}
+
+TEST_CASE("a graph 100,000 nodes deep backpropagates and frees without recursion") {
+  Tensor x = T({0.5}, {1}).requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = y * 1.0;
+  y = y * 2.0;
+  sum(y).backward();
+  CHECK(x.grad().item() == doctest::Approx(2.0));
+  // the same chain freed without a backward (destructor path)
+  Tensor z = x;
+  for (int i = 0; i < 100000; ++i) z = z + 0.0;
+  z = Tensor();
+  CHECK(true);
+}
+
+TEST_CASE("NoGradGuard and detach cut the graph") {
+  Tensor x = T({1, 2}, {2}).requires_grad_();
+  {
+    NoGradGuard g;
+    Tensor y = x * 2.0;
+    CHECK(!y.requires_grad());
+    CHECK(y.grad_fn() == nullptr);
+  }
+  Tensor y = x * 2.0;
+  CHECK(y.requires_grad());
+  CHECK(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->name == "mul");
+  Tensor d = y.detach();
+  CHECK(!d.requires_grad());
+  CHECK(d.storage() == y.storage());
+  Tensor z = sum(d * x);  // gradient only through x
+  z.backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{2, 4});
+  // in-place on a tensor that requires grad is refused outside NoGradGuard
+  CHECK_THROWS_AS(x.fill_(0), Error);
+  CHECK_THROWS_AS(x.add_(x), Error);
+  {
+    NoGradGuard g;
+    x.mul_(2.0);
+  }
+  CHECK(x.at({1}) == 4.0);
+}
+
+namespace {
+struct Cube : Function {
+  Tensor forward(const std::vector<Tensor>& in) override {
+    save_for_backward({in[0]});
+    return in[0] * in[0] * in[0];
+  }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    Tensor x = saved()[0];
+    return {g * x * x * 3.0};
+  }
+  std::string name() const override { return "Cube"; }
+};
+struct ScaleBy : Function {  // y = a * b, where only some inputs need grad
+  Tensor forward(const std::vector<Tensor>& in) override {
+    save_for_backward(in);
+    return in[0] * in[1];
+  }
+  std::vector<Tensor> backward(const Tensor& g) override {
+    return {needs_input_grad(0) ? g * saved()[1] : Tensor(), needs_input_grad(1) ? g * saved()[0] : Tensor()};
+  }
+};
+}  // namespace
+
+TEST_CASE("custom Function: forward runs without a graph, backward is the user's") {
+  Tensor x = T({1, 2, 3}, {3}).requires_grad_();
+  Tensor y = Function::apply(std::make_shared<Cube>(), {x});
+  CHECK(y.grad_fn()->name == "Cube");
+  CHECK(y.to_vector<double>() == std::vector<double>{1, 8, 27});
+  sum(y).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 12, 27});
+  CHECK(test::gradcheck([](std::vector<Tensor>& in) { return Function::apply(std::make_shared<Cube>(), {in[0]}); },
+                        {randn({4}, test::f64)}));
+  Tensor a = T({2, 3}, {2}).requires_grad_();
+  Tensor b = T({5, 7}, {2});
+  sum(Function::apply(std::make_shared<ScaleBy>(), {a, b})).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{5, 7});
+}
+
+TEST_CASE("gradients flow through views and conversions") {
+  CHECK(test::gradcheck([](auto& in) { return in[0].transpose(0, 1).reshape({6}) * 2.0; }, {randn({2, 3}, test::f64)}));
+  CHECK(test::gradcheck([](auto& in) { return in[0].narrow(1, 1, 2) * in[0].select(0, 1).unsqueeze(0).narrow(1, 0, 2); },
+                        {randn({3, 4}, test::f64)}));
+  CHECK(test::gradcheck([](auto& in) { return in[0].unsqueeze(0).expand({3, 2, 4}) * 1.5; }, {randn({2, 4}, test::f64)}));
+  CHECK(test::gradcheck([](auto& in) { return in[0].permute({2, 0, 1}).flatten(0, 1).slice(0, 1, 7, 2); },
+                        {randn({2, 3, 4}, test::f64)}));
+  CHECK(test::gradcheck([](auto& in) { return in[0].squeeze().contiguous().clone(); }, {randn({1, 3, 1}, test::f64)}));
+  // float32 round trip: gradient comes back as float64
+  Tensor x = randn({3}, test::f64).requires_grad_();
+  sum(x.to(DType::float32) * 2.0).backward();
+  CHECK(x.grad().dtype() == DType::float64);
+  CHECK(x.grad().at({0}) == 2.0);
+}

@@ -1,0 +1,373 @@
+// conv2d and pooling: values by hand and against naive loop references (stride, padding,
+// dilation, groups, bias), gradchecks in float64 over several configs (including
+// non-contiguous inputs), 16-bit float paths and argument errors.
+#include <doctest/doctest.h>
+#include <cmath>
+#include <limits>
+#include <string>
+#include "gradcheck.h"
+
+using namespace kiln;
+using kiln::test::f64;
+using kiln::test::gradcheck;
+using kiln::test::max_abs_diff;
+using kiln::test::T;
+
+namespace {
+
+/// Naive conv2d in float64: seven nested loops over a 4-D input.
+Tensor ref_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dArgs a) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = w.size(0), Cg = w.size(1), kH = w.size(2), kW = w.size(3), G = a.groups, Og = O / G;
+  const int64_t OH = (H + 2 * a.padding[0] - a.dilation[0] * (kH - 1) - 1) / a.stride[0] + 1;
+  const int64_t OW = (W + 2 * a.padding[1] - a.dilation[1] * (kW - 1) - 1) / a.stride[1] + 1;
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(O), 0.0);
+  std::vector<double> out(size_t(N * O * OH * OW));
+  (void)C;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double s = bv[size_t(o)];
+          const int64_t g = o / Og;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < kH; ++i)
+              for (int64_t j = 0; j < kW; ++j) {
+                int64_t ih = oh * a.stride[0] - a.padding[0] + i * a.dilation[0];
+                int64_t iw = ow * a.stride[1] - a.padding[1] + j * a.dilation[1];
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                int64_t ci = g * Cg + c;
+                s += xv[size_t(((n * C + ci) * H + ih) * W + iw)] * wv[size_t(((o * Cg + c) * kH + i) * kW + j)];
+              }
+          out[size_t(((n * O + o) * OH + oh) * OW + ow)] = s;
+        }
+  return from_vector(out, {N, O, OH, OW});
+}
+
+enum class PoolKind { max, avg, avg_nopad };
+
+/// Naive pooling over (N, C, H, W) in float64.
+Tensor ref_pool(const Tensor& x, IntPair k, IntPair s, IntPair p, PoolKind kind) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t OH = (H + 2 * p[0] - k[0]) / s[0] + 1, OW = (W + 2 * p[1] - k[1]) / s[1] + 1;
+  auto xv = x.to_vector<double>();
+  std::vector<double> out;
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double best = -std::numeric_limits<double>::infinity(), sum = 0;
+        int64_t valid = 0;
+        for (int64_t i = 0; i < k[0]; ++i)
+          for (int64_t j = 0; j < k[1]; ++j) {
+            int64_t h = oh * s[0] - p[0] + i, w = ow * s[1] - p[1] + j;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            double v = xv[size_t((nc * H + h) * W + w)];
+            best = std::max(best, v);
+            sum += v;
+            ++valid;
+          }
+        // count_include_pad divides by the window clipped to the padded input
+        int64_t h0 = oh * s[0] - p[0], w0 = ow * s[1] - p[1];
+        int64_t hp = std::min(h0 + k[0], H + p[0]) - h0, wp = std::min(w0 + k[1], W + p[1]) - w0;
+        out.push_back(kind == PoolKind::max ? best : kind == PoolKind::avg ? sum / double(hp * wp) : sum / double(valid));
+      }
+  return from_vector(out, {N, C, OH, OW});
+}
+
+/// Naive adaptive average pooling with PyTorch's bins.
+Tensor ref_adaptive(const Tensor& x, IntPair os) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  auto xv = x.to_vector<double>();
+  std::vector<double> out;
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    for (int64_t i = 0; i < os[0]; ++i)
+      for (int64_t j = 0; j < os[1]; ++j) {
+        int64_t h0 = int64_t(std::floor(double(i * H) / double(os[0])));
+        int64_t h1 = int64_t(std::ceil(double((i + 1) * H) / double(os[0])));
+        int64_t w0 = int64_t(std::floor(double(j * W) / double(os[1])));
+        int64_t w1 = int64_t(std::ceil(double((j + 1) * W) / double(os[1])));
+        double s = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) s += xv[size_t((nc * H + h) * W + w)];
+        out.push_back(s / double((h1 - h0) * (w1 - w0)));
+      }
+  return from_vector(out, {N, C, os[0], os[1]});
+}
+
+bool close_to_ref(const Tensor& got, const Tensor& ref, double tol) {
+  if (got.shape() != ref.shape()) {
+    MESSAGE("shape " << shape_str(got.shape()) << " vs reference " << shape_str(ref.shape()));
+    return false;
+  }
+  double d = max_abs_diff(got, ref);
+  if (d > tol) MESSAGE("max abs diff " << d);
+  return d <= tol;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+bool has(const std::string& s, const std::string& part) {
+  if (s.find(part) == std::string::npos) {
+    MESSAGE("'" << part << "' not in: " << s);
+    return false;
+  }
+  return true;
+}
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dArgs args;
+  bool bias;
+};
+
+}  // namespace
+
+TEST_CASE("conv2d: values by hand") {
+  // 3x3 input 1..9, 2x2 kernel of ones: window sums
+  Tensor x = T({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  Tensor w = ones({1, 1, 2, 2}, f64);
+  Tensor y = conv2d(x, w);
+  CHECK(y.shape() == Shape{1, 1, 2, 2});
+  CHECK(y.to_vector<double>() == std::vector<double>{12, 16, 24, 28});
+  // bias and padding 1: corners see one 2x2 block
+  Tensor yb = conv2d(x, w, T({1}, {1}), {.padding = {1, 1}});
+  CHECK(yb.shape() == Shape{1, 1, 4, 4});
+  CHECK(yb.at({0, 0, 0, 0}) == 2.0);   // 1 + bias
+  CHECK(yb.at({0, 0, 3, 3}) == 10.0);  // 9 + bias
+  CHECK(yb.at({0, 0, 1, 1}) == 13.0);
+  // stride 2 with padding 1 on the 3x3: picks the four corner windows
+  Tensor ys = conv2d(x, w, Tensor(), {.stride = {2, 2}, .padding = {1, 1}});
+  CHECK(ys.to_vector<double>() == std::vector<double>{1, 5, 11, 28});
+  // dilation 2: a 2x2 kernel spans 3x3 -> the four corners 1 + 3 + 7 + 9
+  Tensor yd = conv2d(x, w, Tensor(), {.dilation = {2, 2}});
+  CHECK(yd.to_vector<double>() == std::vector<double>{20});
+  // unbatched (C, H, W) input
+  Tensor y3 = conv2d(x.reshape({1, 3, 3}), w);
+  CHECK(y3.shape() == Shape{1, 2, 2});
+  CHECK(y3.to_vector<double>() == std::vector<double>{12, 16, 24, 28});
+}
+
+TEST_CASE("conv2d: against the naive reference") {
+  manual_seed(10);
+  std::vector<ConvCase> cases = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, {}, true},
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, {.padding = {1, 1}}, false},
+      {{3, 2, 9, 8}, {5, 2, 3, 2}, {.stride = {2, 2}, .padding = {1, 0}}, true},
+      {{2, 2, 9, 9}, {3, 2, 3, 3}, {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 2}}, true},
+      {{2, 4, 6, 5}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},
+      {{2, 6, 5, 5}, {6, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 6}, false},  // depthwise
+      {{3, 4, 5, 6}, {8, 4, 1, 1}, {}, true},                                                   // pointwise
+      {{2, 4, 5, 6}, {6, 2, 1, 1}, {.groups = 2}, false},                                       // grouped pointwise
+      {{2, 4, 7, 7}, {3, 4, 1, 1}, {.stride = {2, 2}}, true},                                   // strided 1x1
+      {{1, 3, 8, 8}, {4, 3, 3, 3}, {.padding = {1, 1}}, true},                                  // N < threads
+      {{5, 1, 28, 28}, {8, 1, 3, 3}, {.padding = {1, 1}}, true},                                // MNIST-like
+      {{2, 3, 4, 4}, {2, 3, 4, 4}, {}, true},                                                   // kernel = input
+  };
+  for (const auto& c : cases) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(shape_str(c.w));
+    for (DType dt : {DType::float64, DType::float32}) {
+      Tensor x = randn(c.x, {.dtype = dt}), w = randn(c.w, {.dtype = dt});
+      Tensor b = c.bias ? randn({c.w[0]}, {.dtype = dt}) : Tensor();
+      Tensor y = conv2d(x, w, b, c.args);
+      CHECK(y.dtype() == dt);
+      CHECK(close_to_ref(y, ref_conv2d(x, w, b, c.args), dt == DType::float64 ? 1e-12 : 1e-4));
+    }
+  }
+  // non-contiguous input and weight
+  Tensor x = randn({2, 6, 5, 3}, f64).permute({0, 3, 1, 2});  // (2, 3, 6, 5)
+  Tensor w = randn({4, 3, 3, 3}, f64).transpose(2, 3);
+  CHECK(close_to_ref(conv2d(x, w, Tensor(), {.padding = {1, 1}}),
+                     ref_conv2d(x.contiguous(), w.contiguous(), Tensor(), {.padding = {1, 1}}), 1e-12));
+}
+
+TEST_CASE("conv2d: gradcheck") {
+  manual_seed(11);
+  std::vector<ConvCase> cases = {
+      {{2, 2, 5, 4}, {3, 2, 3, 3}, {}, true},
+      {{2, 2, 5, 5}, {3, 2, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},
+      {{1, 2, 7, 6}, {2, 2, 2, 3}, {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 2}}, false},
+      {{2, 4, 4, 4}, {4, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},
+      {{3, 4, 3, 3}, {2, 4, 1, 1}, {}, true},
+      {{2, 2, 5, 5}, {4, 1, 3, 3}, {.stride = {2, 1}, .groups = 2}, false},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(shape_str(c.w));
+    Conv2dArgs a = c.args;
+    if (c.bias)
+      CHECK(gradcheck([a](std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], a); },
+                      {randn(c.x, f64), randn(c.w, f64), randn({c.w[0]}, f64)}));
+    else
+      CHECK(gradcheck([a](std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), a); },
+                      {randn(c.x, f64), randn(c.w, f64)}));
+  }
+  // non-contiguous input inside f; unbatched input
+  CHECK(gradcheck(
+      [](std::vector<Tensor>& in) { return conv2d(in[0].transpose(2, 3), in[1], in[2], {.padding = {1, 1}}); },
+      {randn({2, 2, 4, 5}, f64), randn({3, 2, 3, 3}, f64), randn({3}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {.stride = {2, 2}}); },
+                  {randn({2, 5, 5}, f64), randn({2, 2, 2, 2}, f64)}));
+}
+
+TEST_CASE("conv2d: 16-bit floats compute in float32 and round") {
+  manual_seed(12);
+  Tensor x = randn({2, 3, 6, 6}), w = randn({4, 3, 3, 3}), b = randn({4});
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    Tensor y = conv2d(x.to(dt), w.to(dt), b.to(dt), {.padding = {1, 1}});
+    CHECK(y.dtype() == dt);
+    Tensor ref = conv2d(x.to(dt).to(DType::float32), w.to(dt).to(DType::float32), b.to(dt).to(DType::float32),
+                        {.padding = {1, 1}})
+                     .to(dt);
+    CHECK(max_abs_diff(y, ref) == 0.0);
+  }
+}
+
+TEST_CASE("conv2d: errors") {
+  Tensor x = ones({2, 3, 8, 8}), w = ones({4, 3, 3, 3});
+  CHECK(has(error_of([&] { conv2d(ones({3, 8}), w); }), "[3, 8]"));                  // wrong ndim
+  CHECK(has(error_of([&] { conv2d(x, ones({4, 3, 3})); }), "[4, 3, 3]"));            // weight ndim
+  std::string msg = error_of([&] { conv2d(x, ones({4, 2, 3, 3})); });                 // channel mismatch
+  CHECK(has(msg, "[2, 3, 8, 8]"));
+  CHECK(has(msg, "[4, 2, 3, 3]"));
+  CHECK(has(error_of([&] { conv2d(x, ones({4, 1, 3, 3}), Tensor(), {.groups = 2}); }), "groups"));
+  CHECK(has(error_of([&] { conv2d(ones({2, 4, 8, 8}), ones({3, 2, 3, 3}), Tensor(), {.groups = 2}); }),
+            "out_channels"));
+  CHECK_THROWS_AS(conv2d(x, w, Tensor(), {.groups = 0}), Error);
+  msg = error_of([&] { conv2d(ones({1, 3, 2, 2}), w); });  // kernel larger than input
+  CHECK(has(msg, "larger"));
+  CHECK(has(msg, "[1, 3, 2, 2]"));
+  CHECK_NOTHROW(conv2d(ones({1, 3, 2, 2}), w, Tensor(), {.padding = {1, 1}}));
+  CHECK_THROWS_AS(conv2d(x, w, Tensor(), {.dilation = {4, 4}}), Error);  // dilated kernel 9 > 8
+  CHECK(has(error_of([&] { conv2d(x, w, Tensor(), {.stride = {0, 1}}); }), "stride"));
+  CHECK_THROWS_AS(conv2d(x, w, Tensor(), {.stride = {1, -1}}), Error);
+  CHECK_THROWS_AS(conv2d(x, w, Tensor(), {.padding = {-1, 0}}), Error);
+  CHECK_THROWS_AS(conv2d(x, w, Tensor(), {.dilation = {0, 1}}), Error);
+  CHECK(has(error_of([&] { conv2d(x, w, ones({5})); }), "[5]"));               // bias shape
+  CHECK(has(error_of([&] { conv2d(x, ones({4, 3, 3, 3}, f64)); }), "float64"));  // dtype mismatch
+  CHECK_THROWS_AS(conv2d(x, w, ones({4}, f64)), Error);
+  CHECK_THROWS_AS(conv2d(ones({2, 3, 8, 8}, {.dtype = DType::int64}), ones({4, 3, 3, 3}, {.dtype = DType::int64})),
+                  Error);
+  CHECK_THROWS_AS(conv2d(Tensor(), w), Error);
+}
+
+TEST_CASE("pooling: values by hand") {
+  Tensor x = T({1, 2, 3, 4,  //
+                5, 6, 7, 8,  //
+                9, 10, 11, 12,  //
+                13, 14, 15, 16},
+               {1, 1, 4, 4});
+  Tensor m = max_pool2d(x, {2, 2});  // stride defaults to the kernel
+  CHECK(m.shape() == Shape{1, 1, 2, 2});
+  CHECK(m.to_vector<double>() == std::vector<double>{6, 8, 14, 16});
+  Tensor mp = max_pool2d(x, {3, 3}, {2, 2}, {1, 1});  // padding counts as -inf
+  CHECK(mp.to_vector<double>() == std::vector<double>{6, 8, 14, 16});
+  Tensor mn = max_pool2d(-x, {2, 2}, {2, 2}, {1, 1});  // all-negative input: padding never wins
+  CHECK(mn.to_vector<double>() == std::vector<double>{-1, -2, -4, -5, -6, -8, -13, -14, -16});
+  Tensor a = avg_pool2d(x, {2, 2});
+  CHECK(a.to_vector<double>() == std::vector<double>{3.5, 5.5, 11.5, 13.5});
+  // padding 1, kernel 2, stride 2: corner window holds one real value
+  Tensor ap = avg_pool2d(x, {2, 2}, {2, 2}, {1, 1});
+  CHECK(ap.shape() == Shape{1, 1, 3, 3});
+  CHECK(ap.at({0, 0, 0, 0}) == doctest::Approx(1.0 / 4));  // count_include_pad
+  Tensor an = avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}, false);
+  CHECK(an.at({0, 0, 0, 0}) == 1.0);
+  CHECK(an.at({0, 0, 0, 1}) == 2.5);
+  // adaptive 4 -> 2 is a 2x2 mean; 4 -> 3 has overlapping bins [0,2) [1,3) [2,4)
+  CHECK(adaptive_avg_pool2d(x, {2, 2}).to_vector<double>() == std::vector<double>{3.5, 5.5, 11.5, 13.5});
+  Tensor a3 = adaptive_avg_pool2d(x, {3, 1});
+  CHECK(a3.shape() == Shape{1, 1, 3, 1});
+  CHECK(a3.to_vector<double>() == std::vector<double>{(1 + 2 + 3 + 4 + 5 + 6 + 7 + 8) / 8.0, 8.5, 12.5});
+  CHECK(adaptive_avg_pool2d(x, {1, 1}).item() == 8.5);
+  // unbatched (C, H, W)
+  CHECK(max_pool2d(x.reshape({1, 4, 4}), {2, 2}).shape() == Shape{1, 2, 2});
+  // NaN propagates through max
+  Tensor xn = x.clone();
+  xn.narrow(3, 1, 1).narrow(2, 0, 1).fill_(NAN);
+  CHECK(std::isnan(max_pool2d(xn, {2, 2}).at({0, 0, 0, 0})));
+}
+
+TEST_CASE("pooling: against the naive reference") {
+  manual_seed(13);
+  struct PoolCase {
+    Shape x;
+    IntPair k, s, p;
+  };
+  std::vector<PoolCase> cases = {
+      {{2, 3, 8, 8}, {2, 2}, {2, 2}, {0, 0}}, {{2, 3, 7, 9}, {3, 3}, {2, 2}, {1, 1}},
+      {{1, 2, 6, 7}, {3, 2}, {1, 2}, {1, 0}}, {{64, 32, 14, 14}, {2, 2}, {2, 2}, {0, 0}},
+      {{2, 2, 5, 5}, {5, 5}, {1, 1}, {2, 2}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(shape_str(c.x));
+    for (DType dt : {DType::float64, DType::float32}) {
+      Tensor x = randn(c.x, {.dtype = dt});
+      double tol = dt == DType::float64 ? 1e-12 : 1e-5;
+      CHECK(close_to_ref(max_pool2d(x, c.k, c.s, c.p), ref_pool(x, c.k, c.s, c.p, PoolKind::max), tol));
+      CHECK(close_to_ref(avg_pool2d(x, c.k, c.s, c.p), ref_pool(x, c.k, c.s, c.p, PoolKind::avg), tol));
+      CHECK(close_to_ref(avg_pool2d(x, c.k, c.s, c.p, false), ref_pool(x, c.k, c.s, c.p, PoolKind::avg_nopad), tol));
+    }
+  }
+  for (IntPair os : {IntPair{1, 1}, IntPair{3, 2}, IntPair{5, 7}, IntPair{4, 4}}) {
+    Tensor x = randn({2, 3, 7, 5}, f64);
+    CHECK(close_to_ref(adaptive_avg_pool2d(x, os), ref_adaptive(x, os), 1e-12));
+  }
+  Tensor xt = randn({2, 7, 6, 3}, f64).permute({0, 3, 1, 2});  // non-contiguous (2, 3, 7, 6)
+  CHECK(close_to_ref(max_pool2d(xt, {2, 2}), ref_pool(xt.contiguous(), {2, 2}, {2, 2}, {0, 0}, PoolKind::max), 1e-12));
+  // 16-bit
+  Tensor xb = randn({2, 3, 6, 6}).to(DType::bfloat16);
+  CHECK(max_pool2d(xb, {2, 2}).dtype() == DType::bfloat16);
+  CHECK(max_abs_diff(max_pool2d(xb, {2, 2}), max_pool2d(xb.to(DType::float32), {2, 2})) == 0.0);
+  CHECK(avg_pool2d(xb, {2, 2}).dtype() == DType::bfloat16);
+  CHECK(adaptive_avg_pool2d(xb.to(DType::float16), {1, 1}).dtype() == DType::float16);
+}
+
+TEST_CASE("pooling: gradcheck") {
+  manual_seed(14);
+  // max pooling: randn values are distinct far beyond eps, so no argmax flips
+  auto spaced = [](Shape s) { return randn(s, f64); };
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool2d(in[0], {2, 2}); }, {spaced({2, 2, 4, 6})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); },
+                  {spaced({1, 2, 5, 5})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 2}, {1, 1}); },  // overlapping
+                  {spaced({2, 1, 4, 5})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool2d(in[0].transpose(2, 3), {2, 2}); },
+                  {spaced({1, 2, 6, 4})}));
+  for (bool cip : {true, false}) {
+    CHECK(gradcheck([cip](std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, cip); },
+                    {randn({2, 2, 5, 6}, f64)}));
+    CHECK(gradcheck([cip](std::vector<Tensor>& in) { return avg_pool2d(in[0], {2, 3}, {1, 2}, {1, 1}, cip); },
+                    {randn({1, 2, 4, 5}, f64)}));
+  }
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return avg_pool2d(in[0], {2, 2}); }, {randn({2, 3, 4, 4}, f64)}));
+  for (IntPair os : {IntPair{1, 1}, IntPair{3, 2}, IntPair{4, 6}})
+    CHECK(gradcheck([os](std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], os); },
+                    {randn({2, 2, 5, 4}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0].transpose(2, 3), {2, 3}); },
+                  {randn({1, 3, 5, 4}, f64)}));
+}
+
+TEST_CASE("pooling: errors") {
+  Tensor x = ones({2, 3, 4, 4});
+  CHECK(has(error_of([] { max_pool2d(ones({4, 4}), {2, 2}); }), "[4, 4]"));  // wrong ndim
+  CHECK(has(error_of([&] { max_pool2d(x, {5, 5}); }), "larger"));             // kernel > input
+  CHECK(has(error_of([&] { avg_pool2d(x, {5, 2}); }), "[2, 3, 4, 4]"));
+  CHECK_NOTHROW(max_pool2d(x, {5, 5}, {1, 1}, {1, 1}));  // fits once padded
+  CHECK(has(error_of([&] { max_pool2d(x, {2, 2}, {-1, 1}); }), "stride"));
+  CHECK_THROWS_AS(avg_pool2d(x, {2, 2}, {0, 2}), Error);
+  CHECK_THROWS_AS(max_pool2d(x, {0, 2}), Error);
+  CHECK_THROWS_AS(max_pool2d(x, {2, 2}, {2, 2}, {2, 2}), Error);  // padding > kernel/2
+  CHECK_THROWS_AS(avg_pool2d(x, {2, 2}, {2, 2}, {-1, 0}), Error);
+  CHECK(has(error_of([&] { adaptive_avg_pool2d(x, {0, 2}); }), "[2, 3, 4, 4]"));
+  CHECK_THROWS_AS(adaptive_avg_pool2d(ones({3, 4}), {2, 2}), Error);
+  CHECK_THROWS_AS(max_pool2d(ones({1, 1, 4, 4}, {.dtype = DType::int64}), {2, 2}), Error);
+  CHECK_THROWS_AS(avg_pool2d(Tensor(), {2, 2}), Error);
+}

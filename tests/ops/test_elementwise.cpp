@@ -1,0 +1,172 @@
+// Elementwise ops: forward values by hand, broadcasting, promotion, gradchecks (including
+// broadcast and non-contiguous inputs), 16-bit float rounding, and errors.
+#include <doctest/doctest.h>
+#include <cmath>
+#include "gradcheck.h"
+
+using namespace kiln;
+using kiln::test::f64;
+using kiln::test::gradcheck;
+using kiln::test::T;
+
+TEST_CASE("binary ops: values, broadcasting and promotion") {
+  Tensor a = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = T({10, 20, 30}, {3});
+  CHECK((a + b).to_vector<double>() == std::vector<double>{11, 22, 33, 14, 25, 36});
+  CHECK((a - b).to_vector<double>() == std::vector<double>{-9, -18, -27, -6, -15, -24});
+  CHECK((a * b).at({1, 2}) == 180.0);
+  CHECK((b / a).at({0, 1}) == 10.0);
+  CHECK(pow(a, 2.0).at({1, 1}) == 25.0);
+  CHECK(pow(2.0, a).at({0, 2}) == 8.0);
+  CHECK(pow(a, T({2}, {1})).at({0, 2}) == 9.0);
+  CHECK(maximum(a, T({3}, {1})).to_vector<double>() == std::vector<double>{3, 3, 3, 4, 5, 6});
+  CHECK(minimum(a, T({3}, {1})).to_vector<double>() == std::vector<double>{1, 2, 3, 3, 3, 3});
+  Tensor col = T({1, 2}, {2, 1});
+  CHECK((a * col).to_vector<double>() == std::vector<double>{1, 2, 3, 8, 10, 12});
+  CHECK((col + b).shape() == Shape{2, 3});
+  CHECK((a + 1.0).at({0, 0}) == 2.0);
+  CHECK((1.0 - a).at({0, 0}) == 0.0);
+  CHECK((2.0 * a).at({1, 2}) == 12.0);
+  CHECK((6.0 / a).at({0, 2}) == 2.0);
+  CHECK((-a).at({1, 0}) == -4.0);
+  // promotion
+  Tensor i = from_vector<int64_t>({1, 2, 3});
+  CHECK((i + i).dtype() == DType::int64);
+  CHECK((i + i).to_vector<int64_t>() == std::vector<int64_t>{2, 4, 6});
+  CHECK((i * 2.0).dtype() == DType::int64);
+  CHECK((i * 2.5).dtype() == DType::float32);
+  CHECK((i / i).dtype() == DType::float32);
+  CHECK((i + ones({3})).dtype() == DType::float32);
+  CHECK((ones({3}) + ones({3}, f64)).dtype() == DType::float64);
+  // 0-dim with anything
+  CHECK((scalar_tensor(2) * ones({2, 2})).shape() == Shape{2, 2});
+  // large tensors take the parallel path
+  Tensor big = ones({300, 1000});
+  CHECK(sum(big + big).item() == 600000.0);
+}
+
+TEST_CASE("unary ops: values") {
+  Tensor x = T({-2, -0.5, 0.5, 2}, {4});
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  CHECK(v(relu(x)) == std::vector<double>{0, 0, 0.5, 2});
+  CHECK(v(leaky_relu(x, 0.1))[0] == doctest::Approx(-0.2));
+  CHECK(v(abs(x)) == std::vector<double>{2, 0.5, 0.5, 2});
+  CHECK(v(neg(x))[3] == -2.0);
+  CHECK(v(exp(x))[3] == doctest::Approx(std::exp(2.0)));
+  CHECK(v(log(abs(x)))[0] == doctest::Approx(std::log(2.0)));
+  CHECK(v(sqrt(abs(x)))[0] == doctest::Approx(std::sqrt(2.0)));
+  CHECK(v(rsqrt(abs(x)))[1] == doctest::Approx(1 / std::sqrt(0.5)));
+  CHECK(v(sin(x))[2] == doctest::Approx(std::sin(0.5)));
+  CHECK(v(cos(x))[2] == doctest::Approx(std::cos(0.5)));
+  CHECK(v(tanh(x))[0] == doctest::Approx(std::tanh(-2.0)));
+  CHECK(v(sigmoid(x))[3] == doctest::Approx(1 / (1 + std::exp(-2.0))));
+  CHECK(v(sigmoid(T({-1000, 1000}, {2}))) == std::vector<double>{0, 1});
+  CHECK(v(silu(x))[3] == doctest::Approx(2 / (1 + std::exp(-2.0))));
+  CHECK(v(gelu(x))[3] == doctest::Approx(2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0)))));
+  double u = std::sqrt(2 / M_PI) * (2 + 0.044715 * 8);
+  CHECK(v(gelu(x, GeluApprox::tanh))[3] == doctest::Approx(0.5 * 2 * (1 + std::tanh(u))));
+  CHECK(v(clamp(x, -1.0, 1.0)) == std::vector<double>{-1, -0.5, 0.5, 1});
+  CHECK(v(clamp(x, std::nullopt, 0.0)) == std::vector<double>{-2, -0.5, 0, 0});
+  CHECK(from_vector<int64_t>({-3}).to_vector<int64_t>()[0] == -3);
+  CHECK(abs(from_vector<int64_t>({-3})).to_vector<int64_t>()[0] == 3);
+}
+
+TEST_CASE("comparisons, where and masked_fill") {
+  Tensor a = T({1, 2, 3}, {3});
+  Tensor b = T({3, 2, 1}, {3});
+  CHECK((a < b).dtype() == DType::bool_);
+  CHECK((a < b).to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 0});
+  CHECK((a <= b).to_vector<uint8_t>() == std::vector<uint8_t>{1, 1, 0});
+  CHECK((a > b).to_vector<uint8_t>() == std::vector<uint8_t>{0, 0, 1});
+  CHECK((a >= 2.0).to_vector<uint8_t>() == std::vector<uint8_t>{0, 1, 1});
+  CHECK((a == b).to_vector<uint8_t>() == std::vector<uint8_t>{0, 1, 0});
+  CHECK((a != 2.0).to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 1});
+  CHECK(where(a < b, a, b).to_vector<double>() == std::vector<double>{1, 2, 1});
+  CHECK(where(a > 1.0, a, T({0}, {1})).to_vector<double>() == std::vector<double>{0, 2, 3});
+  CHECK(masked_fill(a, a == 2.0, -5).to_vector<double>() == std::vector<double>{1, -5, 3});
+  Tensor m = zeros({2, 3});
+  Tensor mask = from_vector<bool>({true, false, true}, {3});
+  CHECK(masked_fill(m, mask, 1).to_vector<double>() == std::vector<double>{1, 0, 1, 1, 0, 1});
+  CHECK_THROWS_AS(masked_fill(zeros({3}), from_vector<bool>({true, false, true, true}, {4}), 1), Error);
+  CHECK_THROWS_AS(masked_fill(zeros({3}), zeros({2, 3}).to(DType::bool_), 1), Error);
+}
+
+TEST_CASE("gradcheck: binary ops with broadcasting and non-contiguous inputs") {
+  auto r = [](Shape s) { return randn(s, f64); };
+  auto pos = [](Shape s) { return rand(s, f64) + 0.5; };
+  CHECK(gradcheck([](auto& in) { return in[0] + in[1]; }, {r({2, 3}), r({3})}));
+  CHECK(gradcheck([](auto& in) { return in[0] - in[1]; }, {r({2, 1, 3}), r({4, 1})}));
+  CHECK(gradcheck([](auto& in) { return in[0] * in[1]; }, {r({3, 4}), r({1, 4})}));
+  CHECK(gradcheck([](auto& in) { return in[0].t() * in[1]; }, {r({4, 3}), r({3, 4})}));
+  CHECK(gradcheck([](auto& in) { return in[0] / in[1]; }, {r({2, 3}), pos({2, 3})}));
+  CHECK(gradcheck([](auto& in) { return in[0] / in[1].transpose(0, 1); }, {r({2, 3}), pos({3, 1})}));
+  CHECK(gradcheck([](auto& in) { return pow(in[0], in[1]); }, {pos({2, 3}), r({3})}));
+  CHECK(gradcheck([](auto& in) { return pow(in[0], 3.0); }, {r({5})}));
+  CHECK(gradcheck([](auto& in) { return pow(in[0], 0.5); }, {pos({5})}));
+  CHECK(gradcheck([](auto& in) { return pow(2.0, in[0]); }, {r({5})}));
+  // maximum/minimum away from ties
+  Tensor a = T({1, 5, -2, 0.3}, {4}), b = T({2, 3, -1, 0.1}, {4});
+  CHECK(gradcheck([](auto& in) { return maximum(in[0], in[1]); }, {a, b}));
+  CHECK(gradcheck([](auto& in) { return minimum(in[0], in[1]); }, {a, b}));
+  CHECK(gradcheck([](auto& in) { return in[0] * 2.0 + 1.0 - in[0] / 4.0; }, {r({3})}));
+  CHECK(gradcheck([](auto& in) { return 1.0 / in[0]; }, {pos({3})}));
+  CHECK(gradcheck([](auto& in) { return where(in[0] > 0.0, in[0], in[1]); }, {r({3, 4}), r({4})}));
+  CHECK(gradcheck([](auto& in) { return masked_fill(in[0], in[0] > 0.0, 0.5); }, {r({3, 4})}));
+}
+
+TEST_CASE("gradcheck: unary ops, inputs away from kinks") {
+  auto away = [](Shape s) {  // |x| in [0.2, 1.7]
+    Tensor u = rand(s, f64) * 1.5 + 0.2;
+    return where(rand(s, f64) > 0.5, u, -u);
+  };
+  auto pos = [](Shape s) { return rand(s, f64) + 0.5; };
+  using F = Tensor (*)(const Tensor&);
+  for (F f : {F(neg), F(exp), F(sin), F(cos), F(tanh), F(sigmoid), F(relu), F(silu), F(abs)}) {
+    CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {away({3, 4})}));
+    CHECK(gradcheck([f](auto& in) { return f(in[0].t()); }, {away({4, 3})}));
+  }
+  for (F f : {F(log), F(sqrt), F(rsqrt)}) CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {pos({3, 4})}));
+  CHECK(gradcheck([](auto& in) { return leaky_relu(in[0], 0.2); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return gelu(in[0]); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return gelu(in[0], GeluApprox::tanh); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return clamp(in[0], -1.0, 1.0); }, {T({-1.5, -0.5, 0.5, 1.5}, {4})}));
+}
+
+TEST_CASE("16-bit floats compute in float32 and round the result") {
+  Tensor a = full({4}, 1.0, {.dtype = DType::bfloat16});
+  Tensor b = full({4}, std::ldexp(1.0, -9), {.dtype = DType::bfloat16});
+  Tensor c = a + b;  // 1 + 2^-9 is not representable in bfloat16 -> rounds to 1
+  CHECK(c.dtype() == DType::bfloat16);
+  CHECK(c.at({0}) == 1.0);
+  Tensor h = full({2}, 1.0, {.dtype = DType::float16}) + full({2}, std::ldexp(1.0, -10), {.dtype = DType::float16});
+  CHECK(h.at({0}) == 1.0 + std::ldexp(1.0, -10));
+  CHECK(relu(full({2}, -1.0, {.dtype = DType::float16})).at({1}) == 0.0);
+  // gradient flows back in the leaf's dtype
+  Tensor x = ones({3}).requires_grad_();
+  sum(x.to(DType::bfloat16) * 3.0).backward();
+  CHECK(x.grad().dtype() == DType::float32);
+  CHECK(x.grad().at({0}) == 3.0);
+}
+
+TEST_CASE("elementwise errors name shapes, dtypes and devices") {
+  auto msg = [](auto&& f) {
+    try { f(); } catch (const Error& e) { return std::string(e.what()); }
+    return std::string("no error");
+  };
+  std::string m = msg([] { zeros({2, 3}) + zeros({4}); });
+  CHECK(m.find("[2, 3]") != std::string::npos);
+  CHECK(m.find("[4]") != std::string::npos);
+  CHECK(msg([] { exp(zeros({2}, {.dtype = DType::int64})); }).find("int64") != std::string::npos);
+  CHECK(msg([] { relu(Tensor()); }).find("undefined") != std::string::npos);
+  CHECK(msg([] { clamp(zeros({2}), 1.0, -1.0); }).find("greater") != std::string::npos);
+}
+
+TEST_CASE("in-place add_ and mul_ with broadcasting") {
+  Tensor a = zeros({2, 3});
+  a.add_(T({1, 2, 3}, {3}).to(DType::float32));
+  a.add_(ones({2, 1}), 2.0);
+  CHECK(a.to_vector<float>() == std::vector<float>{3, 4, 5, 3, 4, 5});
+  a.mul_(2.0);
+  CHECK(a.at({1, 2}) == 10.0);
+  CHECK_THROWS_AS(a.add_(zeros({3, 3})), Error);
+}

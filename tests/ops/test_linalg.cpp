@@ -1,0 +1,257 @@
+// matmul and linear: values by hand and against a naive triple-loop reference (1-D
+// promotion, broadcast batch dims, transposed / sliced inputs), gradchecks in float64,
+// 16-bit float paths and argument errors.
+#include <doctest/doctest.h>
+#include <cmath>
+#include <string>
+#include "gradcheck.h"
+
+using namespace kiln;
+using kiln::test::allclose;
+using kiln::test::f64;
+using kiln::test::gradcheck;
+using kiln::test::max_abs_diff;
+using kiln::test::T;
+
+namespace {
+
+/// Naive torch.matmul in float64: promotes 1-D operands, broadcasts batch dims, triple loop.
+Tensor ref_matmul(const Tensor& a_in, const Tensor& b_in) {
+  Shape as = a_in.shape(), bs = b_in.shape();
+  const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  const int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  REQUIRE(bs[bs.size() - 2] == K);
+  Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const size_t nb = std::max(ab.size(), bb.size());
+  while (ab.size() < nb) ab.insert(ab.begin(), 1);
+  while (bb.size() < nb) bb.insert(bb.begin(), 1);
+  Shape batch(nb);
+  for (size_t i = 0; i < nb; ++i) batch[i] = std::max(ab[i], bb[i]);
+  auto av = a_in.to_vector<double>(), bv = b_in.to_vector<double>();  // row-major data
+  const int64_t nbatch = shape_numel(batch);
+  std::vector<double> out(size_t(nbatch * M * N), 0.0);
+  for (int64_t bi = 0; bi < nbatch; ++bi) {
+    // batch index -> offsets into a and b (row-major over their own batch shapes)
+    int64_t rem = bi, aoff = 0, boff = 0, astr = 1, bstr = 1;
+    for (int64_t d = int64_t(nb) - 1; d >= 0; --d) {
+      int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      aoff += (ab[d] == 1 ? 0 : idx) * astr;
+      boff += (bb[d] == 1 ? 0 : idx) * bstr;
+      astr *= ab[d];
+      bstr *= bb[d];
+    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += av[size_t((aoff * M + i) * K + k)] * bv[size_t((boff * K + k) * N + j)];
+        out[size_t((bi * M + i) * N + j)] = s;
+      }
+  }
+  Shape os = batch;
+  if (!a1) os.push_back(M);
+  if (!b1) os.push_back(N);
+  return from_vector(out, os);
+}
+
+bool close_to_ref(const Tensor& got, const Tensor& ref, double tol) {
+  if (got.shape() != ref.shape()) {
+    MESSAGE("shape " << shape_str(got.shape()) << " vs reference " << shape_str(ref.shape()));
+    return false;
+  }
+  double d = max_abs_diff(got, ref);
+  if (d > tol) MESSAGE("max abs diff " << d);
+  return d <= tol;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST_CASE("matmul: values by hand") {
+  Tensor a = T({1, 2, 3, 4}, {2, 2}), b = T({5, 6, 7, 8}, {2, 2});
+  CHECK(matmul(a, b).to_vector<double>() == std::vector<double>{19, 22, 43, 50});
+  // 1-D . 1-D: a 0-dim dot product
+  Tensor d = matmul(T({1, 2, 3}, {3}), T({4, 5, 6}, {3}));
+  CHECK(d.dim() == 0);
+  CHECK(d.item() == 32.0);
+  // 1-D @ 2-D and 2-D @ 1-D drop the promoted dim
+  Tensor m = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor v = matmul(T({1, -1}, {2}), m);
+  CHECK(v.shape() == Shape{3});
+  CHECK(v.to_vector<double>() == std::vector<double>{-3, -3, -3});
+  Tensor w = matmul(m, T({1, 0, -1}, {3}));
+  CHECK(w.shape() == Shape{2});
+  CHECK(w.to_vector<double>() == std::vector<double>{-2, -2});
+  // float32 too
+  CHECK(matmul(a.to(DType::float32), b.to(DType::float32)).dtype() == DType::float32);
+  CHECK(matmul(a.to(DType::float32), b.to(DType::float32)).to_vector<double>() == std::vector<double>{19, 22, 43, 50});
+  // empty inner dim gives zeros
+  Tensor z = matmul(zeros({3, 0}), zeros({0, 2}));
+  CHECK(z.shape() == Shape{3, 2});
+  CHECK(z.to_vector<double>() == std::vector<double>(6, 0.0));
+  CHECK(matmul(zeros({0, 4}), zeros({4, 2})).shape() == Shape{0, 2});
+}
+
+TEST_CASE("matmul: against the naive reference") {
+  manual_seed(1);
+  struct Case { Shape a, b; };
+  std::vector<Case> cases = {
+      {{7}, {7}},          {{5}, {5, 3}},          {{4, 5}, {5}},          {{6, 9}, {9, 4}},
+      {{3, 4, 5}, {5, 2}}, {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 4}, {2, 4, 6}},    {{5}, {2, 5, 3}},
+      {{2, 3, 5}, {5}},    {{16, 8, 9}, {16, 9, 7}},  {{1, 4, 3}, {6, 3, 2}}, {{2, 3, 1, 4}, {3, 4, 1}},
+  };
+  for (const auto& c : cases) {
+    for (DType dt : {DType::float64, DType::float32}) {
+      Tensor a = randn(c.a, {.dtype = dt}), b = randn(c.b, {.dtype = dt});
+      CAPTURE(shape_str(c.a));
+      CAPTURE(shape_str(c.b));
+      CHECK(close_to_ref(matmul(a, b), ref_matmul(a, b), dt == DType::float64 ? 1e-12 : 1e-4));
+    }
+  }
+  // bigger float32 products take Eigen's blocked (and threaded) path
+  Tensor a = randn({70, 130}), b = randn({130, 90});
+  CHECK(close_to_ref(matmul(a, b), ref_matmul(a, b), 1e-3));
+  Tensor a3 = randn({3, 40, 64}), b3 = randn({64, 33});
+  CHECK(close_to_ref(matmul(a3, b3), ref_matmul(a3, b3), 1e-3));
+}
+
+TEST_CASE("matmul: transposed and sliced inputs are read in place") {
+  manual_seed(2);
+  Tensor a = randn({5, 4}, f64), b = randn({6, 5}, f64);
+  // a^T (4, 5) @ b^T (5, 6): both transposed views
+  CHECK(close_to_ref(matmul(a.t(), b.t()), ref_matmul(a.t().contiguous(), b.t().contiguous()), 1e-12));
+  CHECK(close_to_ref(matmul(a.t(), b.t().contiguous()), ref_matmul(a.t().contiguous(), b.t().contiguous()), 1e-12));
+  // batched transposes and a column slice (row stride > cols)
+  Tensor x = randn({3, 6, 4}, f64), y = randn({3, 6, 5}, f64);
+  CHECK(close_to_ref(matmul(x.transpose(1, 2), y), ref_matmul(x.transpose(1, 2).contiguous(), y), 1e-12));
+  Tensor big = randn({4, 10}, f64);
+  Tensor s = big.narrow(1, 2, 5);  // (4, 5) with row stride 10
+  CHECK(close_to_ref(matmul(s, b.t()), ref_matmul(s.contiguous(), b.t().contiguous()), 1e-12));
+  // every other row: needs a copy (row stride 20 is fine, element stride 2 is not)
+  Tensor st = big.slice(1, 0, 10, 2);  // (4, 5) with column stride 2
+  CHECK(close_to_ref(matmul(st, b.t()), ref_matmul(st.contiguous(), b.t().contiguous()), 1e-12));
+  // 1-D strided vector
+  Tensor v = randn({10}, f64).slice(0, 0, 10, 2);
+  CHECK(close_to_ref(matmul(v, a), ref_matmul(v.contiguous(), a), 1e-12));
+  CHECK(close_to_ref(matmul(b, v), ref_matmul(b, v.contiguous()), 1e-12));
+  // expanded (stride-0) batch dims
+  Tensor e = randn({1, 4, 5}, f64).expand({3, 4, 5});
+  Tensor f = randn({3, 5, 2}, f64);
+  CHECK(close_to_ref(matmul(e, f), ref_matmul(e.contiguous(), f), 1e-12));
+}
+
+TEST_CASE("matmul: 16-bit floats compute in float32 and round") {
+  manual_seed(3);
+  Tensor a = randn({4, 8}), b = randn({8, 3});
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    Tensor r = matmul(a.to(dt), b.to(dt));
+    CHECK(r.dtype() == dt);
+    Tensor ref = matmul(a.to(dt).to(DType::float32), b.to(dt).to(DType::float32)).to(dt);
+    CHECK(max_abs_diff(r, ref) == 0.0);
+  }
+}
+
+TEST_CASE("matmul: gradcheck") {
+  manual_seed(4);
+  auto mm = [](std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+  CHECK(gradcheck(mm, {randn({3, 4}, f64), randn({4, 5}, f64)}));
+  CHECK(gradcheck(mm, {randn({4}, f64), randn({4}, f64)}));
+  CHECK(gradcheck(mm, {randn({4}, f64), randn({4, 3}, f64)}));
+  CHECK(gradcheck(mm, {randn({3, 4}, f64), randn({4}, f64)}));
+  CHECK(gradcheck(mm, {randn({3}, f64), randn({2, 3, 2}, f64)}));
+  CHECK(gradcheck(mm, {randn({2, 2, 3}, f64), randn({3}, f64)}));
+  CHECK(gradcheck(mm, {randn({2, 3, 4}, f64), randn({4, 2}, f64)}));        // b without batch (folded)
+  CHECK(gradcheck(mm, {randn({3, 4}, f64), randn({2, 4, 2}, f64)}));        // a without batch
+  CHECK(gradcheck(mm, {randn({2, 1, 3, 4}, f64), randn({3, 4, 2}, f64)}));  // broadcast batch dims
+  CHECK(gradcheck(mm, {randn({1, 3, 2}, f64), randn({4, 2, 3}, f64)}));
+  // transposed / non-contiguous inputs inside f
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return matmul(in[0].t(), in[1].t()); },
+                  {randn({4, 3}, f64), randn({2, 4}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return matmul(in[0].transpose(1, 2), in[1]); },
+                  {randn({2, 4, 3}, f64), randn({2, 4, 2}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return matmul(in[0].slice(1, 0, 6, 2), in[1].transpose(0, 1)); },
+                  {randn({3, 6}, f64), randn({2, 3}, f64)}));
+  // the same operand on both sides
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return matmul(in[0], in[0].t()); }, {randn({3, 4}, f64)}));
+}
+
+TEST_CASE("matmul: errors") {
+  Tensor a = ones({2, 3}), b = ones({4, 5});
+  CHECK_THROWS_AS(matmul(a, b), Error);
+  std::string msg = error_of([&] { matmul(a, b); });
+  CHECK(msg.find("[2, 3]") != std::string::npos);
+  CHECK(msg.find("[4, 5]") != std::string::npos);
+  CHECK(error_of([] { matmul(ones({3}), ones({4})); }).find("[4]") != std::string::npos);
+  msg = error_of([] { matmul(ones({2, 2, 3}), ones({3, 3, 4})); });  // batch 2 vs 3
+  CHECK(msg.find("[2, 2, 3]") != std::string::npos);
+  CHECK(msg.find("[3, 3, 4]") != std::string::npos);
+  msg = error_of([] { matmul(ones({2, 2}), ones({2, 2}, f64)); });
+  CHECK(msg.find("float64") != std::string::npos);
+  CHECK_THROWS_AS(matmul(scalar_tensor(1.0), ones({2})), Error);
+  CHECK_THROWS_AS(matmul(ones({2}, {.dtype = DType::int64}), ones({2}, {.dtype = DType::int64})), Error);
+  CHECK_THROWS_AS(matmul(Tensor(), ones({2})), Error);
+}
+
+TEST_CASE("linear: values by hand") {
+  Tensor x = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor w = T({1, 0, 0, 0, 1, 1}, {2, 3});  // out 0 = x0, out 1 = x1 + x2
+  Tensor b = T({10, 20}, {2});
+  CHECK(linear(x, w, b).to_vector<double>() == std::vector<double>{11, 25, 14, 31});
+  CHECK(linear(x, w).to_vector<double>() == std::vector<double>{1, 5, 4, 11});
+  Tensor y1 = linear(T({1, 2, 3}, {3}), w, b);
+  CHECK(y1.shape() == Shape{2});
+  CHECK(y1.to_vector<double>() == std::vector<double>{11, 25});
+  // (..., in) leading dims kept; matches matmul with W^T
+  manual_seed(5);
+  Tensor x3 = randn({2, 3, 4}), w3 = randn({5, 4}), b3 = randn({5});
+  Tensor y3 = linear(x3, w3, b3);
+  CHECK(y3.shape() == Shape{2, 3, 5});
+  CHECK(close_to_ref(y3, ref_matmul(x3, w3.t().contiguous()) + b3.to(DType::float64), 1e-4));
+  // non-contiguous x (transposed) and a column-sliced x
+  Tensor xt = randn({4, 6}, f64).t();  // (6, 4)
+  Tensor wt = randn({3, 4}, f64);
+  CHECK(close_to_ref(linear(xt, wt), ref_matmul(xt.contiguous(), wt.t().contiguous()), 1e-12));
+  Tensor xs = randn({5, 9}, f64).narrow(1, 3, 4);
+  CHECK(close_to_ref(linear(xs, wt), ref_matmul(xs.contiguous(), wt.t().contiguous()), 1e-12));
+  // 16-bit
+  Tensor yb = linear(x3.to(DType::bfloat16), w3.to(DType::bfloat16), b3.to(DType::bfloat16));
+  CHECK(yb.dtype() == DType::bfloat16);
+  CHECK(max_abs_diff(yb, linear(x3.to(DType::bfloat16).to(DType::float32), w3.to(DType::bfloat16).to(DType::float32),
+                                b3.to(DType::bfloat16).to(DType::float32))
+                             .to(DType::bfloat16)) == 0.0);
+}
+
+TEST_CASE("linear: gradcheck") {
+  manual_seed(6);
+  auto lin = [](std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); };
+  CHECK(gradcheck(lin, {randn({4, 3}, f64), randn({2, 3}, f64), randn({2}, f64)}));
+  CHECK(gradcheck(lin, {randn({2, 3, 4}, f64), randn({5, 4}, f64), randn({5}, f64)}));
+  CHECK(gradcheck(lin, {randn({3}, f64), randn({2, 3}, f64), randn({2}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return linear(in[0], in[1]); },
+                  {randn({4, 3}, f64), randn({2, 3}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return linear(in[0].t(), in[1], in[2]); },
+                  {randn({3, 4}, f64), randn({2, 3}, f64), randn({2}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return linear(in[0], in[1].t(), in[2]); },
+                  {randn({4, 3}, f64), randn({3, 2}, f64), randn({2}, f64)}));
+}
+
+TEST_CASE("linear: errors") {
+  std::string msg = error_of([] { linear(ones({2, 3}), ones({4, 5})); });
+  CHECK(msg.find("[2, 3]") != std::string::npos);
+  CHECK(msg.find("[4, 5]") != std::string::npos);
+  CHECK_THROWS_AS(linear(ones({2, 3}), ones({3})), Error);
+  CHECK(error_of([] { linear(ones({2, 3}), ones({4, 3}), ones({5})); }).find("[5]") != std::string::npos);
+  CHECK_THROWS_AS(linear(ones({2, 3}), ones({4, 3}, f64)), Error);
+  CHECK_THROWS_AS(linear(ones({2, 3}), ones({4, 3}), ones({4}, f64)), Error);
+  CHECK_THROWS_AS(linear(scalar_tensor(1.0), ones({4, 1})), Error);
+}

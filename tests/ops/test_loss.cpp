@@ -1,0 +1,270 @@
+// Tests of the loss family: cross_entropy (ignore_index, label smoothing, spatial targets,
+// reductions), nll_loss and mse_loss: hand-computed values, a log_softmax + pick reference,
+// gradient checks and error messages.
+#include <doctest/doctest.h>
+#include <cmath>
+#include <limits>
+#include <random>
+#include "gradcheck.h"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+Tensor I64(const std::vector<int64_t>& v, const Shape& shape) { return from_vector(v, shape); }
+
+void check_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-6) {
+  auto got = t.to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+    else CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
+  }
+}
+
+// Logits of three samples over three classes and their targets; losses computed in Python:
+//   loss_i = logsumexp(x_i) - (1 - eps) x_i[t_i] - eps mean(x_i)
+Tensor X3() { return T({1, 2, 3, 3, 1, 0.5, -1, 0, 4}, {3, 3}); }
+Tensor T3() { return I64({2, 0, 1}, {3}); }
+
+/// Reference cross entropy over (N, C, S) logits in doubles from log_softmax values:
+/// per-element losses ("gather" of -log p at the target, plus the smoothing term).
+std::vector<double> reference_ce(const Tensor& logits, const Tensor& target, int64_t ignore, double eps) {
+  Tensor lp = log_softmax(logits.detach().to(DType::float64), 1);
+  const int64_t N = logits.size(0), C = logits.size(1), S = logits.numel() / (N * C);
+  auto v = lp.contiguous().to_vector<double>();
+  auto t = target.to_vector<int64_t>();
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s) {
+      int64_t k = t[size_t(n * S + s)];
+      if (k == ignore) { out.push_back(0); continue; }
+      double mean_neg = 0;
+      for (int64_t c = 0; c < C; ++c) mean_neg -= v[size_t((n * C + c) * S + s)] / double(C);
+      out.push_back(-(1 - eps) * v[size_t((n * C + k) * S + s)] + eps * mean_neg);
+    }
+  return out;
+}
+
+}  // namespace
+
+// ================================================================ cross_entropy values
+
+TEST_CASE("cross_entropy: hand-computed values for every reduction") {
+  Tensor x = X3(), t = T3();
+  CHECK(cross_entropy(x, t).dim() == 0);
+  CHECK(cross_entropy(x, t).item() == doctest::Approx(1.5430283171676067));
+  CHECK(cross_entropy(x, t, {.reduction = Reduction::sum}).item() == doctest::Approx(4.62908495150282));
+  Tensor none = cross_entropy(x, t, {.reduction = Reduction::none});
+  CHECK(none.shape() == Shape{3});
+  check_values(none, {0.4076059644443806, 0.19673409691961696, 4.024744890138822});
+  // float32 logits give the same numbers to float precision
+  CHECK(cross_entropy(x.to(DType::float32), t).dtype() == DType::float32);
+  CHECK(cross_entropy(x.to(DType::float32), t).item() == doctest::Approx(1.5430283171676067).epsilon(1e-6));
+  // int32 targets are accepted
+  CHECK(cross_entropy(x, t.to(DType::int32)).item() == doctest::Approx(1.5430283171676067));
+  // one unbatched sample: logits (C), 0-dim target
+  CHECK(cross_entropy(T({1, 2, 3}, {3}), I64({2}, {}).reshape({})).item() == doctest::Approx(0.4076059644443806));
+}
+
+TEST_CASE("cross_entropy: ignore_index and label smoothing (PyTorch semantics)") {
+  Tensor x = X3();
+  Tensor ti = I64({2, 0, -100}, {3});
+  // mean divides by the number of non-ignored targets
+  CHECK(cross_entropy(x, ti).item() == doctest::Approx(0.30217003068199877));
+  check_values(cross_entropy(x, ti, {.reduction = Reduction::none}), {0.4076059644443806, 0.19673409691961696, 0});
+  CHECK(cross_entropy(x, ti, {.reduction = Reduction::sum}).item() ==
+        doctest::Approx(0.4076059644443806 + 0.19673409691961696));
+  // custom ignore_index
+  CHECK(cross_entropy(x, I64({2, 0, 1}, {3}), {.ignore_index = 1}).item() == doctest::Approx(0.30217003068199877));
+  // label smoothing: (1 - eps) nll + eps mean_c(-log p_c)
+  CHECK(cross_entropy(x, T3(), {.label_smoothing = 0.1}).item() == doctest::Approx(1.5930283171676063));
+  CHECK(cross_entropy(x, T3(), {.label_smoothing = 0.2, .reduction = Reduction::sum}).item() ==
+        doctest::Approx(4.929084951502819));
+  check_values(cross_entropy(x, T3(), {.label_smoothing = 0.1, .reduction = Reduction::none}),
+               {0.5076059644443803, 0.34673409691961676, 3.924744890138822});
+  // smoothing and ignore together: the ignored element adds nothing, the mean is over 2
+  CHECK(cross_entropy(x, ti, {.label_smoothing = 0.1}).item() == doctest::Approx(0.42717003068199855));
+  CHECK(cross_entropy(x, ti, {.label_smoothing = 0.2}).item() == doctest::Approx(0.5521700306819983));
+  // every target ignored: the mean is NaN (like PyTorch), the sum 0, and the gradient 0
+  Tensor all_ign = I64({-100, -100, -100}, {3});
+  CHECK(std::isnan(cross_entropy(x, all_ign).item()));
+  CHECK(cross_entropy(x, all_ign, {.reduction = Reduction::sum}).item() == 0.0);
+  Tensor leaf = x.detach().requires_grad_();
+  cross_entropy(leaf, all_ign).backward();
+  check_values(leaf.grad(), std::vector<double>(9, 0.0));
+}
+
+TEST_CASE("cross_entropy: hand-computed gradient with smoothing") {
+  Tensor x = X3().requires_grad_();
+  cross_entropy(x, T3(), {.label_smoothing = 0.1}).backward();
+  auto g = x.grad().to_vector<double>();
+  CHECK(g[0] == doctest::Approx(0.01889907994568237));
+  CHECK(g[1] == doctest::Approx(0.07046504590715476));
+  CHECK(g[2] == doctest::Approx(-0.08936412585283722));
+}
+
+TEST_CASE("cross_entropy: matches a log_softmax + pick reference (spatial, ignore, smoothing)") {
+  manual_seed(41);
+  std::mt19937 rng(43);
+  for (Shape sh : {Shape{7, 5}, Shape{3, 4, 6}, Shape{2, 3, 4, 5}, Shape{64, 1000}, Shape{2, 10, 130}}) {
+    Tensor x = mul(randn(sh, {.dtype = DType::float64}), 3.0);
+    Shape ts{sh[0]};
+    for (size_t d = 2; d < sh.size(); ++d) ts.push_back(sh[d]);
+    std::vector<int64_t> tv(size_t(shape_numel(ts)));
+    for (auto& v : tv) v = rng() % 5 == 0 ? -1 : int64_t(rng() % uint32_t(sh[1]));
+    Tensor t = I64(tv, ts);
+    for (double eps : {0.0, 0.15}) {
+      INFO("shape " << shape_str(sh) << " eps " << eps);
+      auto want = reference_ce(x, t, -1, eps);
+      CrossEntropyArgs args{.ignore_index = -1, .label_smoothing = eps, .reduction = Reduction::none};
+      Tensor none = cross_entropy(x, t, args);
+      CHECK(none.shape() == ts);
+      CHECK(max_abs_diff(none, from_vector(want, ts)) < 1e-10);
+      double total = 0;
+      int64_t count = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        total += want[i];
+        count += tv[i] != -1;
+      }
+      args.reduction = Reduction::mean;
+      CHECK(cross_entropy(x, t, args).item() == doctest::Approx(total / double(count)));
+      args.reduction = Reduction::sum;
+      CHECK(cross_entropy(x, t, args).item() == doctest::Approx(total));
+      // float32 agrees
+      CHECK(max_abs_diff(cross_entropy(x.to(DType::float32), t, {.ignore_index = -1, .label_smoothing = eps,
+                                                                   .reduction = Reduction::none}),
+                         none) < 1e-4);
+      // without smoothing: the same as nll_loss(log_softmax(x))
+      if (eps == 0.0) {
+        Tensor via_nll = nll_loss(log_softmax(x, 1), t, {.ignore_index = -1, .reduction = Reduction::none});
+        CHECK(max_abs_diff(via_nll, none) < 1e-10);
+      }
+    }
+  }
+}
+
+// ================================================================ gradients
+
+TEST_CASE("gradcheck: cross_entropy over shapes, reductions, ignore_index, smoothing, layouts") {
+  manual_seed(47);
+  std::mt19937 rng(53);
+  for (Shape sh : {Shape{4, 3}, Shape{2, 3, 2}, Shape{2, 4, 2, 2}, Shape{3}}) {
+    Shape ts;
+    if (sh.size() > 1) {
+      ts.push_back(sh[0]);
+      for (size_t d = 2; d < sh.size(); ++d) ts.push_back(sh[d]);
+    }
+    const int64_t C = sh.size() > 1 ? sh[1] : sh[0];
+    std::vector<int64_t> tv(size_t(shape_numel(ts)));
+    for (size_t i = 0; i < tv.size(); ++i) tv[i] = i % 3 == 1 && tv.size() > 1 ? -100 : int64_t(rng() % uint32_t(C));
+    Tensor t = I64(tv, ts);
+    Tensor x = randn(sh, f64);
+    for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none})
+      for (double eps : {0.0, 0.2}) {
+        INFO("shape " << shape_str(sh) << " eps " << eps << " reduction " << int(r));
+        CrossEntropyArgs args{.label_smoothing = eps, .reduction = r};
+        CHECK(gradcheck([&](auto& in) { return cross_entropy(in[0], t, args); }, {x}));
+        CHECK(gradcheck([&](auto& in) { return nll_loss(in[0], t, {.reduction = r}); }, {x}));
+      }
+  }
+  // non-contiguous logits: (C, N) transposed
+  Tensor xt = randn({5, 4}, f64);
+  Tensor t = I64({0, 4, 2, 1}, {4});
+  CHECK(gradcheck([&](auto& in) { return cross_entropy(in[0].t(), t, {.label_smoothing = 0.1}); }, {xt}));
+  CHECK(gradcheck([&](auto& in) { return nll_loss(in[0].t(), t); }, {xt}));
+  // through a composite: the fused backward composes with other ops
+  Tensor w = randn({4, 5}, f64);
+  CHECK(gradcheck([&](auto& in) { return cross_entropy(mul(in[0], in[1]), t); }, {w, randn({4, 5}, f64)}));
+}
+
+// ================================================================ nll_loss
+
+TEST_CASE("nll_loss: hand-computed values") {
+  Tensor lp = T({-0.5, -1.0, -2.0, -0.1, -3.0, -4.0}, {2, 3});
+  Tensor t = I64({1, 0}, {2});
+  CHECK(nll_loss(lp, t).item() == doctest::Approx(0.55));
+  CHECK(nll_loss(lp, t, {.reduction = Reduction::sum}).item() == doctest::Approx(1.1));
+  check_values(nll_loss(lp, t, {.reduction = Reduction::none}), {1.0, 0.1});
+  CHECK(nll_loss(lp, I64({-100, 2}, {2})).item() == doctest::Approx(4.0));
+  Tensor leaf = lp.detach().requires_grad_();
+  nll_loss(leaf, t).backward();
+  check_values(leaf.grad(), {0, -0.5, 0, -0.5, 0, 0});
+  // spatial (N, C, d)
+  Tensor lps = T({-1, -2, -3, -4}, {1, 2, 2});  // n=1, c=2, d=2: class0 [-1,-2], class1 [-3,-4]
+  check_values(nll_loss(lps, I64({1, 0}, {1, 2}), {.reduction = Reduction::none}), {3, 2});
+}
+
+// ================================================================ mse_loss
+
+TEST_CASE("mse_loss: values, reductions, gradients") {
+  Tensor x = T({1, 2, 3}, {3}), y = T({1, 0, 5}, {3});
+  CHECK(mse_loss(x, y).item() == doctest::Approx(8.0 / 3.0));
+  CHECK(mse_loss(x, y, Reduction::sum).item() == doctest::Approx(8.0));
+  check_values(mse_loss(x, y, Reduction::none), {0, 4, 4});
+  CHECK(mse_loss(x, y, Reduction::none).shape() == Shape{3});
+  Tensor xl = x.detach().requires_grad_(), yl = y.detach().requires_grad_();
+  mse_loss(xl, yl).backward();
+  check_values(xl.grad(), {0, 4.0 / 3.0, -4.0 / 3.0});
+  check_values(yl.grad(), {0, -4.0 / 3.0, 4.0 / 3.0});
+  // mixed dtypes promote; empty input gives NaN for the mean
+  CHECK(mse_loss(x.to(DType::float32), y).dtype() == DType::float64);
+  CHECK(std::isnan(mse_loss(zeros({0}, f64), zeros({0}, f64)).item()));
+  // a large input (chunked sum)
+  manual_seed(59);
+  Tensor a = randn({300001}, f64), b = randn({300001}, f64);
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double ss = 0;
+  for (size_t i = 0; i < va.size(); ++i) ss += (va[i] - vb[i]) * (va[i] - vb[i]);
+  CHECK(mse_loss(a, b).item() == doctest::Approx(ss / 300001));
+  manual_seed(61);
+  for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    CHECK(gradcheck([&](auto& in) { return mse_loss(in[0], in[1], r); }, {randn({3, 4}, f64), randn({3, 4}, f64)}));
+    CHECK(gradcheck([&](auto& in) { return mse_loss(in[0].t(), in[1], r); }, {randn({4, 3}, f64), randn({3, 4}, f64)}));
+  }
+}
+
+// ================================================================ 16-bit
+
+TEST_CASE("16-bit logits: losses are computed and returned in float32") {
+  Tensor x = X3().to(DType::bfloat16);
+  Tensor l = cross_entropy(x, T3());
+  CHECK(l.dtype() == DType::float32);
+  CHECK(l.item() == doctest::Approx(1.5430283171676067).epsilon(1e-2));
+  Tensor leaf = X3().to(DType::float16).requires_grad_();
+  cross_entropy(leaf, T3()).backward();
+  CHECK(leaf.grad().dtype() == DType::float16);
+  CHECK(nll_loss(x, T3()).dtype() == DType::float32);
+  CHECK(mse_loss(x, x).dtype() == DType::float32);
+  CHECK(mse_loss(x, x).item() == 0.0);
+}
+
+// ================================================================ errors
+
+TEST_CASE("errors: targets out of range, shape mismatches, dtypes") {
+  Tensor x = X3();
+  CHECK_THROWS_WITH_AS(cross_entropy(x, I64({2, 3, 0}, {3})), doctest::Contains("target value 3"), kiln::Error);
+  CHECK_THROWS_WITH_AS(cross_entropy(x, I64({2, -1, 0}, {3})), doctest::Contains("target value -1"), kiln::Error);
+  CHECK_THROWS_WITH_AS(nll_loss(x, I64({7, 0, 0}, {3})), doctest::Contains("target value 7"), kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(x, I64({2, -100, 5}, {3})), kiln::Error);
+  // shapes
+  CHECK_THROWS_WITH_AS(cross_entropy(x, I64({1, 2}, {2})), doctest::Contains("[3, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(cross_entropy(x, I64({1, 2, 0}, {3, 1})), doctest::Contains("[3, 1]"), kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(randn({2, 3, 4}, f64), I64({0, 1}, {2})), kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(scalar_tensor(1.0), I64({0}, {1})), kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(T({1, 2}, {2}), I64({0}, {1})), kiln::Error);
+  CHECK_THROWS_AS(nll_loss(x, I64({1}, {1})), kiln::Error);
+  // dtypes and arguments
+  CHECK_THROWS_WITH_AS(cross_entropy(x, T({2, 0, 1}, {3})), doctest::Contains("float64[3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(cross_entropy(I64({1, 2, 3}, {1, 3}), I64({0}, {1})), doctest::Contains("int64[1, 3]"),
+                       kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(x, T3(), {.label_smoothing = 1.5}), kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(x, Tensor()), kiln::Error);
+  CHECK_THROWS_AS(cross_entropy(Tensor(), T3()), kiln::Error);
+  // mse
+  CHECK_THROWS_WITH_AS(mse_loss(randn({2, 3}, f64), randn({3, 2}, f64)), doctest::Contains("[3, 2]"), kiln::Error);
+  CHECK_THROWS_AS(mse_loss(randn({3}, f64), randn({1}, f64)), kiln::Error);
+  CHECK_THROWS_AS(mse_loss(I64({1}, {1}), I64({1}, {1})), kiln::Error);
+  CHECK_THROWS_AS(mse_loss(randn({3}, f64), Tensor()), kiln::Error);
+}

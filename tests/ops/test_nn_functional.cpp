@@ -1,0 +1,295 @@
+// nn functions: dropout (Philox mask: repeatable, keep rate, exact scaling, backward),
+// embedding (values, scatter-add backward, padding_idx, index errors) and fused scaled
+// dot-product attention (values vs composed ops, causal, Tq != Tk, gradchecks, errors).
+#include <doctest/doctest.h>
+#include <cmath>
+#include <limits>
+#include "gradcheck.h"
+#include "ops/nn_math.h"
+
+using namespace kiln;
+using kiln::test::allclose;
+using kiln::test::f64;
+using kiln::test::gradcheck;
+using kiln::test::max_abs_diff;
+using kiln::test::T;
+
+// ---------------------------------------------------------------- dropout
+
+TEST_CASE("dropout: identity cases and argument errors") {
+  Tensor x = randn({3, 4});
+  CHECK(dropout(x, 0.5, false).is_same(x));
+  CHECK(dropout(x, 0.0, true).is_same(x));
+  CHECK_THROWS_WITH_AS(dropout(x, -0.1), doctest::Contains("-0.1"), kiln::Error);
+  CHECK_THROWS_WITH_AS(dropout(x, 1.5), doctest::Contains("[3, 4]"), kiln::Error);
+  CHECK_THROWS_AS(dropout(ones({3}, {.dtype = DType::int64}), 0.5), kiln::Error);
+  CHECK_THROWS_AS(dropout(Tensor(), 0.5), kiln::Error);
+  // p == 1 drops everything (PyTorch), gradient zero too
+  Tensor xg = randn({5}, f64).requires_grad_();
+  Tensor y = dropout(xg, 1.0);
+  CHECK(y.to_vector<double>() == std::vector<double>(5, 0.0));
+  sum(y).backward();
+  CHECK(xg.grad().to_vector<double>() == std::vector<double>(5, 0.0));
+}
+
+TEST_CASE("dropout: seeded mask, keep rule, keep rate and exact scaling") {
+  const double p = 0.3;
+  const int64_t n = 1 << 20;
+  Tensor x = ones({n});
+  manual_seed(7);
+  RngState s = get_rng_state();
+  Tensor y1 = dropout(x, p);
+  Tensor y2 = dropout(x, p);
+  manual_seed(7);
+  Tensor y3 = dropout(x, p);
+  CHECK(max_abs_diff(y1, y3) == 0.0);   // same seed -> same mask
+  CHECK(max_abs_diff(y1, y2) > 0.0);    // the generator moved on
+  CHECK(get_rng_state().offset == uint64_t(n / 4));
+  auto v = y1.to_vector<float>();
+  const float scale = float(1.0 / (1.0 - p));
+  int64_t kept = 0;
+  bool exact = true, rule = true;
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[size_t(i)] != 0.0f) {
+      ++kept;
+      exact = exact && v[size_t(i)] == scale;
+    }
+    if (i < 4096) rule = rule && ((v[size_t(i)] != 0.0f) == math::dropout_keep(s.seed, s.offset, uint64_t(i), float(p)));
+  }
+  CHECK(exact);
+  CHECK(rule);
+  CHECK(std::fabs(double(kept) / double(n) - (1 - p)) < 0.003);
+}
+
+TEST_CASE("dropout: backward, non-contiguous input and 16-bit floats") {
+  manual_seed(11);
+  Tensor x = randn({6, 7}, f64).requires_grad_();
+  Tensor y = dropout(x, 0.4);
+  Tensor g = randn({6, 7}, f64);
+  y.backward(g);
+  // dx = g * mask / (1 - p), the mask being where y != 0
+  Tensor mask = ne(y.detach(), 0.0).to(DType::float64);
+  CHECK(max_abs_diff(x.grad(), g * mask / 0.6) < 1e-12);
+  CHECK(max_abs_diff(y.detach(), x.detach() * mask / 0.6) < 1e-12);
+
+  // gradcheck: reseed inside f so every evaluation draws the same mask
+  CHECK(gradcheck([](auto& in) { manual_seed(3); return dropout(in[0], 0.25); }, {randn({4, 5}, f64)}));
+  CHECK(gradcheck([](auto& in) { manual_seed(3); return dropout(in[0].transpose(0, 1), 0.5); }, {randn({4, 5}, f64)}));
+
+  // a non-contiguous input uses its logical (row-major) order
+  Tensor a = randn({5, 8});
+  manual_seed(5);
+  Tensor ya = dropout(a.t(), 0.5);
+  manual_seed(5);
+  Tensor yb = dropout(a.t().contiguous(), 0.5);
+  CHECK(max_abs_diff(ya, yb) == 0.0);
+
+  Tensor h = randn({100}).to(DType::bfloat16);
+  Tensor yh = dropout(h, 0.5);
+  CHECK(yh.dtype() == DType::bfloat16);
+  auto hv = h.to_vector<float>(), yv = yh.to_vector<float>();
+  bool ok = true;
+  for (size_t i = 0; i < hv.size(); ++i) ok = ok && (yv[i] == 0.0f || yv[i] == hv[i] * 2.0f);
+  CHECK(ok);
+}
+
+// ---------------------------------------------------------------- embedding
+
+TEST_CASE("embedding: values, index dtypes and shapes") {
+  Tensor w = arange(0, 12, 1, f64).reshape({4, 3});  // row r = {3r, 3r+1, 3r+2}
+  Tensor idx = from_vector<int64_t>({0, 3, 3, 1}, {2, 2});
+  Tensor y = embedding(idx, w);
+  CHECK(y.shape() == Shape{2, 2, 3});
+  CHECK(y.to_vector<double>() == std::vector<double>{0, 1, 2, 9, 10, 11, 9, 10, 11, 3, 4, 5});
+  Tensor y32 = embedding(from_vector<int32_t>({2, 0}, {2}), w);
+  CHECK(y32.to_vector<double>() == std::vector<double>{6, 7, 8, 0, 1, 2});
+  // a 0-dim index gives one row; a non-contiguous weight works
+  CHECK(embedding(scalar_tensor(1, {.dtype = DType::int64}), w).shape() == Shape{3});
+  Tensor wt = arange(0, 12, 1, f64).reshape({3, 4}).t();  // (4, 3), non-contiguous
+  CHECK(embedding(from_vector<int64_t>({1}), wt).to_vector<double>() == std::vector<double>{1, 5, 9});
+  // integer weights gather too
+  Tensor wi = from_vector<int64_t>({5, 6, 7, 8}, {2, 2});
+  CHECK(embedding(from_vector<int64_t>({1, 0}), wi).to_vector<int64_t>() == std::vector<int64_t>{7, 8, 5, 6});
+}
+
+TEST_CASE("embedding: backward scatter-adds, padding_idx gets no gradient") {
+  Tensor w = randn({5, 3}, f64).requires_grad_();
+  Tensor idx = from_vector<int64_t>({1, 2, 1, 4, 1, 2}, {2, 3});
+  Tensor y = embedding(idx, w, 2);
+  sum(y).backward();
+  // row r gets the count of r among the indices; padding row 2 and unused rows get 0
+  std::vector<double> expect;
+  for (double c : {0.0, 3.0, 0.0, 0.0, 1.0})
+    for (int j = 0; j < 3; ++j) expect.push_back(c);
+  CHECK(w.grad().to_vector<double>() == expect);
+  // the forward still returns the padding row's values
+  CHECK(max_abs_diff(y.select(0, 1).select(0, 2), w.detach().select(0, 2)) == 0.0);
+
+  Tensor idx2 = from_vector<int64_t>({0, 3, 3, 1, 0, 0, 2, 3}, {2, 4});
+  CHECK(gradcheck([&](auto& in) { return embedding(idx2, in[0]); }, {randn({4, 3}, f64)}));
+  // with padding_idx: the same gradient except the padding row, which gets none (the
+  // forward still reads that row, so a numeric check would see a slope there)
+  Tensor wa = randn({4, 3}, f64).requires_grad_(), wb = wa.detach().clone().requires_grad_();
+  Tensor gy = randn({2, 4, 3}, f64);
+  embedding(idx2, wa).backward(gy);
+  embedding(idx2, wb, 0).backward(gy);
+  CHECK(max_abs_diff(wb.grad().narrow(0, 1, 3), wa.grad().narrow(0, 1, 3)) == 0.0);
+  CHECK(wb.grad().select(0, 0).to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(wa.grad().select(0, 0).to_vector<double>() != std::vector<double>{0, 0, 0});
+  CHECK(gradcheck([&](auto& in) { return embedding(idx2, in[0].t()); }, {randn({70, 4}, f64)}));
+  // wide rows: several column blocks in the backward
+  Tensor idx3 = from_vector<int64_t>({2, 0, 2});
+  CHECK(gradcheck([&](auto& in) { return embedding(idx3, in[0]); }, {randn({3, 150}, f64)}));
+}
+
+TEST_CASE("embedding: errors") {
+  Tensor w = randn({5, 3});
+  CHECK_THROWS_WITH_AS(embedding(from_vector<int64_t>({0, 5}), w), doctest::Contains("index 5"), kiln::Error);
+  CHECK_THROWS_WITH_AS(embedding(from_vector<int64_t>({0, 5}), w), doctest::Contains("V = 5"), kiln::Error);
+  CHECK_THROWS_WITH_AS(embedding(from_vector<int32_t>({-1}), w), doctest::Contains("index -1"), kiln::Error);
+  CHECK_THROWS_AS(embedding(T({0, 1}, {2}), w), kiln::Error);  // float indices
+  CHECK_THROWS_WITH_AS(embedding(from_vector<int64_t>({0}), randn({5})), doctest::Contains("[5]"), kiln::Error);
+  CHECK_THROWS_AS(embedding(from_vector<int64_t>({0}), w, 5), kiln::Error);
+  CHECK_THROWS_AS(embedding(Tensor(), w), kiln::Error);
+}
+
+// ---------------------------------------------------------------- attention
+
+namespace {
+// softmax(q k^T / sqrt(d) + mask) v from composed ops (the reference).
+Tensor attention_ref(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  const int64_t Tq = q.size(-2), Tk = k.size(-2);
+  Tensor s = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(-1))));
+  if (causal) {
+    std::vector<bool> m;
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = 0; j < Tk; ++j) m.push_back(j > i);
+    s = masked_fill(s, from_vector<bool>(m, {Tq, Tk}), -std::numeric_limits<double>::infinity());
+  }
+  return matmul(softmax(s, -1), v);
+}
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention: values by hand") {
+  Tensor q = T({1, 0}, {1, 2}), k = T({1, 0, 0, 1}, {2, 2}), v = T({1, 2, 3, 4}, {2, 2});
+  Tensor y = scaled_dot_product_attention(q, k, v);
+  const double s0 = 1 / std::sqrt(2.0);
+  const double p0 = std::exp(s0) / (std::exp(s0) + 1), p1 = 1 - p0;
+  CHECK(allclose(y, T({p0 * 1 + p1 * 3, p0 * 2 + p1 * 4}, {1, 2}), 1e-12, 1e-12));
+  // causal: query 0 sees key 0 only; query 1 sees both
+  Tensor q2 = T({1, 0, 1, 0}, {2, 2});
+  Tensor yc = scaled_dot_product_attention(q2, k, v, true);
+  CHECK(allclose(yc, T({1, 2, p0 * 1 + p1 * 3, p0 * 2 + p1 * 4}, {2, 2}), 1e-12, 1e-12));
+}
+
+TEST_CASE("scaled_dot_product_attention: matches composed ops (causal, Tq != Tk, batch dims)") {
+  manual_seed(21);
+  struct Case { Shape b; int64_t Tq, Tk, d, dv; };
+  for (Case c : {Case{{2}, 5, 5, 4, 4}, Case{{2, 3}, 3, 6, 4, 5}, Case{{1}, 6, 3, 2, 3}, Case{{}, 40, 40, 16, 8}}) {
+    Shape qs = c.b, ks = c.b, vs = c.b;
+    qs.insert(qs.end(), {c.Tq, c.d});
+    ks.insert(ks.end(), {c.Tk, c.d});
+    vs.insert(vs.end(), {c.Tk, c.dv});
+    Tensor q = randn(qs, f64), k = randn(ks, f64), v = randn(vs, f64);
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      CAPTURE(shape_str(qs));
+      Tensor y = scaled_dot_product_attention(q, k, v, causal);
+      CHECK(max_abs_diff(y, attention_ref(q, k, v, causal)) < 1e-12);
+      // gradients against the reference's
+      Tensor qa = q.clone().requires_grad_(), ka = k.clone().requires_grad_(), va = v.clone().requires_grad_();
+      Tensor qb = q.clone().requires_grad_(), kb = k.clone().requires_grad_(), vb = v.clone().requires_grad_();
+      Tensor g = randn(y.shape(), f64);
+      scaled_dot_product_attention(qa, ka, va, causal).backward(g);
+      attention_ref(qb, kb, vb, causal).backward(g);
+      CHECK(max_abs_diff(qa.grad(), qb.grad()) < 1e-10);
+      CHECK(max_abs_diff(ka.grad(), kb.grad()) < 1e-10);
+      CHECK(max_abs_diff(va.grad(), vb.grad()) < 1e-10);
+      // float32 kernel
+      Tensor y32 = scaled_dot_product_attention(q.to(DType::float32), k.to(DType::float32), v.to(DType::float32), causal);
+      CHECK(y32.dtype() == DType::float32);
+      CHECK(max_abs_diff(y32, y) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention: gradcheck") {
+  manual_seed(22);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    CHECK(gradcheck([=](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], causal); },
+                    {randn({2, 4, 3}, f64), randn({2, 4, 3}, f64), randn({2, 4, 2}, f64)}));
+    // Tq != Tk both ways
+    CHECK(gradcheck([=](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], causal); },
+                    {randn({3, 3}, f64), randn({5, 3}, f64), randn({5, 2}, f64)}));
+    CHECK(gradcheck([=](auto& in) { return scaled_dot_product_attention(in[0], in[1], in[2], causal); },
+                    {randn({1, 5, 2}, f64), randn({1, 3, 2}, f64), randn({1, 3, 3}, f64)}));
+    // non-contiguous: (B, T, H, d) inputs transposed to (B, H, T, d), as in a GPT block
+    CHECK(gradcheck(
+        [=](auto& in) {
+          return scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2), in[2].transpose(1, 2),
+                                              causal);
+        },
+        {randn({1, 4, 2, 3}, f64), randn({1, 4, 2, 3}, f64), randn({1, 4, 2, 3}, f64)}));
+  }
+  // only some inputs need grad
+  Tensor k = randn({3, 2}, f64), v = randn({3, 2}, f64);
+  CHECK(gradcheck([&](auto& in) { return scaled_dot_product_attention(in[0], k, v, true); }, {randn({3, 2}, f64)}));
+  Tensor q = randn({3, 2}, f64);
+  CHECK(gradcheck([&](auto& in) { return scaled_dot_product_attention(q, in[0], v); }, {randn({3, 2}, f64)}));
+}
+
+TEST_CASE("scaled_dot_product_attention: 16-bit and errors") {
+  Tensor q = randn({2, 4, 8}), k = randn({2, 4, 8}), v = randn({2, 4, 8});
+  Tensor yb = scaled_dot_product_attention(q.to(DType::bfloat16), k.to(DType::bfloat16), v.to(DType::bfloat16), true);
+  CHECK(yb.dtype() == DType::bfloat16);
+  CHECK(max_abs_diff(yb, scaled_dot_product_attention(q, k, v, true)) < 0.1);
+
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, randn({3, 4, 8}), v), doctest::Contains("[3, 4, 8]"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, randn({2, 4, 7}), v), doctest::Contains("[2, 4, 7]"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, k, randn({2, 5, 8})), doctest::Contains("[2, 5, 8]"),
+                       kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention(randn({8}), randn({8}), randn({8})), kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, randn({4, 8})), kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k.to(DType::float64), v), kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, randn({2, 0, 8}), randn({2, 0, 8})), kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q.to(DType::int64), k, v), kiln::Error);
+}
+
+TEST_CASE("nn functions: larger inputs, thread count does not change results") {
+  manual_seed(23);
+  const int saved = get_num_threads();
+  Tensor q = randn({4, 2, 64, 16}), k = randn({4, 2, 80, 16}), v = randn({4, 2, 80, 8});
+  Tensor go = randn({4, 2, 64, 8});
+  Tensor w = randn({100, 200}), idx = randint(0, 100, {50, 40}), ge = randn({50, 40, 200});
+  Tensor xd = randn({1 << 16});
+  std::vector<std::vector<Tensor>> runs;
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    Tensor qa = q.clone().requires_grad_(), ka = k.clone().requires_grad_(), va = v.clone().requires_grad_();
+    Tensor y = scaled_dot_product_attention(qa, ka, va, true);
+    y.backward(go);
+    Tensor wa = w.clone().requires_grad_();
+    Tensor e = embedding(idx, wa, 3);
+    e.backward(ge);
+    manual_seed(99);
+    Tensor d = dropout(xd, 0.2);
+    runs.push_back({y, qa.grad(), ka.grad(), va.grad(), e, wa.grad(), d});
+  }
+  set_num_threads(saved);
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_abs_diff(runs[0][i], runs[1][i]) == 0.0);
+  }
+  // float32 fused kernel against the float64 composed reference
+  Tensor qd = q.to(DType::float64).requires_grad_(), kd = k.to(DType::float64).requires_grad_();
+  Tensor vd = v.to(DType::float64).requires_grad_();
+  Tensor ref = attention_ref(qd, kd, vd, true);
+  ref.backward(go.to(DType::float64));
+  CHECK(max_abs_diff(runs[0][0], ref) < 1e-5);
+  CHECK(max_abs_diff(runs[0][1], qd.grad()) < 1e-4);
+  CHECK(max_abs_diff(runs[0][2], kd.grad()) < 1e-4);
+  CHECK(max_abs_diff(runs[0][3], vd.grad()) < 1e-4);
+}

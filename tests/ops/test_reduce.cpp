@@ -1,0 +1,568 @@
+// Tests of the reduce family: sum/mean/var/std/logsumexp/max/min/argmax/argmin, softmax,
+// log_softmax and sum_to: hand-computed values, a naive reference over random dim sets and
+// layouts, gradient checks and error messages.
+#include <doctest/doctest.h>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include "gradcheck.h"
+#include "ops/helpers.h"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
+
+void check_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-6) {
+  auto got = vals(t);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(got[i]));
+    } else if (std::isinf(want[i])) {
+      CHECK(got[i] == want[i]);
+    } else {
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(tol));
+    }
+  }
+}
+
+Tensor arange_f64(int64_t n, const Shape& shape) {
+  return arange(0, double(n), 1.0, {.dtype = DType::float64}).reshape(shape);
+}
+
+// ---- naive reference: groups the elements of x by their output index ----
+struct Groups {
+  Shape out_shape;
+  std::vector<std::vector<double>> g;  // per output element, values in reduce order
+};
+
+Groups group(const Tensor& x, const Dims& dims_in, bool keepdim) {
+  auto dims = wrap_dims(dims_in, x.dim(), "test");
+  std::vector<bool> red(size_t(x.dim()), false);
+  for (auto d : dims) red[size_t(d)] = true;
+  Groups G;
+  Shape kept;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!red[size_t(d)]) { G.out_shape.push_back(x.size(d)); kept.push_back(x.size(d)); }
+    else if (keepdim) G.out_shape.push_back(1);
+  }
+  G.g.resize(size_t(shape_numel(kept)));
+  auto v = vals(x);
+  const Shape& s = x.shape();
+  for (int64_t f = 0; f < x.numel(); ++f) {
+    int64_t rem = f, o = 0, mul = 1;
+    Shape idx(s.size());
+    for (int64_t d = x.dim() - 1; d >= 0; --d) { idx[size_t(d)] = rem % s[size_t(d)]; rem /= s[size_t(d)]; }
+    for (int64_t d = x.dim() - 1; d >= 0; --d)
+      if (!red[size_t(d)]) { o += idx[size_t(d)] * mul; mul *= s[size_t(d)]; }
+    G.g[size_t(o)].push_back(v[size_t(f)]);
+  }
+  return G;
+}
+
+template <class F>
+std::vector<double> map_groups(const Groups& G, F f) {
+  std::vector<double> out;
+  for (auto& g : G.g) out.push_back(f(g));
+  return out;
+}
+
+double ref_sum(const std::vector<double>& g) { double s = 0; for (double v : g) s += v; return s; }
+double ref_mean(const std::vector<double>& g) { return ref_sum(g) / double(g.size()); }
+double ref_var(const std::vector<double>& g, double corr) {
+  double m = ref_mean(g), s = 0;
+  for (double v : g) s += (v - m) * (v - m);
+  return s / (double(g.size()) - corr);
+}
+double ref_lse(const std::vector<double>& g) {
+  double m = *std::max_element(g.begin(), g.end()), s = 0;
+  for (double v : g) s += std::exp(v - m);
+  return m + std::log(s);
+}
+
+// A random non-empty subset of dims of an nd tensor, with some dims negative.
+Dims random_dims(std::mt19937& rng, int64_t nd) {
+  Dims d;
+  for (int64_t k = 0; k < nd; ++k)
+    if (rng() % 2) d.push_back(rng() % 2 ? k : k - nd);
+  if (d.empty()) d.push_back(int64_t(rng() % uint32_t(nd)));
+  return d;
+}
+
+Shape random_shape(std::mt19937& rng, int64_t nd, int64_t max_size) {
+  Shape s;
+  for (int64_t k = 0; k < nd; ++k) s.push_back(1 + int64_t(rng() % uint32_t(max_size)));
+  return s;
+}
+
+// x, or a non-contiguous tensor with the same values (transposed copy transposed back)
+Tensor maybe_noncontiguous(const Tensor& x, bool nc) {
+  if (!nc || x.dim() < 2) return x;
+  return x.transpose(0, x.dim() - 1).contiguous().transpose(0, x.dim() - 1);
+}
+
+}  // namespace
+
+// ================================================================ sum
+
+TEST_CASE("sum: hand-computed values") {
+  Tensor x = arange_f64(24, {2, 3, 4});
+  CHECK(sum(x).dim() == 0);
+  CHECK(sum(x).item() == 276.0);
+  Tensor s0 = sum(x, {0});
+  CHECK(s0.shape() == Shape{3, 4});
+  check_values(s0, {12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34});
+  check_values(sum(x, {-1}), {6, 22, 38, 54, 70, 86});
+  Tensor s02 = sum(x, {0, 2}, true);
+  CHECK(s02.shape() == Shape{1, 3, 1});
+  check_values(s02, {60, 92, 124});
+  check_values(sum(x, {2, 0}), {60, 92, 124});
+  check_values(sum(x, {1}), {12, 15, 18, 21, 48, 51, 54, 57});
+  // non-contiguous input: transpose, slices with steps
+  check_values(sum(x.transpose(0, 2), {2}), {12, 20, 28, 14, 22, 30, 16, 24, 32, 18, 26, 34});
+  check_values(sum(x.slice(2, 0, 4, 2), {1, 2}), {30, 102});
+  // float32 keeps its dtype
+  CHECK(sum(x.to(DType::float32)).dtype() == DType::float32);
+  CHECK(sum(x.to(DType::float32)).item() == 276.0);
+  // 0-dim and size-1 dims
+  CHECK(sum(scalar_tensor(2.5)).item() == 2.5);
+  CHECK(sum(scalar_tensor(2.5), {0}).item() == 2.5);
+  check_values(sum(arange_f64(3, {3, 1}), {1}), {0, 1, 2});
+}
+
+TEST_CASE("sum: integer and bool inputs sum in int64 and are not differentiable") {
+  Tensor xi = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor s = sum(xi, {1});
+  CHECK(s.dtype() == DType::int64);
+  check_values(s, {6, 15});
+  CHECK(sum(xi).item() == 21);
+  Tensor xu = from_vector<uint8_t>({200, 200, 200}, {3});
+  CHECK(sum(xu).item() == 600);  // no uint8 overflow
+  Tensor b = gt(arange_f64(10, {10}), 6.0);
+  CHECK(sum(b).dtype() == DType::int64);
+  CHECK(sum(b).item() == 3);
+  Tensor big = full({3}, 3e15, {.dtype = DType::int64});
+  CHECK(sum(big).item<int64_t>() == int64_t(9e15));
+  CHECK_FALSE(sum(xi).requires_grad());
+}
+
+TEST_CASE("sum: empty tensors") {
+  Tensor e = zeros({0, 3}, {.dtype = DType::float64});
+  CHECK(sum(e).item() == 0.0);
+  Tensor s0 = sum(e, {0});
+  CHECK(s0.shape() == Shape{3});
+  check_values(s0, {0, 0, 0});
+  CHECK(sum(e, {1}).shape() == Shape{0});
+  CHECK(std::isnan(mean(e).item()));
+}
+
+TEST_CASE("sum: large reductions (split and column paths) match a double reference") {
+  manual_seed(3);
+  // full reduction of a big vector: split over threads
+  Tensor x = randn({200001}, {.dtype = DType::float32});
+  auto v = vals(x);
+  double ref = 0;
+  for (double a : v) ref += a;
+  CHECK(sum(x).item() == doctest::Approx(ref).epsilon(1e-6));
+  CHECK(mean(x).item() == doctest::Approx(ref / 200001).epsilon(1e-6));
+  // column sums of a tall matrix (bias gradient shape) and of a wide matrix
+  for (Shape sh : {Shape{5000, 37}, Shape{3, 70000}, Shape{700, 300}}) {
+    Tensor m = randn(sh, {.dtype = DType::float64});
+    for (Dims d : {Dims{0}, Dims{1}}) {
+      auto G = group(m, d, false);
+      auto want = map_groups(G, ref_sum);
+      Tensor got = sum(m, d);
+      CHECK(max_abs_diff(got, from_vector(want, G.out_shape)) < 1e-9);
+      CHECK(max_abs_diff(max(m, d[0]).values, from_vector(map_groups(G, [](auto& g) {
+                                                  return *std::max_element(g.begin(), g.end()); }),
+                                                G.out_shape)) == 0.0);
+    }
+  }
+  // integers over a big range
+  Tensor xi = arange(0, 300000, 1, {.dtype = DType::int64});
+  CHECK(sum(xi).item<int64_t>() == int64_t(300000) * 299999 / 2);
+}
+
+TEST_CASE("reductions: random shapes, dim sets, keepdim and layouts match a naive reference") {
+  std::mt19937 rng(7);
+  manual_seed(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    int64_t nd = 1 + int64_t(rng() % 4);
+    Shape sh = random_shape(rng, nd, 5);
+    Dims d = trial % 10 == 0 ? Dims{} : random_dims(rng, nd);
+    bool keep = rng() % 2;
+    bool nc = rng() % 2;
+    Tensor x = maybe_noncontiguous(randn(sh, {.dtype = DType::float64}), nc);
+    INFO("shape " << shape_str(sh) << " dims " << shape_str(d) << " keepdim " << keep << " nc " << nc);
+    auto G = group(x, d, keep);
+    auto cmp = [&](const Tensor& got, const std::vector<double>& want) {
+      CHECK(got.shape() == G.out_shape);
+      CHECK(max_abs_diff(got, from_vector(want, G.out_shape)) < 1e-10);
+    };
+    cmp(sum(x, d, keep), map_groups(G, ref_sum));
+    cmp(mean(x, d, keep), map_groups(G, ref_mean));
+    bool all_big = true;
+    for (auto& g : G.g) all_big = all_big && g.size() > 1;
+    if (all_big) {
+      cmp(var(x, d, true, keep), map_groups(G, [](auto& g) { return ref_var(g, 1); }));
+      cmp(kiln::std(x, d, true, keep), map_groups(G, [](auto& g) { return std::sqrt(ref_var(g, 1)); }));
+    }
+    cmp(var(x, d, false, keep), map_groups(G, [](auto& g) { return ref_var(g, 0); }));
+    cmp(logsumexp(x, d, keep), map_groups(G, ref_lse));
+    // float32 agrees with float64 to float precision
+    CHECK(max_abs_diff(sum(x.to(DType::float32), d, keep), sum(x, d, keep)) < 1e-5);
+    // single-dim max/min/argmax/argmin
+    int64_t dim = d.empty() ? 0 : d[0];
+    auto G1 = group(x, {dim}, keep);
+    auto mx = max(x, dim, keep), mn = min(x, dim, keep);
+    std::vector<double> wmax, wmin, wimax, wimin;
+    for (auto& g : G1.g) {
+      auto itx = std::max_element(g.begin(), g.end()), itn = std::min_element(g.begin(), g.end());
+      wmax.push_back(*itx);
+      wmin.push_back(*itn);
+      wimax.push_back(double(itx - g.begin()));
+      wimin.push_back(double(itn - g.begin()));
+    }
+    CHECK(mx.values.shape() == G1.out_shape);
+    CHECK(mx.indices.dtype() == DType::int64);
+    check_values(mx.values, wmax, 1e-12);
+    check_values(mn.values, wmin, 1e-12);
+    check_values(mx.indices, wimax);
+    check_values(mn.indices, wimin);
+    check_values(argmax(x, dim, keep), wimax);
+    check_values(argmin(x, dim, keep), wimin);
+  }
+}
+
+TEST_CASE("large reductions: first occurrence across split chunks, same result for any thread count") {
+  const int64_t n = 300001;
+  std::vector<double> v(size_t(n), 0.0);
+  v[200] = 5;
+  v[250000] = 5;  // a tie in a later chunk
+  v[1000] = -3;
+  v[290000] = -3;
+  Tensor x = from_vector(v, {n});
+  CHECK(argmax(x, 0).item() == 200);
+  CHECK(argmin(x, 0).item() == 1000);
+  Tensor xg = x.detach().requires_grad_();
+  max(xg).backward();
+  CHECK(xg.grad().at({200}) == 1.0);
+  CHECK(xg.grad().at({250000}) == 0.0);
+  v[260000] = kNaN;
+  CHECK(max(from_vector(v, {n}), 0).indices.item() == 260000);
+  // bitwise identical sums with 1 and 2 threads
+  manual_seed(13);
+  Tensor r = randn({1 << 20}, {.dtype = DType::float32});
+  Tensor c = randn({100000, 3}, {.dtype = DType::float32});
+  int saved = get_num_threads();
+  set_num_threads(1);
+  double s1 = sum(r).item(), l1 = logsumexp(r, {0}).item();
+  auto c1 = sum(c, {0}).to_vector<float>();
+  set_num_threads(2);
+  double s2 = sum(r).item(), l2 = logsumexp(r, {0}).item();
+  auto c2 = sum(c, {0}).to_vector<float>();
+  set_num_threads(saved);
+  CHECK(s1 == s2);
+  CHECK(l1 == l2);
+  CHECK(c1 == c2);
+}
+
+// ================================================================ mean / var / std
+
+TEST_CASE("mean, var, std: hand-computed values") {
+  Tensor x = T({1, 2, 3, 4, 2, 4, 6, 8}, {2, 4});
+  CHECK(mean(x).item() == doctest::Approx(3.75));
+  check_values(mean(x, {1}), {2.5, 5.0});
+  check_values(mean(x, {0}), {1.5, 3, 4.5, 6});
+  check_values(var(x, {1}), {5.0 / 3.0, 20.0 / 3.0});
+  check_values(var(x, {1}, false), {1.25, 5.0});
+  check_values(kiln::std(x, {1}), {std::sqrt(5.0 / 3.0), std::sqrt(20.0 / 3.0)});
+  check_values(kiln::std(x, {1}, false, true), {std::sqrt(1.25), std::sqrt(5.0)});
+  CHECK(kiln::std(x, {1}, false, true).shape() == Shape{2, 1});
+  CHECK(var(x).item() == doctest::Approx(37.5 / 7.0));
+  // one element: the unbiased variance is NaN, the biased one 0
+  CHECK(std::isnan(var(T({3}, {1})).item()));
+  CHECK(var(T({3}, {1}), {}, false).item() == 0.0);
+  // var is shift-invariant even for a large offset (two-pass)
+  Tensor big = T({1e6 + 1, 1e6 + 2, 1e6 + 3}, {3}, DType::float32);
+  CHECK(var(big).item() == doctest::Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("mean of integers is float32") {
+  Tensor xi = from_vector<int64_t>({1, 2, 3, 4}, {2, 2});
+  Tensor m = mean(xi);
+  CHECK(m.dtype() == DType::float32);
+  CHECK(m.item() == doctest::Approx(2.5));
+  check_values(mean(xi, {0}), {2, 3});
+  Tensor acc = mean(eq(T({1, 2, 3, 4}, {4}), T({1, 0, 3, 0}, {4})));
+  CHECK(acc.dtype() == DType::float32);
+  CHECK(acc.item() == doctest::Approx(0.5));
+}
+
+// ================================================================ logsumexp
+
+TEST_CASE("logsumexp: hand-computed values and stability") {
+  check_values(logsumexp(T({1, 2, 3}, {3}), {0}), {3.4076059644443806});
+  check_values(logsumexp(T({1000, 1000, -1000, -1000}, {2, 2}), {1}), {1000 + std::log(2.0), -1000 + std::log(2.0)});
+  check_values(logsumexp(T({0, 0, 0, 0}, {2, 2}), {0}, true), {std::log(2.0), std::log(2.0)});
+  check_values(logsumexp(T({-kInf, -kInf, -kInf, 1}, {2, 2}), {1}), {-kInf, 1});
+  check_values(logsumexp(T({kInf, 1}, {2}), {0}), {kInf});
+  CHECK(logsumexp(T({1, 2, 3, 4}, {2, 2}), {}).dim() == 0);
+  CHECK(logsumexp(T({1, 2, 3, 4}, {2, 2}), {}).item() == doctest::Approx(4.4401896985611957));
+  CHECK(logsumexp(T({1, 2}, {2}, DType::float32), {0}).dtype() == DType::float32);
+}
+
+// ================================================================ max / min
+
+TEST_CASE("max, min, argmax, argmin: hand-computed values, ties, NaN, integers") {
+  Tensor x = T({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 9}, {3, 4});
+  auto m1 = max(x, 1);
+  check_values(m1.values, {4, 9, 9});
+  check_values(m1.indices, {2, 1, 3});
+  auto m0 = min(x, 0, true);
+  CHECK(m0.values.shape() == Shape{1, 4});
+  check_values(m0.values, {3, 1, 2, 1});
+  check_values(m0.indices, {0, 0, 1, 0});
+  check_values(argmax(x, 0), {1, 1, 2, 2});
+  check_values(argmin(x, -1), {1, 2, 1});
+  CHECK(argmax(x, 1, true).shape() == Shape{3, 1});
+  // ties: first occurrence
+  Tensor t = T({2, 7, 7, 1, 1, 7}, {6});
+  CHECK(max(t, 0).indices.item() == 1);
+  CHECK(min(t, 0).indices.item() == 3);
+  CHECK(argmax(t, 0).item() == 1);
+  // over all
+  CHECK(max(x).item() == 9);
+  CHECK(min(x).item() == 1);
+  CHECK(max(x).dim() == 0);
+  // NaN wins and propagates
+  Tensor n = T({1, kNaN, 3, kNaN}, {4});
+  CHECK(std::isnan(max(n).item()));
+  CHECK(std::isnan(min(n, 0).values.item()));
+  CHECK(max(n, 0).indices.item() == 1);
+  // integers and bool keep their dtype
+  Tensor xi = from_vector<int32_t>({-5, 3, 8, 8}, {2, 2});
+  auto mi = max(xi, 1);
+  CHECK(mi.values.dtype() == DType::int32);
+  check_values(mi.values, {3, 8});
+  check_values(mi.indices, {1, 0});
+  CHECK(min(xi).item() == -5);
+  Tensor b = gt(T({0, 2, 3}, {3}), 1.0);
+  CHECK(max(b).dtype() == DType::bool_);
+  CHECK(max(b).item() == 1);
+  CHECK(argmin(b, 0).item() == 0);
+  // 0-dim
+  CHECK(max(scalar_tensor(4.0), 0).values.item() == 4.0);
+  CHECK(max(scalar_tensor(4.0), 0).indices.item() == 0);
+}
+
+// ================================================================ softmax
+
+TEST_CASE("softmax and log_softmax: hand-computed values and stability") {
+  Tensor x = T({1, 2, 3}, {3});
+  check_values(softmax(x, 0), {0.090030573170380462, 0.24472847105479767, 0.66524095577481771});
+  check_values(log_softmax(x, 0), {-2.4076059644443806, -1.4076059644443806, -0.40760596444438063});
+  Tensor big = T({1000, 1001, -1000, -1001}, {2, 2});
+  check_values(softmax(big, 1), {0.2689414213699951, 0.7310585786300049, 0.7310585786300049, 0.2689414213699951});
+  check_values(log_softmax(big, -1), {-1.3132616875182228, -0.31326168751822286, -0.31326168751822286,
+                                      -1.3132616875182228});
+  // along dim 0 (inner > 1 path)
+  Tensor c = T({1, 1000, 2, 1001, 3, 1002}, {3, 2});
+  check_values(softmax(c, 0), {0.090030573170380462, 0.090030573170380462, 0.24472847105479767,
+                               0.24472847105479767, 0.66524095577481771, 0.66524095577481771});
+  check_values(log_softmax(c, 0), {-2.4076059644443806, -2.4076059644443806, -1.4076059644443806,
+                                   -1.4076059644443806, -0.40760596444438063, -0.40760596444438063});
+  // -inf entries get probability 0
+  check_values(softmax(T({-kInf, 0, 0}, {3}), 0), {0, 0.5, 0.5});
+  // rows sum to one for random 3-D input along every dim, float32 and float64
+  manual_seed(5);
+  for (DType dt : {DType::float32, DType::float64}) {
+    Tensor r = randn({4, 5, 300}, {.dtype = dt});
+    for (int64_t d = 0; d < 3; ++d) {
+      Tensor s = sum(softmax(r, d), {d});
+      CHECK(max_abs_diff(s, ones_like(s)) < 1e-5);
+      CHECK(max_abs_diff(exp(log_softmax(r, d)), softmax(r, d)) < 1e-6);
+      CHECK(max_abs_diff(log_softmax(r, d), sub(r, logsumexp(r, {d}, true))) < 1e-5);
+    }
+  }
+  // float32 (vectorized exp) agrees with float64 to float precision, rows and columns
+  Tensor r64 = mul(randn({8, 37, 300}, {.dtype = DType::float64}), 4.0);
+  for (int64_t d = 0; d < 3; ++d) {
+    CHECK(max_abs_diff(softmax(r64.to(DType::float32), d), softmax(r64, d)) < 1e-6);
+    CHECK(max_abs_diff(log_softmax(r64.to(DType::float32), d), log_softmax(r64, d)) < 2e-5);
+    CHECK(max_abs_diff(logsumexp(r64.to(DType::float32), {d}), logsumexp(r64, {d})) < 2e-5);
+  }
+  // masked (-inf) scores, along rows and along columns
+  Tensor masked = T({0, -kInf, 1, -kInf, -kInf, 2}, {2, 3});
+  check_values(softmax(masked, 1), {0.2689414213699951, 0, 0.7310585786300049, 0, 0, 1});
+  check_values(softmax(masked.t(), 0), {0.2689414213699951, 0, 0, 0, 0.7310585786300049, 1});
+  check_values(softmax(masked.to(DType::float32), 1), {0.2689414213699951, 0, 0.7310585786300049, 0, 0, 1});
+  // non-contiguous input
+  Tensor nc = T({1, 3, 2, 2, 3, 1}, {2, 3}).t();  // (3, 2): rows [1,2],[3,3],[2,1]
+  check_values(softmax(nc, 1), {0.2689414213699951, 0.7310585786300049, 0.5, 0.5, 0.7310585786300049,
+                                0.2689414213699951});
+  // 0-dim
+  CHECK(softmax(scalar_tensor(3.0), 0).item() == 1.0);
+}
+
+// ================================================================ 16-bit inputs
+
+TEST_CASE("16-bit inputs compute in float32") {
+  Tensor x = T({1, 2, 3, 4}, {2, 2}, DType::float16);
+  CHECK(sum(x).dtype() == DType::float16);
+  CHECK(sum(x).item() == 10.0);
+  CHECK(mean(x, {1}).dtype() == DType::float16);
+  check_values(mean(x, {1}), {1.5, 3.5});
+  Tensor xb = x.to(DType::bfloat16);
+  CHECK(max(xb, 1).values.dtype() == DType::bfloat16);
+  check_values(max(xb, 1).values, {2, 4});
+  CHECK(var(xb).dtype() == DType::bfloat16);
+  // softmax-family returns float32 (autocast keeps them in fp32)
+  CHECK(softmax(xb, 1).dtype() == DType::float32);
+  CHECK(log_softmax(x, 1).dtype() == DType::float32);
+  check_values(softmax(x, 1), {0.2689414213699951, 0.7310585786300049, 0.2689414213699951, 0.7310585786300049});
+  // gradients flow back to the 16-bit leaf in its dtype
+  Tensor leaf = x.detach().requires_grad_();
+  sum(softmax(leaf, 1) * T({1, 0, 0, 0}, {2, 2}, DType::float32)).backward();
+  CHECK(leaf.grad().dtype() == DType::float16);
+  check_values(leaf.grad(), {0.19661193, -0.19661193, 0, 0}, 1e-2);
+}
+
+// ================================================================ gradients
+
+TEST_CASE("gradcheck: sum, mean, var, std, logsumexp over random dims, keepdim, layouts") {
+  std::mt19937 rng(19);
+  manual_seed(23);
+  for (int trial = 0; trial < 12; ++trial) {
+    int64_t nd = 1 + int64_t(rng() % 3);
+    Shape sh = random_shape(rng, nd, 4);
+    for (auto& s : sh) s = std::max<int64_t>(s, 2);
+    Dims d = trial % 6 == 0 ? Dims{} : random_dims(rng, nd);
+    bool keep = rng() % 2;
+    bool nc = trial % 2 == 1 && nd >= 2;
+    INFO("shape " << shape_str(sh) << " dims " << shape_str(d) << " keepdim " << keep << " nc " << nc);
+    // non-contiguous: f receives the transposed data and transposes it back
+    Shape in_shape = sh;
+    if (nc) std::swap(in_shape[0], in_shape[size_t(nd - 1)]);
+    auto view = [nc, nd](const Tensor& t) { return nc ? t.transpose(0, nd - 1) : t; };
+    Tensor x = randn(in_shape, f64);
+    CHECK(gradcheck([&](auto& in) { return sum(view(in[0]), d, keep); }, {x}));
+    CHECK(gradcheck([&](auto& in) { return mean(view(in[0]), d, keep); }, {x}));
+    CHECK(gradcheck([&](auto& in) { return var(view(in[0]), d, true, keep); }, {x}));
+    CHECK(gradcheck([&](auto& in) { return var(view(in[0]), d, false, keep); }, {x}));
+    CHECK(gradcheck([&](auto& in) { return kiln::std(view(in[0]), d, true, keep); }, {x}));
+    CHECK(gradcheck([&](auto& in) { return logsumexp(view(in[0]), d, keep); }, {x}));
+  }
+}
+
+TEST_CASE("gradcheck: max, min (dim and all) send the gradient to the chosen element") {
+  manual_seed(29);
+  for (Shape sh : {Shape{5}, Shape{3, 4}, Shape{2, 3, 4}}) {
+    Tensor x = randn(sh, f64);
+    int64_t nd = int64_t(sh.size());
+    for (int64_t d = -nd; d < nd; ++d)
+      for (bool keep : {false, true}) {
+        CHECK(gradcheck([&](auto& in) { return max(in[0], d, keep).values; }, {x}));
+        CHECK(gradcheck([&](auto& in) { return min(in[0], d, keep).values; }, {x}));
+      }
+    CHECK(gradcheck([&](auto& in) { return max(in[0]); }, {x}));
+    CHECK(gradcheck([&](auto& in) { return min(in[0]); }, {x}));
+    if (nd >= 2) {
+      CHECK(gradcheck([&](auto& in) { return max(in[0].transpose(0, 1), 0).values; }, {x}));
+      CHECK(gradcheck([&](auto& in) { return min(in[0].transpose(0, 1)); }, {x}));
+    }
+  }
+  // ties: the whole gradient goes to the first occurrence
+  Tensor t = T({1, 5, 5, 2}, {4}).requires_grad_();
+  max(t).backward();
+  check_values(t.grad(), {0, 1, 0, 0});
+  Tensor t2 = T({1, 5, 5, 2}, {2, 2}).requires_grad_();
+  max(t2, 0).values.backward(T({1, 1}, {2}));
+  check_values(t2.grad(), {0, 1, 1, 0});
+}
+
+TEST_CASE("gradcheck: softmax and log_softmax along every dim, non-contiguous") {
+  manual_seed(31);
+  for (Shape sh : {Shape{6}, Shape{3, 5}, Shape{2, 3, 4}}) {
+    Tensor x = randn(sh, f64);
+    int64_t nd = int64_t(sh.size());
+    for (int64_t d = -nd; d < nd; ++d) {
+      CHECK(gradcheck([&](auto& in) { return softmax(in[0], d); }, {x}));
+      CHECK(gradcheck([&](auto& in) { return log_softmax(in[0], d); }, {x}));
+    }
+    if (nd >= 2) {
+      CHECK(gradcheck([&](auto& in) { return softmax(in[0].transpose(0, nd - 1), -1); }, {x}));
+      CHECK(gradcheck([&](auto& in) { return log_softmax(in[0].transpose(0, nd - 1), 0); }, {x}));
+    }
+  }
+  // a sliced (strided) input
+  Tensor w = randn({4, 6}, f64);
+  CHECK(gradcheck([&](auto& in) { return softmax(in[0].slice(1, 0, 6, 2), 1); }, {w}));
+  CHECK(gradcheck([&](auto& in) { return log_softmax(in[0].slice(0, 1, 4), 0); }, {w}));
+}
+
+TEST_CASE("gradcheck: reductions chained with a broadcast (sum_to in the backward)") {
+  manual_seed(37);
+  Tensor a = randn({3, 4}, f64), b = randn({4}, f64);
+  CHECK(gradcheck([](auto& in) { return sum(in[0] * in[1], {0}); }, {a, b}));
+  CHECK(gradcheck([](auto& in) { return softmax(in[0] + in[1], 1); }, {a, b}));
+}
+
+// ================================================================ sum_to
+
+TEST_CASE("sum_to") {
+  Tensor g = arange_f64(24, {2, 3, 4});
+  CHECK(sum_to(g, {2, 3, 4}).is_same(g));
+  Tensor a = sum_to(g, {3, 1});
+  CHECK(a.shape() == Shape{3, 1});
+  check_values(a, {60, 92, 124});
+  Tensor b = sum_to(g, {4});
+  check_values(b, {60, 66, 72, 78});
+  Tensor c = sum_to(g, {1, 3, 4});
+  CHECK(c.shape() == Shape{1, 3, 4});
+  check_values(c, {12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34});
+  CHECK(sum_to(g, {}).item() == 276);
+  CHECK(sum_to(g, {1, 1, 1}).shape() == Shape{1, 1, 1});
+  CHECK_THROWS_WITH_AS(sum_to(g, {5}), doctest::Contains("[2, 3, 4]"), kiln::Error);
+  CHECK_THROWS_AS(sum_to(g, {1, 2, 3, 4, 5}), kiln::Error);
+  CHECK_THROWS_AS(sum_to(g, {2, 4}), kiln::Error);
+}
+
+// ================================================================ errors
+
+TEST_CASE("errors: bad dims, dtypes, empty reductions, undefined tensors") {
+  Tensor x = arange_f64(6, {2, 3});
+  CHECK_THROWS_WITH_AS(sum(x, {2}), doctest::Contains("sum: dim 2 is out of range for input of shape [2, 3]"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(sum(x, {-3}), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(mean(x, {0, 0}), doctest::Contains("twice (input shape [2, 3])"), kiln::Error);
+  CHECK_THROWS_WITH_AS(var(x, {5}), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(logsumexp(x, {1, -1}), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(max(x, 2), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(argmin(x, -3), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(softmax(x, 2), doctest::Contains("softmax: dim 2"), kiln::Error);
+  CHECK_THROWS_WITH_AS(log_softmax(x, -3), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_AS(sum(scalar_tensor(1.0), {1}), kiln::Error);
+  Tensor xi = from_vector<int64_t>({1, 2, 3}, {3});
+  CHECK_THROWS_WITH_AS(var(xi), doctest::Contains("int64[3]"), kiln::Error);
+  CHECK_THROWS_AS(kiln::std(xi), kiln::Error);
+  CHECK_THROWS_AS(logsumexp(xi, {0}), kiln::Error);
+  CHECK_THROWS_WITH_AS(softmax(xi, 0), doctest::Contains("int64[3]"), kiln::Error);
+  CHECK_THROWS_AS(log_softmax(xi, 0), kiln::Error);
+  Tensor e = zeros({2, 0}, f64);
+  CHECK_THROWS_WITH_AS(max(e, 1), doctest::Contains("[2, 0]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(max(e), doctest::Contains("[2, 0]"), kiln::Error);
+  CHECK_THROWS_AS(argmax(e, 1), kiln::Error);
+  CHECK(max(e, 0).values.shape() == Shape{0});
+  Tensor u;
+  CHECK_THROWS_AS(sum(u), kiln::Error);
+  CHECK_THROWS_AS(max(u), kiln::Error);
+  CHECK_THROWS_AS(softmax(u, 0), kiln::Error);
+}

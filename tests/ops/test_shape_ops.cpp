@@ -1,0 +1,233 @@
+// Shape ops: cat, stack, split (by size and by sizes), chunk, index_select and gather:
+// values by hand (float and integer dtypes), views, gradchecks (including non-contiguous
+// inputs) and errors for bad shapes, dims and indices.
+#include <doctest/doctest.h>
+#include "gradcheck.h"
+
+using namespace kiln;
+using kiln::test::f64;
+using kiln::test::gradcheck;
+using kiln::test::max_abs_diff;
+using kiln::test::T;
+
+TEST_CASE("cat: values, dims, dtypes") {
+  Tensor a = T({1, 2, 3, 4}, {2, 2}), b = T({5, 6}, {1, 2}), c = T({7, 8, 9, 10, 11, 12}, {2, 3});
+  Tensor y0 = cat({a, b}, 0);
+  CHECK(y0.shape() == Shape{3, 2});
+  CHECK(y0.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6});
+  Tensor y1 = cat({a, c}, -1);
+  CHECK(y1.shape() == Shape{2, 5});
+  CHECK(y1.to_vector<double>() == std::vector<double>{1, 2, 7, 8, 9, 3, 4, 10, 11, 12});
+  // int64, non-contiguous input, empty piece
+  Tensor i = from_vector<int64_t>({1, 2, 3, 4}, {2, 2});
+  Tensor yi = cat({i, i.t(), from_vector<int64_t>({}, {2, 0})}, 1);
+  CHECK(yi.dtype() == DType::int64);
+  CHECK(yi.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 1, 3, 3, 4, 2, 4});
+  // promotion: int64 + float64 -> float64
+  Tensor yp = cat({i, a}, 0);
+  CHECK(yp.dtype() == DType::float64);
+  CHECK(yp.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 1, 2, 3, 4});
+  // bool and bfloat16 keep their dtype
+  Tensor bb = from_vector<bool>({true, false});
+  CHECK(cat({bb, bb}).to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 1, 0});
+  Tensor h = T({1.5, -2}, {2}, DType::bfloat16);
+  Tensor yh = cat({h, h});
+  CHECK(yh.dtype() == DType::bfloat16);
+  CHECK(yh.to_vector<double>() == std::vector<double>{1.5, -2, 1.5, -2});
+  // a single tensor
+  CHECK(cat({a}, 1).to_vector<double>() == a.to_vector<double>());
+  // middle dim of a 3-D tensor
+  Tensor x3 = arange(0, 8, 1, f64).reshape({2, 2, 2});
+  CHECK(cat({x3, x3 * 10.0}, 1).to_vector<double>() ==
+        std::vector<double>{0, 1, 2, 3, 0, 10, 20, 30, 4, 5, 6, 7, 40, 50, 60, 70});
+}
+
+TEST_CASE("cat: errors list the shapes") {
+  Tensor a = randn({2, 3}), b = randn({2, 4});
+  CHECK_THROWS_WITH_AS(cat({a, b}, 0), doctest::Contains("[2, 3], [2, 4]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(cat({a, randn({2, 3, 1})}, 0), doctest::Contains("[2, 3, 1]"), kiln::Error);
+  CHECK_THROWS_AS(cat({a, b}, 2), kiln::Error);
+  CHECK_THROWS_AS(cat({}, 0), kiln::Error);
+  CHECK_THROWS_AS(cat({a, Tensor()}, 0), kiln::Error);
+  CHECK_THROWS_AS(cat({scalar_tensor(1), scalar_tensor(2)}, 0), kiln::Error);
+}
+
+TEST_CASE("stack: values and errors") {
+  Tensor a = T({1, 2, 3}, {3}), b = T({4, 5, 6}, {3});
+  Tensor y0 = stack({a, b});
+  CHECK(y0.shape() == Shape{2, 3});
+  CHECK(y0.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6});
+  Tensor y1 = stack({a, b}, 1);
+  CHECK(y1.shape() == Shape{3, 2});
+  CHECK(y1.to_vector<double>() == std::vector<double>{1, 4, 2, 5, 3, 6});
+  Tensor ym = stack({a, b}, -1);
+  CHECK(ym.shape() == Shape{3, 2});
+  Tensor i = from_vector<int64_t>({1, 2, 3, 4}, {2, 2});
+  Tensor yi = stack({i, i.t()}, 1);
+  CHECK(yi.shape() == Shape{2, 2, 2});
+  CHECK(yi.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 1, 3, 3, 4, 2, 4});
+  CHECK(stack({scalar_tensor(1.0, f64), scalar_tensor(2.0, f64)}).to_vector<double>() == std::vector<double>{1, 2});
+
+  CHECK_THROWS_WITH_AS(stack({a, randn({4})}), doctest::Contains("[3], [4]"), kiln::Error);
+  CHECK_THROWS_AS(stack({a, b}, 2), kiln::Error);
+  CHECK_THROWS_AS(stack({}), kiln::Error);
+}
+
+TEST_CASE("cat / stack: gradcheck") {
+  manual_seed(31);
+  CHECK(gradcheck([](auto& in) { return cat({in[0], in[1], in[2]}, 1); },
+                  {randn({2, 3}, f64), randn({2, 1}, f64), randn({2, 4}, f64)}));
+  CHECK(gradcheck([](auto& in) { return cat({in[0].t(), in[1]}, 0); }, {randn({3, 2}, f64), randn({4, 3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return cat({in[0], in[0] * 2.0}, -1); }, {randn({2, 2, 2}, f64)}));
+  CHECK(gradcheck([](auto& in) { return stack({in[0], in[1]}, 0); }, {randn({2, 3}, f64), randn({2, 3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return stack({in[0].t(), in[1]}, 2); }, {randn({3, 2}, f64), randn({2, 3}, f64)}));
+  // only one input needs grad
+  Tensor c = randn({2, 2}, f64);
+  CHECK(gradcheck([&](auto& in) { return cat({c, in[0]}, 0); }, {randn({1, 2}, f64)}));
+}
+
+TEST_CASE("split / chunk: views with the right sizes") {
+  Tensor x = arange(0, 10, 1, f64).reshape({5, 2});
+  auto p = split(x, 2);
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].shape() == Shape{2, 2});
+  CHECK(p[2].shape() == Shape{1, 2});
+  CHECK(p[2].to_vector<double>() == std::vector<double>{8, 9});
+  CHECK(p[1].storage() == x.storage());  // a view
+  auto q = split(x, std::vector<int64_t>{1, 0, 4}, 0);
+  REQUIRE(q.size() == 3);
+  CHECK(q[1].numel() == 0);
+  CHECK(q[2].to_vector<double>() == std::vector<double>{2, 3, 4, 5, 6, 7, 8, 9});
+  auto r = split(x, 1, -1);
+  REQUIRE(r.size() == 2);
+  CHECK(r[1].to_vector<double>() == std::vector<double>{1, 3, 5, 7, 9});
+  auto c = chunk(x, 2);
+  REQUIRE(c.size() == 2);
+  CHECK(c[0].shape() == Shape{3, 2});
+  CHECK(c[1].shape() == Shape{2, 2});
+  CHECK(chunk(x, 4).size() == 3);  // sizes 2, 2, 1 like torch.chunk
+  CHECK(chunk(x, 10).size() == 5);
+  CHECK(chunk(zeros({0, 2}), 3).size() == 3);
+
+  CHECK_THROWS_AS(split(x, 0), kiln::Error);
+  CHECK_THROWS_WITH_AS(split(x, std::vector<int64_t>{2, 2}), doctest::Contains("[5, 2]"), kiln::Error);
+  CHECK_THROWS_AS(split(x, std::vector<int64_t>{6, -1}), kiln::Error);
+  CHECK_THROWS_AS(split(x, 1, 2), kiln::Error);
+  CHECK_THROWS_AS(chunk(x, 0), kiln::Error);
+}
+
+TEST_CASE("split / chunk: gradcheck") {
+  manual_seed(32);
+  CHECK(gradcheck([](auto& in) { auto p = split(in[0], 2, 1); return cat({p[2], p[0] * p[1]}, 1); },
+                  {randn({3, 5}, f64)}));
+  CHECK(gradcheck([](auto& in) { auto p = split(in[0], std::vector<int64_t>{1, 2}, 0); return cat({p[1], p[0]}, 0); },
+                  {randn({3, 2}, f64)}));
+  CHECK(gradcheck([](auto& in) { auto p = chunk(in[0].t(), 3, 0); return cat({p[2], p[0]}, 0); },
+                  {randn({2, 5}, f64)}));
+}
+
+TEST_CASE("index_select: values, dtypes, errors") {
+  Tensor x = arange(0, 12, 1, f64).reshape({3, 4});
+  Tensor i = from_vector<int64_t>({2, 0, 2});
+  CHECK(index_select(x, 0, i).to_vector<double>() == std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11});
+  Tensor y1 = index_select(x, 1, from_vector<int32_t>({3, 1}));
+  CHECK(y1.shape() == Shape{3, 2});
+  CHECK(y1.to_vector<double>() == std::vector<double>{3, 1, 7, 5, 11, 9});
+  // non-contiguous input, int64 data, middle dim, empty index
+  CHECK(index_select(x.t(), 0, from_vector<int64_t>({1})).to_vector<double>() == std::vector<double>{1, 5, 9});
+  Tensor xi = arange(0, 8, 1, {.dtype = DType::int64}).reshape({2, 2, 2});
+  CHECK(index_select(xi, 1, from_vector<int64_t>({1, 1})).to_vector<int64_t>() ==
+        std::vector<int64_t>{2, 3, 2, 3, 6, 7, 6, 7});
+  CHECK(index_select(x, 0, from_vector<int64_t>({}, {0})).shape() == Shape{0, 4});
+
+  CHECK_THROWS_WITH_AS(index_select(x, 0, from_vector<int64_t>({3})), doctest::Contains("index 3"), kiln::Error);
+  CHECK_THROWS_WITH_AS(index_select(x, 1, from_vector<int64_t>({-1})), doctest::Contains("[3, 4]"), kiln::Error);
+  CHECK_THROWS_AS(index_select(x, 2, i), kiln::Error);
+  CHECK_THROWS_AS(index_select(x, 0, from_vector<int64_t>({0, 1}, {1, 2})), kiln::Error);
+  CHECK_THROWS_AS(index_select(x, 0, T({0}, {1})), kiln::Error);
+}
+
+TEST_CASE("index_select: gradcheck (repeated indices accumulate)") {
+  manual_seed(33);
+  Tensor i = from_vector<int64_t>({2, 0, 2, 2});
+  CHECK(gradcheck([&](auto& in) { return index_select(in[0], 0, i); }, {randn({3, 4}, f64)}));
+  CHECK(gradcheck([&](auto& in) { return index_select(in[0], 1, i); }, {randn({2, 3, 2}, f64)}));
+  CHECK(gradcheck([&](auto& in) { return index_select(in[0].t(), -1, i); }, {randn({3, 2}, f64)}));
+  Tensor w = randn({3, 300}, f64).requires_grad_();
+  sum(index_select(w, 0, i)).backward();
+  CHECK(w.grad().at({2, 299}) == 3.0);
+  CHECK(w.grad().at({0, 7}) == 1.0);
+  CHECK(w.grad().at({1, 0}) == 0.0);
+}
+
+TEST_CASE("gather: values, dtypes, errors") {
+  Tensor x = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor i1 = from_vector<int64_t>({2, 0, 1, 1}, {2, 2});
+  CHECK(gather(x, 1, i1).to_vector<double>() == std::vector<double>{3, 1, 5, 5});
+  Tensor i0 = from_vector<int64_t>({1, 0, 1}, {1, 3});
+  CHECK(gather(x, 0, i0).to_vector<double>() == std::vector<double>{4, 2, 6});
+  // index smaller than the input in a non-gather dim, int32 index, non-contiguous input
+  CHECK(gather(x, 1, from_vector<int32_t>({1}, {1, 1})).to_vector<double>() == std::vector<double>{2});
+  CHECK(gather(x.t(), 0, from_vector<int64_t>({1, 0}, {1, 2})).to_vector<double>() == std::vector<double>{2, 4});
+  // non-contiguous index
+  Tensor it = from_vector<int64_t>({0, 2, 1, 0}, {2, 2}).t();  // {{0, 1}, {2, 0}}
+  CHECK(gather(x, 1, it).to_vector<double>() == std::vector<double>{1, 2, 6, 4});
+  Tensor xi = from_vector<int64_t>({10, 20, 30}, {3});
+  CHECK(gather(xi, 0, from_vector<int64_t>({2, 2, 0})).to_vector<int64_t>() == std::vector<int64_t>{30, 30, 10});
+
+  CHECK_THROWS_WITH_AS(gather(x, 1, from_vector<int64_t>({3}, {1, 1})), doctest::Contains("index 3"), kiln::Error);
+  CHECK_THROWS_WITH_AS(gather(x, 1, from_vector<int64_t>({0}, {1})), doctest::Contains("[2, 3]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(gather(x, 1, zeros({3, 1}, {.dtype = DType::int64})), doctest::Contains("[3, 1]"),
+                       kiln::Error);
+  CHECK_THROWS_AS(gather(x, 2, i1), kiln::Error);
+  CHECK_THROWS_AS(gather(x, 0, from_vector<int64_t>({-1}, {1, 1})), kiln::Error);
+  CHECK_THROWS_AS(gather(x, 0, zeros({1, 1})), kiln::Error);
+}
+
+TEST_CASE("gather: gradcheck (scatter-add backward)") {
+  manual_seed(34);
+  Tensor i = from_vector<int64_t>({0, 2, 2, 1, 1, 1}, {2, 3});
+  CHECK(gradcheck([&](auto& in) { return gather(in[0], 1, i); }, {randn({2, 3}, f64)}));
+  Tensor j = from_vector<int64_t>({1, 1, 0, 1}, {2, 2});
+  CHECK(gradcheck([&](auto& in) { return gather(in[0], 0, j); }, {randn({2, 3}, f64)}));
+  CHECK(gradcheck([&](auto& in) { return gather(in[0].t(), 1, j); }, {randn({3, 2}, f64)}));
+  Tensor k = randint(0, 3, {2, 4, 2});
+  CHECK(gradcheck([&](auto& in) { return gather(in[0], 1, k); }, {randn({2, 3, 2}, f64)}));
+  CHECK(gradcheck([&](auto& in) { return gather(in[0], 2, k.narrow(2, 0, 1).narrow(1, 0, 3)); },
+                  {randn({2, 3, 3}, f64)}));
+  // index size 1 along dim
+  Tensor l = from_vector<int64_t>({2, 0}, {2, 1});
+  CHECK(gradcheck([&](auto& in) { return gather(in[0], 1, l); }, {randn({2, 3}, f64)}));
+}
+
+TEST_CASE("shape ops: larger inputs, thread count does not change results") {
+  manual_seed(35);
+  const int saved = get_num_threads();
+  Tensor a = randn({64, 300}), b = randn({64, 500});
+  Tensor x = randn({64, 1000}), gi = randint(0, 1000, {64, 700}), si = randint(0, 64, {1000});
+  Tensor g1 = randn({64, 700}), g2 = randn({1000, 1000});
+  std::vector<std::vector<Tensor>> runs;
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    Tensor c = cat({a, b}, 1), s = stack({a, a}, 1);
+    Tensor xa = x.clone().requires_grad_();
+    gather(xa, 1, gi).backward(g1);
+    Tensor xb = x.clone().requires_grad_();
+    Tensor is = index_select(xb, 0, si);
+    is.backward(g2);
+    Tensor xt = x.t().clone().requires_grad_();  // gather along dim 0 of a transposed view
+    gather(xt.t(), 1, gi).backward(g1);
+    runs.push_back({c, s, xa.grad(), is, xb.grad(), xt.grad()});
+  }
+  set_num_threads(saved);
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_abs_diff(runs[0][i], runs[1][i]) == 0.0);
+  }
+  CHECK(max_abs_diff(runs[0][0].narrow(1, 300, 500), b) == 0.0);
+  CHECK(max_abs_diff(runs[0][1].select(1, 1), a) == 0.0);
+  CHECK(max_abs_diff(runs[0][5].t(), runs[0][2]) == 0.0);
+  // index_select rows equal gather with the index broadcast over columns
+  Tensor rows = index_select(x, 0, si.narrow(0, 0, 10));
+  CHECK(max_abs_diff(rows, gather(x, 0, si.narrow(0, 0, 10).reshape({10, 1}).expand({10, 1000}))) == 0.0);
+}
