@@ -1,0 +1,84 @@
+// GradScaler: dynamic loss scaling for mixed-precision training (PyTorch's rules: scale
+// 2^16, x2 after growth_interval clean steps, x0.5 and a skipped step on inf/NaN grads),
+// and found_inf_and_unscale_, the one-pass unscale + inf/NaN check over gradients.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <vector>
+#include "core/autocast.h"
+#include "optim/optimizer.h"
+
+namespace kiln::optim {
+
+/// Multiplies every gradient by inv_scale in place and returns true when any of them held
+/// an inf or NaN before unscaling. One pass per gradient (the fused "unscale" kernel of the
+/// gradient's device, else tensor ops).
+bool found_inf_and_unscale_(std::vector<Tensor>& grads, float inv_scale);
+
+struct GradScalerOptions {
+  double init_scale = 65536.0;  ///< 2^16
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled = true;
+};
+
+/// Dynamic loss scaling (torch.amp.GradScaler):
+///   scaler.scale(loss).backward();
+///   scaler.unscale_(opt);                  // optional, e.g. before clip_grad_norm_
+///   scaler.step(opt);                      // skipped when a gradient is inf/NaN
+///   scaler.update();                       // backoff on inf, growth after clean steps
+/// The scale stays a positive, finite float32 value (clamped to [FLT_MIN, FLT_MAX]).
+/// When disabled every call is a pass-through (scale() returns the loss, step() steps).
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  /// loss * scale (the loss itself when disabled); a float16/bfloat16 loss is scaled in float32.
+  Tensor scale(const Tensor& loss) const;
+  /// Divides the optimizer's gradients by the scale (once per step) and records whether
+  /// any was inf/NaN. Throws if called twice for one optimizer before update().
+  void unscale_(Optimizer& opt);
+  /// Unscales (if not done yet) and runs opt.step() unless an inf/NaN was found; returns
+  /// whether the step ran. Throws if called twice for one optimizer before update().
+  bool step(Optimizer& opt);
+  /// Adjusts the scale from the inf checks since the last update (or sets new_scale).
+  void update(std::optional<double> new_scale = std::nullopt);
+
+  /// Current scale (1 when disabled).
+  double get_scale() const { return enabled_ ? scale_ : 1.0; }
+  int64_t growth_tracker() const { return growth_tracker_; }
+  bool is_enabled() const { return enabled_; }
+  double growth_factor() const { return growth_factor_; }
+  double backoff_factor() const { return backoff_factor_; }
+  int64_t growth_interval() const { return growth_interval_; }
+  /// Whether the last update() saw an inf/NaN (its step was skipped).
+  bool last_step_skipped() const { return last_found_inf_; }
+
+  /// "scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker" (0-dim).
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& sd);
+
+ private:
+  enum class Stage { ready, unscaled, stepped };
+  struct PerOpt {
+    Stage stage = Stage::ready;
+    bool found_inf = false;
+  };
+  double clamp_scale(double s) const;
+  double scale_;
+  double growth_factor_, backoff_factor_;
+  int64_t growth_interval_;
+  bool enabled_;
+  int64_t growth_tracker_ = 0;
+  bool last_found_inf_ = false;
+  std::map<const Optimizer*, PerOpt> per_opt_;
+};
+
+}  // namespace kiln::optim
+
+namespace kiln::amp {
+using ::kiln::optim::GradScaler;
+using ::kiln::optim::GradScalerOptions;
+}  // namespace kiln::amp

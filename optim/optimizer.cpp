@@ -1,0 +1,249 @@
+// Optimizer base: parameter-group bookkeeping, step() driver, zero_grad and the flat
+// state_dict()/load_state_dict() format shared by every optimizer.
+#include "optim/optimizer.h"
+#include <cmath>
+#include <set>
+#include "core/autograd.h"
+#include "ops/helpers.h"
+#include "optim/update_kernels.h"
+
+namespace kiln::optim {
+
+Optimizer::Optimizer(std::string name, const std::vector<ParamGroup>& groups) : name_(std::move(name)) {
+  std::set<const TensorImpl*> seen;
+  size_t total = 0;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const auto& ps = groups[gi].params;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const Tensor& p = ps[i];
+      KILN_CHECK(p.defined(), name_, ": parameter ", i, " of group ", gi, " is an undefined tensor");
+      KILN_CHECK(p.is_floating_point(), name_, ": can only optimize floating-point tensors; parameter ", i,
+                 " of group ", gi, " is ", describe(p));
+      KILN_CHECK(p.is_leaf(), name_, ": can't optimize a non-leaf tensor (parameter ", i, " of group ", gi, ", ",
+                 describe(p), ", produced by ", p.grad_fn()->name, "); pass leaf tensors (e.g. x.detach())");
+      KILN_CHECK(seen.insert(p.impl_ptr().get()).second, name_, ": parameter ", i, " of group ", gi, " (",
+                 describe(p), ") appears more than once in the parameter list");
+    }
+    total += ps.size();
+    groups_.push_back(ps);
+    state_.emplace_back(ps.size());
+  }
+  KILN_CHECK(total > 0, name_, ": got an empty parameter list");
+}
+
+const std::vector<Tensor>& Optimizer::params(size_t group) const {
+  KILN_CHECK(group < groups_.size(), name_, ": group ", group, " out of range (", groups_.size(), " groups)");
+  return groups_[group];
+}
+
+std::vector<Tensor> Optimizer::all_params() const {
+  std::vector<Tensor> all;
+  for (const auto& g : groups_) all.insert(all.end(), g.begin(), g.end());
+  return all;
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
+}
+
+double Optimizer::momentum(size_t) const {
+  KILN_FAIL(name_, ": this optimizer has no momentum (or beta1) hyperparameter");
+}
+void Optimizer::set_momentum(size_t, double) {
+  KILN_FAIL(name_, ": this optimizer has no momentum (or beta1) hyperparameter");
+}
+
+void Optimizer::step() {
+  NoGradGuard ng;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    check_options(g);
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const Tensor& p = groups_[g][i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      KILN_CHECK(grad.device() == p.device(), name_, ": the gradient of parameter ", i, " of group ", g, " is on ",
+                 grad.device().str(), " but the parameter (", describe(p), ") is on ", p.device().str());
+      if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
+      update(g, p, grad, state_[g][i]);
+    }
+  }
+  ++step_count_;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard ng;
+  for (auto& grp : groups_)
+    for (auto& p : grp) {
+      if (set_to_none) {
+        p.set_grad(Tensor());
+      } else {
+        Tensor g = p.grad();
+        if (g.defined()) g.zero_();
+      }
+    }
+}
+
+Tensor& Optimizer::buffer(ParamState& st, const std::string& name, const Tensor& p, bool* created) {
+  auto it = st.buffers.find(name);
+  if (it != st.buffers.end()) {
+    if (created) *created = false;
+    return it->second;
+  }
+  if (created) *created = true;
+  return st.buffers.emplace(name, zeros_like(p)).first->second;
+}
+
+bool Optimizer::fused_ok(const Tensor& p, std::initializer_list<const Tensor*> buffers) {
+  if (!fused_dtype_ok(p.dtype()) || !p.is_contiguous()) return false;
+  for (const Tensor* b : buffers) {
+    if (!b) continue;
+    if (!b->is_contiguous() || b->dtype() != p.dtype() || !(b->device() == p.device())) return false;
+  }
+  return true;
+}
+
+void Optimizer::assign_hparams(size_t group, const std::map<std::string, double>& h,
+                               const std::vector<std::pair<const char*, double*>>& fields) const {
+  for (const auto& [k, v] : h) {
+    (void)v;
+    bool known = false;
+    for (const auto& f : fields) known = known || k == f.first;
+    KILN_CHECK(known, name_, ".load_state_dict: unknown hyperparameter 'param_groups.", group, ".", k,
+               "' (is this the state of another optimizer?)");
+  }
+  for (const auto& f : fields) {
+    auto it = h.find(f.first);
+    KILN_CHECK(it != h.end(), name_, ".load_state_dict: missing hyperparameter 'param_groups.", group, ".",
+               f.first, "'");
+    *f.second = it->second;
+  }
+}
+
+// ---------------------------------------------------------------- state_dict
+
+StateDict Optimizer::state_dict() const {
+  NoGradGuard ng;
+  StateDict sd;
+  int64_t k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string gp = "param_groups." + std::to_string(g) + ".";
+    std::vector<int64_t> idx(groups_[g].size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = k + int64_t(i);
+    sd[gp + "params"] = from_vector(idx, {int64_t(idx.size())});
+    for (const auto& [n, v] : group_hparams(g)) sd[gp + n] = scalar_tensor(v, {.dtype = DType::float64});
+    for (size_t i = 0; i < groups_[g].size(); ++i, ++k) {
+      const ParamState& st = state_[g][i];
+      if (st.step == 0 && st.buffers.empty()) continue;
+      const std::string sp = "state." + std::to_string(k) + ".";
+      sd[sp + "step"] = scalar_tensor(double(st.step), {.dtype = DType::int64});
+      for (const auto& [n, b] : st.buffers) sd[sp + n] = b.detach().clone();
+    }
+  }
+  sd["step_count"] = scalar_tensor(double(step_count_), {.dtype = DType::int64});
+  return sd;
+}
+
+namespace {
+std::vector<std::string> split_key(const std::string& s) {
+  std::vector<std::string> parts;
+  size_t b = 0;
+  for (;;) {
+    size_t e = s.find('.', b);
+    parts.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return parts;
+}
+bool parse_index(const std::string& s, size_t& out) {
+  if (s.empty() || s.size() > 12) return false;
+  size_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + size_t(c - '0');
+  }
+  out = v;
+  return true;
+}
+}  // namespace
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  NoGradGuard ng;
+  const size_t G = groups_.size();
+  std::vector<std::pair<size_t, size_t>> where;  // global index -> (group, index)
+  for (size_t g = 0; g < G; ++g)
+    for (size_t i = 0; i < groups_[g].size(); ++i) where.emplace_back(g, i);
+  std::vector<std::map<std::string, double>> hp(G);
+  std::vector<bool> seen_params(G, false);
+  std::vector<std::vector<ParamState>> fresh;
+  for (size_t g = 0; g < G; ++g) fresh.emplace_back(groups_[g].size());
+  int64_t count = step_count_;
+  const auto names = buffer_names();
+  auto scalar_of = [&](const std::string& key, const Tensor& t) {
+    KILN_CHECK(t.defined() && t.numel() == 1, name_, ".load_state_dict: '", key,
+               "' must be a one-element tensor, got ", t.defined() ? describe(t) : std::string("undefined"));
+    return t.item();
+  };
+
+  for (const auto& [key, t] : sd) {
+    if (key == "step_count") {
+      count = int64_t(scalar_of(key, t));
+      continue;
+    }
+    auto parts = split_key(key);
+    size_t idx = 0;
+    KILN_CHECK(parts.size() == 3 && (parts[0] == "param_groups" || parts[0] == "state") && parse_index(parts[1], idx),
+               name_, ".load_state_dict: unexpected key '", key, "'");
+    if (parts[0] == "param_groups") {
+      KILN_CHECK(idx < G, name_, ".load_state_dict: the state has a group ", idx, " ('", key,
+                 "') but this optimizer has ", G, " group(s)");
+      if (parts[2] == "params") {
+        KILN_CHECK(t.defined() && t.dim() == 1 && int64_t(groups_[idx].size()) == t.numel(), name_,
+                   ".load_state_dict: group ", idx, " has ", groups_[idx].size(), " parameter(s) but '", key,
+                   "' is ", t.defined() ? describe(t) : std::string("undefined"));
+        seen_params[idx] = true;
+      } else {
+        hp[idx][parts[2]] = scalar_of(key, t);
+      }
+      continue;
+    }
+    KILN_CHECK(idx < where.size(), name_, ".load_state_dict: '", key, "' refers to parameter ", idx,
+               " but this optimizer has ", where.size(), " parameter(s)");
+    auto [g, i] = where[idx];
+    const Tensor& p = groups_[g][i];
+    ParamState& st = fresh[g][i];
+    if (parts[2] == "step") {
+      st.step = int64_t(scalar_of(key, t));
+      continue;
+    }
+    bool known = false;
+    for (const auto& n : names) known = known || n == parts[2];
+    KILN_CHECK(known, name_, ".load_state_dict: unknown state buffer '", key,
+               "' (is this the state of another optimizer?)");
+    KILN_CHECK(t.defined() && t.shape() == p.shape(), name_, ".load_state_dict: '", key, "' is ",
+               t.defined() ? describe(t) : std::string("undefined"), " but parameter ", idx, " has shape ",
+               shape_str(p.shape()));
+    Tensor b = empty_like(p);
+    b.copy_(t.detach());
+    st.buffers[parts[2]] = b;
+  }
+  for (size_t g = 0; g < G; ++g)
+    KILN_CHECK(seen_params[g], name_, ".load_state_dict: missing key 'param_groups.", g, ".params'");
+
+  // apply hyperparameters atomically (restore the old ones if any group is rejected)
+  std::vector<std::map<std::string, double>> old(G);
+  for (size_t g = 0; g < G; ++g) old[g] = group_hparams(g);
+  try {
+    for (size_t g = 0; g < G; ++g) {
+      set_group_hparams(g, hp[g]);
+      check_options(g);
+    }
+  } catch (...) {
+    for (size_t g = 0; g < G; ++g) set_group_hparams(g, old[g]);
+    throw;
+  }
+  state_ = std::move(fresh);
+  step_count_ = count;
+}
+
+}  // namespace kiln::optim

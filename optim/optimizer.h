@@ -1,0 +1,129 @@
+// Optimizer base class: parameter groups, per-parameter state (named buffers + step),
+// zero_grad, per-group learning rate, and state_dict()/load_state_dict() as one flat
+// ordered map name -> Tensor (scalars are 0-dim tensors), ready for a safetensors writer.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+#include "core/tensor.h"
+
+namespace kiln::optim {
+
+/// A flat, ordered name -> Tensor map. Scalars are 0-dim tensors (float64 for
+/// hyperparameters, int64 for counters). Optimizer layout (PyTorch's, flattened):
+///   "param_groups.<g>.params"    int64 (n_g): global indices of the group's parameters
+///   "param_groups.<g>.<hparam>"  float64 0-dim: lr, weight_decay, momentum, beta1, ...
+///   "state.<i>.step"             int64 0-dim: updates applied to parameter i
+///   "state.<i>.<buffer>"         tensor shaped like parameter i (momentum_buffer, exp_avg, ...)
+///   "step_count"                 int64 0-dim: number of step() calls
+using StateDict = std::map<std::string, Tensor>;
+using OptimizerState = StateDict;
+
+/// Parameters with optional per-group overrides of the optimizer's options:
+///   optim::SGD opt({{.params = body}, {.params = head, .lr = 0.1}}, {.lr = 0.01, .momentum = 0.9});
+struct ParamGroup {
+  std::vector<Tensor> params = {};
+  std::optional<double> lr = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+};
+
+/// Base of every optimizer. Parameters are leaf tensors updated in place under NoGradGuard;
+/// a parameter whose grad is undefined is skipped by step(). Not copyable (a GradScaler and
+/// schedulers refer to it).
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Applies one update to every parameter that has a gradient.
+  virtual void step();
+  /// Clears gradients: undefined (set_to_none, the default, like PyTorch) or zero-filled.
+  void zero_grad(bool set_to_none = true);
+
+  /// "SGD", "Adam", ...
+  const std::string& name() const { return name_; }
+  size_t num_groups() const { return groups_.size(); }
+  /// The parameters of one group.
+  const std::vector<Tensor>& params(size_t group) const;
+  /// All parameters, group by group (the order of the state_dict indices).
+  std::vector<Tensor> all_params() const;
+
+  /// Learning rate of a group.
+  virtual double lr(size_t group = 0) const = 0;
+  /// Sets the learning rate of one group.
+  virtual void set_lr(size_t group, double lr) = 0;
+  /// Sets the learning rate of every group.
+  void set_lr(double lr);
+
+  /// Whether the optimizer has a momentum-like hyperparameter (SGD/RMSprop momentum,
+  /// Adam beta1) that OneCycleLR can cycle.
+  virtual bool supports_momentum() const { return false; }
+  virtual double momentum(size_t group) const;
+  virtual void set_momentum(size_t group, double m);
+
+  /// Number of step() calls so far.
+  int64_t step_count() const { return step_count_; }
+
+  /// Snapshot (copies) of the hyperparameters and per-parameter state.
+  virtual StateDict state_dict() const;
+  /// Restores a state_dict() of an optimizer of the same kind over the same parameter
+  /// layout; state tensors are copied to each parameter's device and dtype. Throws
+  /// kiln::Error (changing nothing) on unknown keys, wrong group layout or shapes.
+  virtual void load_state_dict(const StateDict& sd);
+
+ protected:
+  /// Per-parameter state: number of updates applied and named buffers.
+  struct ParamState {
+    int64_t step = 0;
+    std::map<std::string, Tensor> buffers;
+  };
+
+  Optimizer(std::string name, const std::vector<ParamGroup>& groups);
+
+  /// Updates one parameter p with its gradient g (same device, converted to p's dtype)
+  /// under NoGradGuard. Called by step() for each parameter with a defined grad.
+  virtual void update(size_t group, Tensor p, const Tensor& g, ParamState& st) = 0;
+  /// Hyperparameters of a group by name (for state_dict) and their restore.
+  virtual std::map<std::string, double> group_hparams(size_t group) const = 0;
+  virtual void set_group_hparams(size_t group, const std::map<std::string, double>& h) = 0;
+  /// Names of the per-parameter buffers this optimizer may keep.
+  virtual std::vector<std::string> buffer_names() const = 0;
+  /// Throws kiln::Error when a group's options are invalid (called by constructors and step()).
+  virtual void check_options(size_t group) const = 0;
+
+  /// Assigns h[name] to each listed field; throws on unknown or missing names.
+  void assign_hparams(size_t group, const std::map<std::string, double>& h,
+                      const std::vector<std::pair<const char*, double*>>& fields) const;
+  /// True when the fused kernel can run on p and its state buffers: p is contiguous with a
+  /// float32/float64 dtype and every (non-null) buffer is contiguous with p's dtype and device.
+  static bool fused_ok(const Tensor& p, std::initializer_list<const Tensor*> buffers);
+
+  /// st.buffers[name], created as zeros_like(p) when missing (sets *created if given).
+  Tensor& buffer(ParamState& st, const std::string& name, const Tensor& p, bool* created = nullptr);
+
+  std::string name_;
+  std::vector<std::vector<Tensor>> groups_;
+  std::vector<std::vector<ParamState>> state_;
+  int64_t step_count_ = 0;
+};
+
+/// Resolves a group's options from the defaults and the group's overrides.
+template <class Options>
+Options resolve_group_options(const Options& defaults, const ParamGroup& g) {
+  Options o = defaults;
+  if (g.lr) o.lr = *g.lr;
+  if (g.weight_decay) o.weight_decay = *g.weight_decay;
+  return o;
+}
+
+/// One group holding all params.
+inline std::vector<ParamGroup> single_group(const std::vector<Tensor>& params) {
+  return {ParamGroup{.params = params}};
+}
+
+}  // namespace kiln::optim

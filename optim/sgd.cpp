@@ -1,0 +1,70 @@
+// SGD: options checks, the fused-kernel call and the generic tensor-op fallback.
+#include "optim/sgd.h"
+#include <cmath>
+#include "ops/elementwise.h"
+#include "optim/update_kernels.h"
+
+namespace kiln::optim {
+
+SGD::SGD(const std::vector<Tensor>& params, SGDOptions o) : SGD(single_group(params), o) {}
+
+SGD::SGD(const std::vector<ParamGroup>& groups, SGDOptions o) : Optimizer("SGD", groups) {
+  for (const auto& g : groups) opts_.push_back(resolve_group_options(o, g));
+  for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
+}
+
+void SGD::check_options(size_t group) const {
+  const SGDOptions& o = opts_.at(group);
+  KILN_CHECK(o.lr >= 0, "SGD: invalid learning rate ", o.lr, " in group ", group, " (expected >= 0)");
+  KILN_CHECK(o.momentum >= 0, "SGD: invalid momentum ", o.momentum, " in group ", group, " (expected >= 0)");
+  KILN_CHECK(o.weight_decay >= 0, "SGD: invalid weight_decay ", o.weight_decay, " in group ", group,
+             " (expected >= 0)");
+  KILN_CHECK(std::isfinite(o.dampening), "SGD: invalid dampening ", o.dampening, " in group ", group);
+  KILN_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD: nesterov momentum requires momentum > 0 "
+             "and dampening == 0 (group ", group, " has momentum ", o.momentum, ", dampening ", o.dampening, ")");
+}
+
+void SGD::update(size_t group, Tensor p, const Tensor& g, ParamState& st) {
+  const SGDOptions& o = opts_[group];
+  SgdScalars s{.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening, .weight_decay = o.weight_decay,
+               .nesterov = o.nesterov, .first = false};
+  Tensor* buf = nullptr;
+  if (o.momentum != 0) buf = &buffer(st, "momentum_buffer", p, &s.first);
+  ++st.step;
+  auto* k = reinterpret_cast<SgdKernelFn*>(fused_update_kernel(FusedUpdate::sgd, p.device()));
+  if (k && fused_ok(p, {buf})) {
+    Tensor gc = g.contiguous();
+    k(p.dtype(), p.raw_data(), gc.raw_data(), buf ? buf->raw_data() : nullptr, p.numel(), s);
+    return;
+  }
+  // generic path from tensor ops (any device with elementwise kernels)
+  Tensor d = g;
+  if (o.weight_decay != 0) d = add(d, mul(p, o.weight_decay));
+  if (buf) {
+    if (s.first) {
+      buf->copy_(d);
+    } else {
+      buf->mul_(o.momentum);
+      buf->add_(d, 1.0 - o.dampening);
+    }
+    d = o.nesterov ? add(d, mul(*buf, o.momentum)) : *buf;
+  }
+  p.add_(d, -o.lr);
+}
+
+std::map<std::string, double> SGD::group_hparams(size_t group) const {
+  const SGDOptions& o = opts_.at(group);
+  return {{"lr", o.lr}, {"momentum", o.momentum}, {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay}, {"nesterov", o.nesterov ? 1.0 : 0.0}};
+}
+
+void SGD::set_group_hparams(size_t group, const std::map<std::string, double>& h) {
+  SGDOptions o = opts_.at(group);
+  double nesterov = 0;
+  assign_hparams(group, h, {{"lr", &o.lr}, {"momentum", &o.momentum}, {"dampening", &o.dampening},
+                            {"weight_decay", &o.weight_decay}, {"nesterov", &nesterov}});
+  o.nesterov = nesterov != 0;
+  opts_.at(group) = o;
+}
+
+}  // namespace kiln::optim

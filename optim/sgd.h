@@ -1,0 +1,45 @@
+// SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD semantics).
+#pragma once
+#include "optim/optimizer.h"
+
+namespace kiln::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;  ///< L2: added to the gradient
+  bool nesterov = false;      ///< needs momentum > 0 and dampening == 0
+};
+
+/// torch.optim.SGD: g += wd*p; buf = g (first step) or momentum*buf + (1-dampening)*g;
+/// g = nesterov ? g + momentum*buf : buf; p -= lr*g. State: "momentum_buffer".
+///   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
+class SGD : public Optimizer {
+ public:
+  using Options = SGDOptions;
+  SGD(const std::vector<Tensor>& params, SGDOptions options = {});
+  SGD(const std::vector<ParamGroup>& groups, SGDOptions options = {});
+
+  /// The (resolved) options of a group; changes take effect at the next step.
+  SGDOptions& options(size_t group = 0) { return opts_.at(group); }
+  const SGDOptions& options(size_t group = 0) const { return opts_.at(group); }
+  double lr(size_t group = 0) const override { return opts_.at(group).lr; }
+  void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
+  using Optimizer::set_lr;
+  bool supports_momentum() const override { return true; }
+  double momentum(size_t group) const override { return opts_.at(group).momentum; }
+  void set_momentum(size_t group, double m) override { opts_.at(group).momentum = m; }
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"momentum_buffer"}; }
+  void check_options(size_t group) const override;
+
+ private:
+  std::vector<SGDOptions> opts_;
+};
+
+}  // namespace kiln::optim

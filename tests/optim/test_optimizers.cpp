@@ -1,0 +1,512 @@
+// Optimizers (SGD, Adam, AdamW, RMSprop) against plain-loop references of PyTorch's
+// formulas, parameter groups, skipped parameters, zero_grad, the generic (tensor-op) path,
+// state_dict resume (bitwise) and argument errors.
+#include <doctest/doctest.h>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+#include "gradcheck.h"
+
+using namespace kiln;
+namespace optim = kiln::optim;
+using Vec = std::vector<double>;
+
+namespace {
+
+/// A leaf parameter with the given values.
+Tensor param(const Vec& v, DType dt = DType::float32) {
+  Tensor p = from_vector(v, {int64_t(v.size())}).to(dt).detach();
+  p.requires_grad_();
+  return p;
+}
+void set_grad(const Tensor& p, const Vec& g) { p.set_grad(from_vector(g, {int64_t(g.size())}).to(p.dtype())); }
+
+/// Three steps of gradients for a 4-element parameter.
+const Vec kP0 = {0.5, -1.25, 2.0, 0.1};
+const std::vector<Vec> kGrads = {{0.3, -0.2, 1.5, -0.05}, {-0.1, 0.4, 0.9, 0.02}, {0.25, -0.6, -1.2, 0.0}};
+
+void check_close(const Tensor& p, const Vec& ref, double rtol, const char* what) {
+  auto v = p.to_vector<double>();
+  REQUIRE(v.size() == ref.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    INFO(what << " element " << i << ": got " << v[i] << " expected " << ref[i]);
+    CHECK(std::fabs(v[i] - ref[i]) <= rtol * std::fabs(ref[i]) + rtol * 1e-3);
+  }
+}
+
+// ---- plain-loop references (PyTorch's single-tensor formulas, in double) ----
+struct SgdRef {
+  double lr, momentum = 0, dampening = 0, wd = 0;
+  bool nesterov = false;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec buf(p.size(), 0.0);
+    for (size_t t = 0; t < grads.size(); ++t)
+      for (size_t i = 0; i < p.size(); ++i) {
+        double g = grads[t][i];
+        if (wd != 0) g += wd * p[i];
+        if (momentum != 0) {
+          buf[i] = t == 0 ? g : momentum * buf[i] + (1 - dampening) * g;
+          g = nesterov ? g + momentum * buf[i] : buf[i];
+        }
+        p[i] -= lr * g;
+      }
+    return p;
+  }
+};
+struct AdamRef {
+  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0;
+  bool decoupled = false, amsgrad = false;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec m(p.size(), 0.0), v(p.size(), 0.0), vmax(p.size(), 0.0);
+    for (size_t t = 0; t < grads.size(); ++t) {
+      const double step = double(t + 1);
+      for (size_t i = 0; i < p.size(); ++i) {
+        double g = grads[t][i];
+        if (decoupled) p[i] *= 1 - lr * wd;
+        else g += wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        double vh = v[i];
+        if (amsgrad) vh = vmax[i] = std::max(vmax[i], v[i]);
+        const double mhat = m[i] / (1 - std::pow(b1, step));
+        const double vhat = vh / (1 - std::pow(b2, step));
+        p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+      }
+    }
+    return p;
+  }
+};
+struct RmspropRef {
+  double lr, alpha = 0.99, eps = 1e-8, wd = 0, momentum = 0;
+  bool centered = false;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec sq(p.size(), 0.0), ga(p.size(), 0.0), buf(p.size(), 0.0);
+    for (const auto& gs : grads)
+      for (size_t i = 0; i < p.size(); ++i) {
+        double g = gs[i] + wd * p[i];
+        sq[i] = alpha * sq[i] + (1 - alpha) * g * g;
+        double avg;
+        if (centered) {
+          ga[i] = alpha * ga[i] + (1 - alpha) * g;
+          avg = std::sqrt(sq[i] - ga[i] * ga[i]) + eps;
+        } else {
+          avg = std::sqrt(sq[i]) + eps;
+        }
+        if (momentum > 0) {
+          buf[i] = momentum * buf[i] + g / avg;
+          p[i] -= lr * buf[i];
+        } else {
+          p[i] -= lr * g / avg;
+        }
+      }
+    return p;
+  }
+};
+
+/// Runs `opt` over the three kGrads steps on parameter p.
+void run_steps(optim::Optimizer& opt, const Tensor& p) {
+  for (const auto& g : kGrads) {
+    set_grad(p, g);
+    opt.step();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SGD matches the reference formula (plain, momentum, dampening, nesterov, weight decay)") {
+  struct Case { const char* name; optim::SGDOptions o; };
+  const Case cases[] = {
+      {"plain", {.lr = 0.1}},
+      {"momentum", {.lr = 0.1, .momentum = 0.9}},
+      {"dampening", {.lr = 0.05, .momentum = 0.8, .dampening = 0.3}},
+      {"nesterov", {.lr = 0.1, .momentum = 0.9, .nesterov = true}},
+      {"weight decay", {.lr = 0.1, .momentum = 0.5, .weight_decay = 0.01}},
+      {"nesterov + wd", {.lr = 0.2, .momentum = 0.7, .weight_decay = 0.1, .nesterov = true}},
+  };
+  for (DType dt : {DType::float64, DType::float32}) {
+    for (const auto& c : cases) {
+      CAPTURE(c.name);
+      Tensor p = param(kP0, dt);
+      optim::SGD opt({p}, c.o);
+      run_steps(opt, p);
+      SgdRef ref{.lr = c.o.lr, .momentum = c.o.momentum, .dampening = c.o.dampening, .wd = c.o.weight_decay,
+                 .nesterov = c.o.nesterov};
+      check_close(p, ref.run(kP0, kGrads), dt == DType::float64 ? 1e-12 : 1e-6, c.name);
+      CHECK(opt.step_count() == 3);
+    }
+  }
+}
+
+TEST_CASE("SGD: hand-computed values for two momentum steps") {
+  // p = 1, g1 = 2, g2 = 1, lr 0.1, momentum 0.9:
+  // buf1 = 2, p1 = 1 - 0.2 = 0.8; buf2 = 0.9*2 + 1 = 2.8, p2 = 0.8 - 0.28 = 0.52
+  Tensor p = param({1.0}, DType::float64);
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(p, {2.0});
+  opt.step();
+  CHECK(p.item() == doctest::Approx(0.8).epsilon(1e-14));
+  set_grad(p, {1.0});
+  opt.step();
+  CHECK(p.item() == doctest::Approx(0.52).epsilon(1e-14));
+}
+
+TEST_CASE("Adam and AdamW match the reference formula (L2 / decoupled decay, amsgrad)") {
+  struct Case { const char* name; AdamRef ref; };
+  const Case cases[] = {
+      {"adam", {.lr = 0.01}},
+      {"adam betas", {.lr = 0.02, .b1 = 0.8, .b2 = 0.95, .eps = 1e-6}},
+      {"adam l2", {.lr = 0.01, .wd = 0.1}},
+      {"adam amsgrad", {.lr = 0.01, .amsgrad = true}},
+      {"adamw", {.lr = 0.01, .wd = 0.01, .decoupled = true}},
+      {"adamw strong decay amsgrad", {.lr = 0.05, .wd = 0.5, .decoupled = true, .amsgrad = true}},
+  };
+  for (DType dt : {DType::float64, DType::float32}) {
+    for (const auto& c : cases) {
+      CAPTURE(c.name);
+      Tensor p = param(kP0, dt);
+      const auto& r = c.ref;
+      std::unique_ptr<optim::Optimizer> opt;
+      if (r.decoupled)
+        opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{
+            .lr = r.lr, .betas = {r.b1, r.b2}, .eps = r.eps, .weight_decay = r.wd, .amsgrad = r.amsgrad});
+      else
+        opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{
+            .lr = r.lr, .betas = {r.b1, r.b2}, .eps = r.eps, .weight_decay = r.wd, .amsgrad = r.amsgrad});
+      run_steps(*opt, p);
+      check_close(p, r.run(kP0, kGrads), dt == DType::float64 ? 1e-12 : 2e-6, c.name);
+    }
+  }
+}
+
+TEST_CASE("Adam: first step moves each element by lr * sign(g) (bias correction)") {
+  Tensor p = param({1.0, -2.0, 3.0}, DType::float64);
+  optim::Adam opt({p}, {.lr = 0.1, .eps = 0.0});
+  set_grad(p, {0.5, -7.0, 1e-3});
+  opt.step();
+  check_close(p, {0.9, -1.9, 2.9}, 1e-12, "adam step 1");
+}
+
+TEST_CASE("AdamW: default weight decay is 0.01 and is decoupled") {
+  Tensor p = param({2.0}, DType::float64);
+  optim::AdamW opt({p}, {.lr = 0.1});
+  CHECK(opt.options().weight_decay == 0.01);
+  set_grad(p, {0.0});  // zero gradient: only the decay moves p
+  opt.step();
+  CHECK(p.item() == doctest::Approx(2.0 * (1 - 0.1 * 0.01)).epsilon(1e-14));
+}
+
+TEST_CASE("RMSprop matches the reference formula (plain, centered, momentum, weight decay)") {
+  struct Case { const char* name; optim::RMSpropOptions o; };
+  const Case cases[] = {
+      {"plain", {.lr = 0.01}},
+      {"alpha eps", {.lr = 0.02, .alpha = 0.9, .eps = 1e-4}},
+      {"centered", {.lr = 0.01, .centered = true}},
+      {"momentum", {.lr = 0.01, .momentum = 0.9}},
+      {"all", {.lr = 0.01, .alpha = 0.95, .weight_decay = 0.1, .momentum = 0.5, .centered = true}},
+  };
+  for (DType dt : {DType::float64, DType::float32}) {
+    for (const auto& c : cases) {
+      CAPTURE(c.name);
+      Tensor p = param(kP0, dt);
+      optim::RMSprop opt({p}, c.o);
+      run_steps(opt, p);
+      RmspropRef ref{.lr = c.o.lr, .alpha = c.o.alpha, .eps = c.o.eps, .wd = c.o.weight_decay,
+                     .momentum = c.o.momentum, .centered = c.o.centered};
+      check_close(p, ref.run(kP0, kGrads), dt == DType::float64 ? 1e-12 : 2e-6, c.name);
+    }
+  }
+}
+
+TEST_CASE("parameter groups: per-group lr and weight decay overrides") {
+  Tensor a = param(kP0, DType::float64), b = param(kP0, DType::float64);
+  optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5, .weight_decay = 0.2}}, {.lr = 0.1, .momentum = 0.9});
+  REQUIRE(opt.num_groups() == 2);
+  CHECK(opt.lr(0) == 0.1);
+  CHECK(opt.lr(1) == 0.5);
+  CHECK(opt.options(1).momentum == 0.9);
+  for (const auto& g : kGrads) {
+    set_grad(a, g);
+    set_grad(b, g);
+    opt.step();
+  }
+  check_close(a, SgdRef{.lr = 0.1, .momentum = 0.9}.run(kP0, kGrads), 1e-12, "group 0");
+  check_close(b, SgdRef{.lr = 0.5, .momentum = 0.9, .wd = 0.2}.run(kP0, kGrads), 1e-12, "group 1");
+
+  // Adam with groups; set_lr on one group and on all
+  Tensor c = param(kP0, DType::float64), d = param(kP0, DType::float64);
+  optim::Adam adam({{.params = {c}, .lr = 0.05}, {.params = {d}}}, {.lr = 0.01});
+  CHECK(adam.lr(0) == 0.05);
+  CHECK(adam.lr(1) == 0.01);
+  run_steps(adam, c);  // d has no grad: untouched
+  check_close(c, AdamRef{.lr = 0.05}.run(kP0, kGrads), 1e-12, "adam group 0");
+  check_close(d, kP0, 0.0, "adam group 1 (no grad)");
+  adam.set_lr(1, 0.3);
+  CHECK(adam.lr(1) == 0.3);
+  adam.set_lr(0.7);
+  CHECK(adam.lr(0) == 0.7);
+  CHECK(adam.lr(1) == 0.7);
+  CHECK(adam.all_params().size() == 2);
+}
+
+TEST_CASE("parameters without a gradient are skipped and get no state") {
+  Tensor a = param(kP0, DType::float64), b = param({1.0, 2.0}, DType::float64);
+  optim::Adam opt({a, b}, {.lr = 0.01});
+  set_grad(a, kGrads[0]);
+  opt.step();
+  CHECK(b.to_vector<double>() == Vec{1.0, 2.0});
+  auto sd = opt.state_dict();
+  CHECK(sd.count("state.0.exp_avg") == 1);
+  CHECK(sd.count("state.1.exp_avg") == 0);
+  CHECK(sd.count("state.1.step") == 0);
+  CHECK(sd.at("state.0.step").item() == 1);
+  // b's first update later uses its own step count (bias correction of step 1)
+  set_grad(a, kGrads[1]);
+  set_grad(b, {0.5, -0.5});
+  opt.step();
+  check_close(b, {0.99, 2.01}, 1e-9, "b after its first step");
+  CHECK(opt.state_dict().at("state.1.step").item() == 1);
+  CHECK(opt.state_dict().at("state.0.step").item() == 2);
+}
+
+TEST_CASE("zero_grad clears gradients (undefined by default, zeros on request)") {
+  Tensor a = param(kP0), b = param({1.0});
+  optim::SGD opt({a, b}, {.lr = 0.1});
+  set_grad(a, kGrads[0]);
+  set_grad(b, {3.0});
+  opt.zero_grad(false);
+  REQUIRE(a.grad().defined());
+  CHECK(a.grad().to_vector<double>() == Vec{0, 0, 0, 0});
+  opt.zero_grad();
+  CHECK(!a.grad().defined());
+  CHECK(!b.grad().defined());
+  opt.step();  // no grads: nothing moves
+  CHECK(b.item() == 1.0);
+}
+
+TEST_CASE("gradients accumulated by backward drive the step (requires_grad leaves, NoGradGuard inside)") {
+  Tensor w = param({1.0, 2.0, 3.0});
+  optim::SGD opt({w}, {.lr = 0.5});
+  Tensor loss = sum(mul(w, w));  // d/dw = 2w
+  loss.backward();
+  opt.step();
+  check_close(w, {0.0, 0.0, 0.0}, 1e-7, "w after one step");
+  CHECK(w.requires_grad());
+  CHECK(w.is_leaf());
+}
+
+TEST_CASE("generic tensor-op path (non-contiguous and bfloat16 parameters) matches the fused CPU path") {
+  // a transposed leaf is not contiguous, so the fused kernel is not chosen
+  manual_seed(3);
+  Tensor base = randn({3, 4}, {.dtype = DType::float64});
+  Tensor gsrc = randn({4, 3}, {.dtype = DType::float64});
+  auto run = [&](bool noncontig, int which) {
+    Tensor p = noncontig ? base.t().detach() : base.t().contiguous().detach();
+    p.requires_grad_();
+    REQUIRE(p.is_contiguous() == !noncontig);
+    std::unique_ptr<optim::Optimizer> opt;
+    if (which == 0) opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{
+                        .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+    if (which == 1) opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{
+                        .lr = 0.01, .weight_decay = 0.1, .amsgrad = true});
+    if (which == 2) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 0.01});
+    if (which == 3) opt = std::make_unique<optim::RMSprop>(std::vector<Tensor>{p}, optim::RMSpropOptions{
+                        .lr = 0.01, .weight_decay = 0.1, .momentum = 0.5, .centered = true});
+    for (int s = 0; s < 3; ++s) {
+      p.set_grad(mul(gsrc, double(s + 1) * (s % 2 ? -1.0 : 1.0)));
+      opt->step();
+    }
+    return p.contiguous();
+  };
+  for (int which = 0; which < 4; ++which) {
+    CAPTURE(which);
+    CHECK(test::max_abs_diff(run(true, which), run(false, which)) < 1e-12);
+  }
+  // bfloat16 parameters take the generic path too (computed in float32, rounded back)
+  Tensor pb = param(kP0, DType::bfloat16), pf = param(kP0, DType::float32);
+  optim::SGD ob({pb}, {.lr = 0.1, .momentum = 0.9}), of({pf}, {.lr = 0.1, .momentum = 0.9});
+  run_steps(ob, pb);
+  run_steps(of, pf);
+  CHECK(pb.dtype() == DType::bfloat16);
+  CHECK(test::max_abs_diff(pb, pf) < 0.03);
+}
+
+TEST_CASE("a float32 parameter with a float64 gradient is updated in its own dtype") {
+  Tensor p = param(kP0);
+  optim::SGD opt({p}, {.lr = 0.1});
+  p.set_grad(from_vector(kGrads[0], {4}));  // float64
+  opt.step();
+  CHECK(p.dtype() == DType::float32);
+  check_close(p, SgdRef{.lr = 0.1}.run(kP0, {kGrads[0]}), 1e-6, "sgd");
+}
+
+// ------------------------------------------------------------------ state_dict
+
+namespace {
+
+/// Deterministic gradient for step k from the current parameter values.
+void synth_grads(const std::vector<Tensor>& ps, int k) {
+  for (size_t j = 0; j < ps.size(); ++j) {
+    auto v = ps[j].to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.3 * v[i] + std::cos(double(i + 7 * j + 3 * k));
+    ps[j].set_grad(from_vector(v, ps[j].shape()).to(ps[j].dtype()));
+  }
+}
+
+std::vector<Tensor> make_params() {
+  manual_seed(11);
+  std::vector<Tensor> ps = {randn({5, 3}), randn({3}), randn({2, 2})};
+  for (auto& p : ps) p.requires_grad_();
+  return ps;
+}
+
+std::vector<Tensor> clone_params(const std::vector<Tensor>& ps) {
+  std::vector<Tensor> out;
+  for (const auto& p : ps) {
+    Tensor c = p.detach().clone();
+    c.requires_grad_();
+    out.push_back(c);
+  }
+  return out;
+}
+
+using Factory = std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>&)>;
+
+void check_resume(const Factory& make, int N, int k) {
+  // (a) N steps straight
+  auto pa = make_params();
+  auto oa = make(pa);
+  for (int s = 0; s < N; ++s) { synth_grads(pa, s); oa->step(); }
+  // (b) k steps, save, fresh optimizer over copies of the params, load, N-k steps
+  auto pb = make_params();
+  auto ob = make(pb);
+  for (int s = 0; s < k; ++s) { synth_grads(pb, s); ob->step(); }
+  optim::StateDict sd = ob->state_dict();
+  auto pc = clone_params(pb);
+  // training (b) further must not change the saved state (it is a copy)
+  synth_grads(pb, 99);
+  ob->step();
+  auto oc = make(pc);
+  oc->set_lr(123.0);  // overwritten by the load
+  oc->load_state_dict(sd);
+  CHECK(oc->step_count() == k);
+  CHECK(oc->lr(0) == ob->lr(0));
+  for (int s = k; s < N; ++s) { synth_grads(pc, s); oc->step(); }
+  for (size_t j = 0; j < pa.size(); ++j) {
+    auto va = pa[j].to_vector<float>(), vc = pc[j].to_vector<float>();
+    CHECK(va == vc);  // bitwise
+  }
+  CHECK(oc->step_count() == N);
+}
+
+}  // namespace
+
+TEST_CASE("state_dict / load_state_dict resume training bitwise") {
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3,
+                                                              .nesterov = true});
+  }, 7, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.01, .amsgrad = true});
+  }, 7, 4);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    // two groups with different lrs
+    return std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{.params = {ps[0]}, .lr = 0.02},
+                                                                         {.params = {ps[1], ps[2]}}},
+                                          optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.05});
+  }, 6, 2);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::RMSprop>(ps, optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
+  }, 6, 3);
+}
+
+TEST_CASE("state_dict layout: flat names, 0-dim scalars, hyperparameters restored") {
+  auto ps = make_params();
+  optim::Adam opt({{.params = {ps[0]}}, {.params = {ps[1], ps[2]}, .lr = 0.5}}, {.lr = 0.01, .betas = {0.8, 0.9}});
+  synth_grads(ps, 0);
+  opt.step();
+  auto sd = opt.state_dict();
+  for (const char* k : {"param_groups.0.params", "param_groups.0.lr", "param_groups.0.beta1", "param_groups.0.beta2",
+                        "param_groups.0.eps", "param_groups.0.weight_decay", "param_groups.0.amsgrad",
+                        "param_groups.1.params", "param_groups.1.lr", "state.0.step", "state.0.exp_avg",
+                        "state.0.exp_avg_sq", "state.2.exp_avg", "step_count"}) {
+    CAPTURE(k);
+    CHECK(sd.count(k) == 1);
+  }
+  CHECK(sd.at("param_groups.1.lr").dim() == 0);
+  CHECK(sd.at("param_groups.1.lr").item() == 0.5);
+  CHECK(sd.at("param_groups.0.beta1").item() == 0.8);
+  CHECK(sd.at("param_groups.1.params").to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+  CHECK(sd.at("state.0.exp_avg").shape() == Shape{5, 3});
+  CHECK(sd.at("state.0.step").dtype() == DType::int64);
+
+  // hyperparameters come back
+  auto ps2 = clone_params(ps);
+  optim::Adam opt2({{.params = {ps2[0]}}, {.params = {ps2[1], ps2[2]}}}, {.lr = 0.1});
+  opt2.load_state_dict(sd);
+  CHECK(opt2.lr(1) == 0.5);
+  CHECK(opt2.options(0).betas.first == 0.8);
+  CHECK(opt2.options(0).betas.second == 0.9);
+}
+
+TEST_CASE("load_state_dict rejects mismatched states and changes nothing") {
+  auto ps = make_params();
+  optim::Adam adam(ps, {.lr = 0.01});
+  synth_grads(ps, 0);
+  adam.step();
+  auto sd = adam.state_dict();
+
+  optim::SGD sgd(clone_params(ps), {.lr = 0.1});
+  CHECK_THROWS_WITH_AS(sgd.load_state_dict(sd), doctest::Contains("SGD.load_state_dict"), kiln::Error);
+  CHECK(sgd.lr() == 0.1);
+
+  // wrong group layout
+  auto ps2 = clone_params(ps);
+  optim::Adam two({{.params = {ps2[0]}}, {.params = {ps2[1], ps2[2]}}}, {.lr = 0.3});
+  CHECK_THROWS_AS(two.load_state_dict(sd), kiln::Error);
+  CHECK(two.lr(0) == 0.3);
+
+  // wrong buffer shape names the shapes
+  auto bad = sd;
+  bad["state.0.exp_avg"] = zeros({2, 2});
+  optim::Adam a3(clone_params(ps), {.lr = 0.01});
+  CHECK_THROWS_WITH_AS(a3.load_state_dict(bad), doctest::Contains("[5, 3]"), kiln::Error);
+
+  // unknown key, missing hyperparameter
+  bad = sd;
+  bad["foo"] = zeros({});
+  CHECK_THROWS_AS(a3.load_state_dict(bad), kiln::Error);
+  bad = sd;
+  bad.erase("param_groups.0.eps");
+  CHECK_THROWS_WITH_AS(a3.load_state_dict(bad), doctest::Contains("eps"), kiln::Error);
+  bad = sd;
+  bad["state.9.exp_avg"] = zeros({5, 3});
+  CHECK_THROWS_AS(a3.load_state_dict(bad), kiln::Error);
+}
+
+TEST_CASE("optimizer argument errors") {
+  Tensor p = param(kP0);
+  CHECK_THROWS_WITH_AS(optim::SGD({p}, {.lr = -1.0}), doctest::Contains("learning rate"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::SGD({p}, {.lr = 0.1, .nesterov = true}), doctest::Contains("nesterov"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+                       doctest::Contains("dampening"), kiln::Error);
+  CHECK_THROWS_AS(optim::Adam({p}, {.betas = {1.0, 0.999}}), kiln::Error);
+  CHECK_THROWS_AS(optim::Adam({p}, {.betas = {0.9, -0.1}}), kiln::Error);
+  CHECK_THROWS_AS(optim::AdamW({p}, {.eps = -1.0}), kiln::Error);
+  CHECK_THROWS_AS(optim::RMSprop({p}, {.alpha = -0.5}), kiln::Error);
+  CHECK_THROWS_AS(optim::RMSprop({p}, {.momentum = -0.5}), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::SGD(std::vector<Tensor>{}, {}), doctest::Contains("empty parameter list"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::SGD({p, p}, {}), doctest::Contains("more than once"), kiln::Error);
+  CHECK_THROWS_AS(optim::SGD({Tensor()}, {}), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::SGD({from_vector(std::vector<int64_t>{1, 2})}, {}), doctest::Contains("int64"),
+                       kiln::Error);
+  Tensor nonleaf = mul(p, 2.0);
+  CHECK_THROWS_WITH_AS(optim::SGD({nonleaf}, {}), doctest::Contains("non-leaf"), kiln::Error);
+  // options changed to invalid values are caught at step()
+  optim::SGD opt({p}, {.lr = 0.1});
+  opt.options().lr = -3;
+  set_grad(p, kGrads[0]);
+  CHECK_THROWS_AS(opt.step(), kiln::Error);
+  // OneCycle-style momentum access
+  CHECK(opt.supports_momentum());
+}
