@@ -26,3 +26,4 @@
 #include "optim/optimizer.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
+#include "nn/nn.h"

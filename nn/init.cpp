@@ -1,0 +1,102 @@
+// Parameter initialisation: draws with kiln::rand/randn (Philox) in float32 (float64 for
+// float64 tensors) on the tensor's device, then copies into the tensor in place.
+#include "nn/init.h"
+#include <cmath>
+#include "core/autograd.h"
+#include "core/error.h"
+#include "ops/elementwise.h"
+
+namespace kiln::nn::init {
+
+namespace {
+void check(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), "init::", op, ": tensor is undefined");
+  KILN_CHECK(t.is_floating_point(), "init::", op, ": expected a floating tensor, got dtype ", dtype_name(t.dtype()),
+             " with shape ", shape_str(t.shape()));
+}
+TensorOptions draw_options(const Tensor& t) {
+  return {.dtype = t.dtype() == DType::float64 ? DType::float64 : DType::float32, .device = t.device()};
+}
+Tensor fill_from(const Tensor& t, const Tensor& src) {
+  Tensor h = t;
+  h.copy_(src);
+  return h;
+}
+}  // namespace
+
+double calculate_gain(Nonlinearity nl, double param) {
+  switch (nl) {
+    case Nonlinearity::linear:
+    case Nonlinearity::sigmoid: return 1.0;
+    case Nonlinearity::tanh: return 5.0 / 3.0;
+    case Nonlinearity::relu: return std::sqrt(2.0);
+    case Nonlinearity::leaky_relu: return std::sqrt(2.0 / (1.0 + param * param));
+  }
+  return 1.0;
+}
+
+std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
+  KILN_CHECK(t.defined() && t.dim() >= 2, "init: fan in and fan out need a tensor with at least 2 dims, got shape ",
+             t.defined() ? shape_str(t.shape()) : std::string("(undefined)"));
+  int64_t receptive = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
+  return {t.size(1) * receptive, t.size(0) * receptive};
+}
+
+Tensor uniform_(const Tensor& t, double a, double b) {
+  check(t, "uniform_");
+  KILN_CHECK(a <= b, "init::uniform_: expected a <= b, got a=", a, " b=", b);
+  NoGradGuard ng;
+  return fill_from(t, rand(t.shape(), draw_options(t)) * (b - a) + a);
+}
+
+Tensor normal_(const Tensor& t, double mean, double std) {
+  check(t, "normal_");
+  KILN_CHECK(std >= 0, "init::normal_: expected std >= 0, got ", std);
+  NoGradGuard ng;
+  return fill_from(t, randn(t.shape(), draw_options(t)) * std + mean);
+}
+
+Tensor constant_(const Tensor& t, double value) {
+  check(t, "constant_");
+  NoGradGuard ng;
+  Tensor h = t;
+  h.fill_(value);
+  return h;
+}
+Tensor zeros_(const Tensor& t) { return constant_(t, 0.0); }
+Tensor ones_(const Tensor& t) { return constant_(t, 1.0); }
+
+Tensor kaiming_uniform_(const Tensor& t, double a, FanMode mode, Nonlinearity nl) {
+  check(t, "kaiming_uniform_");
+  auto [fan_in, fan_out] = fan_in_and_fan_out(t);
+  int64_t fan = mode == FanMode::fan_in ? fan_in : fan_out;
+  KILN_CHECK(fan > 0, "init::kaiming_uniform_: zero fan for shape ", shape_str(t.shape()));
+  double bound = calculate_gain(nl, a) * std::sqrt(3.0 / double(fan));
+  return uniform_(t, -bound, bound);
+}
+
+Tensor kaiming_normal_(const Tensor& t, double a, FanMode mode, Nonlinearity nl) {
+  check(t, "kaiming_normal_");
+  auto [fan_in, fan_out] = fan_in_and_fan_out(t);
+  int64_t fan = mode == FanMode::fan_in ? fan_in : fan_out;
+  KILN_CHECK(fan > 0, "init::kaiming_normal_: zero fan for shape ", shape_str(t.shape()));
+  return normal_(t, 0.0, calculate_gain(nl, a) / std::sqrt(double(fan)));
+}
+
+Tensor xavier_uniform_(const Tensor& t, double gain) {
+  check(t, "xavier_uniform_");
+  auto [fan_in, fan_out] = fan_in_and_fan_out(t);
+  KILN_CHECK(fan_in + fan_out > 0, "init::xavier_uniform_: zero fans for shape ", shape_str(t.shape()));
+  double b = gain * std::sqrt(6.0 / double(fan_in + fan_out));
+  return uniform_(t, -b, b);
+}
+
+Tensor xavier_normal_(const Tensor& t, double gain) {
+  check(t, "xavier_normal_");
+  auto [fan_in, fan_out] = fan_in_and_fan_out(t);
+  KILN_CHECK(fan_in + fan_out > 0, "init::xavier_normal_: zero fans for shape ", shape_str(t.shape()));
+  return normal_(t, 0.0, gain * std::sqrt(2.0 / double(fan_in + fan_out)));
+}
+
+}  // namespace kiln::nn::init

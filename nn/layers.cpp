@@ -1,0 +1,300 @@
+// Standard layers: construction (parameter registration + PyTorch default init),
+// forward through the ops, argument checks and the summary text of each layer.
+#include "nn/layers.h"
+#include <cmath>
+#include <sstream>
+#include "nn/init.h"
+#include "ops/linalg.h"
+#include "ops/nn_functional.h"
+#include "ops/norm.h"
+
+namespace kiln::nn {
+
+namespace {
+void check_built(const Tensor& w, const char* layer) {
+  KILN_CHECK(w.defined(), layer, ": the module is empty (default-constructed); assign it from "
+             "register_module(name, nn::", layer, "(...)) before calling it");
+}
+void check_input(const Tensor& x, const char* layer) {
+  KILN_CHECK(x.defined(), layer, ": input is an undefined tensor");
+}
+std::string pair_str(Int2 p) {
+  std::ostringstream os;
+  if (p.h == p.w) os << p.h;
+  else os << "(" << p.h << ", " << p.w << ")";
+  return os.str();
+}
+const char* bool_str(bool b) { return b ? "true" : "false"; }
+}  // namespace
+
+// ---------------------------------------------------------------- Linear
+
+Linear::Linear(int64_t in, int64_t out, LinearOptions o) : in_features(in), out_features(out) {
+  KILN_CHECK(in > 0 && out > 0, "Linear: in_features and out_features must be positive, got ", in, " and ", out);
+  weight = register_parameter("weight", empty({out, in}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Linear::reset_parameters() {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::kaiming_uniform_(weight, std::sqrt(5.0));  // U(-1/sqrt(in), 1/sqrt(in))
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt(double(in_features));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_built(weight, "Linear");
+  check_input(x, "Linear");
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(in_features=", in_features, ", out_features=",
+             out_features, "): expected input of shape (..., ", in_features, "), got ", shape_str(x.shape()));
+  return linear(x, weight, bias);
+}
+
+std::string Linear::extra_repr() const {
+  std::ostringstream os;
+  os << "in_features=" << in_features << ", out_features=" << out_features << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
+// ---------------------------------------------------------------- Conv2d
+
+Conv2d::Conv2d(int64_t in, int64_t out, Int2 k, Conv2dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  KILN_CHECK(in > 0 && out > 0, "Conv2d: in_channels and out_channels must be positive, got ", in, " and ", out);
+  KILN_CHECK(k.h > 0 && k.w > 0, "Conv2d: kernel_size must be positive, got ", pair_str(k));
+  KILN_CHECK(o.groups > 0 && in % o.groups == 0 && out % o.groups == 0, "Conv2d: groups=", o.groups,
+             " must divide in_channels=", in, " and out_channels=", out);
+  KILN_CHECK(o.stride.h > 0 && o.stride.w > 0 && o.dilation.h > 0 && o.dilation.w > 0 && o.padding.h >= 0 &&
+                 o.padding.w >= 0,
+             "Conv2d: stride and dilation must be positive and padding non-negative, got stride ",
+             pair_str(o.stride), ", padding ", pair_str(o.padding), ", dilation ", pair_str(o.dilation));
+  weight = register_parameter("weight", empty({out, in / o.groups, k.h, k.w}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Conv2d::reset_parameters() {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt(double(init::fan_in_and_fan_out(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  check_built(weight, "Conv2d");
+  check_input(x, "Conv2d");
+  KILN_CHECK(x.dim() == 4 && x.size(1) == in_channels, "Conv2d(", in_channels, ", ", out_channels,
+             "): expected input of shape (N, ", in_channels, ", H, W), got ", shape_str(x.shape()));
+  return conv2d(x, weight, bias, {.stride = options.stride, .padding = options.padding,
+                                  .dilation = options.dilation, .groups = options.groups});
+}
+
+std::string Conv2d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels << ", " << out_channels << ", kernel_size=" << pair_str(kernel_size);
+  if (options.stride != Int2(1)) os << ", stride=" << pair_str(options.stride);
+  if (options.padding != Int2(0)) os << ", padding=" << pair_str(options.padding);
+  if (options.dilation != Int2(1)) os << ", dilation=" << pair_str(options.dilation);
+  if (options.groups != 1) os << ", groups=" << options.groups;
+  os << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
+// ---------------------------------------------------------------- pooling
+
+MaxPool2d::MaxPool2d(Int2 k, MaxPool2dOptions o) : kernel_size(k), options(o) {
+  KILN_CHECK(k.h > 0 && k.w > 0, "MaxPool2d: kernel_size must be positive, got ", pair_str(k));
+}
+Tensor MaxPool2d::forward(const Tensor& x) {
+  check_input(x, "MaxPool2d");
+  return max_pool2d(x, kernel_size, options.stride, options.padding);
+}
+std::string MaxPool2d::extra_repr() const {
+  Int2 s = options.stride.h == 0 ? kernel_size : options.stride;
+  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(s) + ", padding=" + pair_str(options.padding);
+}
+
+AvgPool2d::AvgPool2d(Int2 k, AvgPool2dOptions o) : kernel_size(k), options(o) {
+  KILN_CHECK(k.h > 0 && k.w > 0, "AvgPool2d: kernel_size must be positive, got ", pair_str(k));
+}
+Tensor AvgPool2d::forward(const Tensor& x) {
+  check_input(x, "AvgPool2d");
+  return avg_pool2d(x, kernel_size, options.stride, options.padding, options.count_include_pad);
+}
+std::string AvgPool2d::extra_repr() const {
+  Int2 s = options.stride.h == 0 ? kernel_size : options.stride;
+  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(s) + ", padding=" + pair_str(options.padding);
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 out) : output_size(out) {
+  KILN_CHECK(out.h > 0 && out.w > 0, "AdaptiveAvgPool2d: output_size must be positive, got ", pair_str(out));
+}
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  check_input(x, "AdaptiveAvgPool2d");
+  return adaptive_avg_pool2d(x, output_size);
+}
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
+
+// ---------------------------------------------------------------- BatchNorm
+
+BatchNormBase::BatchNormBase(int64_t c, BatchNormOptions o) : num_features(c), options(o) {
+  KILN_CHECK(c > 0, "BatchNorm: num_features must be positive, got ", c);
+  KILN_CHECK(o.momentum >= 0 && o.momentum <= 1 && o.eps >= 0, "BatchNorm: expected momentum in [0, 1] and eps >= 0, "
+             "got momentum=", o.momentum, " eps=", o.eps);
+  if (o.affine) {
+    weight = register_parameter("weight", empty({c}));
+    bias = register_parameter("bias", empty({c}));
+  }
+  if (o.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({c}));
+    running_var = register_buffer("running_var", ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, {.dtype = DType::int64}));
+  }
+  reset_parameters();
+}
+
+void BatchNormBase::reset_running_stats() {
+  if (!running_mean.defined()) return;
+  NoGradGuard ng;
+  running_mean.zero_();
+  running_var.fill_(1.0);
+  num_batches_tracked.zero_();
+}
+
+void BatchNormBase::reset_parameters() {
+  reset_running_stats();
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::ones_(weight);
+  init::zeros_(bias);
+}
+
+Tensor BatchNormBase::forward(const Tensor& x) {
+  KILN_CHECK(num_features > 0, type_name(), ": the module is empty (default-constructed); assign it from "
+             "register_module(name, nn::", type_name(), "(...)) before calling it");
+  nn::check_input(x, "BatchNorm");
+  check_input(x);
+  KILN_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): expected ", num_features,
+             " channels in dim 1, got input of shape ", shape_str(x.shape()));
+  const bool training = is_training();
+  if (training && num_batches_tracked.defined()) {
+    NoGradGuard ng;
+    num_batches_tracked.add_(ones_like(num_batches_tracked));
+  }
+  // Batch statistics in training, or when there are no running stats to use.
+  return batch_norm(x, weight, bias, running_mean, running_var, training || !running_mean.defined(),
+                    options.momentum, options.eps);
+}
+
+std::string BatchNormBase::extra_repr() const {
+  std::ostringstream os;
+  os << num_features << ", eps=" << options.eps << ", momentum=" << options.momentum
+     << ", affine=" << bool_str(options.affine) << ", track_running_stats=" << bool_str(options.track_running_stats);
+  return os.str();
+}
+
+void BatchNorm1d::check_input(const Tensor& x) const {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "BatchNorm1d(", num_features, "): expected input of shape (N, C) or "
+             "(N, C, L), got ", shape_str(x.shape()));
+}
+void BatchNorm2d::check_input(const Tensor& x) const {
+  KILN_CHECK(x.dim() == 4, "BatchNorm2d(", num_features, "): expected input of shape (N, C, H, W), got ",
+             shape_str(x.shape()));
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+LayerNorm::LayerNorm(Shape ns, LayerNormOptions o) : normalized_shape(std::move(ns)), options(o) {
+  KILN_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  for (int64_t d : normalized_shape)
+    KILN_CHECK(d > 0, "LayerNorm: normalized_shape sizes must be positive, got ", shape_str(normalized_shape));
+  if (o.elementwise_affine) {
+    weight = register_parameter("weight", empty(normalized_shape));
+    if (o.bias) bias = register_parameter("bias", empty(normalized_shape));
+  }
+  reset_parameters();
+}
+
+void LayerNorm::reset_parameters() {
+  NoGradGuard ng;
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  KILN_CHECK(!normalized_shape.empty(), "LayerNorm: the module is empty (default-constructed); assign it from "
+             "register_module(name, nn::LayerNorm(...)) before calling it");
+  check_input(x, "LayerNorm");
+  return layer_norm(x, normalized_shape, weight, bias, options.eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  std::ostringstream os;
+  os << shape_str(normalized_shape) << ", eps=" << options.eps
+     << ", elementwise_affine=" << bool_str(options.elementwise_affine);
+  if (options.elementwise_affine) os << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
+// ---------------------------------------------------------------- Embedding
+
+Embedding::Embedding(int64_t n, int64_t d, EmbeddingOptions o) : num_embeddings(n), embedding_dim(d) {
+  KILN_CHECK(n > 0 && d > 0, "Embedding: num_embeddings and embedding_dim must be positive, got ", n, " and ", d);
+  if (o.padding_idx) {
+    int64_t p = *o.padding_idx;
+    KILN_CHECK(p >= -n && p < n, "Embedding: padding_idx ", p, " is out of range for ", n, " embeddings");
+    padding_idx = p < 0 ? p + n : p;
+  }
+  weight = register_parameter("weight", empty({n, d}));
+  reset_parameters();
+}
+
+void Embedding::reset_parameters() {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::normal_(weight);
+  if (padding_idx >= 0) weight.select(0, padding_idx).zero_();
+}
+
+Tensor Embedding::forward(const Tensor& indices) {
+  check_built(weight, "Embedding");
+  check_input(indices, "Embedding");
+  return embedding(indices, weight, padding_idx);
+}
+
+std::string Embedding::extra_repr() const {
+  std::string s = std::to_string(num_embeddings) + ", " + std::to_string(embedding_dim);
+  if (padding_idx >= 0) s += ", padding_idx=" + std::to_string(padding_idx);
+  return s;
+}
+
+// ---------------------------------------------------------------- elementwise
+
+Dropout::Dropout(double p_) : p(p_) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability p must be in [0, 1], got ", p);
+}
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training()); }
+std::string Dropout::extra_repr() const {
+  std::ostringstream os;
+  os << "p=" << p;
+  return os.str();
+}
+
+std::string GELU::extra_repr() const { return approx == GeluApprox::tanh ? "approximate=tanh" : ""; }
+
+Tensor Flatten::forward(const Tensor& x) {
+  check_input(x, "Flatten");
+  return x.flatten(start_dim, end_dim);
+}
+std::string Flatten::extra_repr() const {
+  return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,243 @@
+// Standard layers as modules: Linear, Conv2d, pooling, BatchNorm1d/2d, LayerNorm,
+// Embedding, Dropout, activations, Flatten, Identity. Each holds its parameters as
+// registered Tensor handles and initialises them like PyTorch (reset_parameters()).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "nn/module.h"
+#include "ops/conv.h"
+#include "ops/elementwise.h"
+
+namespace kiln::nn {
+
+/// A pair of sizes (height, width) that also accepts one number for both:
+/// `.stride = 2` or `.stride = {2, 1}`.
+struct Int2 {
+  int64_t h = 0, w = 0;
+  Int2(int64_t v) : h(v), w(v) {}  // NOLINT: implicit by design
+  Int2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+  operator IntPair() const { return {h, w}; }
+  bool operator==(const Int2&) const = default;
+};
+
+// ---------------------------------------------------------------- Linear
+
+struct LinearOptions {
+  bool bias = true;
+};
+/// y = x W^T + b for x (..., in_features) -> (..., out_features).
+/// W (out, in) and b (out) ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's default).
+class Linear : public Module {
+ public:
+  /// An empty handle, to be assigned from register_module(...).
+  Linear() = default;
+  Linear(int64_t in_features, int64_t out_features, LinearOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // (out_features, in_features)
+  Tensor bias;    // (out_features), undefined when bias = false
+  int64_t in_features = 0, out_features = 0;
+};
+
+// ---------------------------------------------------------------- Conv2d
+
+struct Conv2dOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  Int2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+/// 2-D convolution over (N, C, H, W):  nn::Conv2d(1, 32, 3, {.stride = 1, .padding = 1, .bias = false}).
+/// Weight (out, in/groups, kH, kW) and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+class Conv2d : public Module {
+ public:
+  Conv2d() = default;
+  Conv2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, Conv2dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // (out_channels, in_channels / groups, kH, kW)
+  Tensor bias;    // (out_channels) or undefined
+  int64_t in_channels = 0, out_channels = 0;
+  Int2 kernel_size = 1;
+  Conv2dOptions options;
+};
+
+// ---------------------------------------------------------------- pooling
+
+struct MaxPool2dOptions {
+  Int2 stride = 0;  ///< 0 means stride = kernel_size
+  Int2 padding = 0;
+};
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(Int2 kernel_size = 2, MaxPool2dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 kernel_size;
+  MaxPool2dOptions options;
+};
+
+struct AvgPool2dOptions {
+  Int2 stride = 0;  ///< 0 means stride = kernel_size
+  Int2 padding = 0;
+  bool count_include_pad = true;
+};
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(Int2 kernel_size = 2, AvgPool2dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 kernel_size;
+  AvgPool2dOptions options;
+};
+
+/// Average pooling to a fixed (H, W) output size.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  AdaptiveAvgPool2d(Int2 output_size = 1);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 output_size;
+};
+
+// ---------------------------------------------------------------- normalisation
+
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;          ///< running = (1 - momentum) * running + momentum * batch
+  bool affine = true;             ///< learnable weight (ones) and bias (zeros)
+  bool track_running_stats = true;
+};
+/// Shared implementation of BatchNorm1d / BatchNorm2d. Buffers: running_mean (zeros),
+/// running_var (ones), num_batches_tracked (int64 scalar, +1 per training forward).
+/// Training uses batch statistics and updates the running ones; eval uses the running ones.
+class BatchNormBase : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  /// Zeroes the running statistics (mean 0, var 1, count 0).
+  void reset_running_stats();
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;                                      // (C) or undefined
+  Tensor running_mean, running_var, num_batches_tracked;    // (C), (C), () int64
+  int64_t num_features = 0;
+  BatchNormOptions options;
+
+ protected:
+  BatchNormBase() = default;
+  BatchNormBase(int64_t num_features, BatchNormOptions o);
+  virtual void check_input(const Tensor& x) const = 0;
+};
+/// Batch norm over (N, C) or (N, C, L).
+class BatchNorm1d : public BatchNormBase {
+ public:
+  BatchNorm1d() = default;
+  BatchNorm1d(int64_t num_features, BatchNormOptions o = {}) : BatchNormBase(num_features, o) {}
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+/// Batch norm over (N, C, H, W).
+class BatchNorm2d : public BatchNormBase {
+ public:
+  BatchNorm2d() = default;
+  BatchNorm2d(int64_t num_features, BatchNormOptions o = {}) : BatchNormBase(num_features, o) {}
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;  ///< learnable weight (ones)
+  bool bias = true;                ///< learnable bias (zeros), when elementwise_affine
+};
+/// Normalises over the trailing dims `normalized_shape`.
+class LayerNorm : public Module {
+ public:
+  LayerNorm() = default;
+  LayerNorm(int64_t normalized_dim, LayerNormOptions o = {}) : LayerNorm(Shape{normalized_dim}, o) {}
+  LayerNorm(Shape normalized_shape, LayerNormOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;  // normalized_shape, or undefined
+  Shape normalized_shape;
+  LayerNormOptions options;
+};
+
+// ---------------------------------------------------------------- Embedding
+
+struct EmbeddingOptions {
+  /// Row that gets no gradient and starts at zero; negative counts from the end.
+  std::optional<int64_t> padding_idx;
+};
+/// Lookup table: integer indices (any shape) -> (..., embedding_dim). Weight ~ N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding() = default;
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, EmbeddingOptions o = {});
+  Tensor forward(const Tensor& indices) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // (num_embeddings, embedding_dim)
+  int64_t num_embeddings = 0, embedding_dim = 0;
+  int64_t padding_idx = -1;  ///< resolved (non-negative) index, or -1 for none
+};
+
+// ---------------------------------------------------------------- elementwise
+
+/// Zeroes elements with probability p and scales by 1/(1-p) in training; identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  double p;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+};
+class GELU : public Module {
+ public:
+  explicit GELU(GeluApprox approx = GeluApprox::none) : approx(approx) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, approx); }
+  std::string extra_repr() const override;
+  GeluApprox approx;
+};
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return tanh(x); }
+};
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return sigmoid(x); }
+};
+/// Returns its input.
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+};
+/// Flattens dims start_dim..end_dim (default: all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t start_dim, end_dim;
+};
+
+}  // namespace kiln::nn

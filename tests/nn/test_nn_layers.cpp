@@ -1,0 +1,354 @@
+// Tests of the nn layers: forward shapes and values, PyTorch default initialisation,
+// gradient checks through each layer (float64, parameters included), BatchNorm running
+// statistics, Embedding padding, Dropout modes, attention causality, loss modules.
+#include <doctest/doctest.h>
+#include <cmath>
+#include "nn_test_utils.h"
+
+using namespace kiln;
+using namespace kiln::test;
+namespace nn = kiln::nn;
+
+namespace {
+// gradcheck of m(x) over x and m's parameters, in float64
+bool check_layer(nn::Module& m, const Tensor& x, GradcheckOptions o = {}) {
+  m.to(DType::float64);
+  return module_gradcheck(m, [&](std::vector<Tensor>& in) { return m(in[0]); }, {x}, o);
+}
+double max_abs(const Tensor& t) { return max(abs(t)).item(); }
+}  // namespace
+
+TEST_CASE("Linear: shape, value, init bounds, gradcheck") {
+  manual_seed(0);
+  nn::Linear l(5, 3);
+  CHECK(l.weight.shape() == Shape{3, 5});
+  CHECK(l.bias.shape() == Shape{3});
+  CHECK(l(randn({2, 7, 5})).shape() == Shape{2, 7, 3});
+  nn::Linear big(400, 300);
+  double bound = 1.0 / std::sqrt(400.0);
+  CHECK(max_abs(big.weight) <= bound);
+  CHECK(max_abs(big.weight) > 0.95 * bound);  // fills the range
+  CHECK(max_abs(big.bias) <= bound);
+  CHECK(std::fabs(mean(big.weight).item()) < 0.01 * bound * 10);
+  // y = x W^T + b by hand
+  Tensor x = randn({2, 5});
+  Tensor y = l(x);
+  double e = l.bias.at({1});
+  for (int k = 0; k < 5; ++k) e += x.at({0, k}) * l.weight.at({1, k});
+  CHECK(y.at({0, 1}) == doctest::Approx(e).epsilon(1e-5));
+  nn::Linear nb(5, 3, {.bias = false});
+  CHECK_FALSE(nb.bias.defined());
+  CHECK(nb.parameters().size() == 1);
+  CHECK(check_layer(l, randn({3, 5}, f64)));
+  CHECK_THROWS_WITH_AS(l(randn({2, 4}, f64)), doctest::Contains("[2, 4]"), kiln::Error);
+  CHECK_THROWS_AS(nn::Linear(0, 3), kiln::Error);
+}
+
+TEST_CASE("Conv2d: options, shapes, init, gradcheck") {
+  manual_seed(1);
+  nn::Conv2d c(2, 4, 3, {.stride = 1, .padding = 1, .bias = false});
+  CHECK(c.weight.shape() == Shape{4, 2, 3, 3});
+  CHECK_FALSE(c.bias.defined());
+  CHECK(c(randn({2, 2, 5, 6})).shape() == Shape{2, 4, 5, 6});
+  nn::Conv2d s(2, 4, {3, 2}, {.stride = {2, 1}, .padding = {1, 0}});
+  CHECK(s.weight.shape() == Shape{4, 2, 3, 2});
+  CHECK(s(randn({1, 2, 7, 5})).shape() == Shape{1, 4, 4, 4});
+  nn::Conv2d g(4, 6, 1, {.groups = 2});
+  CHECK(g.weight.shape() == Shape{6, 2, 1, 1});
+  nn::Conv2d big(16, 32, 3);
+  double bound = 1.0 / std::sqrt(16.0 * 9.0);
+  CHECK(max_abs(big.weight) <= bound);
+  CHECK(max_abs(big.weight) > 0.95 * bound);
+  CHECK(max_abs(big.bias) <= bound);
+  CHECK_THROWS_WITH_AS(c(randn({2, 3, 5, 5})), doctest::Contains("[2, 3, 5, 5]"), kiln::Error);
+  CHECK_THROWS_AS(nn::Conv2d(3, 4, 3, {.groups = 2}), kiln::Error);
+  nn::Conv2d small(2, 3, 3, {.stride = 2, .padding = 1});
+  CHECK(check_layer(small, randn({2, 2, 5, 4}, f64)));
+}
+
+TEST_CASE("pooling and Flatten shapes, gradcheck") {
+  manual_seed(2);
+  Tensor x = randn({2, 3, 8, 6});
+  CHECK(nn::MaxPool2d(2)(x).shape() == Shape{2, 3, 4, 3});
+  CHECK(nn::MaxPool2d(3, {.stride = 2, .padding = 1})(x).shape() == Shape{2, 3, 4, 3});
+  CHECK(nn::AvgPool2d(2)(x).shape() == Shape{2, 3, 4, 3});
+  CHECK(nn::AdaptiveAvgPool2d(1)(x).shape() == Shape{2, 3, 1, 1});
+  CHECK(nn::AdaptiveAvgPool2d({3, 2})(x).shape() == Shape{2, 3, 3, 2});
+  CHECK(nn::Flatten()(x).shape() == Shape{2, 144});
+  CHECK(nn::Flatten(2)(x).shape() == Shape{2, 3, 48});
+  // adaptive average to 1x1 equals the mean
+  CHECK(allclose(nn::AdaptiveAvgPool2d(1)(x).flatten(), mean(x, {2, 3}).flatten(), 1e-5, 1e-6));
+  Tensor xs = randn({1, 2, 4, 4}, f64);
+  nn::MaxPool2d mp(2);
+  CHECK(check_layer(mp, xs));
+  nn::AvgPool2d ap(2, {.stride = 1});
+  CHECK(check_layer(ap, xs));
+  nn::AdaptiveAvgPool2d aap({3, 3});
+  CHECK(check_layer(aap, xs));
+  nn::Flatten fl;
+  CHECK(check_layer(fl, xs));
+}
+
+TEST_CASE("activations match the ops and gradcheck") {
+  manual_seed(3);
+  Tensor x = randn({3, 4}, f64) + 0.05;  // away from relu's kink with high probability
+  CHECK(bitwise_equal(nn::ReLU()(x), relu(x)));
+  CHECK(bitwise_equal(nn::GELU()(x), gelu(x)));
+  CHECK(bitwise_equal(nn::GELU(GeluApprox::tanh)(x), gelu(x, GeluApprox::tanh)));
+  CHECK(bitwise_equal(nn::SiLU()(x), silu(x)));
+  CHECK(bitwise_equal(nn::Tanh()(x), tanh(x)));
+  CHECK(bitwise_equal(nn::Sigmoid()(x), sigmoid(x)));
+  CHECK(bitwise_equal(nn::Identity()(x), x));
+  nn::GELU g(GeluApprox::tanh);
+  CHECK(check_layer(g, x));
+  nn::SiLU s;
+  CHECK(check_layer(s, x));
+  nn::Sigmoid sg;
+  CHECK(check_layer(sg, x));
+  nn::Tanh th;
+  CHECK(check_layer(th, x));
+}
+
+TEST_CASE("Dropout: training vs eval, seeded, gradcheck") {
+  nn::Dropout d(0.5);
+  Tensor x = ones({1000});
+  manual_seed(4);
+  Tensor a = d(x);
+  manual_seed(4);
+  Tensor b = d(x);
+  CHECK(bitwise_equal(a, b));
+  auto v = a.to_vector<double>();
+  int zeros_n = 0;
+  for (double e : v) {
+    CHECK((e == 0.0 || e == 2.0));
+    zeros_n += e == 0.0;
+  }
+  CHECK(zeros_n > 400);
+  CHECK(zeros_n < 600);
+  d.eval();
+  CHECK(bitwise_equal(d(x), x));
+  nn::Dropout d2(0.3);
+  CHECK(check_layer(d2, randn({4, 5}, f64)));
+  CHECK_THROWS_AS(nn::Dropout(1.5), kiln::Error);
+}
+
+TEST_CASE("BatchNorm: init, running statistics, eval mode, gradcheck") {
+  manual_seed(5);
+  nn::BatchNorm1d bn(3, {.momentum = 0.2});
+  CHECK(bn.weight.to_vector<double>() == std::vector<double>{1, 1, 1});
+  CHECK(bn.bias.to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(bn.named_buffers().keys() == std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"});
+  Tensor x = randn({8, 3}) * 2.0 + 1.0;
+  Tensor y = bn(x);
+  // training output is normalised per channel
+  CHECK(max_abs(mean(y, {0})) < 1e-5);
+  CHECK(allclose(var(y, {0}, false), ones({3}), 1e-3, 1e-3));
+  Tensor m = mean(x, {0}), v = var(x, {0}, true);
+  CHECK(allclose(bn.running_mean, m * 0.2, 1e-5, 1e-6));
+  CHECK(allclose(bn.running_var, ones({3}) * 0.8 + v * 0.2, 1e-5, 1e-6));
+  CHECK(bn.num_batches_tracked.item() == 1);
+  bn(x);
+  CHECK(bn.num_batches_tracked.item() == 2);
+  CHECK(allclose(bn.running_mean, m * 0.2 * 0.8 + m * 0.2, 1e-5, 1e-6));
+  // eval uses running stats and leaves them alone
+  bn.eval();
+  Tensor rm = bn.running_mean.clone(), rv = bn.running_var.clone();
+  Tensor ye = bn(x);
+  CHECK(bitwise_equal(bn.running_mean, rm));
+  CHECK(bn.num_batches_tracked.item() == 2);
+  CHECK(allclose(ye, (x - rm) / sqrt(rv + 1e-5), 1e-4, 1e-5));
+  // (N, C, L)
+  bn.train();
+  CHECK(bn(randn({4, 3, 5})).shape() == Shape{4, 3, 5});
+  CHECK_THROWS_WITH_AS(bn(randn({4, 2})), doctest::Contains("[4, 2]"), kiln::Error);
+  CHECK_THROWS_AS(bn(randn({4, 3, 2, 2})), kiln::Error);
+
+  nn::BatchNorm2d bn2(2);
+  CHECK(bn2(randn({3, 2, 4, 4})).shape() == Shape{3, 2, 4, 4});
+  CHECK_THROWS_WITH_AS(bn2(randn({3, 2, 4})), doctest::Contains("(N, C, H, W)"), kiln::Error);
+  CHECK(check_layer(bn2, randn({3, 2, 2, 2}, f64)));
+  bn2.eval();
+  CHECK(check_layer(bn2, randn({3, 2, 2, 2}, f64)));
+  // without running stats: always batch statistics, no buffers
+  nn::BatchNorm2d nostats(2, {.affine = false, .track_running_stats = false});
+  CHECK(nostats.parameters().empty());
+  CHECK(nostats.buffers().empty());
+  nostats.eval();
+  CHECK(max_abs(mean(nostats(randn({4, 2, 3, 3})), {0, 2, 3})) < 1e-5);
+}
+
+TEST_CASE("LayerNorm: values and gradcheck") {
+  manual_seed(6);
+  nn::LayerNorm ln(4);
+  CHECK(ln.weight.shape() == Shape{4});
+  Tensor x = randn({2, 3, 4});
+  Tensor y = ln(x);
+  CHECK(max_abs(mean(y, {-1})) < 1e-5);
+  CHECK(allclose(var(y, {-1}, false), ones({2, 3}), 1e-3, 1e-3));
+  nn::LayerNorm ln2(Shape{3, 4}, {.eps = 1e-6});
+  CHECK(ln2.weight.shape() == Shape{3, 4});
+  CHECK(ln2(x).shape() == Shape{2, 3, 4});
+  nn::LayerNorm plain(4, {.elementwise_affine = false});
+  CHECK(plain.parameters().empty());
+  nn::LayerNorm nobias(4, {.bias = false});
+  CHECK(nobias.parameters().size() == 1);
+  {  // non-trivial affine parameters for the check
+    NoGradGuard ng;
+    nn::init::normal_(ln.weight);
+    nn::init::normal_(ln.bias);
+  }
+  CHECK(check_layer(ln, randn({3, 4}, f64)));
+}
+
+TEST_CASE("Embedding: lookup, padding_idx, gradcheck") {
+  manual_seed(7);
+  nn::Embedding e(10, 3);
+  Tensor idx = from_vector<int64_t>({1, 4, 4, 9, 0, 2}, {2, 3});
+  Tensor y = e(idx);
+  CHECK(y.shape() == Shape{2, 3, 3});
+  CHECK(y.at({0, 1, 2}) == e.weight.at({4, 2}));
+  CHECK(std::fabs(mean(nn::Embedding(100, 100).weight).item()) < 0.05);  // N(0, 1)
+  nn::Embedding p(5, 2, {.padding_idx = -1});
+  CHECK(p.padding_idx == 4);
+  CHECK(p.weight.at({4, 0}) == 0.0);
+  CHECK(p.weight.at({4, 1}) == 0.0);
+  Tensor pi = from_vector<int64_t>({4, 1, 4}, {3});
+  sum(p(pi) * 3.0).backward();
+  CHECK(p.weight.grad().at({4, 0}) == 0.0);
+  CHECK(p.weight.grad().at({1, 0}) == 3.0);
+  CHECK_THROWS_AS(e(from_vector<int64_t>({10}, {1})), kiln::Error);
+  CHECK_THROWS_AS(nn::Embedding(5, 2, {.padding_idx = 5}), kiln::Error);
+  e.to(DType::float64);
+  CHECK(module_gradcheck(e, [&](std::vector<Tensor>&) { return e(idx); }, {}));
+}
+
+TEST_CASE("MultiheadAttention: shapes, causal masking, gradcheck") {
+  manual_seed(8);
+  nn::MultiheadAttention mha(8, 2, {.causal = true});
+  CHECK(mha.named_parameters().keys() ==
+        std::vector<std::string>{"qkv.weight", "qkv.bias", "proj.weight", "proj.bias"});
+  CHECK(mha.qkv.weight.shape() == Shape{24, 8});
+  Tensor x = randn({2, 5, 8});
+  Tensor y = mha(x);
+  CHECK(y.shape() == Shape{2, 5, 8});
+  // changing future tokens does not change earlier outputs
+  for (int64_t t = 0; t < 5; ++t) {
+    Tensor x2 = x.clone();
+    {
+      NoGradGuard ng;
+      x2.narrow(1, t, 5 - t).copy_(randn({2, 5 - t, 8}));
+    }
+    Tensor y2 = mha(x2);
+    if (t > 0) CHECK(bitwise_equal(y.narrow(1, 0, t), y2.narrow(1, 0, t)));
+    CHECK_FALSE(allclose(y.narrow(1, t, 1), y2.narrow(1, t, 1)));
+  }
+  // without the causal mask the first output does depend on the last token
+  nn::MultiheadAttention full(8, 2);
+  Tensor x3 = x.clone();
+  {
+    NoGradGuard ng;
+    x3.narrow(1, 4, 1).copy_(randn({2, 1, 8}));
+  }
+  CHECK_FALSE(allclose(full(x).narrow(1, 0, 1), full(x3).narrow(1, 0, 1)));
+  // one head equals softmax(q k^T / sqrt(d)) v by hand
+  nn::MultiheadAttention one(4, 1);
+  Tensor xs = randn({1, 3, 4});
+  auto parts = split(one.qkv(xs), 4, 2);
+  Tensor att = softmax(matmul(parts[0], parts[1].transpose(1, 2)) / 2.0, -1);
+  CHECK(allclose(one(xs), one.proj(matmul(att, parts[2])), 1e-4, 1e-5));
+  CHECK_THROWS_WITH_AS(mha(randn({2, 5, 7})), doctest::Contains("[2, 5, 7]"), kiln::Error);
+  CHECK_THROWS_AS(nn::MultiheadAttention(8, 3), kiln::Error);
+  nn::MultiheadAttention small(4, 2, {.causal = true, .dropout = 0.2});
+  CHECK(check_layer(small, randn({2, 3, 4}, f64)));
+}
+
+TEST_CASE("TransformerBlock: names, shape, gradcheck with dropout") {
+  manual_seed(9);
+  nn::TransformerBlock blk(8, 2, {.causal = true, .dropout = 0.1});
+  auto names = blk.named_parameters().keys();
+  CHECK(names == std::vector<std::string>{"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                                          "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
+                                          "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"});
+  CHECK(blk.mlp.get<nn::Linear>(0).weight.shape() == Shape{32, 8});
+  CHECK(blk(randn({2, 5, 8})).shape() == Shape{2, 5, 8});
+  // dropout 0 in eval: the block is x + attn(ln1 x) then + mlp(ln2 .)
+  blk.eval();
+  Tensor x = randn({1, 4, 8});
+  Tensor h = x + blk.attn(blk.ln1(x));
+  CHECK(bitwise_equal(blk(x), h + blk.mlp(blk.ln2(h))));
+  blk.train();
+  nn::TransformerBlock small(4, 2, {.causal = true, .dropout = 0.1, .mlp_ratio = 2});
+  CHECK(check_layer(small, randn({2, 3, 4}, f64)));
+}
+
+TEST_CASE("loss modules wrap ops/loss.h") {
+  manual_seed(10);
+  Tensor logits = randn({4, 5}, f64);
+  Tensor target = from_vector<int64_t>({0, 3, 4, 1}, {4});
+  nn::CrossEntropyLoss ce;
+  CHECK(bitwise_equal(ce(logits, target), cross_entropy(logits, target)));
+  nn::CrossEntropyLoss ces({.label_smoothing = 0.1, .reduction = Reduction::sum});
+  CHECK(bitwise_equal(ces(logits, target), cross_entropy(logits, target, {.label_smoothing = 0.1,
+                                                                          .reduction = Reduction::sum})));
+  nn::NLLLoss nll;
+  CHECK(bitwise_equal(nll(log_softmax(logits, 1), target), nll_loss(log_softmax(logits, 1), target)));
+  nn::MSELoss mse;
+  Tensor a = randn({3, 2}, f64), b = randn({3, 2}, f64);
+  CHECK(mse(a, b).item() == doctest::Approx(mean((a - b) * (a - b)).item()));
+  CHECK(nn::MSELoss(Reduction::none)(a, b).shape() == Shape{3, 2});
+  CHECK(ce.str().find("CrossEntropyLoss(reduction=mean") != std::string::npos);
+  CHECK(gradcheck([&](std::vector<Tensor>& in) { return ce(in[0], target); }, {logits}));
+}
+
+TEST_CASE("more gradchecks: ReLU, BatchNorm1d, Sequential, NLL and MSE losses") {
+  manual_seed(11);
+  nn::ReLU r;
+  CHECK(check_layer(r, randn({3, 4}, f64)));
+  nn::BatchNorm1d bn(3);
+  CHECK(check_layer(bn, randn({5, 3}, f64)));
+  CHECK(check_layer(bn, randn({4, 3, 2}, f64)));
+  nn::Sequential seq{nn::Linear(4, 6), nn::Tanh(), nn::LayerNorm(6), nn::Linear(6, 2)};
+  CHECK(check_layer(seq, randn({3, 4}, f64)));
+  Tensor target = from_vector<int64_t>({1, 0, 2}, {3});
+  nn::NLLLoss nll;
+  CHECK(gradcheck([&](std::vector<Tensor>& in) { return nll(log_softmax(in[0], 1), target); }, {randn({3, 4}, f64)}));
+  nn::MSELoss mse(Reduction::sum);
+  CHECK(gradcheck([&](std::vector<Tensor>& in) { return mse(in[0], in[1]); }, {randn({3, 2}, f64), randn({3, 2}, f64)}));
+}
+
+TEST_CASE("init functions") {
+  manual_seed(12);
+  Tensor w = empty({200, 300});
+  nn::init::xavier_uniform_(w);
+  double b = std::sqrt(6.0 / 500.0);
+  CHECK(max_abs(w) <= b);
+  CHECK(max_abs(w) > 0.95 * b);
+  nn::init::normal_(w, 2.0, 0.5);
+  CHECK(mean(w).item() == doctest::Approx(2.0).epsilon(0.01));
+  CHECK(kiln::std(w).item() == doctest::Approx(0.5).epsilon(0.02));
+  nn::init::uniform_(w, -3.0, -2.0);
+  CHECK(max(w).item() < -2.0);
+  CHECK(min(w).item() >= -3.0);
+  nn::init::kaiming_uniform_(w, 0.0, nn::init::FanMode::fan_in, nn::init::Nonlinearity::relu);
+  CHECK(max_abs(w) <= std::sqrt(6.0 / 300.0));
+  nn::init::ones_(w);
+  CHECK(min(w).item() == 1.0);
+  nn::init::zeros_(w);
+  CHECK(max_abs(w) == 0.0);
+  Tensor c = empty({8, 4, 3, 3});
+  CHECK(nn::init::fan_in_and_fan_out(c) == std::pair<int64_t, int64_t>{36, 72});
+  // seeded: the same numbers again
+  manual_seed(5);
+  Tensor a1 = nn::init::normal_(empty({10}));
+  manual_seed(5);
+  Tensor a2 = nn::init::normal_(empty({10}));
+  CHECK(bitwise_equal(a1, a2));
+  // parameters that require grad can be initialised (NoGradGuard inside)
+  Tensor p = zeros({3, 3}, {.requires_grad = true});
+  nn::init::xavier_uniform_(p);
+  CHECK(p.requires_grad());
+  CHECK(max_abs(p) > 0.0);
+  CHECK_THROWS_AS(nn::init::xavier_uniform_(empty({3})), kiln::Error);
+  CHECK_THROWS_AS(nn::init::normal_(zeros({3}, {.dtype = DType::int64})), kiln::Error);
+  CHECK(nn::init::calculate_gain(nn::init::Nonlinearity::tanh) == doctest::Approx(5.0 / 3.0));
+}
