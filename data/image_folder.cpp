@@ -1,0 +1,174 @@
+// ImageFolder and the image helpers. This is the one file that compiles stb_image
+// (STB_IMAGE_STATIC: its symbols stay private to this file, so kiln users may link
+// their own copy). Decoding happens on the thread that asks, so DataLoader workers
+// decode in parallel.
+#include "data/image_folder.h"
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include "core/error.h"
+#include "data/io.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_STATIC
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_NO_STDIO
+#include "stb_image.h"
+#pragma GCC diagnostic pop
+
+namespace kiln::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg" || ext == ".bmp";
+}
+
+// (H, W, C) uint8 -> (C, oh, ow) float in [0, 1], bilinear with half-pixel centres.
+void resize_into(const uint8_t* src, int64_t H, int64_t W, int64_t C, float* dst, int64_t oh, int64_t ow) {
+  const float inv = 1.0f / 255.0f;
+  if (H == oh && W == ow) {
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < H * W; ++p) dst[c * H * W + p] = float(src[p * C + c]) * inv;
+    return;
+  }
+  // per output column: left source column and weight
+  std::vector<int64_t> x0(static_cast<size_t>(ow)), x1(static_cast<size_t>(ow));
+  std::vector<float> wx(static_cast<size_t>(ow));
+  const double sx = double(W) / double(ow), sy = double(H) / double(oh);
+  for (int64_t x = 0; x < ow; ++x) {
+    double fx = std::max(0.0, (double(x) + 0.5) * sx - 0.5);
+    int64_t i0 = std::min<int64_t>(int64_t(fx), W - 1);
+    x0[size_t(x)] = i0;
+    x1[size_t(x)] = std::min<int64_t>(i0 + 1, W - 1);
+    wx[size_t(x)] = float(fx - double(i0));
+  }
+  for (int64_t y = 0; y < oh; ++y) {
+    double fy = std::max(0.0, (double(y) + 0.5) * sy - 0.5);
+    const int64_t y0 = std::min<int64_t>(int64_t(fy), H - 1), y1 = std::min<int64_t>(y0 + 1, H - 1);
+    const float wy = float(fy - double(y0));
+    const uint8_t* r0 = src + y0 * W * C;
+    const uint8_t* r1 = src + y1 * W * C;
+    for (int64_t x = 0; x < ow; ++x) {
+      const int64_t a = x0[size_t(x)] * C, b = x1[size_t(x)] * C;
+      const float w = wx[size_t(x)];
+      for (int64_t c = 0; c < C; ++c) {
+        const float top = float(r0[a + c]) + w * (float(r0[b + c]) - float(r0[a + c]));
+        const float bot = float(r1[a + c]) + w * (float(r1[b + c]) - float(r1[a + c]));
+        dst[(c * oh + y) * ow + x] = (top + wy * (bot - top)) * inv;
+      }
+    }
+  }
+}
+
+struct StbImage {
+  uint8_t* pixels = nullptr;
+  int w = 0, h = 0;
+  ~StbImage() { if (pixels) stbi_image_free(pixels); }
+};
+
+void decode(const std::string& path, int channels, StbImage& img) {
+  KILN_CHECK(channels == 1 || channels == 3, "load_image: channels must be 1 or 3, got ", channels);
+  std::vector<uint8_t> bytes = read_file_bytes(path);
+  KILN_CHECK(!bytes.empty(), "load_image: '", path, "' is empty");
+  KILN_CHECK(bytes.size() < (size_t(1) << 31), "load_image: '", path, "' is too large");
+  int n = 0;
+  img.pixels = stbi_load_from_memory(bytes.data(), int(bytes.size()), &img.w, &img.h, &n, channels);
+  KILN_CHECK(img.pixels != nullptr, "load_image: cannot decode '", path, "': ", stbi_failure_reason());
+}
+}  // namespace
+
+Tensor load_image(const std::string& path, int channels) {
+  StbImage img;
+  decode(path, channels, img);
+  Tensor out = Tensor::empty({img.h, img.w, channels}, DType::uint8);
+  std::copy(img.pixels, img.pixels + size_t(img.h) * size_t(img.w) * size_t(channels), out.data<uint8_t>());
+  return out;
+}
+
+Tensor resize_bilinear(const Tensor& image, int64_t out_h, int64_t out_w) {
+  KILN_CHECK(image.defined() && image.is_cpu() && image.dtype() == DType::uint8 && image.dim() == 3,
+             "resize_bilinear: expected a CPU uint8 image (H, W, C), got ",
+             image.defined() ? shape_str(image.shape()) + " " + dtype_name(image.dtype()) : std::string("undefined"));
+  KILN_CHECK(out_h > 0 && out_w > 0, "resize_bilinear: output size must be positive, got ", out_h, "x", out_w);
+  KILN_CHECK(image.size(0) > 0 && image.size(1) > 0, "resize_bilinear: empty image ", shape_str(image.shape()));
+  Tensor c = image.contiguous();
+  Tensor out = Tensor::empty({c.size(2), out_h, out_w}, DType::float32);
+  resize_into(c.data<uint8_t>(), c.size(0), c.size(1), c.size(2), out.data<float>(), out_h, out_w);
+  return out;
+}
+
+ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions options) : options_(options) {
+  KILN_CHECK(options.channels == 1 || options.channels == 3, "ImageFolder: channels must be 1 or 3, got ",
+             options.channels);
+  KILN_CHECK(options.height > 0 && options.width > 0, "ImageFolder: image size must be positive, got ",
+             options.height, "x", options.width);
+  std::error_code ec;
+  KILN_CHECK(fs::is_directory(root, ec), "ImageFolder: folder '", root, "' does not exist");
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory() && e.path().filename().string()[0] != '.')  // skip hidden folders
+      classes_.push_back(e.path().filename().string());
+  KILN_CHECK(!ec, "ImageFolder: cannot list '", root, "': ", ec.message());
+  std::sort(classes_.begin(), classes_.end());
+  KILN_CHECK(!classes_.empty(), "ImageFolder: folder '", root,
+             "' has no class sub-folders (expected root/<class>/<image>.png)");
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    const fs::path dir = fs::path(root) / classes_[c];
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_regular_file() && is_image_file(e.path())) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    KILN_CHECK(!files.empty(), "ImageFolder: class folder '", dir.string(),
+               "' has no images (.png, .jpg, .jpeg or .bmp)");
+    for (auto& f : files) {
+      paths_.push_back(std::move(f));
+      labels_.push_back(int64_t(c));
+    }
+  }
+}
+
+void ImageFolder::load_into(int64_t i, float* dst) const {
+  StbImage img;
+  decode(paths_[size_t(i)], options_.channels, img);
+  resize_into(img.pixels, img.h, img.w, options_.channels, dst, options_.height, options_.width);
+}
+
+Example ImageFolder::get(int64_t i) const {
+  KILN_CHECK(i >= 0 && i < size(), "ImageFolder::get: index ", i, " out of range for a dataset of size ", size());
+  Example ex;
+  ex.input = Tensor::empty({options_.channels, options_.height, options_.width}, DType::float32);
+  load_into(i, ex.input.data<float>());
+  ex.target = scalar_tensor(double(labels_[size_t(i)]), {.dtype = DType::int64});
+  return ex;
+}
+
+Batch ImageFolder::get_batch(std::span<const int64_t> indices) const {
+  for (int64_t i : indices)
+    KILN_CHECK(i >= 0 && i < size(), "ImageFolder::get_batch: index ", i, " out of range for a dataset of size ",
+               size());
+  const int64_t B = int64_t(indices.size()), per = options_.channels * options_.height * options_.width;
+  Batch b;
+  b.input = Tensor::empty({B, options_.channels, options_.height, options_.width}, DType::float32);
+  b.target = Tensor::empty({B}, DType::int64);
+  float* in = b.input.data<float>();
+  int64_t* t = b.target.data<int64_t>();
+  for (int64_t k = 0; k < B; ++k) {
+    load_into(indices[size_t(k)], in + k * per);
+    t[k] = labels_[size_t(indices[size_t(k)])];
+  }
+  b.indices.assign(indices.begin(), indices.end());
+  return b;
+}
+
+}  // namespace kiln::data

@@ -1,0 +1,222 @@
+// File input/output for the data readers: zlib's gz* API (which also reads plain files),
+// the IDX parser streaming straight into the tensor, and temp-file + rename writes.
+#include "data/io.h"
+#include <zlib.h>
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+#include <unistd.h>
+#include "core/error.h"
+
+namespace kiln::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string hex32(uint32_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << std::setw(8) << std::setfill('0') << v;
+  return os.str();
+}
+
+void check_exists(const std::string& path) {
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  KILN_CHECK(fs::exists(st), "cannot open '", path, "': no such file");
+  KILN_CHECK(!fs::is_directory(st), "cannot read '", path, "': it is a directory");
+}
+
+// Sequential reader over a plain or gzip file.
+class GzReader {
+ public:
+  explicit GzReader(const std::string& path) : path_(path) {
+    check_exists(path);
+    errno = 0;
+    f_ = gzopen(path.c_str(), "rb");
+    KILN_CHECK(f_ != nullptr, "cannot open '", path, "': ", errno ? std::strerror(errno) : "zlib gzopen failed");
+    gzbuffer(f_, 1 << 17);
+  }
+  ~GzReader() {
+    if (f_) gzclose(f_);
+  }
+  GzReader(const GzReader&) = delete;
+  GzReader& operator=(const GzReader&) = delete;
+
+  // Reads up to n bytes; returns how many were read (fewer only at the end of the data).
+  size_t read(void* dst, size_t n) {
+    size_t got = 0;
+    char* p = static_cast<char*>(dst);
+    while (got < n) {
+      const unsigned chunk = unsigned(std::min<size_t>(n - got, size_t(1) << 30));
+      int r = gzread(f_, p + got, chunk);
+      if (r < 0) fail();
+      if (r == 0) {
+        check_stream();
+        break;
+      }
+      got += size_t(r);
+    }
+    return got;
+  }
+
+  // Throws when the stream ended because of an error (a truncated gzip member).
+  void check_stream() {
+    int err = Z_OK;
+    const char* msg = gzerror(f_, &err);
+    if (err != Z_OK && err != Z_STREAM_END) fail(msg);
+  }
+
+  [[noreturn]] void fail(const char* msg = nullptr) {
+    int err = Z_OK;
+    if (!msg) msg = gzerror(f_, &err);
+    KILN_FAIL("cannot read '", path_, "': corrupt or truncated data (zlib: ", msg ? msg : "unknown error", ")");
+  }
+
+ private:
+  std::string path_;
+  gzFile f_ = nullptr;
+};
+
+uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+
+}  // namespace
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  GzReader r(path);
+  std::vector<uint8_t> out;
+  size_t n = 0;
+  {
+    std::error_code ec;
+    auto sz = fs::file_size(path, ec);
+    out.resize(ec ? size_t(1) << 20 : size_t(sz) + 1);
+  }
+  for (;;) {
+    size_t got = r.read(out.data() + n, out.size() - n);
+    n += got;
+    if (n < out.size()) break;
+    out.resize(out.size() * 2);
+  }
+  out.resize(n);
+  return out;
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  static std::atomic<uint64_t> counter{0};
+  fs::path target(path);
+  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  KILN_CHECK(fs::is_directory(dir, ec), "cannot write '", path, "': folder '", dir.string(), "' does not exist");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  KILN_CHECK(f != nullptr, "cannot write '", path, "': cannot create temporary file '", tmp, "': ",
+             std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(::fileno(f)) == 0 && ok;
+  const int saved = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    KILN_FAIL("cannot write '", path, "': writing '", tmp, "' failed: ", std::strerror(saved ? saved : errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    KILN_FAIL("cannot write '", path, "': renaming '", tmp, "' failed: ", std::strerror(e));
+  }
+}
+
+std::string find_file(const std::string& root, const std::vector<std::string>& candidates, const char* who) {
+  std::error_code ec;
+  KILN_CHECK(fs::is_directory(root, ec), who, ": folder '", root, "' does not exist");
+  std::string tried;
+  for (const auto& c : candidates) {
+    fs::path p = fs::path(root) / c;
+    if (fs::is_regular_file(p, ec)) return p.string();
+    tried += (tried.empty() ? "'" : ", '") + p.string() + "'";
+  }
+  KILN_FAIL(who, ": missing file: none of ", tried, " exists");
+}
+
+static_assert(std::endian::native == std::endian::little, "read_idx assumes a little-endian host");
+
+Tensor read_idx(const std::string& path, std::optional<uint32_t> expected_magic) {
+  GzReader r(path);
+  uint8_t head[4];
+  size_t got = r.read(head, 4);
+  KILN_CHECK(got == 4, "read_idx: '", path, "' is truncated: ", got, " bytes, shorter than the 4-byte IDX magic number");
+  const uint32_t magic = be32(head);
+  if (expected_magic)
+    KILN_CHECK(magic == *expected_magic, "read_idx: '", path, "': wrong magic number: expected ",
+               hex32(*expected_magic), ", found ", hex32(magic));
+  KILN_CHECK(head[0] == 0 && head[1] == 0, "read_idx: '", path, "': not an IDX file: magic number ", hex32(magic),
+             " should start with two zero bytes (0x0000TTNN)");
+  const int type = head[2], nd = head[3];
+  DType dt;
+  int esize;
+  switch (type) {
+    case 0x08: dt = DType::uint8; esize = 1; break;
+    case 0x09: dt = DType::int32; esize = 1; break;
+    case 0x0B: dt = DType::int32; esize = 2; break;
+    case 0x0C: dt = DType::int32; esize = 4; break;
+    case 0x0D: dt = DType::float32; esize = 4; break;
+    case 0x0E: dt = DType::float64; esize = 8; break;
+    default:
+      KILN_FAIL("read_idx: '", path, "': unknown element type 0x", std::hex, type, " in magic number ", hex32(magic),
+                " (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)");
+  }
+  KILN_CHECK(nd >= 1 && nd <= 8, "read_idx: '", path, "': magic number ", hex32(magic), " declares ", nd,
+             " dimensions (expected 1 to 8)");
+  std::vector<uint8_t> dims_raw(size_t(nd) * 4);
+  got = r.read(dims_raw.data(), dims_raw.size());
+  KILN_CHECK(got == dims_raw.size(), "read_idx: '", path, "' is truncated: the header declares ", nd,
+             " dimensions but ends after ", 4 + got, " bytes");
+  Shape shape(static_cast<size_t>(nd));
+  std::string dims_str;
+  uint64_t count = 1;
+  for (int d = 0; d < nd; ++d) {
+    shape[size_t(d)] = int64_t(be32(dims_raw.data() + 4 * d));
+    KILN_CHECK(shape[size_t(d)] >= 0 && shape[size_t(d)] < (int64_t(1) << 31), "read_idx: '", path,
+               "': dimension ", d, " has an invalid size");
+    count *= uint64_t(shape[size_t(d)]);
+    dims_str += (d ? " x " : "") + std::to_string(shape[size_t(d)]);
+  }
+  const uint64_t nbytes = count * uint64_t(esize);
+  KILN_CHECK(nbytes < (uint64_t(1) << 40), "read_idx: '", path, "': header claims an absurd size ", dims_str);
+  Tensor out = Tensor::empty(shape, dt);
+  // raw big-endian payload: read straight into the tensor when no widening is needed
+  std::vector<uint8_t> staging;
+  void* dst = out.raw_data();
+  if (esize != int(dtype_size(dt))) {
+    staging.resize(size_t(nbytes));
+    dst = staging.data();
+  }
+  got = r.read(dst, size_t(nbytes));
+  KILN_CHECK(got == nbytes, "read_idx: '", path, "' is truncated: the header claims ", dims_str, " elements (",
+             nbytes, " bytes of data) but the file holds only ", got, " bytes of data");
+  uint8_t extra;
+  KILN_CHECK(r.read(&extra, 1) == 0, "read_idx: '", path, "': unexpected bytes after the ", nbytes,
+             " bytes of data the header (", dims_str, ") declares");
+  // byte order: IDX is big-endian
+  const int64_t n = int64_t(count);
+  if (type == 0x09) {
+    int32_t* o = out.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) o[i] = int8_t(staging[size_t(i)]);
+  } else if (type == 0x0B) {
+    int32_t* o = out.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) o[i] = int16_t(uint16_t((staging[size_t(2 * i)] << 8) | staging[size_t(2 * i + 1)]));
+  } else if (esize > 1) {
+    uint8_t* p = static_cast<uint8_t*>(out.raw_data());
+    for (int64_t i = 0; i < n; ++i) std::reverse(p + i * esize, p + (i + 1) * esize);
+  }
+  return out;
+}
+
+}  // namespace kiln::data

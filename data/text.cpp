@@ -1,0 +1,315 @@
+// Character-level text: UTF-8 decoding/encoding, the code-point vocabulary (with its
+// small JSON file, written atomically), token windows and the CharText corpus.
+#include "data/text.h"
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include "core/error.h"
+#include "data/io.h"
+
+namespace kiln::data {
+
+// ---------------------------------------------------------------- UTF-8
+
+std::vector<char32_t> utf8_decode(std::string_view s, const std::string& what) {
+  std::vector<char32_t> out;
+  out.reserve(s.size());
+  const size_t n = s.size();
+  auto bad = [&](size_t at, const char* why) {
+    KILN_FAIL(what, ": invalid UTF-8 at byte offset ", at, " (", why, ")");
+  };
+  for (size_t i = 0; i < n;) {
+    const uint8_t b0 = uint8_t(s[i]);
+    if (b0 < 0x80) {
+      out.push_back(b0);
+      ++i;
+      continue;
+    }
+    int len = 0;
+    char32_t c = 0;
+    if ((b0 & 0xE0) == 0xC0) { len = 2; c = b0 & 0x1F; }
+    else if ((b0 & 0xF0) == 0xE0) { len = 3; c = b0 & 0x0F; }
+    else if ((b0 & 0xF8) == 0xF0) { len = 4; c = b0 & 0x07; }
+    else bad(i, "unexpected byte");
+    if (i + size_t(len) > n) bad(i, "sequence cut short by the end of the text");
+    for (int k = 1; k < len; ++k) {
+      const uint8_t b = uint8_t(s[i + size_t(k)]);
+      if ((b & 0xC0) != 0x80) bad(i, "missing continuation byte");
+      c = (c << 6) | (b & 0x3F);
+    }
+    static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < kMin[len]) bad(i, "overlong encoding");
+    if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) bad(i, "not a Unicode scalar value");
+    out.push_back(c);
+    i += size_t(len);
+  }
+  return out;
+}
+
+void utf8_append(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out.push_back(char(c));
+  } else if (c < 0x800) {
+    out.push_back(char(0xC0 | (c >> 6)));
+    out.push_back(char(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back(char(0xE0 | (c >> 12)));
+    out.push_back(char(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back(char(0xF0 | (c >> 18)));
+    out.push_back(char(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(char(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (c & 0x3F)));
+  }
+}
+
+// ---------------------------------------------------------------- CharVocab
+
+CharVocab::CharVocab() { index(); }
+
+CharVocab::CharVocab(std::vector<char32_t> cps) : chars_(std::move(cps)) {
+  std::sort(chars_.begin(), chars_.end());
+  chars_.erase(std::unique(chars_.begin(), chars_.end()), chars_.end());
+  for (char32_t c : chars_)
+    KILN_CHECK(c <= 0x10FFFF && !(c >= 0xD800 && c <= 0xDFFF), "CharVocab: ", uint32_t(c),
+               " is not a Unicode scalar value");
+  index();
+}
+
+void CharVocab::index() {
+  std::fill(std::begin(ascii_), std::end(ascii_), int64_t(-1));
+  for (size_t i = 0; i < chars_.size() && chars_[i] < 128; ++i) ascii_[chars_[i]] = int64_t(i);
+}
+
+CharVocab CharVocab::from_text(std::string_view utf8) {
+  std::vector<char32_t> cps = utf8_decode(utf8);
+  return CharVocab(std::move(cps));
+}
+
+int64_t CharVocab::id(char32_t c) const {
+  if (c < 128) return ascii_[c];
+  auto it = std::lower_bound(chars_.begin(), chars_.end(), c);
+  return it != chars_.end() && *it == c ? int64_t(it - chars_.begin()) : -1;
+}
+
+std::vector<int64_t> CharVocab::encode(std::string_view utf8) const {
+  std::vector<char32_t> cps = utf8_decode(utf8);
+  std::vector<int64_t> ids(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) {
+    ids[i] = id(cps[i]);
+    if (ids[i] < 0) {
+      std::string ch;
+      utf8_append(ch, cps[i]);
+      KILN_FAIL("CharVocab::encode: character '", ch, "' (U+", std::hex, uint32_t(cps[i]), std::dec,
+                ") at position ", i, " is not in the vocabulary of ", size(), " characters");
+    }
+  }
+  return ids;
+}
+
+std::string CharVocab::decode(const std::vector<int64_t>& ids) const {
+  std::string out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    KILN_CHECK(ids[i] >= 0 && ids[i] < size(), "CharVocab::decode: token id ", ids[i], " at position ", i,
+               " is outside the vocabulary [0, ", size(), ")");
+    utf8_append(out, chars_[size_t(ids[i])]);
+  }
+  return out;
+}
+
+std::string CharVocab::decode(const Tensor& ids) const {
+  KILN_CHECK(ids.defined() && ids.dim() <= 1 && !ids.is_floating_point(), "CharVocab::decode: expected a 1-D "
+             "integer tensor of token ids, got ", ids.defined() ? shape_str(ids.shape()) + " " + dtype_name(ids.dtype())
+                                                             : std::string("an undefined tensor"));
+  return decode(ids.to_vector<int64_t>());
+}
+
+void CharVocab::save(const std::string& path) const {
+  std::string s = "{\"format\": \"kiln.char_vocab\", \"version\": 1, \"size\": " + std::to_string(chars_.size()) +
+                  ",\n \"code_points\": [";
+  for (size_t i = 0; i < chars_.size(); ++i) {
+    if (i) s += (i % 16 == 0) ? ",\n  " : ", ";
+    s += std::to_string(uint32_t(chars_[i]));
+  }
+  s += "]}\n";
+  write_file_atomic(path, s);
+}
+
+namespace {
+// Tiny cursor over the vocabulary file: just enough JSON for what save() writes.
+struct Cursor {
+  const std::string& s;
+  const std::string& path;
+  size_t i = 0;
+  void ws() { while (i < s.size() && std::strchr(" \t\r\n", s[i])) ++i; }
+  [[noreturn]] void fail(const std::string& what) {
+    KILN_FAIL("CharVocab::load: '", path, "' is not a kiln vocabulary file: ", what, " at byte ", i);
+  }
+  void expect(char c) {
+    ws();
+    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
+    ++i;
+  }
+  std::string str() {
+    expect('"');
+    size_t e = s.find('"', i);
+    if (e == std::string::npos) fail("unterminated string");
+    std::string r = s.substr(i, e - i);
+    i = e + 1;
+    return r;
+  }
+  uint64_t num() {
+    ws();
+    if (i >= s.size() || !std::isdigit(uint8_t(s[i]))) fail("expected a non-negative integer");
+    uint64_t v = 0;
+    while (i < s.size() && std::isdigit(uint8_t(s[i]))) {
+      v = v * 10 + uint64_t(s[i++] - '0');
+      if (v > 0xFFFFFFFFull) fail("number too large");
+    }
+    return v;
+  }
+};
+}  // namespace
+
+CharVocab CharVocab::load(const std::string& path) {
+  std::vector<uint8_t> bytes = read_file_bytes(path);
+  const std::string s(bytes.begin(), bytes.end());
+  Cursor c{s, path};
+  std::string format;
+  int64_t declared = -1;
+  std::vector<char32_t> cps;
+  bool have_cps = false;
+  c.expect('{');
+  for (;;) {
+    const std::string key = c.str();
+    c.expect(':');
+    if (key == "format") format = c.str();
+    else if (key == "version") {
+      uint64_t v = c.num();
+      KILN_CHECK(v == 1, "CharVocab::load: '", path, "' has version ", v, ", this kiln reads version 1");
+    } else if (key == "size") declared = int64_t(c.num());
+    else if (key == "code_points") {
+      have_cps = true;
+      c.expect('[');
+      c.ws();
+      if (c.i < s.size() && s[c.i] == ']') ++c.i;
+      else
+        for (;;) {
+          cps.push_back(char32_t(c.num()));
+          c.ws();
+          if (c.i < s.size() && s[c.i] == ',') { ++c.i; continue; }
+          c.expect(']');
+          break;
+        }
+    } else c.fail("unknown key \"" + key + "\"");
+    c.ws();
+    if (c.i < s.size() && s[c.i] == ',') { ++c.i; continue; }
+    c.expect('}');
+    break;
+  }
+  KILN_CHECK(format == "kiln.char_vocab", "CharVocab::load: '", path, "': format is \"", format,
+             "\", expected \"kiln.char_vocab\"");
+  KILN_CHECK(have_cps, "CharVocab::load: '", path, "' has no \"code_points\"");
+  KILN_CHECK(declared < 0 || declared == int64_t(cps.size()), "CharVocab::load: '", path, "' declares size ",
+             declared, " but lists ", cps.size(), " code points");
+  for (size_t k = 1; k < cps.size(); ++k)
+    KILN_CHECK(cps[k] > cps[k - 1], "CharVocab::load: '", path, "': code points must be strictly increasing "
+               "(entry ", k, ")");
+  try {
+    return CharVocab(std::move(cps));
+  } catch (const Error& e) {
+    KILN_FAIL("CharVocab::load: '", path, "': ", e.what());
+  }
+}
+
+// ---------------------------------------------------------------- TokenDataset
+
+TokenDataset::TokenDataset(Tensor tokens, int64_t context) : context_(context) {
+  KILN_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.is_cpu(), "TokenDataset: expected a 1-D CPU tensor "
+             "of token ids, got ", tokens.defined() ? shape_str(tokens.shape()) : std::string("an undefined tensor"));
+  KILN_CHECK(context >= 1, "TokenDataset: context must be >= 1, got ", context);
+  tokens_ = tokens.detach().to(DType::int64).contiguous();
+}
+
+int64_t TokenDataset::size() const {
+  const int64_t n = num_tokens();
+  return n > 0 ? (n - 1) / context_ : 0;
+}
+
+Batch TokenDataset::get_batch(std::span<const int64_t> indices) const {
+  const int64_t B = int64_t(indices.size()), T = context_, n = size();
+  Batch b;
+  b.input = Tensor::empty({B, T}, DType::int64);   // (B, T)
+  b.target = Tensor::empty({B, T}, DType::int64);  // (B, T)
+  const int64_t* tok = tokens_.defined() ? tokens_.data<int64_t>() : nullptr;
+  for (int64_t k = 0; k < B; ++k) {
+    const int64_t i = indices[size_t(k)];
+    KILN_CHECK(i >= 0 && i < n, "TokenDataset::get_batch: window ", i, " out of range for ", n, " windows of ",
+               T, " tokens");
+    std::memcpy(b.input.data<int64_t>() + k * T, tok + i * T, size_t(T) * sizeof(int64_t));
+    std::memcpy(b.target.data<int64_t>() + k * T, tok + i * T + 1, size_t(T) * sizeof(int64_t));
+  }
+  b.indices.assign(indices.begin(), indices.end());
+  return b;
+}
+
+Example TokenDataset::get(int64_t i) const {
+  const int64_t idx[1] = {i};
+  Batch b = get_batch(idx);
+  return {b.input.reshape({context_}), b.target.reshape({context_})};
+}
+
+Batch TokenDataset::get_batch(int64_t batch, int64_t context, Rng& rng) const {
+  const int64_t n = num_tokens();
+  KILN_CHECK(batch >= 1 && context >= 1, "TokenDataset::get_batch: batch and context must be >= 1, got ", batch,
+             " and ", context);
+  KILN_CHECK(n >= context + 1, "TokenDataset::get_batch: ", n, " tokens are too few for windows of ", context,
+             " tokens plus the shifted target (need at least ", context + 1, ")");
+  Batch b;
+  b.input = Tensor::empty({batch, context}, DType::int64);   // (B, T)
+  b.target = Tensor::empty({batch, context}, DType::int64);  // (B, T)
+  const int64_t* tok = tokens_.data<int64_t>();
+  int64_t* x = b.input.data<int64_t>();
+  int64_t* y = b.target.data<int64_t>();
+  b.indices.resize(size_t(batch));
+  for (int64_t k = 0; k < batch; ++k) {
+    const int64_t s = rng.randint(0, n - context);  // start in [0, n - context - 1]
+    b.indices[size_t(k)] = s;
+    std::memcpy(x + k * context, tok + s, size_t(context) * sizeof(int64_t));
+    std::memcpy(y + k * context, tok + s + 1, size_t(context) * sizeof(int64_t));
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------- CharText
+
+CharText::CharText(const std::string& path, CharTextOptions options) : path_(path) {
+  KILN_CHECK(options.val_fraction >= 0.0 && options.val_fraction < 1.0, "CharText: val_fraction must be in [0, 1), got ",
+             options.val_fraction);
+  KILN_CHECK(options.context >= 1, "CharText: context must be >= 1, got ", options.context);
+  std::vector<uint8_t> bytes = read_file_bytes(path);
+  KILN_CHECK(!bytes.empty(), "CharText: '", path, "' is empty");
+  std::vector<char32_t> cps =
+      utf8_decode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "CharText: '" + path + "'");
+  bytes = {};
+  vocab_ = options.vocab ? *options.vocab : CharVocab(cps);
+  const int64_t n = int64_t(cps.size());
+  tokens_ = Tensor::empty({n}, DType::int64);
+  int64_t* t = tokens_.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    t[i] = vocab_.id(cps[size_t(i)]);
+    if (t[i] < 0) {
+      std::string ch;
+      utf8_append(ch, cps[size_t(i)]);
+      KILN_FAIL("CharText: '", path, "': character '", ch, "' (character ", i,
+                ") is not in the given vocabulary of ", vocab_.size(), " characters");
+    }
+  }
+  const int64_t n_train = std::min<int64_t>(n, int64_t(double(n) * (1.0 - options.val_fraction)));
+  train_ = TokenDataset(tokens_.narrow(0, 0, n_train), options.context);
+  val_ = TokenDataset(tokens_.narrow(0, n_train, n - n_train), options.context);
+}
+
+}  // namespace kiln::data
