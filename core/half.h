@@ -79,8 +79,8 @@ KILN_HD_INLINE float bf16_bits_to_float(uint16_t b) { return bits_float(uint32_t
 struct Half {
   uint16_t bits = 0;
   Half() = default;
-  KILN_HD Half(float f) : bits(float_to_half_bits(f)) {}
-  KILN_HD operator float() const { return half_bits_to_float(bits); }
+  KILN_HD_INLINE Half(float f) : bits(float_to_half_bits(f)) {}
+  KILN_HD_INLINE operator float() const { return half_bits_to_float(bits); }
   static KILN_HD Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
 };
 
@@ -88,8 +88,8 @@ struct Half {
 struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
-  KILN_HD BFloat16(float f) : bits(float_to_bf16_bits(f)) {}
-  KILN_HD operator float() const { return bf16_bits_to_float(bits); }
+  KILN_HD_INLINE BFloat16(float f) : bits(float_to_bf16_bits(f)) {}
+  KILN_HD_INLINE operator float() const { return bf16_bits_to_float(bits); }
   static KILN_HD BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
 };
 

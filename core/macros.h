@@ -6,5 +6,5 @@
 #define KILN_HD_INLINE __host__ __device__ __forceinline__
 #else
 #define KILN_HD
-#define KILN_HD_INLINE inline
+#define KILN_HD_INLINE inline __attribute__((always_inline))
 #endif

@@ -392,7 +392,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
 
 Tensor from_blob(const void* data, const Shape& shape, DType src_dtype, TensorOptions o) {
   Tensor src = Tensor::empty(shape, src_dtype, Device::cpu());
-  std::memcpy(src.raw_data(), data, size_t(src.numel()) * dtype_size(src_dtype));
+  if (src.numel() > 0) std::memcpy(src.raw_data(), data, size_t(src.numel()) * dtype_size(src_dtype));
   Tensor r = src.to(o.dtype).to(o.device);
   if (o.requires_grad) r.requires_grad_();
   return r;

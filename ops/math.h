@@ -1,11 +1,71 @@
 // Scalar math shared by CPU loops and CUDA kernels: one __host__ __device__ functor per
 // elementwise op, forward and derivative. The CPU tests therefore check the exact
 // formulas the GPU runs. T is float or double.
+// Transcendentals go through the overloads below, never through an unqualified exp/tanh:
+// those resolve to the C library's double versions and turn every float op into a slow
+// double libm call. float uses branch-free versions that CPU loops vectorise.
 #pragma once
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include "core/macros.h"
 
 namespace kiln::math {
+
+/// exp for float, branch-free so that CPU loops over it vectorize (Cephes polynomial after
+/// a round-to-nearest range reduction; within 2 ulp of exp). Exactly 0 below -87.33 (so
+/// exp(-inf) = 0 for masked scores), +inf above 88 (exp overflows at 88.72; softmax-family
+/// arguments are <= 0), NaN propagates. Relies on IEEE float semantics: do not build with
+/// -ffast-math (it would fold the rounding trick away).
+KILN_HD_INLINE float fast_exp(float x) {
+#ifdef __CUDA_ARCH__
+  return __expf(x);
+#else
+  const float hi = 88.0f, lo = -87.33654475f;
+  float r = x > hi ? hi : x;
+  r = r < lo ? lo : r;
+  const float n = (r * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(r / ln 2)
+  r = r - n * 0.693359375f + n * 2.12194440e-4f;                              // r - n ln 2, in two parts
+  const float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
+                    1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
+  const float scale = std::bit_cast<float>((int32_t(n) + 127) << 23);  // 2^n
+  float out = y * scale;
+  out = x > hi ? HUGE_VALF : out;
+  out = x < lo ? 0.0f : out;
+  return x != x ? x : out;
+#endif
+}
+/// double: the libm exp (double paths are for gradient checks; accuracy first).
+KILN_HD_INLINE double fast_exp(double x) {
+#ifndef __CUDACC__
+  using std::exp;
+#endif
+  return exp(x);
+}
+
+/// tanh for float, branch-free: an odd Taylor polynomial for |x| < 0.3 (no cancellation
+/// near 0), 1 - 2 / (1 + exp(2|x|)) above, sign restored. Within a few ulp of tanhf.
+KILN_HD_INLINE float fast_tanh(float x) {
+#ifdef __CUDA_ARCH__
+  return tanhf(x);
+#else
+  const float a = x < 0.0f ? -x : x;
+  const float a2 = a * a;
+  const float poly =
+      a + a * a2 * (-0.333333333f + a2 * (0.133333333f + a2 * (-0.0539682540f + a2 * (0.0218694885f +
+                                                                                        a2 * -0.00886323552f))));
+  const float big = 1.0f - 2.0f / (1.0f + fast_exp(2.0f * a));
+  const float t = a < 0.3f ? poly : big;
+  return x != x ? x : (x < 0.0f ? -t : t);
+#endif
+}
+KILN_HD_INLINE double fast_tanh(double x) { return ::tanh(x); }
+KILN_HD_INLINE float m_exp(float x) { return fast_exp(x); }
+KILN_HD_INLINE double m_exp(double x) { return ::exp(x); }
+KILN_HD_INLINE float m_erf(float x) { return ::erff(x); }
+KILN_HD_INLINE double m_erf(double x) { return ::erf(x); }
+KILN_HD_INLINE float m_sqrt(float x) { return ::sqrtf(x); }
+KILN_HD_INLINE double m_sqrt(double x) { return ::sqrt(x); }
 
 template <class T> KILN_HD_INLINE T relu(T x) { return x > T(0) ? x : T(0); }
 template <class T> KILN_HD_INLINE T relu_grad(T x) { return x > T(0) ? T(1) : T(0); }
@@ -13,8 +73,8 @@ template <class T> KILN_HD_INLINE T leaky_relu(T x, T s) { return x > T(0) ? x :
 template <class T> KILN_HD_INLINE T leaky_relu_grad(T x, T s) { return x > T(0) ? T(1) : s; }
 template <class T> KILN_HD_INLINE T sigmoid(T x) {
   // stable for large |x|
-  if (x >= T(0)) { T z = exp(-x); return T(1) / (T(1) + z); }
-  T z = exp(x);
+  if (x >= T(0)) { T z = m_exp(-x); return T(1) / (T(1) + z); }
+  T z = m_exp(x);
   return z / (T(1) + z);
 }
 /// d sigmoid from the output y: y (1 - y)
@@ -27,24 +87,24 @@ template <class T> KILN_HD_INLINE T silu_grad(T x) {
   return s * (T(1) + x * (T(1) - s));
 }
 // GELU, erf form: x * 0.5 * (1 + erf(x / sqrt 2))
-template <class T> KILN_HD_INLINE T gelu(T x) { return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440))); }
+template <class T> KILN_HD_INLINE T gelu(T x) { return T(0.5) * x * (T(1) + m_erf(x * T(0.70710678118654752440))); }
 template <class T> KILN_HD_INLINE T gelu_grad(T x) {
-  T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
-  T pdf = exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+  T cdf = T(0.5) * (T(1) + m_erf(x * T(0.70710678118654752440)));
+  T pdf = m_exp(T(-0.5) * x * x) * T(0.39894228040143267794);
   return cdf + x * pdf;
 }
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <class T> KILN_HD_INLINE T gelu_tanh(T x) {
   T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-  return T(0.5) * x * (T(1) + tanh(u));
+  return T(0.5) * x * (T(1) + fast_tanh(u));
 }
 template <class T> KILN_HD_INLINE T gelu_tanh_grad(T x) {
   T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-  T th = tanh(u);
+  T th = fast_tanh(u);
   T du = T(0.79788456080286535588) * (T(1) + T(3) * T(0.044715) * x * x);
   return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du;
 }
-template <class T> KILN_HD_INLINE T rsqrt(T x) { return T(1) / sqrt(x); }
+template <class T> KILN_HD_INLINE T rsqrt(T x) { return T(1) / m_sqrt(x); }
 template <class T> KILN_HD_INLINE T sign(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); }
 template <class T> KILN_HD_INLINE T clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
 

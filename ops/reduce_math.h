@@ -1,5 +1,6 @@
 // Scalar math of the reduce and loss families shared by CPU loops and CUDA kernels:
-// max/min selection with NaN propagation, the logsumexp finish and a vectorizable exp.
+// max/min selection with NaN propagation and the logsumexp finish (fast_exp is in
+// ops/math.h).
 // T is float, double or an integer type.
 #pragma once
 #include <bit>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 #include "core/macros.h"
+#include "ops/math.h"  // fast_exp
 
 namespace kiln::math {
 
@@ -28,37 +30,6 @@ template <class T> KILN_HD_INLINE T logsumexp_finish(T m, T s) {
   using std::log;
 #endif
   return isfinite(m) ? m + log(s) : m;
-}
-
-/// exp for float, branch-free so that CPU loops over it vectorize (Cephes polynomial after
-/// a round-to-nearest range reduction; within 2 ulp of exp). Exactly 0 below -87.33 (so
-/// exp(-inf) = 0 for masked scores), +inf above 88 (exp overflows at 88.72; softmax-family
-/// arguments are <= 0), NaN propagates. Relies on IEEE float semantics: do not build with
-/// -ffast-math (it would fold the rounding trick away).
-KILN_HD_INLINE float fast_exp(float x) {
-#ifdef __CUDA_ARCH__
-  return __expf(x);
-#else
-  const float hi = 88.0f, lo = -87.33654475f;
-  float r = x > hi ? hi : x;
-  r = r < lo ? lo : r;
-  const float n = (r * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(r / ln 2)
-  r = r - n * 0.693359375f + n * 2.12194440e-4f;                              // r - n ln 2, in two parts
-  const float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
-                    1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
-  const float scale = std::bit_cast<float>((int32_t(n) + 127) << 23);  // 2^n
-  float out = y * scale;
-  out = x > hi ? HUGE_VALF : out;
-  out = x < lo ? 0.0f : out;
-  return x != x ? x : out;
-#endif
-}
-/// double: the libm exp (double paths are for gradient checks; accuracy first).
-KILN_HD_INLINE double fast_exp(double x) {
-#ifndef __CUDACC__
-  using std::exp;
-#endif
-  return exp(x);
 }
 
 }  // namespace kiln::math

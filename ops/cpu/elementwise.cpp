@@ -100,14 +100,14 @@ void unary_typed(Op op, const UnaryArgs& a) {
   if (!a.backward) {
     switch (op) {
       case Op::neg: return unary_loop<T>(a, [](T x) { return -x; });
-      case Op::exp: return unary_loop<T>(a, [](T x) { return exp(x); });
+      case Op::exp: return unary_loop<T>(a, [](T x) { return math::m_exp(x); });
       case Op::log: return unary_loop<T>(a, [](T x) { return log(x); });
       case Op::sqrt: return unary_loop<T>(a, [](T x) { return sqrt(x); });
       case Op::rsqrt: return unary_loop<T>(a, [](T x) { return math::rsqrt(x); });
       case Op::abs: return unary_loop<T>(a, [](T x) { return abs(x); });
       case Op::sin: return unary_loop<T>(a, [](T x) { return sin(x); });
       case Op::cos: return unary_loop<T>(a, [](T x) { return cos(x); });
-      case Op::tanh: return unary_loop<T>(a, [](T x) { return tanh(x); });
+      case Op::tanh: return unary_loop<T>(a, [](T x) { return math::fast_tanh(x); });
       case Op::sigmoid: return unary_loop<T>(a, [](T x) { return math::sigmoid(x); });
       case Op::relu: return unary_loop<T>(a, [](T x) { return math::relu(x); });
       case Op::leaky_relu: return unary_loop<T>(a, [p0](T x) { return math::leaky_relu(x, p0); });

@@ -3,6 +3,7 @@
 // the Map's storage order, Eigen's own OpenMP threading for big products.
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"  // same Eigen AVX-512 code at -O1
 #include <Eigen/Core>
 #include <algorithm>
 #include <omp.h>
@@ -44,6 +45,15 @@ void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alp
       else c.noalias() += (alpha * a) * b;
     }
   };
+  // Small products run on one thread: Eigen would split a 32x128x128 GEMM over two, and
+  // the fork/join and spin-waits then cost more than the product (badly so on a busy machine).
+  struct SerialScope {
+    int prev = 0;
+    explicit SerialScope(bool on) {
+      if (on && !omp_in_parallel()) { prev = Eigen::nbThreads(); Eigen::setNbThreads(1); }
+    }
+    ~SerialScope() { if (prev) Eigen::setNbThreads(prev); }
+  } serial(double(M) * double(N) * double(K) < double(1 << 22));
   // A stored (K, M) row-major and read transposed is the same bytes as (M, K) column-major.
   if (!trans_a && !trans_b) run(RowMap(A, M, K, Stride(lda)), RowMap(B, K, N, Stride(ldb)));
   else if (!trans_a && trans_b) run(RowMap(A, M, K, Stride(lda)), ColMap(B, K, N, Stride(ldb)));
