@@ -3,6 +3,7 @@
 // mode on from fresh leaf copies of the inputs, backpropagates and returns their grads.
 #include "nn/checkpoint.h"
 #include <unordered_set>
+#include "core/autocast.h"
 #include "core/rng.h"
 
 namespace kiln {
@@ -21,6 +22,8 @@ struct CheckpointFunction : Function {
   size_t n_inputs = 0;  // inputs of fn
   size_t n_all = 0;     // all Function inputs: fn's inputs, then parameters
   RngState rng;         // generator state when fn first ran
+  bool amp_enabled = false;             // autocast state when fn first ran: the
+  DType amp_dtype = DType::bfloat16;    // recomputation must use the same dtypes
   Tensor precomputed;   // output of a first run done before apply (see checkpoint_impl)
 
   std::string name() const override { return "checkpoint"; }
@@ -46,6 +49,7 @@ struct CheckpointFunction : Function {
       RngRestore restore;  // put back the current state after the recomputation
       set_rng_state(rng);
       GradModeGuard grad_on(true);
+      autocast amp(amp_dtype, amp_enabled);
       out = fn(in);
     }
     KILN_CHECK(out.defined() && out.shape() == grad_output.shape(), "checkpoint: the recomputed output has shape ",
@@ -92,6 +96,8 @@ Tensor checkpoint_impl(CheckpointFn fn, std::vector<Tensor> inputs, const std::v
   f->fn = std::move(fn);
   f->n_inputs = inputs.size();
   f->rng = get_rng_state();
+  f->amp_enabled = autocast_enabled();
+  f->amp_dtype = autocast_dtype();
   std::vector<Tensor> all = inputs;
   if (params) {
     // Parameters become extra Function inputs (their gradient is accumulated by the inner

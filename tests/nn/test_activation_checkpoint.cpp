@@ -69,6 +69,25 @@ TEST_CASE("checkpointed TransformerBlock with dropout: gradients bitwise equal")
   CHECK_FALSE(bitwise_equal(blk(x), plain.out));
 }
 
+TEST_CASE("checkpointing under autocast replays the forward's dtypes") {
+  manual_seed(0);
+  nn::TransformerBlock blk(16, 2, {.causal = true, .dropout = 0.1});
+  Tensor x = randn({2, 6, 16});
+  Tensor R = randn({2, 6, 16});
+  for (DType dt : {DType::bfloat16, DType::float16}) {
+    auto under_amp = [&](auto&& f) {
+      return [&, f](const Tensor& h) {
+        autocast guard(dt);
+        return f(h);
+      };
+    };
+    Grads plain = run(blk, x, R, true, under_amp([&](const Tensor& h) { return blk(h); }));
+    Grads ck = run(blk, x, R, true, under_amp([&](const Tensor& h) { return checkpoint(blk, h); }));
+    check_same(plain, ck);
+    for (const Tensor& g : ck.param_grads) CHECK(g.dtype() == DType::float32);  // fp32 master grads
+  }
+}
+
 TEST_CASE("the checkpointed output has a node whose saved state is just the inputs") {
   manual_seed(1);
   nn::Linear l(4, 4);
