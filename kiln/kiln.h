@@ -35,3 +35,4 @@
 #include "data/transforms.h"
 #include "data/vision.h"
 #include "nn/nn.h"
+#include "models/models.h"

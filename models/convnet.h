@@ -1,0 +1,28 @@
+// models::ConvNet (WORKLOADS.md "convnet"): four conv3x3/BatchNorm/ReLU layers with two max
+// pools, then Linear 3136-128, ReLU, Linear 128-10. Children: features, classifier.
+#pragma once
+#include <cstdint>
+#include "nn/container.h"
+#include "nn/layers.h"
+
+namespace kiln::models {
+
+struct ConvNetOptions {
+  int64_t in_channels = 1;
+  int64_t num_classes = 10;
+  int64_t image_size = 28;  ///< input height = width (must be divisible by 4)
+};
+
+/// x (N, 1, 28, 28) -> logits (N, 10):
+///   [Conv3x3 pad 1 no bias, BatchNorm2d, ReLU] 1->32, 32->32, MaxPool 2, 32->64, 64->64,
+///   MaxPool 2, Flatten, Linear(64*7*7 = 3136, 128), ReLU, Linear(128, 10).
+class ConvNet : public nn::Module {
+ public:
+  explicit ConvNet(ConvNetOptions o = {});
+  Tensor forward(const Tensor& x) override;
+
+  nn::Sequential features, classifier;
+  ConvNetOptions options;
+};
+
+}  // namespace kiln::models
