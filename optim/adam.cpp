@@ -14,9 +14,8 @@ AdamOptions from_adamw(const AdamWOptions& o) {
 }  // namespace
 
 AdamBase::AdamBase(std::string name, bool decoupled, const std::vector<ParamGroup>& groups, const AdamOptions& o)
-    : Optimizer(std::move(name), groups), decoupled_(decoupled) {
-  for (const auto& g : groups) opts_.push_back(resolve_group_options(o, g));
-  for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
+    : OptimizerWith(std::move(name), groups, o), decoupled_(decoupled) {
+  check_all_options();
 }
 
 Adam::Adam(const std::vector<Tensor>& params, AdamOptions o) : Adam(single_group(params), o) {}

@@ -26,14 +26,8 @@ struct AdamWOptions {
 /// "exp_avg_sq" and, with amsgrad, "max_exp_avg_sq".
 ///   m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; vmax = max(vmax, v) (amsgrad)
 ///   p -= lr/(1-b1^t) * m / (sqrt(v or vmax)/sqrt(1-b2^t) + eps)
-class AdamBase : public Optimizer {
+class AdamBase : public OptimizerWith<AdamOptions> {
  public:
-  /// The (resolved) options of a group (AdamOptions layout for both Adam and AdamW).
-  AdamOptions& options(size_t group = 0) { return opts_.at(group); }
-  const AdamOptions& options(size_t group = 0) const { return opts_.at(group); }
-  double lr(size_t group = 0) const override { return opts_.at(group).lr; }
-  void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
-  using Optimizer::set_lr;
   /// Adam's momentum is beta1 (what OneCycleLR cycles).
   bool supports_momentum() const override { return true; }
   double momentum(size_t group) const override { return opts_.at(group).betas.first; }
@@ -49,7 +43,6 @@ class AdamBase : public Optimizer {
 
  private:
   bool decoupled_;
-  std::vector<AdamOptions> opts_;
 };
 
 /// torch.optim.Adam: weight decay is L2 (added to the gradient).

@@ -126,4 +126,30 @@ inline std::vector<ParamGroup> single_group(const std::vector<Tensor>& params) {
   return {ParamGroup{.params = params}};
 }
 
+/// What every concrete optimizer shares: one Options per parameter group (the defaults
+/// with the group's lr / weight_decay overrides), checked at construction, and the
+/// options / lr accessors. Subclasses implement the update and the hparam mapping.
+template <class Opts>
+class OptimizerWith : public Optimizer {
+ public:
+  /// The (resolved) options of a group; changes take effect at the next step.
+  Opts& options(size_t group = 0) { return opts_.at(group); }
+  const Opts& options(size_t group = 0) const { return opts_.at(group); }
+  double lr(size_t group = 0) const override { return opts_.at(group).lr; }
+  void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
+  using Optimizer::set_lr;
+
+ protected:
+  OptimizerWith(std::string name, const std::vector<ParamGroup>& groups, const Opts& defaults)
+      : Optimizer(std::move(name), groups) {
+    for (const auto& g : groups) opts_.push_back(resolve_group_options(defaults, g));
+  }
+  /// Runs check_options on every group (call at the end of the subclass constructor:
+  /// a virtual call from this constructor would not reach the subclass).
+  void check_all_options() const {
+    for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
+  }
+  std::vector<Opts> opts_;
+};
+
 }  // namespace kiln::optim

@@ -8,9 +8,8 @@ namespace kiln::optim {
 
 RMSprop::RMSprop(const std::vector<Tensor>& params, RMSpropOptions o) : RMSprop(single_group(params), o) {}
 
-RMSprop::RMSprop(const std::vector<ParamGroup>& groups, RMSpropOptions o) : Optimizer("RMSprop", groups) {
-  for (const auto& g : groups) opts_.push_back(resolve_group_options(o, g));
-  for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
+RMSprop::RMSprop(const std::vector<ParamGroup>& groups, RMSpropOptions o) : OptimizerWith("RMSprop", groups, o) {
+  check_all_options();
 }
 
 void RMSprop::check_options(size_t group) const {

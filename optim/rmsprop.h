@@ -16,17 +16,12 @@ struct RMSpropOptions {
 /// torch.optim.RMSprop: sq = alpha*sq + (1-alpha)*g^2; avg = sqrt(sq [- ga^2]) + eps
 /// (centered keeps ga = alpha*ga + (1-alpha)*g); with momentum buf = m*buf + g/avg,
 /// p -= lr*buf, else p -= lr*g/avg. State: "step", "square_avg", "grad_avg", "momentum_buffer".
-class RMSprop : public Optimizer {
+class RMSprop : public OptimizerWith<RMSpropOptions> {
  public:
   using Options = RMSpropOptions;
   RMSprop(const std::vector<Tensor>& params, RMSpropOptions options = {});
   RMSprop(const std::vector<ParamGroup>& groups, RMSpropOptions options = {});
 
-  RMSpropOptions& options(size_t group = 0) { return opts_.at(group); }
-  const RMSpropOptions& options(size_t group = 0) const { return opts_.at(group); }
-  double lr(size_t group = 0) const override { return opts_.at(group).lr; }
-  void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
-  using Optimizer::set_lr;
   bool supports_momentum() const override { return true; }
   double momentum(size_t group) const override { return opts_.at(group).momentum; }
   void set_momentum(size_t group, double m) override { opts_.at(group).momentum = m; }
@@ -37,9 +32,6 @@ class RMSprop : public Optimizer {
   void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
   std::vector<std::string> buffer_names() const override { return {"square_avg", "grad_avg", "momentum_buffer"}; }
   void check_options(size_t group) const override;
-
- private:
-  std::vector<RMSpropOptions> opts_;
 };
 
 }  // namespace kiln::optim

@@ -8,9 +8,8 @@ namespace kiln::optim {
 
 SGD::SGD(const std::vector<Tensor>& params, SGDOptions o) : SGD(single_group(params), o) {}
 
-SGD::SGD(const std::vector<ParamGroup>& groups, SGDOptions o) : Optimizer("SGD", groups) {
-  for (const auto& g : groups) opts_.push_back(resolve_group_options(o, g));
-  for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
+SGD::SGD(const std::vector<ParamGroup>& groups, SGDOptions o) : OptimizerWith("SGD", groups, o) {
+  check_all_options();
 }
 
 void SGD::check_options(size_t group) const {

@@ -15,18 +15,12 @@ struct SGDOptions {
 /// torch.optim.SGD: g += wd*p; buf = g (first step) or momentum*buf + (1-dampening)*g;
 /// g = nesterov ? g + momentum*buf : buf; p -= lr*g. State: "momentum_buffer".
 ///   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
-class SGD : public Optimizer {
+class SGD : public OptimizerWith<SGDOptions> {
  public:
   using Options = SGDOptions;
   SGD(const std::vector<Tensor>& params, SGDOptions options = {});
   SGD(const std::vector<ParamGroup>& groups, SGDOptions options = {});
 
-  /// The (resolved) options of a group; changes take effect at the next step.
-  SGDOptions& options(size_t group = 0) { return opts_.at(group); }
-  const SGDOptions& options(size_t group = 0) const { return opts_.at(group); }
-  double lr(size_t group = 0) const override { return opts_.at(group).lr; }
-  void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
-  using Optimizer::set_lr;
   bool supports_momentum() const override { return true; }
   double momentum(size_t group) const override { return opts_.at(group).momentum; }
   void set_momentum(size_t group, double m) override { opts_.at(group).momentum = m; }
@@ -37,9 +31,6 @@ class SGD : public Optimizer {
   void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
   std::vector<std::string> buffer_names() const override { return {"momentum_buffer"}; }
   void check_options(size_t group) const override;
-
- private:
-  std::vector<SGDOptions> opts_;
 };
 
 }  // namespace kiln::optim
