@@ -109,6 +109,17 @@ inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, doubl
   return true;
 }
 
+/// The message of the kiln::Error that f throws, or "(no error)" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 /// Tensor from a flat list of doubles with a shape (float64 unless dtype says otherwise).
 inline Tensor T(const std::vector<double>& v, const Shape& shape, DType dt = DType::float64) {
   return from_vector(v, shape).to(dt);

@@ -208,21 +208,17 @@ TEST_CASE("devices parse and CUDA without a backend is a clear error") {
 
 TEST_CASE("bad input is a kiln::Error naming the problem") {
   Tensor a = zeros({2, 3});
-  auto msg = [](auto&& f) {
-    try { f(); } catch (const Error& e) { return std::string(e.what()); }
-    return std::string("no error");
-  };
-  CHECK(msg([&] { a.reshape({4, 2}); }).find("[4, 2]") != std::string::npos);
-  CHECK(msg([&] { a.select(2, 0); }).find("dim 2") != std::string::npos);
-  CHECK(msg([&] { a.select(0, 5); }).find("index 5") != std::string::npos);
-  CHECK(msg([&] { a.narrow(1, 2, 2); }).find("exceeds") != std::string::npos);
-  CHECK(msg([&] { a.permute({0, 0}); }).find("repeated") != std::string::npos);
-  CHECK(msg([&] { a.expand({3, 3}); }).find("[2, 3]") != std::string::npos);
-  CHECK(msg([&] { a.item(); }).find("one element") != std::string::npos);
-  CHECK(msg([&] { a.at({0, 9}); }).find("out of range") != std::string::npos);
-  CHECK(msg([&] { a.data<double>(); }).find("float32") != std::string::npos);
-  CHECK(msg([&] { Tensor().shape(); }).find("undefined") != std::string::npos);
-  CHECK(msg([&] { zeros({2}, {.dtype = DType::int64}).requires_grad_(); }).find("int64") != std::string::npos);
-  CHECK(msg([&] { zeros({-1}); }).find("negative") != std::string::npos);
-  CHECK(msg([&] { from_vector<float>({1, 2, 3}, {2, 2}); }).find("[2, 2]") != std::string::npos);
+  CHECK(test::error_of([&] { a.reshape({4, 2}); }).find("[4, 2]") != std::string::npos);
+  CHECK(test::error_of([&] { a.select(2, 0); }).find("dim 2") != std::string::npos);
+  CHECK(test::error_of([&] { a.select(0, 5); }).find("index 5") != std::string::npos);
+  CHECK(test::error_of([&] { a.narrow(1, 2, 2); }).find("exceeds") != std::string::npos);
+  CHECK(test::error_of([&] { a.permute({0, 0}); }).find("repeated") != std::string::npos);
+  CHECK(test::error_of([&] { a.expand({3, 3}); }).find("[2, 3]") != std::string::npos);
+  CHECK(test::error_of([&] { a.item(); }).find("one element") != std::string::npos);
+  CHECK(test::error_of([&] { a.at({0, 9}); }).find("out of range") != std::string::npos);
+  CHECK(test::error_of([&] { a.data<double>(); }).find("float32") != std::string::npos);
+  CHECK(test::error_of([&] { Tensor().shape(); }).find("undefined") != std::string::npos);
+  CHECK(test::error_of([&] { zeros({2}, {.dtype = DType::int64}).requires_grad_(); }).find("int64") != std::string::npos);
+  CHECK(test::error_of([&] { zeros({-1}); }).find("negative") != std::string::npos);
+  CHECK(test::error_of([&] { from_vector<float>({1, 2, 3}, {2, 2}); }).find("[2, 2]") != std::string::npos);
 }

@@ -5,6 +5,7 @@
 #include <zlib.h>
 #include <filesystem>
 #include "data_test_util.h"
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 #if __has_include(<stb/stb_image_write.h>)
@@ -61,15 +62,7 @@ void write_mnist(const std::string& dir, const std::string& prefix, uint32_t n, 
   }
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::test::error_of;
 
 // 24-bit uncompressed BMP from RGB rows (top row first).
 std::vector<uint8_t> bmp_bytes(int w, int h, const std::vector<uint8_t>& rgb) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 #include "data_test_util.h"
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -14,15 +15,7 @@ using kiln_test::TempDir;
 namespace {
 const std::string kText = "héllo wörld\nhello €uro 😀!\n";  // 2-, 3- and 4-byte characters
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::test::error_of;
 }  // namespace
 
 TEST_CASE("CharVocab: sorted code points, encode/decode, multi-byte characters") {

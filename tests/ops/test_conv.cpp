@@ -105,14 +105,7 @@ bool close_to_ref(const Tensor& got, const Tensor& ref, double tol) {
   return d <= tol;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using kiln::test::error_of;
 
 bool has(const std::string& s, const std::string& part) {
   if (s.find(part) == std::string::npos) {

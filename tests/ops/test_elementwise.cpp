@@ -149,16 +149,12 @@ TEST_CASE("16-bit floats compute in float32 and round the result") {
 }
 
 TEST_CASE("elementwise errors name shapes, dtypes and devices") {
-  auto msg = [](auto&& f) {
-    try { f(); } catch (const Error& e) { return std::string(e.what()); }
-    return std::string("no error");
-  };
-  std::string m = msg([] { zeros({2, 3}) + zeros({4}); });
+  std::string m = test::error_of([] { zeros({2, 3}) + zeros({4}); });
   CHECK(m.find("[2, 3]") != std::string::npos);
   CHECK(m.find("[4]") != std::string::npos);
-  CHECK(msg([] { exp(zeros({2}, {.dtype = DType::int64})); }).find("int64") != std::string::npos);
-  CHECK(msg([] { relu(Tensor()); }).find("undefined") != std::string::npos);
-  CHECK(msg([] { clamp(zeros({2}), 1.0, -1.0); }).find("greater") != std::string::npos);
+  CHECK(test::error_of([] { exp(zeros({2}, {.dtype = DType::int64})); }).find("int64") != std::string::npos);
+  CHECK(test::error_of([] { relu(Tensor()); }).find("undefined") != std::string::npos);
+  CHECK(test::error_of([] { clamp(zeros({2}), 1.0, -1.0); }).find("greater") != std::string::npos);
 }
 
 TEST_CASE("in-place add_ and mul_ with broadcasting") {
