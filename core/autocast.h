@@ -2,6 +2,8 @@
 // the two casting helpers ops call at their top: autocast_to_low (matmul/linear/conv/attention)
 // and autocast_to_fp32 (softmax, norms, losses, reductions).
 #pragma once
+#include <optional>
+#include <tuple>
 #include <initializer_list>
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -42,12 +44,28 @@ Tensor autocast_to_low(const Tensor& t);
 Tensor autocast_to_fp32(const Tensor& t);
 
 /// True under autocast when any defined tensor is float32 (autocast_to_low would cast it).
-/// Ops use it for a one-line re-dispatch at their top:
-///   if (autocast_wants_low({a, b})) return matmul(autocast_to_low(a), autocast_to_low(b));
 bool autocast_wants_low(std::initializer_list<Tensor> ts);
 /// True under autocast when any defined tensor is float16/bfloat16 (autocast_to_fp32 would
-/// cast it):  if (autocast_wants_fp32({x})) return softmax(autocast_to_fp32(x), dim);
+/// cast it).
 bool autocast_wants_fp32(std::initializer_list<Tensor> ts);
+
+enum class AutocastTo { low, fp32 };
+
+/// An op's autocast policy, called first thing in the op: when autocast applies to one of
+/// `ts`, casts them (to the autocast dtype, or to float32), then runs op(cast tensors...)
+/// with autocast off (so the op's own 16-bit path does not re-enter autocast) and returns
+/// its result; otherwise returns nullopt and the op runs normally.
+///   if (auto r = autocast_op(AutocastTo::low, [&](const Tensor& a2, const Tensor& b2) {
+///         return matmul(a2, b2); }, a, b)) return *r;
+template <class F, class... Ts>
+std::optional<Tensor> autocast_op(AutocastTo to, F&& op, const Ts&... ts) {
+  const bool wants = to == AutocastTo::low ? autocast_wants_low({ts...}) : autocast_wants_fp32({ts...});
+  if (!wants) return std::nullopt;
+  auto cast = [to](const Tensor& t) { return to == AutocastTo::low ? autocast_to_low(t) : autocast_to_fp32(t); };
+  std::tuple<decltype(cast(ts))...> casted{cast(ts)...};  // cast while autocast is still on
+  autocast off(autocast_dtype(), false);
+  return std::apply(op, casted);
+}
 
 /// DESIGN.md spells the mixed-precision API kiln::amp (autocast here, GradScaler in
 /// optim/grad_scaler.h).

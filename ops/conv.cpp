@@ -86,11 +86,11 @@ Shape pooled_shape(const Tensor& x, int64_t OH, int64_t OW) {
 // ------------------------------------------------------------------ conv2d
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
-  if (autocast_wants_low({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_low(x), wc = autocast_to_low(weight), bc = autocast_to_low(bias);
-    autocast off(autocast_dtype(), false);
-    return conv2d(xc, wc, bc, args);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::low,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return conv2d(xc, wc, bc, args); },
+          x, weight, bias))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "conv2d";
   check_floating(op, x, "input");
   check_floating(op, weight, "weight");

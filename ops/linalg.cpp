@@ -149,11 +149,8 @@ bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (autocast_wants_low({a, b})) {  // autocast: cast, then run the op with autocast off
-    const Tensor ac = autocast_to_low(a), bc = autocast_to_low(b);
-    autocast off(autocast_dtype(), false);
-    return matmul(ac, bc);
-  }
+  if (auto r = autocast_op(AutocastTo::low, [&](const Tensor& ac, const Tensor& bc) { return matmul(ac, bc); }, a, b))
+    return *r;  // autocast: the op ran on cast inputs
   check_pair("matmul", a, b, "a", "b");
   KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
              shape_str(a.shape()), " and ", shape_str(b.shape()));
@@ -217,11 +214,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (autocast_wants_low({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_low(x), wc = autocast_to_low(weight), bc = autocast_to_low(bias);
-    autocast off(autocast_dtype(), false);
-    return linear(xc, wc, bc);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::low,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return linear(xc, wc, bc); },
+          x, weight, bias))
+    return *r;  // autocast: the op ran on cast inputs
   check_pair("linear", x, weight, "input", "weight");
   KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
              shape_str(weight.shape()));

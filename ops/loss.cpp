@@ -86,11 +86,11 @@ Tensor reduce_loss(const Tensor& per_element, Reduction r, int64_t count) {
 // ---------------------------------------------------------------- cross_entropy
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArgs args) {
-  if (autocast_wants_fp32({logits})) {  // autocast: cast, then run the op with autocast off
-    const Tensor lc = autocast_to_fp32(logits);
-    autocast off(autocast_dtype(), false);
-    return cross_entropy(lc, target, args);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::fp32,
+          [&](const Tensor& lc) { return cross_entropy(lc, target, args); },
+          logits))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "cross_entropy";
   check_floating(op, logits, "logits");
   Tensor tgt = class_targets(op, target);
@@ -139,11 +139,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
 // ---------------------------------------------------------------- nll_loss
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args) {
-  if (autocast_wants_fp32({log_probs})) {  // autocast: cast, then run the op with autocast off
-    const Tensor lc = autocast_to_fp32(log_probs);
-    autocast off(autocast_dtype(), false);
-    return nll_loss(lc, target, args);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& lc) { return nll_loss(lc, target, args); }, log_probs))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "nll_loss";
   check_floating(op, log_probs, "log_probs");
   Tensor tgt = class_targets(op, target);
@@ -186,11 +183,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
 // ---------------------------------------------------------------- mse_loss
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  if (autocast_wants_fp32({input, target})) {  // autocast: cast, then run the op with autocast off
-    const Tensor ic = autocast_to_fp32(input), tc = autocast_to_fp32(target);
-    autocast off(autocast_dtype(), false);
-    return mse_loss(ic, tc, reduction);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::fp32,
+          [&](const Tensor& ic, const Tensor& tc) { return mse_loss(ic, tc, reduction); },
+          input, target))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "mse_loss";
   check_floating(op, input, "input");
   check_floating(op, target, "target");

@@ -99,11 +99,13 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  if (autocast_wants_low({q, k, v})) {  // autocast: cast, then run the op with autocast off
-    const Tensor qc = autocast_to_low(q), kc = autocast_to_low(k), vc = autocast_to_low(v);
-    autocast off(autocast_dtype(), false);
-    return scaled_dot_product_attention(qc, kc, vc, causal);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::low,
+          [&](const Tensor& qc, const Tensor& kc, const Tensor& vc) {
+            return scaled_dot_product_attention(qc, kc, vc, causal);
+          },
+          q, k, v))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k or v is undefined");
   check_floating(op, q, "q");

@@ -34,11 +34,13 @@ Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() !=
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
-  if (autocast_wants_fp32({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x), wc = autocast_to_fp32(weight), bc = autocast_to_fp32(bias);
-    autocast off(autocast_dtype(), false);
-    return batch_norm(xc, wc, bc, running_mean, running_var, training, momentum, eps);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::fp32,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) {
+            return batch_norm(xc, wc, bc, running_mean, running_var, training, momentum, eps);
+          },
+          x, weight, bias))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "batch_norm";
   KILN_CHECK(x.defined(), "batch_norm: input is undefined");
   KILN_CHECK(x.dim() >= 2, "batch_norm: expected input of shape (N, C, ...) with at least 2 dims, got shape ",
@@ -104,11 +106,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  if (autocast_wants_fp32({x, weight, bias})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x), wc = autocast_to_fp32(weight), bc = autocast_to_fp32(bias);
-    autocast off(autocast_dtype(), false);
-    return layer_norm(xc, normalized_shape, wc, bc, eps);
-  }
+  if (auto r = autocast_op(
+          AutocastTo::fp32,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) {
+            return layer_norm(xc, normalized_shape, wc, bc, eps);
+          },
+          x, weight, bias))
+    return *r;  // autocast: the op ran on cast inputs
   const char* op = "layer_norm";
   KILN_CHECK(x.defined(), "layer_norm: input is undefined");
   check_floating(op, x);

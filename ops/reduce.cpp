@@ -141,11 +141,8 @@ Tensor expand_back(const Tensor& g, const Shape& keep_shape, const Shape& in_sha
 // ---------------------------------------------------------------- sum / mean
 
 Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
-  if (autocast_wants_fp32({x})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x);
-    autocast off(autocast_dtype(), false);
-    return sum(xc, dims, keepdim);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return sum(xc, dims, keepdim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
   check_defined("sum", x);
   if (is_half(x.dtype())) return sum(x.to(DType::float32), dims, keepdim).to(x.dtype());
   auto d = checked_dims("sum", x, dims);
@@ -159,11 +156,8 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
-  if (autocast_wants_fp32({x})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x);
-    autocast off(autocast_dtype(), false);
-    return mean(xc, dims, keepdim);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return mean(xc, dims, keepdim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
   check_defined("mean", x);
   if (is_half(x.dtype())) return mean(x.to(DType::float32), dims, keepdim).to(x.dtype());
   auto d = checked_dims("mean", x, dims);
@@ -205,31 +199,22 @@ Tensor var_std(Op op, const char* name, const Tensor& x, const Dims& dims, bool 
 }  // namespace
 
 Tensor var(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
-  if (autocast_wants_fp32({x})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x);
-    autocast off(autocast_dtype(), false);
-    return var(xc, dims, unbiased, keepdim);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return var(xc, dims, unbiased, keepdim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
   return var_std(Op::var, "var", x, dims, unbiased, keepdim);
 }
 
 Tensor std(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
-  if (autocast_wants_fp32({x})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x);
-    autocast off(autocast_dtype(), false);
-    return std(xc, dims, unbiased, keepdim);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return std(xc, dims, unbiased, keepdim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
   return var_std(Op::std, "std", x, dims, unbiased, keepdim);
 }
 
 // ---------------------------------------------------------------- logsumexp
 
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
-  if (autocast_wants_fp32({x})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x);
-    autocast off(autocast_dtype(), false);
-    return logsumexp(xc, dims, keepdim);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return logsumexp(xc, dims, keepdim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
   check_floating("logsumexp", x);
   if (is_half(x.dtype())) return logsumexp(x.to(DType::float32), dims, keepdim).to(x.dtype());
   auto d = checked_dims("logsumexp", x, dims);
@@ -348,11 +333,8 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 
 namespace {
 Tensor softmax_impl(Op op, const char* name, const Tensor& x, int64_t dim) {
-  if (autocast_wants_fp32({x})) {  // autocast: cast, then run the op with autocast off
-    const Tensor xc = autocast_to_fp32(x);
-    autocast off(autocast_dtype(), false);
-    return softmax_impl(op, name, xc, dim);
-  }
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return softmax_impl(op, name, xc, dim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
   check_floating(name, x);
   if (is_half(x.dtype())) return softmax_impl(op, name, x.to(DType::float32), dim);
   const int64_t d = checked_dim(name, x, dim);
