@@ -1,17 +1,11 @@
-// File input/output for the data readers: zlib's gz* API (which also reads plain files),
-// the IDX parser streaming straight into the tensor, and temp-file + rename writes.
+// File input for the data readers: the IDX parser streaming straight into the tensor
+// through core's FileReader (plain or gzip), and find_file.
 #include "data/io.h"
-#include <zlib.h>
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
-#include <unistd.h>
 #include "core/error.h"
 
 namespace kiln::data {
@@ -26,112 +20,9 @@ std::string hex32(uint32_t v) {
   return os.str();
 }
 
-void check_exists(const std::string& path) {
-  std::error_code ec;
-  auto st = fs::status(path, ec);
-  KILN_CHECK(fs::exists(st), "cannot open '", path, "': no such file");
-  KILN_CHECK(!fs::is_directory(st), "cannot read '", path, "': it is a directory");
-}
-
-// Sequential reader over a plain or gzip file.
-class GzReader {
- public:
-  explicit GzReader(const std::string& path) : path_(path) {
-    check_exists(path);
-    errno = 0;
-    f_ = gzopen(path.c_str(), "rb");
-    KILN_CHECK(f_ != nullptr, "cannot open '", path, "': ", errno ? std::strerror(errno) : "zlib gzopen failed");
-    gzbuffer(f_, 1 << 17);
-  }
-  ~GzReader() {
-    if (f_) gzclose(f_);
-  }
-  GzReader(const GzReader&) = delete;
-  GzReader& operator=(const GzReader&) = delete;
-
-  // Reads up to n bytes; returns how many were read (fewer only at the end of the data).
-  size_t read(void* dst, size_t n) {
-    size_t got = 0;
-    char* p = static_cast<char*>(dst);
-    while (got < n) {
-      const unsigned chunk = unsigned(std::min<size_t>(n - got, size_t(1) << 30));
-      int r = gzread(f_, p + got, chunk);
-      if (r < 0) fail();
-      if (r == 0) {
-        check_stream();
-        break;
-      }
-      got += size_t(r);
-    }
-    return got;
-  }
-
-  // Throws when the stream ended because of an error (a truncated gzip member).
-  void check_stream() {
-    int err = Z_OK;
-    const char* msg = gzerror(f_, &err);
-    if (err != Z_OK && err != Z_STREAM_END) fail(msg);
-  }
-
-  [[noreturn]] void fail(const char* msg = nullptr) {
-    int err = Z_OK;
-    if (!msg) msg = gzerror(f_, &err);
-    KILN_FAIL("cannot read '", path_, "': corrupt or truncated data (zlib: ", msg ? msg : "unknown error", ")");
-  }
-
- private:
-  std::string path_;
-  gzFile f_ = nullptr;
-};
-
 uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
 
 }  // namespace
-
-std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  GzReader r(path);
-  std::vector<uint8_t> out;
-  size_t n = 0;
-  {
-    std::error_code ec;
-    auto sz = fs::file_size(path, ec);
-    out.resize(ec ? size_t(1) << 20 : size_t(sz) + 1);
-  }
-  for (;;) {
-    size_t got = r.read(out.data() + n, out.size() - n);
-    n += got;
-    if (n < out.size()) break;
-    out.resize(out.size() * 2);
-  }
-  out.resize(n);
-  return out;
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  static std::atomic<uint64_t> counter{0};
-  fs::path target(path);
-  fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  std::error_code ec;
-  KILN_CHECK(fs::is_directory(dir, ec), "cannot write '", path, "': folder '", dir.string(), "' does not exist");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  KILN_CHECK(f != nullptr, "cannot write '", path, "': cannot create temporary file '", tmp, "': ",
-             std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(::fileno(f)) == 0 && ok;
-  const int saved = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    KILN_FAIL("cannot write '", path, "': writing '", tmp, "' failed: ", std::strerror(saved ? saved : errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    KILN_FAIL("cannot write '", path, "': renaming '", tmp, "' failed: ", std::strerror(e));
-  }
-}
 
 std::string find_file(const std::string& root, const std::vector<std::string>& candidates, const char* who) {
   std::error_code ec;
@@ -148,7 +39,7 @@ std::string find_file(const std::string& root, const std::vector<std::string>& c
 static_assert(std::endian::native == std::endian::little, "read_idx assumes a little-endian host");
 
 Tensor read_idx(const std::string& path, std::optional<uint32_t> expected_magic) {
-  GzReader r(path);
+  FileReader r(path);
   uint8_t head[4];
   size_t got = r.read(head, 4);
   KILN_CHECK(got == 4, "read_idx: '", path, "' is truncated: ", got, " bytes, shorter than the 4-byte IDX magic number");

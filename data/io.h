@@ -1,22 +1,20 @@
-// File helpers of the data readers: whole-file reads (plain or gzip, detected by the
-// gzip magic bytes), atomic writes (temp file + rename), and the IDX format reader
-// (MNIST / Fashion-MNIST). Errors are kiln::Error naming the file and the problem.
+// File helpers of the data readers: the IDX format reader (MNIST / Fashion-MNIST) and
+// find_file; whole-file reads and atomic writes come from core/file_io.h.
+// Errors are kiln::Error naming the file and the problem.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+#include "core/file_io.h"
 #include "core/tensor.h"
 
 namespace kiln::data {
 
-/// The bytes of a file; gzip-compressed files are decompressed transparently.
-std::vector<uint8_t> read_file_bytes(const std::string& path);
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder is
-/// written, flushed and renamed over `path`, so readers never see a partial file.
-void write_file_atomic(const std::string& path, std::string_view bytes);
+// Kept here too, for code written against kiln::data (see core/file_io.h).
+using kiln::read_file_bytes;
+using kiln::write_file_atomic;
 
 /// Reads an IDX file (plain or .gz): magic 0x0000TTNN (TT the element type, NN the
 /// number of dims), NN big-endian int32 sizes, then the data (big-endian elements).

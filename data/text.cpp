@@ -2,9 +2,9 @@
 // small JSON file, written atomically), token windows and the CharText corpus.
 #include "data/text.h"
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include "core/error.h"
+#include "core/json.h"
 #include "data/io.h"
 
 namespace kiln::data {
@@ -127,97 +127,38 @@ std::string CharVocab::decode(const Tensor& ids) const {
 }
 
 void CharVocab::save(const std::string& path) const {
-  std::string s = "{\"format\": \"kiln.char_vocab\", \"version\": 1, \"size\": " + std::to_string(chars_.size()) +
-                  ",\n \"code_points\": [";
-  for (size_t i = 0; i < chars_.size(); ++i) {
-    if (i) s += (i % 16 == 0) ? ",\n  " : ", ";
-    s += std::to_string(uint32_t(chars_[i]));
-  }
-  s += "]}\n";
-  write_file_atomic(path, s);
+  json::Value v;
+  v["format"] = "kiln.char_vocab";
+  v["version"] = 1;
+  v["size"] = chars_.size();
+  json::Value& cps = v["code_points"] = json::Value::array();
+  for (char32_t c : chars_) cps.push_back(uint32_t(c));
+  write_file_atomic(path, v.dump(1) + "\n");
 }
 
-namespace {
-// Tiny cursor over the vocabulary file: just enough JSON for what save() writes.
-struct Cursor {
-  const std::string& s;
-  const std::string& path;
-  size_t i = 0;
-  void ws() { while (i < s.size() && std::strchr(" \t\r\n", s[i])) ++i; }
-  [[noreturn]] void fail(const std::string& what) {
-    KILN_FAIL("CharVocab::load: '", path, "' is not a kiln vocabulary file: ", what, " at byte ", i);
-  }
-  void expect(char c) {
-    ws();
-    if (i >= s.size() || s[i] != c) fail(std::string("expected '") + c + "'");
-    ++i;
-  }
-  std::string str() {
-    expect('"');
-    size_t e = s.find('"', i);
-    if (e == std::string::npos) fail("unterminated string");
-    std::string r = s.substr(i, e - i);
-    i = e + 1;
-    return r;
-  }
-  uint64_t num() {
-    ws();
-    if (i >= s.size() || !std::isdigit(uint8_t(s[i]))) fail("expected a non-negative integer");
-    uint64_t v = 0;
-    while (i < s.size() && std::isdigit(uint8_t(s[i]))) {
-      v = v * 10 + uint64_t(s[i++] - '0');
-      if (v > 0xFFFFFFFFull) fail("number too large");
-    }
-    return v;
-  }
-};
-}  // namespace
-
 CharVocab CharVocab::load(const std::string& path) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
-  const std::string s(bytes.begin(), bytes.end());
-  Cursor c{s, path};
-  std::string format;
-  int64_t declared = -1;
-  std::vector<char32_t> cps;
-  bool have_cps = false;
-  c.expect('{');
-  for (;;) {
-    const std::string key = c.str();
-    c.expect(':');
-    if (key == "format") format = c.str();
-    else if (key == "version") {
-      uint64_t v = c.num();
-      KILN_CHECK(v == 1, "CharVocab::load: '", path, "' has version ", v, ", this kiln reads version 1");
-    } else if (key == "size") declared = int64_t(c.num());
-    else if (key == "code_points") {
-      have_cps = true;
-      c.expect('[');
-      c.ws();
-      if (c.i < s.size() && s[c.i] == ']') ++c.i;
-      else
-        for (;;) {
-          cps.push_back(char32_t(c.num()));
-          c.ws();
-          if (c.i < s.size() && s[c.i] == ',') { ++c.i; continue; }
-          c.expect(']');
-          break;
-        }
-    } else c.fail("unknown key \"" + key + "\"");
-    c.ws();
-    if (c.i < s.size() && s[c.i] == ',') { ++c.i; continue; }
-    c.expect('}');
-    break;
-  }
-  KILN_CHECK(format == "kiln.char_vocab", "CharVocab::load: '", path, "': format is \"", format,
-             "\", expected \"kiln.char_vocab\"");
-  KILN_CHECK(have_cps, "CharVocab::load: '", path, "' has no \"code_points\"");
-  KILN_CHECK(declared < 0 || declared == int64_t(cps.size()), "CharVocab::load: '", path, "' declares size ",
-             declared, " but lists ", cps.size(), " code points");
-  for (size_t k = 1; k < cps.size(); ++k)
-    KILN_CHECK(cps[k] > cps[k - 1], "CharVocab::load: '", path, "': code points must be strictly increasing "
-               "(entry ", k, ")");
+  const std::vector<uint8_t> bytes = read_file_bytes(path);
   try {
+    const json::Value v = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                      "not a kiln vocabulary file");
+    for (const auto& [key, x] : v.items())
+      KILN_CHECK(key == "format" || key == "version" || key == "size" || key == "code_points", "unknown key \"", key,
+                 "\"");
+    const std::string format = v.contains("format") ? v.at("format").as_string() : "";
+    KILN_CHECK(format == "kiln.char_vocab", "format is \"", format, "\", expected \"kiln.char_vocab\"");
+    const int64_t version = v.contains("version") ? v.at("version").as_int() : 1;
+    KILN_CHECK(version == 1, "version ", version, ", this kiln reads version 1");
+    KILN_CHECK(v.contains("code_points"), "no \"code_points\"");
+    std::vector<char32_t> cps;
+    for (const json::Value& c : v.at("code_points").as_array()) {
+      const int64_t x = c.as_int();
+      KILN_CHECK(x >= 0 && x <= 0x10FFFF, "code point ", x, " is out of the Unicode range");
+      KILN_CHECK(cps.empty() || char32_t(x) > cps.back(), "code points must be strictly increasing (entry ",
+                 cps.size(), ")");
+      cps.push_back(char32_t(x));
+    }
+    const int64_t declared = v.contains("size") ? v.at("size").as_int() : int64_t(cps.size());
+    KILN_CHECK(declared == int64_t(cps.size()), "declares size ", declared, " but lists ", cps.size(), " code points");
     return CharVocab(std::move(cps));
   } catch (const Error& e) {
     KILN_FAIL("CharVocab::load: '", path, "': ", e.what());

@@ -36,3 +36,5 @@
 #include "data/vision.h"
 #include "nn/nn.h"
 #include "models/models.h"
+#include "core/file_io.h"
+#include "core/json.h"

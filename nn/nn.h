@@ -10,3 +10,4 @@
 #include "nn/module.h"
 #include "nn/ordered_dict.h"
 #include "nn/train_utils.h"
+#include "nn/serialize.h"
