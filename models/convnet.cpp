@@ -1,5 +1,6 @@
 // models::ConvNet implementation.
 #include "models/convnet.h"
+#include "nn/checkpoint.h"
 
 namespace kiln::models {
 
@@ -32,7 +33,7 @@ Tensor ConvNet::forward(const Tensor& x) {
                  x.size(3) == options.image_size,
              "ConvNet: expected input (N, ", options.in_channels, ", ", options.image_size, ", ", options.image_size,
              "), got ", x.defined() ? shape_str(x.shape()) : std::string("undefined"));
-  return classifier(features(x));
+  return classifier(checkpoint_activations ? kiln::checkpoint(features, x) : features(x));
 }
 
 }  // namespace kiln::models

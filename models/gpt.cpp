@@ -5,6 +5,7 @@
 #include <vector>
 #include "core/autograd.h"
 #include "core/rng.h"
+#include "nn/checkpoint.h"
 #include "ops/linalg.h"
 
 namespace kiln::models {
@@ -36,7 +37,9 @@ Tensor GPT::forward(const Tensor& idx) {
              " must be in [1, context=", config.context, "]");
   Tensor pos = arange(0.0, double(T), 1.0, {.dtype = DType::int64, .device = idx.device()});  // (T)
   Tensor x = drop(wte(idx) + wpe(pos));                                                        // (B, T, C)
-  for (auto& block : blocks) x = block.forward(x);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    x = checkpoint_activations ? kiln::checkpoint(blocks.get<nn::TransformerBlock>(int64_t(i)), x)
+                               : blocks[int64_t(i)].forward(x);
   x = ln_f(x);
   return linear(x, head_weight());  // (B, T, V)
 }

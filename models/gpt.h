@@ -46,6 +46,9 @@ class GPT : public nn::Module {
   nn::LayerNorm ln_f;
   nn::Linear head;
   GPTConfig config;
+  /// Activation checkpointing (not saved with the weights): recompute the transformer blocks (one segment each) in the
+  /// backward pass instead of keeping their activations (kiln::checkpoint).
+  bool checkpoint_activations = false;
 };
 
 }  // namespace kiln::models

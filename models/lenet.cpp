@@ -1,5 +1,6 @@
 // models::LeNet5 implementation.
 #include "models/lenet.h"
+#include "nn/checkpoint.h"
 
 namespace kiln::models {
 
@@ -16,7 +17,7 @@ Tensor LeNet5::forward(const Tensor& x) {
   KILN_CHECK(x.defined() && x.dim() == 4 && x.size(1) == options.in_channels && x.size(2) == 28 && x.size(3) == 28,
              "LeNet5: expected input (N, ", options.in_channels, ", 28, 28), got ",
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
-  return classifier(features(x));
+  return classifier(checkpoint_activations ? kiln::checkpoint(features, x) : features(x));
 }
 
 }  // namespace kiln::models

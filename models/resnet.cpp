@@ -1,5 +1,6 @@
 // models::ResNet20 and BasicBlock implementation.
 #include "models/resnet.h"
+#include "nn/checkpoint.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 
@@ -44,7 +45,8 @@ Tensor ResNet20::forward(const Tensor& x) {
   KILN_CHECK(x.defined() && x.dim() == 4 && x.size(1) == options.in_channels, "ResNet20: expected input (N, ",
              options.in_channels, ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("undefined"));
   Tensor h = relu(bn1(conv1(x)));
-  h = layer3(layer2(layer1(h)));
+  for (nn::Sequential* stage : {&layer1, &layer2, &layer3})
+    h = checkpoint_activations ? kiln::checkpoint(*stage, h) : (*stage)(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);  // (N, 4w)
   return fc(h);
 }

@@ -7,9 +7,22 @@
 #include "core/rng.h"
 
 namespace kiln {
+
+namespace {
+thread_local int recomputation_depth = 0;
+}  // namespace
+
+bool in_checkpoint_recomputation() { return recomputation_depth > 0; }
+
 namespace detail {
 
 namespace {
+
+// Marks the current thread as recomputing for the scope's lifetime.
+struct RecomputeFlag {
+  RecomputeFlag() { ++recomputation_depth; }
+  ~RecomputeFlag() { --recomputation_depth; }
+};
 
 // Restores the generator's state at scope exit.
 struct RngRestore {
@@ -46,6 +59,7 @@ struct CheckpointFunction : Function {
     }
     Tensor out;
     {
+      RecomputeFlag recomputing;
       RngRestore restore;  // put back the current state after the recomputation
       set_rng_state(rng);
       GradModeGuard grad_on(true);

@@ -19,6 +19,11 @@ using CheckpointFn = std::function<Tensor(const std::vector<Tensor>&)>;
 Tensor checkpoint_impl(CheckpointFn fn, std::vector<Tensor> inputs, const std::vector<Tensor>* params);
 }  // namespace detail
 
+/// True on the thread running a checkpointed function again in the backward pass. Layers
+/// with side effects check it: BatchNorm updates its running statistics only in the first
+/// run, so checkpointing does not count a batch twice.
+bool in_checkpoint_recomputation();
+
 /// Calls fn(inputs...) without recording its graph and returns its result; in the
 /// backward pass fn is run again (grad mode on, the RNG state of the first call restored,
 /// so dropout draws the same masks) and backpropagated, giving the inputs their

@@ -3,6 +3,7 @@
 #include "nn/layers.h"
 #include <cmath>
 #include <sstream>
+#include "nn/checkpoint.h"
 #include "nn/init.h"
 #include "ops/linalg.h"
 #include "ops/nn_functional.h"
@@ -184,13 +185,18 @@ Tensor BatchNormBase::forward(const Tensor& x) {
   KILN_CHECK(x.size(1) == num_features, type_name(), "(", num_features, "): expected ", num_features,
              " channels in dim 1, got input of shape ", shape_str(x.shape()));
   const bool training = is_training();
-  if (training && num_batches_tracked.defined()) {
+  // A checkpointed forward runs twice; the batch is counted in the first run only.
+  const bool update_stats = training && !in_checkpoint_recomputation();
+  if (update_stats && num_batches_tracked.defined()) {
     NoGradGuard ng;
     num_batches_tracked.add_(ones_like(num_batches_tracked));
   }
   // Batch statistics in training, or when there are no running stats to use.
-  return batch_norm(x, weight, bias, running_mean, running_var, training || !running_mean.defined(),
-                    options.momentum, options.eps);
+  // (In the recomputation, training uses batch statistics without touching the running ones.)
+  const bool pass_stats = !training || update_stats;
+  const Tensor none;
+  return batch_norm(x, weight, bias, pass_stats ? running_mean : none, pass_stats ? running_var : none,
+                    training || !running_mean.defined(), options.momentum, options.eps);
 }
 
 std::string BatchNormBase::extra_repr() const {

@@ -202,3 +202,22 @@ TEST_CASE("retain_graph: a checkpoint can be backpropagated twice") {
   CHECK(allclose(l.weight.grad(), g1 * 2.0));
   CHECK_THROWS_AS(loss.backward(), kiln::Error);
 }
+
+TEST_CASE("checkpoint: BatchNorm counts a batch once (running stats are not updated again in the recomputation)") {
+  manual_seed(3);
+  nn::Sequential ref{nn::Conv2d(2, 3, 3, {.padding = 1}), nn::BatchNorm2d(3), nn::ReLU()};
+  nn::Sequential ck{nn::Conv2d(2, 3, 3, {.padding = 1}), nn::BatchNorm2d(3), nn::ReLU()};
+  ck.load_state_dict(ref.state_dict());
+  Tensor x = randn({4, 2, 5, 5});
+  sum(ref(x)).backward();
+  sum(kiln::checkpoint(ck, x)).backward();
+  auto bn_ref = ref.get<nn::BatchNorm2d>(1), bn_ck = ck.get<nn::BatchNorm2d>(1);
+  CHECK(bn_ck.num_batches_tracked.item() == 1);
+  CHECK(max_abs_diff(bn_ck.running_mean, bn_ref.running_mean) == 0);
+  CHECK(max_abs_diff(bn_ck.running_var, bn_ref.running_var) == 0);
+  CHECK(max_abs_diff(ck.get<nn::Conv2d>(0).weight.grad(), ref.get<nn::Conv2d>(0).weight.grad()) < 1e-6);
+  // In eval mode the running statistics are used, checkpointed or not.
+  ref.eval();
+  ck.eval();
+  CHECK(max_abs_diff(ck(x), ref(x)) == 0);
+}
