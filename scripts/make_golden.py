@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Writes tests/models/golden/*.txt: PyTorch reference losses and gradients for kiln's
-reference models (MLP, LeNet5, ConvNet, GPT), read by tests/models/test_models_golden.cpp.
+reference models (MLP, LeNet5, ConvNet, GPT, ResNet20), read by tests/models/test_models_golden.cpp
+(ResNet20: tests/models/test_models.cpp).
 
 Run with a Python that has torch (Debian: apt-get install python3-torch; /usr/bin/python3):
-    /usr/bin/python3 scripts/make_golden.py
+    /usr/bin/python3 scripts/make_golden.py [--out DIR] [CASE ...]
+CASE is one of mlp, lenet, convnet, gpt, resnet20 (default: all); --out writes elsewhere
+(e.g. to compare with the committed files without overwriting them).
 
 Initial weights are not stored (LeNet/ConvNet would be too large): parameter number k
 (PyTorch's order; names are kiln's dotted names, the C++ side matches them by name) gets
     p[i] = offset + scale * sin(0.7 * i + 1.3 * k + 0.5)     (computed in float64, cast to float32)
 and the file lists (name, k, scale, offset, shape) so the C++ test fills kiln's model the same
-way. Then 3 plain SGD steps (lr 0.1; ConvNet 0.02, since train-mode batch norm on a batch
+way. Then 3 plain SGD steps (lr 0.1; ConvNet and ResNet20 0.02, since train-mode batch norm on a batch
 of 2 diverges at 0.1) on a fixed batch with mean cross-entropy; the file holds the lr, the
 input, targets, the 3 losses and the gradients of chosen parameters after the first backward.
 
@@ -17,6 +20,7 @@ File format (text, one record per line):
     param NAME K SCALE OFFSET NDIM D0 D1 ...
     tensor NAME NDIM D0 D1 ... V0 V1 ...
 """
+import argparse
 import math
 import os
 
@@ -181,9 +185,67 @@ def gpt():
         ["wte.weight", "wpe.weight", "blocks.0.attn.qkv.weight", "blocks.1.mlp.0.bias", "ln_f.weight"], seq=True)
 
 
+class BasicBlock(tnn.Module):
+    """models/resnet.cpp's BasicBlock: same children, in the same order."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(cout)
+        self.conv2 = tnn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = tnn.BatchNorm2d(cout)
+        self.shortcut = None  # identity
+        if stride != 1 or cin != cout:  # projection (option B)
+            self.shortcut = tnn.Sequential(tnn.Conv2d(cin, cout, 1, stride=stride, bias=False), tnn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return F.relu(h + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet20(tnn.Module):
+    def __init__(self, width=16, blocks=3, classes=10):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(3, width, 3, padding=1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(width)
+
+        def stage(cin, cout, stride):
+            return tnn.Sequential(*[BasicBlock(cin if i == 0 else cout, cout, stride if i == 0 else 1)
+                                    for i in range(blocks)])
+        self.layer1 = stage(width, width, 1)
+        self.layer2 = stage(width, 2 * width, 2)
+        self.layer3 = stage(2 * width, 4 * width, 2)
+        self.fc = tnn.Linear(4 * width, classes)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.layer3(self.layer2(self.layer1(h)))
+        return self.fc(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+def resnet20():
+    m = ResNet20()
+    torch.manual_seed(4)
+    # Inputs rounded to multiples of 1/8 (exact in float32, short in the file).
+    x = torch.round(torch.randn(2, 3, 32, 32) * 8) / 8
+    y = torch.tensor([1, 8])
+    run("resnet20.txt", m, list(m.named_parameters()), x, y,
+        ["conv1.weight", "bn1.bias", "layer1.0.bn2.weight", "layer2.0.shortcut.0.weight",
+         "layer3.2.bn2.weight", "fc.bias"], lr=0.02)
+
+
+CASES = {"mlp": mlp, "lenet": lenet, "convnet": convnet, "gpt": gpt, "resnet20": resnet20}
+
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="Writes PyTorch golden values for kiln's model tests.")
+    ap.add_argument("--out", default=OUT, help="output folder (default: tests/models/golden)")
+    ap.add_argument("cases", nargs="*", help="cases to write: %s (default: all)" % ", ".join(CASES))
+    args = ap.parse_args()
+    for name in args.cases:
+        if name not in CASES:
+            ap.error("unknown case %r (expected one of %s)" % (name, ", ".join(CASES)))
+    OUT = args.out
     os.makedirs(OUT, exist_ok=True)
-    mlp()
-    lenet()
-    convnet()
-    gpt()
+    for name in args.cases or CASES:
+        CASES[name]()

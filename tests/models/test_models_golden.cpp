@@ -147,6 +147,11 @@ TEST_CASE("golden: ConvNet (train-mode batch norm) vs PyTorch") {
   run_golden(m, "convnet.txt", false);
 }
 
+TEST_CASE("golden: ResNet20 (train-mode batch norm, projection shortcuts) vs PyTorch") {
+  models::ResNet20 m;
+  run_golden(m, "resnet20.txt", false);
+}
+
 TEST_CASE("golden: GPT (tied) vs PyTorch") {
   models::GPT m({.vocab = 11, .context = 8, .layers = 2, .heads = 2, .width = 16, .dropout = 0.0, .tie_weights = true});
   run_golden(m, "gpt.txt", true);
