@@ -22,8 +22,8 @@ class ConvNet : public nn::Module {
   Tensor forward(const Tensor& x) override;
 
   nn::Sequential features, classifier;
-  /// Activation checkpointing (not saved with the weights): recompute the convolutional features in the
-  /// backward pass instead of keeping their activations (kiln::checkpoint).
+  /// Activation checkpointing (not saved with the weights): recompute the convolutional features
+  /// in the backward pass instead of keeping their activations (kiln::checkpoint).
   bool checkpoint_activations = false;
 
   ConvNetOptions options;

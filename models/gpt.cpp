@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/rng.h"
 #include "nn/checkpoint.h"
+#include "nn/init.h"
 #include "ops/linalg.h"
 
 namespace kiln::models {
@@ -25,6 +26,24 @@ GPT::GPT(GPTConfig c) : config(c) {
   blocks = register_module("blocks", bl);
   ln_f = register_module("ln_f", nn::LayerNorm(c.width));
   if (!c.tie_weights) head = register_module("head", nn::Linear(c.width, c.vocab, {.bias = false}));
+  reset_parameters();
+}
+
+void GPT::reset_parameters() {
+  // GPT-2's initialisation (as in llm.c and nanoGPT): every matrix N(0, 0.02), the two
+  // projections that write into the residual stream N(0, 0.02 / sqrt(2 * layers)) so its
+  // variance does not grow with depth, biases zero, LayerNorms (1, 0).
+  NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * double(std::max<int64_t>(config.layers, 1)));
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (auto& [name, p] : named_parameters()) {
+    if (name.rfind("ln", 0) == 0 || name.find(".ln") != std::string::npos) continue;  // LayerNorm
+    if (p.dim() == 1) nn::init::zeros_(p);
+    else if (ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.2.weight")) nn::init::normal_(p, 0.0, residual_std);
+    else nn::init::normal_(p, 0.0, 0.02);
+  }
 }
 
 Tensor GPT::forward(const Tensor& idx) {

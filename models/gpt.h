@@ -27,6 +27,9 @@ struct GPTConfig {
 class GPT : public nn::Module {
  public:
   explicit GPT(GPTConfig config = {});
+  /// GPT-2's initialisation: matrices and embeddings N(0, 0.02), the attention and MLP
+  /// output projections N(0, 0.02 / sqrt(2 * layers)), biases 0, LayerNorms (1, 0).
+  void reset_parameters() override;
   Tensor forward(const Tensor& idx) override;
   /// The head's weight (vocab, width): wte.weight when tied.
   Tensor head_weight() const { return config.tie_weights ? wte.weight : head.weight; }
@@ -46,8 +49,8 @@ class GPT : public nn::Module {
   nn::LayerNorm ln_f;
   nn::Linear head;
   GPTConfig config;
-  /// Activation checkpointing (not saved with the weights): recompute the transformer blocks (one segment each) in the
-  /// backward pass instead of keeping their activations (kiln::checkpoint).
+  /// Activation checkpointing (not saved with the weights): recompute each transformer
+  /// block in the backward pass instead of keeping its activations (kiln::checkpoint).
   bool checkpoint_activations = false;
 };
 

@@ -21,8 +21,8 @@ class LeNet5 : public nn::Module {
   Tensor forward(const Tensor& x) override;
 
   nn::Sequential features, classifier;
-  /// Activation checkpointing (not saved with the weights): recompute the convolutional features in the
-  /// backward pass instead of keeping their activations (kiln::checkpoint).
+  /// Activation checkpointing (not saved with the weights): recompute the convolutional features
+  /// in the backward pass instead of keeping their activations (kiln::checkpoint).
   bool checkpoint_activations = false;
 
   LeNet5Options options;

@@ -43,8 +43,8 @@ class ResNet20 : public nn::Module {
   nn::Sequential layer1, layer2, layer3;
   nn::Linear fc;
   ResNetOptions options;
-  /// Activation checkpointing (not saved with the weights): recompute the three stages in the
-  /// backward pass instead of keeping their activations (kiln::checkpoint).
+  /// Activation checkpointing (not saved with the weights): recompute the three stages
+  /// in the backward pass instead of keeping their activations (kiln::checkpoint).
   bool checkpoint_activations = false;
 
 };

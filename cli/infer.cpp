@@ -1,0 +1,158 @@
+// `kiln generate` (sample text from a GPT checkpoint) and `kiln eval` (test accuracy of an
+// image classifier, or validation loss of a GPT, from a checkpoint). A checkpoint's
+// safetensors metadata holds the run's configuration (and the GPT's vocabulary), so the
+// weights file alone rebuilds the model.
+#include <cstdio>
+#include <spdlog/spdlog.h>
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/run_state.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/dataloader.h"
+#include "data/transforms.h"
+#include "data/vision.h"
+#include "nn/serialize.h"
+#include "ops/loss.h"
+#include "ops/reduce.h"
+
+namespace kiln::cli {
+namespace {
+
+struct Loaded {
+  TrainConfig cfg;
+  Model model;
+  std::map<std::string, std::string> meta;
+};
+
+std::vector<double> numbers_of(const std::map<std::string, std::string>& meta, const std::string& key,
+                               const std::string& file) {
+  auto it = meta.find(key);
+  KILN_CHECK(it != meta.end(), file, ": metadata has no '", key, "' (not written by kiln train?)");
+  std::vector<double> out;
+  const json::Value values = json::parse(it->second, file + " metadata " + key);
+  for (const auto& v : values.as_array()) out.push_back(v.as_number());
+  return out;
+}
+
+/// Rebuilds the model a checkpoint was trained as, with its weights, on `device`.
+Loaded load_checkpoint(const std::string& path, Device device) {
+  Loaded l;
+  l.meta = kiln::load_metadata(path);
+  auto it = l.meta.find("kiln.config");
+  KILN_CHECK(it != l.meta.end(), path, ": no 'kiln.config' metadata: not a checkpoint written by kiln train");
+  l.cfg = config_from_json(json::parse(it->second, path + " metadata kiln.config"), path);
+  l.cfg.checkpoint_activations = false;
+  if (l.cfg.task == "gpt") {
+    l.model = make_model(l.cfg, 0, 0, int64_t(numbers_of(l.meta, "kiln.vocab", path).size()));
+  } else {
+    const int64_t channels = int64_t(numbers_of(l.meta, "kiln.normalize_mean", path).size());
+    l.model = make_model(l.cfg, channels, std::stoll(l.meta.at("kiln.image_size")), 0);
+  }
+  l.model.module->load_state_dict(kiln::load(path));
+  l.model.module->to(device);
+  l.model.module->eval();
+  return l;
+}
+
+data::CharVocab vocab_of(const Loaded& l, const std::string& path) {
+  return vocab_from_json(json::parse(l.meta.at("kiln.vocab"), path + " metadata kiln.vocab"), path);
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv, int first) {
+  const std::vector<FlagSpec> specs = {
+      {"checkpoint", true, "", "a GPT checkpoint written by kiln train gpt --save"},
+      {"prompt", true, "", "text to continue (default: a newline)"},
+      {"tokens", true, "500", "characters to generate"},
+      {"temperature", true, "0.8", "softmax temperature (0: greedy)"},
+      {"top-k", true, "20", "sample among the k most likely characters (0: all)"},
+      {"seed", true, "0", "sampling seed"},
+      {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
+      {"threads", true, "", "CPU threads"},
+  };
+  Args a = parse_args("generate", specs, argc, argv, first);
+  const std::string path = a.str("checkpoint");
+  if (a.has("threads")) set_num_threads(int(a.integer("threads")));
+  Loaded l = load_checkpoint(path, pick_device(a.str("device")));
+  KILN_CHECK(l.model.gpt != nullptr, "kiln generate: ", path, " holds a '", l.cfg.model,
+             "' model; generate needs a GPT checkpoint (kiln train gpt --save F)");
+  const data::CharVocab vocab = vocab_of(l, path);
+  const std::string prompt = a.str("prompt", "\n");
+  KILN_CHECK(!prompt.empty(), "kiln generate: --prompt must not be empty");
+  std::vector<int64_t> ids;
+  try {
+    ids = vocab.encode(prompt);
+  } catch (const Error& e) {
+    KILN_CHECK(false, "kiln generate: the prompt has a character the model never saw: ", e.what());
+  }
+  const int64_t top_k = a.integer("top-k");
+  manual_seed(uint64_t(a.integer("seed")));
+  Tensor idx = from_vector(ids, {1, int64_t(ids.size())}).to(l.model.module->parameters()[0].device());
+  Tensor out = l.model.gpt->generate(idx, a.integer("tokens"), a.number("temperature"),
+                                     top_k > 0 ? std::optional<int64_t>(top_k) : std::nullopt);
+  std::printf("%s\n", vocab.decode(out.select(0, 0).to(Device::cpu())).c_str());
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv, int first) {
+  const std::vector<FlagSpec> specs = {
+      {"checkpoint", true, "", "a checkpoint written by kiln train --save"},
+      {"data", true, "", "image dataset folder (default: the one it was trained on)"},
+      {"text", true, "", "gpt: text file (default: the one it was trained on)"},
+      {"batch-size", true, "", "examples per batch (vision 500, gpt 16)"},
+      {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
+      {"threads", true, "", "CPU threads"},
+  };
+  Args a = parse_args("eval", specs, argc, argv, first);
+  const std::string path = a.str("checkpoint");
+  if (a.has("threads")) set_num_threads(int(a.integer("threads")));
+  const Device device = pick_device(a.str("device"));
+  Loaded l = load_checkpoint(path, device);
+  NoGradGuard no_grad;
+  if (l.cfg.task == "gpt") {
+    const std::string text_path = a.str("text", l.cfg.data);
+    data::CharText text(text_path, {.context = l.cfg.context, .val_fraction = 0.1, .vocab = vocab_of(l, path)});
+    data::DataLoader loader(text.val(), {.batch_size = a.integer("batch-size", 16)});
+    double total = 0;
+    int64_t n = 0;
+    for (auto& b : loader) {
+      Tensor logits = (*l.model.module)(b.input.to(device));
+      const int64_t count = b.target.numel();
+      total += cross_entropy(logits.reshape({-1, logits.size(-1)}), b.target.to(device).reshape({-1})).item() *
+               double(count);
+      n += count;
+    }
+    KILN_CHECK(n > 0, "kiln eval: ", text_path, " has no validation window of ", l.cfg.context, " characters");
+    std::printf("validation loss of %s on %s: %.4f nats/char over %lld characters\n", path.c_str(), text_path.c_str(),
+                total / double(n), static_cast<long long>(n));
+    return 0;
+  }
+  const std::string dir = a.str("data", l.cfg.data);
+  data::TensorDataset test = l.cfg.task == "cifar10" ? data::TensorDataset(data::CIFAR10(dir, data::Split::Test))
+                             : dir.find("fashion") != std::string::npos
+                                 ? data::TensorDataset(data::FashionMNIST(dir, data::Split::Test))
+                                 : data::TensorDataset(data::MNIST(dir, data::Split::Test));
+  data::DataLoader loader(test, {.batch_size = a.integer("batch-size", 500),
+                                 .transform = data::Normalize{numbers_of(l.meta, "kiln.normalize_mean", path),
+                                                              numbers_of(l.meta, "kiln.normalize_std", path)}});
+  int64_t correct = 0, total = 0;
+  for (auto& b : loader) {
+    Tensor logits = (*l.model.module)(b.input.to(device));
+    correct += int64_t(sum(argmax(logits, 1).to(Device::cpu()) == b.target).item());
+    total += b.target.size(0);
+  }
+  std::printf("test accuracy of %s (%s) on %s: %.2f%% (%lld / %lld)\n", path.c_str(), l.cfg.model.c_str(),
+              dir.c_str(), 100.0 * double(correct) / double(std::max<int64_t>(total, 1)),
+              static_cast<long long>(correct), static_cast<long long>(total));
+  return 0;
+}
+
+int cmd_train(int argc, char** argv, int first) {
+  TrainResult r = run_training(parse_train_config(argc, argv, first));
+  return r.losses.empty() && r.accuracy < 0 && r.val_loss < 0 ? 1 : 0;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,576 @@
+// The training jobs of `kiln train`: the loop a PyTorch user would write (zero_grad,
+// forward under autocast, scaled backward, accumulate, clip, step), plus what a long run
+// needs around it: progress, metrics CSV + plot, evaluation, checkpoints and --resume.
+#include "cli/train.h"
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include "cli/args.h"
+#include "cli/metrics.h"
+#include "cli/progress.h"
+#include "cli/run_state.h"
+#include "core/cuda.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "data/dataloader.h"
+#include "data/text.h"
+#include "data/transforms.h"
+#include "data/vision.h"
+#include "models/models.h"
+#include "nn/serialize.h"
+#include "ops/dispatch.h"
+#include "ops/loss.h"
+#include "ops/reduce.h"
+#include "optim/adam.h"
+#include "optim/grad_scaler.h"
+#include "optim/lr_scheduler.h"
+#include "optim/sgd.h"
+
+namespace kiln::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+const std::vector<FlagSpec>& train_flags() {
+  static const std::vector<FlagSpec> specs = {
+      {"model", true, "", "mnist: convnet|lenet|mlp (convnet); cifar10: resnet20|convnet (resnet20)"},
+      {"data", true, "", "mnist/cifar10: folder of the dataset files (mnist: /usr/share/datasets/fashion-mnist)"},
+      {"text", true, "", "gpt: UTF-8 text file to train on"},
+      {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
+      {"epochs", true, "", "passes over the training set (vision; 3)"},
+      {"batch-size", true, "", "examples per micro-batch (vision 64, gpt 16)"},
+      {"lr", true, "", "learning rate (vision SGD 0.01, gpt AdamW 1e-3)"},
+      {"momentum", true, "0.9", "SGD momentum (vision)"},
+      {"weight-decay", true, "", "SGD L2 (vision; 0) or AdamW decoupled decay (gpt; 0.01)"},
+      {"schedule", true, "constant", "learning-rate schedule: constant or cosine (5% linear warm-up)"},
+      {"threads", true, "", "CPU threads (default: all cores)"},
+      {"workers", true, "1", "DataLoader background threads (vision)"},
+      {"amp", true, "off", "mixed precision: off, bf16 or fp16 (fp16 uses dynamic loss scaling)"},
+      {"accum", true, "1", "micro-batches accumulated per optimizer step"},
+      {"checkpoint-activations", false, "", "recompute activations in backward to save memory"},
+      {"seed", true, "0", "seed of initialisation, shuffling, dropout and sampling"},
+      {"limit", true, "0", "use only the first N training and test examples (vision; 0: all)"},
+      {"steps", true, "3000", "optimizer steps (gpt)"},
+      {"max-minutes", true, "0", "gpt: stop at the first evaluation after this many minutes (0: no limit)"},
+      {"eval-every", true, "250", "gpt: steps between validation-loss estimates"},
+      {"eval-batches", true, "20", "gpt: batches per validation-loss estimate"},
+      {"context", true, "128", "gpt: context length"},
+      {"layers", true, "4", "gpt: transformer blocks"},
+      {"heads", true, "4", "gpt: attention heads"},
+      {"width", true, "128", "gpt: embedding width"},
+      {"dropout", true, "0", "gpt: dropout probability"},
+      {"prompt", true, "", "gpt: prompt of the sample printed at the end (default: a newline)"},
+      {"sample-tokens", true, "300", "gpt: characters sampled at the end"},
+      {"stop-at", true, "0", "end this run after epoch N (vision) or step N (gpt) as if interrupted; --resume continues it"},
+      {"save", true, "", "checkpoint file (.safetensors; a .state.json side file goes beside it)"},
+      {"resume", true, "", "continue the run saved in this checkpoint"},
+      {"metrics", true, "", "metrics CSV (a PNG plot is written beside it); default runs/TASK-MODEL.csv"},
+      {"log", true, "", "also write the log to this file"},
+      {"no-progress", false, "", "no progress bar or progress lines, only the per-epoch log"},
+  };
+  return specs;
+}
+
+}  // namespace
+
+Model make_model(const TrainConfig& cfg, int64_t in_channels, int64_t image_size, int64_t vocab) {
+  Model m;
+  const bool ckpt = cfg.checkpoint_activations;
+  if (cfg.model == "convnet") {
+    auto net = std::make_shared<models::ConvNet>(models::ConvNetOptions{in_channels, 10, image_size});
+    net->checkpoint_activations = ckpt;
+    m.module = net;
+  } else if (cfg.model == "lenet") {
+    KILN_CHECK(in_channels == 1 && image_size == 28, "kiln train: lenet expects 1x28x28 images, got ", in_channels,
+               "x", image_size, "x", image_size);
+    auto net = std::make_shared<models::LeNet5>(models::LeNet5Options{1, 10});
+    net->checkpoint_activations = ckpt;
+    m.module = net;
+  } else if (cfg.model == "mlp") {
+    KILN_CHECK(!ckpt, "kiln train: --checkpoint-activations is not available for the mlp (nothing worth dropping)");
+    // Flatten (N, C, H, W) images into the MLP's (N, C*H*W) rows.
+    m.module = std::make_shared<nn::Sequential>(nn::Sequential{
+        nn::Flatten(), models::MLP(models::MLPOptions{in_channels * image_size * image_size, {512, 512}, 10})});
+  } else if (cfg.model == "resnet20") {
+    auto net = std::make_shared<models::ResNet20>(models::ResNetOptions{.in_channels = in_channels, .num_classes = 10});
+    net->checkpoint_activations = ckpt;
+    m.module = net;
+  } else if (cfg.model == "gpt") {
+    m.gpt = std::make_shared<models::GPT>(models::GPTConfig{.vocab = vocab,
+                                                            .context = cfg.context,
+                                                            .layers = cfg.layers,
+                                                            .heads = cfg.heads,
+                                                            .width = cfg.width,
+                                                            .dropout = cfg.dropout,
+                                                            .tie_weights = false});
+    m.gpt->checkpoint_activations = ckpt;
+    m.module = m.gpt;
+  } else {
+    KILN_CHECK(false, "kiln train ", cfg.task, ": unknown --model '", cfg.model, "'");
+  }
+  return m;
+}
+
+namespace {
+
+/// Everything that changes as a run goes and that a checkpoint must restore.
+struct Trainer {
+  TrainConfig cfg;
+  Device device;
+  Model model;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<optim::LRScheduler> sched;
+  std::unique_ptr<amp::GradScaler> scaler;
+  int64_t epoch = 0;  // completed epochs (vision) or evaluations (gpt)
+  int64_t step = 0;   // completed optimizer steps
+
+  void make_optimizer(int64_t total_steps) {
+    auto params = model.module->parameters();
+    if (cfg.task == "gpt")
+      opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+    else
+      opt = std::make_unique<optim::SGD>(
+          params, optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+    if (cfg.schedule == "cosine")
+      sched = std::make_unique<optim::WarmupCosineLR>(
+          *opt, optim::WarmupCosineLROptions{.warmup_steps = std::max<int64_t>(1, total_steps / 20),
+                                             .total_steps = std::max<int64_t>(2, total_steps),
+                                             .min_lr = cfg.lr * 0.1});
+    else
+      KILN_CHECK(cfg.schedule == "constant", "kiln train: --schedule must be constant or cosine, got '", cfg.schedule, "'");
+    scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+  }
+
+  /// One forward + backward of a micro-batch; returns its (unscaled) loss.
+  double micro_step(const Tensor& input, const Tensor& target) {
+    Tensor loss;
+    {
+      autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
+      Tensor logits = (*model.module)(input);
+      if (cfg.task == "gpt") loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
+      else loss = cross_entropy(logits, target);
+    }
+    Tensor scaled = scaler->scale(cfg.accum > 1 ? loss / double(cfg.accum) : loss);
+    scaled.backward();
+    return loss.item();
+  }
+
+  /// The optimizer step closing a group of cfg.accum micro-batches.
+  void optimizer_step() {
+    scaler->step(*opt);
+    scaler->update();
+    opt->zero_grad();
+    if (sched) sched->step();
+    ++step;
+  }
+
+  void save(const std::map<std::string, std::string>& extra_metadata, const json::Value& extra_state) {
+    if (cfg.save.empty()) return;
+    RunState rs;
+    rs.config = cfg;
+    rs.epoch = epoch;
+    rs.step = step;
+    save_run(cfg.save, *model.module, *opt, sched.get(), *scaler, rs, extra_metadata, extra_state);
+  }
+};
+
+void check_amp(const std::string& amp) {
+  KILN_CHECK(amp == "off" || amp == "bf16" || amp == "fp16", "kiln train: --amp must be off, bf16 or fp16, got '",
+             amp, "'");
+}
+
+std::string default_metrics_path(const TrainConfig& cfg) { return "runs/" + cfg.task + "-" + cfg.model + ".csv"; }
+
+// ---- image classification ----
+
+struct VisionData {
+  std::shared_ptr<data::TensorDataset> train, test;
+  std::vector<double> mean, std;  // per channel, of the training images
+  int64_t channels = 1, size = 28;
+};
+
+std::shared_ptr<data::TensorDataset> limited(const data::TensorDataset& ds, int64_t limit) {
+  if (limit <= 0 || limit >= ds.size()) return std::make_shared<data::TensorDataset>(ds);
+  const bool u8 = ds.inputs().dtype() == DType::uint8;
+  return std::make_shared<data::TensorDataset>(
+      ds.inputs().narrow(0, 0, limit).contiguous(), ds.targets().narrow(0, 0, limit).contiguous(),
+      data::TensorDatasetOptions{.input_dtype = DType::float32, .input_scale = u8 ? 1.0 / 255.0 : 1.0});
+}
+
+VisionData load_vision(const TrainConfig& cfg) {
+  VisionData d;
+  if (cfg.task == "mnist") {
+    const bool fashion = cfg.data.find("fashion") != std::string::npos;
+    data::TensorDataset train = fashion ? data::FashionMNIST(cfg.data, data::Split::Train)
+                                        : data::MNIST(cfg.data, data::Split::Train);
+    data::TensorDataset test = fashion ? data::FashionMNIST(cfg.data, data::Split::Test)
+                                       : data::MNIST(cfg.data, data::Split::Test);
+    d.train = limited(train, cfg.limit);
+    d.test = limited(test, cfg.limit);
+  } else {
+    d.train = limited(data::CIFAR10(cfg.data, data::Split::Train), cfg.limit);
+    d.test = limited(data::CIFAR10(cfg.data, data::Split::Test), cfg.limit);
+  }
+  // Per-channel mean and standard deviation of the stored training pixels, for Normalize.
+  const Tensor& raw = d.train->inputs();  // (N, C, H, W), uint8 or float
+  d.channels = raw.size(1);
+  d.size = raw.size(2);
+  const double scale = raw.dtype() == DType::uint8 ? 1.0 / 255.0 : 1.0;
+  Tensor x = raw.to(DType::float64).transpose(0, 1).reshape({d.channels, -1});  // (C, N*H*W)
+  for (int64_t c = 0; c < d.channels; ++c) {
+    Tensor row = x.select(0, c);
+    const double m = mean(row).item(), v = mean((row - m) * (row - m)).item();
+    d.mean.push_back(m * scale);
+    d.std.push_back(std::sqrt(v) * scale);
+  }
+  return d;
+}
+
+/// Fraction of correctly classified test examples.
+double evaluate_accuracy(Trainer& t, const VisionData& d) {
+  NoGradGuard no_grad;
+  t.model.module->eval();
+  data::DataLoader loader(d.test, {.batch_size = 500, .seed = 0, .transform = data::Normalize{d.mean, d.std}});
+  int64_t correct = 0, total = 0;
+  for (auto& batch : loader) {
+    Tensor logits = (*t.model.module)(batch.input.to(t.device));
+    correct += int64_t(sum(argmax(logits, 1).to(Device::cpu()) == batch.target).item());
+    total += batch.target.size(0);
+  }
+  t.model.module->train();
+  return total ? double(correct) / double(total) : 0.0;
+}
+
+TrainResult run_vision(Trainer& t, const std::optional<RunState>& resumed) {
+  TrainConfig& cfg = t.cfg;
+  VisionData d = load_vision(cfg);
+  spdlog::info("data: {} training / {} test images of {}x{}x{} from {}", d.train->size(), d.test->size(), d.channels,
+               d.size, d.size, cfg.data);
+  t.model = make_model(cfg, d.channels, d.size, 0);
+  t.model.module->to(t.device);
+  data::Transform transform = data::Normalize{d.mean, d.std};
+  if (cfg.task == "cifar10")
+    transform = data::Compose{data::RandomCrop{d.size, d.size, 4}, data::RandomHorizontalFlip{}, data::Normalize{d.mean, d.std}};
+  data::DataLoader loader(d.train, {.batch_size = cfg.batch_size,
+                                    .shuffle = true,
+                                    .seed = cfg.seed,
+                                    .drop_last = true,
+                                    .workers = cfg.workers,
+                                    .pin_memory = t.device.is_cuda(),
+                                    .transform = transform});
+  const int64_t micro_per_epoch = loader.size(), steps_per_epoch = micro_per_epoch / cfg.accum;
+  KILN_CHECK(steps_per_epoch >= 1, "kiln train: ", micro_per_epoch, " batches of ", cfg.batch_size,
+             " per epoch are fewer than --accum ", cfg.accum);
+  t.make_optimizer(steps_per_epoch * cfg.epochs);
+  if (resumed) restore_run(*resumed, *t.model.module, *t.opt, t.sched.get(), *t.scaler, t.epoch, t.step);
+  spdlog::info("model: {} ({} parameters) on {}, {} epochs of {} steps, batch {} x {} accumulated, lr {}, amp {}",
+               cfg.model, t.model.module->num_parameters(), t.device.str(), cfg.epochs, steps_per_epoch,
+               cfg.batch_size, cfg.accum, cfg.lr, cfg.amp);
+
+  const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
+  MetricsLog metrics(csv, resumed.has_value(), t.step);
+  TrainResult result;
+  result.first_step = t.step;
+  const std::map<std::string, std::string> meta = {
+      {"kiln.normalize_mean", json_array(d.mean).dump()}, {"kiln.normalize_std", json_array(d.std).dump()},
+      {"kiln.image_size", std::to_string(d.size)}, {"kiln.channels", std::to_string(d.channels)}};
+  double accuracy = -1;
+  for (; t.epoch < cfg.epochs; ) {
+    loader.set_epoch(t.epoch);
+    ProgressBar bar("epoch " + std::to_string(t.epoch + 1) + "/" + std::to_string(cfg.epochs), steps_per_epoch);
+    const auto start = Clock::now();
+    double window_loss = 0, epoch_loss = 0, group_loss = 0;
+    int64_t window_n = 0, micro = 0, done = 0;
+    auto window_start = Clock::now();
+    for (auto& batch : loader) {
+      if (done == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
+      group_loss += t.micro_step(batch.input.to(t.device), batch.target.to(t.device));
+      if (++micro % cfg.accum) continue;
+      const double lr = t.opt->lr();
+      t.optimizer_step();
+      const double loss = group_loss / double(cfg.accum);
+      group_loss = 0;
+      result.losses.push_back(loss);
+      epoch_loss += loss;
+      window_loss += loss;
+      ++window_n;
+      ++done;
+      const double rate = double(done * cfg.batch_size * cfg.accum) / seconds_since(start);
+      if (cfg.progress) bar.update(done, loss, rate);
+      if (window_n == 50 || done == steps_per_epoch) {
+        const double wrate = double(window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
+        metrics.append({t.step, t.epoch + 1, window_loss / double(window_n), lr, wrate});
+        window_loss = 0;
+        window_n = 0;
+        window_start = Clock::now();
+      }
+    }
+    if (cfg.progress) bar.finish();
+    const double secs = seconds_since(start);
+    accuracy = evaluate_accuracy(t, d);
+    ++t.epoch;
+    spdlog::info("epoch {}/{}  train loss {:.4f}  test accuracy {:.2f}%  {:.0f} samples/s  {:.1f} s", t.epoch,
+                 cfg.epochs, epoch_loss / double(std::max<int64_t>(done, 1)), 100 * accuracy,
+                 double(done * cfg.batch_size * cfg.accum) / secs, secs);
+    MetricsRow row{t.step, t.epoch, epoch_loss / double(std::max<int64_t>(done, 1)), t.opt->lr(),
+                   double(done * cfg.batch_size * cfg.accum) / secs};
+    row.accuracy = accuracy;
+    metrics.append(row);
+    metrics.write_plot(cfg.task + " " + cfg.model);
+    t.save(meta, json::Value::object());
+    if (cfg.stop_at > 0 && t.epoch >= cfg.stop_at && t.epoch < cfg.epochs) {
+      spdlog::info("stopping after epoch {} (--stop-at); --resume {} continues", t.epoch, cfg.save);
+      break;
+    }
+  }
+  if (accuracy < 0) accuracy = evaluate_accuracy(t, d);  // resumed a finished run
+  result.accuracy = accuracy;
+  spdlog::info("final test accuracy: {:.2f}%  (metrics: {})", 100 * accuracy, csv);
+  if (!cfg.save.empty()) spdlog::info("saved {} and {}", cfg.save, side_file_path(cfg.save));
+  return result;
+}
+
+// ---- character-level GPT ----
+
+/// Mean cross-entropy over cfg.eval_batches fixed windows of `split`.
+double estimate_loss(Trainer& t, const data::TokenDataset& split) {
+  NoGradGuard no_grad;
+  t.model.module->eval();
+  data::Rng rng(t.cfg.seed ^ 0x5eed, 1);  // the same windows at every estimate
+  double total = 0;
+  for (int64_t i = 0; i < t.cfg.eval_batches; ++i) {
+    data::Batch b = split.get_batch(t.cfg.batch_size, t.cfg.context, rng);
+    Tensor logits = (*t.model.module)(b.input.to(t.device));
+    total += cross_entropy(logits.reshape({-1, logits.size(-1)}), b.target.to(t.device).reshape({-1})).item();
+  }
+  t.model.module->train();
+  return total / double(std::max<int64_t>(t.cfg.eval_batches, 1));
+}
+
+TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
+  TrainConfig& cfg = t.cfg;
+  KILN_CHECK(!cfg.data.empty(), "kiln train gpt: --text FILE is required (for example a file of "
+             "/usr/share/games/fortunes, or scripts/fortunes_corpus.sh's output)");
+  data::CharTextOptions topt{.context = cfg.context, .val_fraction = 0.1};
+  if (resumed) topt.vocab = vocab_from_json(resumed->extra.at("vocab"), side_file_path(cfg.resume));
+  data::CharText text(cfg.data, topt);
+  KILN_CHECK(text.val().num_tokens() > cfg.context + 1, "kiln train gpt: ", cfg.data, " is too short for context ",
+             cfg.context, " (", text.tokens().numel(), " characters)");
+  spdlog::info("data: {} characters ({} train / {} validation), vocabulary of {} from {}", text.tokens().numel(),
+               text.train().num_tokens(), text.val().num_tokens(), text.vocab().size(), cfg.data);
+  t.model = make_model(cfg, 0, 0, text.vocab().size());
+  t.model.module->to(t.device);
+  t.make_optimizer(cfg.steps);
+  if (resumed) restore_run(*resumed, *t.model.module, *t.opt, t.sched.get(), *t.scaler, t.epoch, t.step);
+  spdlog::info("model: gpt {} layers x {} wide, {} heads, context {} ({} parameters) on {}, {} steps of batch {} x {} "
+               "accumulated, AdamW lr {}, amp {}",
+               cfg.layers, cfg.width, cfg.heads, cfg.context, t.model.module->num_parameters(), t.device.str(),
+               cfg.steps, cfg.batch_size, cfg.accum, cfg.lr, cfg.amp);
+
+  std::vector<double> vocab_cp;
+  for (char32_t c : text.vocab().code_points()) vocab_cp.push_back(double(c));
+  const std::map<std::string, std::string> meta = {{"kiln.vocab", json_array(vocab_cp).dump()}};
+  json::Value extra = json::Value::object();
+  extra["vocab"] = json_array(vocab_cp);
+
+  const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
+  MetricsLog metrics(csv, resumed.has_value(), t.step);
+  TrainResult result;
+  result.first_step = t.step;
+  const auto run_start = Clock::now();
+  const int64_t tokens_per_step = cfg.batch_size * cfg.context * cfg.accum;
+  const int64_t n_evals = (cfg.steps + cfg.eval_every - 1) / cfg.eval_every;
+  double val = -1;
+  while (t.step < cfg.steps) {
+    const int64_t end = std::min(cfg.steps, t.step + cfg.eval_every), first = t.step;
+    ProgressBar bar("eval " + std::to_string(t.epoch + 1) + "/" + std::to_string(n_evals), end - first);
+    const auto start = Clock::now();
+    double interval_loss = 0, window_loss = 0;
+    int64_t window_n = 0;
+    while (t.step < end) {
+      const double lr = t.opt->lr();
+      double loss = 0;
+      for (int64_t m = 0; m < cfg.accum; ++m) {
+        // The batch of (step, micro-batch) is a pure function of the seed: resuming needs no data state.
+        data::Rng rng(cfg.seed, uint64_t(t.step * cfg.accum + m));
+        data::Batch b = text.train().get_batch(cfg.batch_size, cfg.context, rng);
+        loss += t.micro_step(b.input.to(t.device), b.target.to(t.device));
+      }
+      t.optimizer_step();
+      loss /= double(cfg.accum);
+      result.losses.push_back(loss);
+      interval_loss += loss;
+      const double rate = double((t.step - first) * tokens_per_step) / seconds_since(start);
+      if (cfg.progress) bar.update(t.step - first, loss, rate, "tokens/s");
+      window_loss += loss;
+      if (++window_n == 50 && t.step != end) {  // a row per 50 steps, loss averaged over them
+        metrics.append({t.step, t.epoch + 1, window_loss / double(window_n), lr, rate});
+        window_loss = 0;
+        window_n = 0;
+      }
+    }
+    if (cfg.progress) bar.finish();
+    const double secs = seconds_since(start);
+    val = estimate_loss(t, text.val());
+    ++t.epoch;
+    const double minutes = seconds_since(run_start) / 60.0;
+    spdlog::info("step {}/{}  train loss {:.4f}  val loss {:.4f}  {:.0f} tokens/s  {:.1f} min", t.step, cfg.steps,
+                 interval_loss / double(end - first), val, double((end - first) * tokens_per_step) / secs, minutes);
+    MetricsRow row{t.step, t.epoch, interval_loss / double(end - first), t.opt->lr(),
+                   double((end - first) * tokens_per_step) / secs};
+    row.val_loss = val;
+    metrics.append(row);
+    metrics.write_plot("gpt on " + std::filesystem::path(cfg.data).filename().string());
+    t.save(meta, extra);
+    if (cfg.stop_at > 0 && t.step >= cfg.stop_at && t.step < cfg.steps) {
+      spdlog::info("stopping after step {} (--stop-at); --resume {} continues", t.step, cfg.save);
+      break;
+    }
+    if (cfg.max_minutes > 0 && minutes >= cfg.max_minutes) {
+      spdlog::info("stopping: --max-minutes {} reached", cfg.max_minutes);
+      break;
+    }
+  }
+  if (val < 0) val = estimate_loss(t, text.val());
+  result.val_loss = val;
+  // A sample, so the student sees what the numbers mean.
+  t.model.module->eval();
+  std::vector<int64_t> ids = text.vocab().encode(cfg.prompt);
+  Tensor idx = from_vector(ids, {1, int64_t(ids.size())}).to(t.device);
+  Tensor out = t.model.gpt->generate(idx, cfg.sample_tokens, 0.8, 20);
+  result.sample = text.vocab().decode(out.select(0, 0).to(Device::cpu()));
+  spdlog::info("final validation loss: {:.4f} nats/char (metrics: {})", val, csv);
+  std::printf("---- sample (temperature 0.8, top-k 20) ----\n%s\n--------------------------------------------\n",
+              result.sample.c_str());
+  std::fflush(stdout);
+  return result;
+}
+
+}  // namespace
+
+Device pick_device(const std::string& name) {
+  // auto: the GPU when there is one and this build's CUDA backend has the kernels the
+  // models need (it is being built op family by op family), else the CPU.
+  if (name == "auto")
+    return cuda::is_available() && supports(Op::conv2d, DeviceType::CUDA) && supports(Op::matmul, DeviceType::CUDA)
+               ? Device::cuda(0)
+               : Device::cpu();
+  Device d(name);
+  if (d.is_cuda())
+    KILN_CHECK(d.index < cuda::device_count(), "--device ", name, ": ",
+               cuda::device_count() == 0 ? std::string("no usable CUDA GPU (or a build without the CUDA backend)")
+                                         : "only " + std::to_string(cuda::device_count()) + " GPU(s)");
+  return d;
+}
+
+std::string side_file_path(const std::string& checkpoint) {
+  const std::string ext = ".safetensors";
+  if (checkpoint.size() > ext.size() && checkpoint.compare(checkpoint.size() - ext.size(), ext.size(), ext) == 0)
+    return checkpoint.substr(0, checkpoint.size() - ext.size()) + ".state.json";
+  return checkpoint + ".state.json";
+}
+
+void setup_logging(const std::string& log_file) {
+  std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_sink_mt>()};
+  if (!log_file.empty()) {
+    try {
+      sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file));
+    } catch (const spdlog::spdlog_ex& e) {
+      KILN_CHECK(false, "--log ", log_file, ": cannot open the log file (", e.what(), ")");
+    }
+  }
+  auto logger = std::make_shared<spdlog::logger>("kiln", sinks.begin(), sinks.end());
+  logger->set_pattern("[%H:%M:%S] %v");
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+TrainConfig parse_train_config(int argc, char** argv, int first) {
+  KILN_CHECK(first < argc, "kiln train: expected a task: mnist, cifar10 or gpt");
+  TrainConfig c;
+  c.task = argv[first];
+  KILN_CHECK(c.task == "mnist" || c.task == "cifar10" || c.task == "gpt", "kiln train: unknown task '", c.task,
+             "'; expected mnist, cifar10 or gpt");
+  Args a = parse_args("train " + c.task, train_flags(), argc, argv, first + 1);
+  KILN_CHECK(a.positional.empty(), "kiln train ", c.task, ": unexpected argument '",
+             a.positional.empty() ? "" : a.positional[0], "'");
+  const bool gpt = c.task == "gpt";
+  c.model = a.str("model", gpt ? "gpt" : c.task == "cifar10" ? "resnet20" : "convnet");
+  KILN_CHECK(gpt ? c.model == "gpt"
+                 : (c.task == "mnist" ? (c.model == "convnet" || c.model == "lenet" || c.model == "mlp")
+                                      : (c.model == "resnet20" || c.model == "convnet")),
+             "kiln train ", c.task, ": unknown --model '", c.model, "'");
+  c.data = gpt ? a.str("text", "") : a.str("data", c.task == "mnist" ? "/usr/share/datasets/fashion-mnist" : "");
+  KILN_CHECK(gpt || !a.has("text"), "kiln train ", c.task, ": --text is for gpt; use --data DIR");
+  KILN_CHECK(!gpt || !a.has("data"), "kiln train gpt: use --text FILE");
+  KILN_CHECK(!c.data.empty() || !a.str("resume", "").empty(), "kiln train ", c.task, ": ",
+             gpt ? "--text FILE" : "--data DIR", " is required");
+  c.device = a.str("device");
+  c.epochs = a.integer("epochs", 3);
+  c.batch_size = a.integer("batch-size", gpt ? 16 : 64);
+  c.lr = a.number("lr", gpt ? 1e-3 : 0.01);
+  c.momentum = a.number("momentum");
+  c.weight_decay = a.number("weight-decay", gpt ? 0.01 : 0.0);
+  c.schedule = a.str("schedule");
+  c.threads = int(a.integer("threads", 0));
+  c.workers = int(a.integer("workers"));
+  c.amp = a.str("amp");
+  c.accum = a.integer("accum");
+  c.checkpoint_activations = a.flag("checkpoint-activations");
+  c.seed = uint64_t(a.integer("seed"));
+  c.limit = a.integer("limit");
+  c.steps = a.integer("steps");
+  c.max_minutes = a.number("max-minutes");
+  c.eval_every = a.integer("eval-every");
+  c.eval_batches = a.integer("eval-batches");
+  c.context = a.integer("context");
+  c.layers = a.integer("layers");
+  c.heads = a.integer("heads");
+  c.width = a.integer("width");
+  c.dropout = a.number("dropout");
+  c.prompt = a.str("prompt", "\n");
+  c.sample_tokens = a.integer("sample-tokens");
+  c.stop_at = a.integer("stop-at");
+  c.save = a.str("save", "");
+  c.resume = a.str("resume", "");
+  c.metrics = a.str("metrics", "");
+  c.progress = !a.flag("no-progress");
+  const std::string log = a.str("log", "");
+  if (!log.empty()) setup_logging(log);
+  check_amp(c.amp);
+  KILN_CHECK(c.epochs >= 1 && c.batch_size >= 1 && c.accum >= 1 && c.steps >= 1 && c.eval_every >= 1 &&
+                 c.eval_batches >= 1 && c.threads >= 0 && c.workers >= 0 && c.limit >= 0 && c.lr > 0,
+             "kiln train: --epochs, --batch-size, --accum, --steps, --eval-every, --eval-batches and --lr must be "
+             "positive, --threads, --workers and --limit non-negative");
+  return c;
+}
+
+TrainResult run_training(TrainConfig cfg) {
+  std::optional<RunState> resumed;
+  if (!cfg.resume.empty()) {
+    resumed = load_run_state(cfg.resume);
+    cfg = merge_resumed_config(resumed->config, cfg);
+    spdlog::info("resuming {} from {}: epoch {}, step {}", cfg.task, cfg.resume, resumed->epoch, resumed->step);
+  }
+  if (cfg.threads > 0) set_num_threads(cfg.threads);
+  manual_seed(cfg.seed);
+  Trainer t;
+  t.cfg = cfg;
+  t.device = pick_device(cfg.device);
+  if (!cfg.save.empty()) {
+    const auto dir = std::filesystem::path(cfg.save).parent_path();
+    KILN_CHECK(dir.empty() || std::filesystem::is_directory(dir), "--save ", cfg.save, ": folder ", dir.string(),
+               " does not exist");
+  }
+  const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
+  if (auto dir = std::filesystem::path(csv).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+  TrainResult r = cfg.task == "gpt" ? run_gpt(t, resumed) : run_vision(t, resumed);
+  return r;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,83 @@
+// The training jobs behind `kiln train`: image classification (mnist, cifar10) and the
+// character-level GPT, with checkpoints (safetensors weights + a JSON side file with the
+// optimizer, scheduler, GradScaler, RNG and step) that a later run resumes exactly.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <memory>
+#include "core/device.h"
+#include "models/gpt.h"
+#include "nn/module.h"
+
+namespace kiln::cli {
+
+/// Everything a training run depends on. Filled from the command line by
+/// parse_train_config(); saved in the checkpoint's side file so --resume continues it.
+struct TrainConfig {
+  std::string task;            ///< mnist | cifar10 | gpt
+  std::string model;           ///< convnet | lenet | mlp | resnet20 | gpt
+  std::string data;            ///< image folder (mnist, cifar10) or UTF-8 text file (gpt)
+  std::string device = "auto"; ///< cpu | cuda | cuda:N | auto (a GPU when there is one)
+  int64_t epochs = 3;          ///< vision: passes over the training set
+  int64_t batch_size = 64;
+  double lr = 0.01;
+  double momentum = 0.9;       ///< SGD (vision)
+  double weight_decay = 0.0;   ///< SGD L2 (vision) / AdamW decoupled (gpt)
+  std::string schedule = "constant";  ///< constant | cosine (with 5% warm-up)
+  int threads = 0;             ///< CPU threads (0: OpenMP's default)
+  int workers = 1;             ///< DataLoader background threads (vision)
+  std::string amp = "off";     ///< off | bf16 | fp16 (fp16 adds dynamic loss scaling)
+  int64_t accum = 1;           ///< micro-batches per optimizer step
+  bool checkpoint_activations = false;
+  uint64_t seed = 0;
+  int64_t limit = 0;           ///< use only the first N train/test examples (0: all)
+  // gpt
+  int64_t steps = 3000;        ///< optimizer steps (gpt)
+  double max_minutes = 0;      ///< stop at the first evaluation after this wall time (0: none)
+  int64_t eval_every = 250;    ///< steps between validation-loss estimates (gpt)
+  int64_t eval_batches = 20;   ///< validation batches per estimate (gpt)
+  int64_t context = 128, layers = 4, heads = 4, width = 128;
+  double dropout = 0.0;
+  std::string prompt = "\n";   ///< sample printed at the end of a gpt run
+  int64_t sample_tokens = 300;
+  // files
+  int64_t stop_at = 0;         ///< end this run after epoch / step N, as if interrupted (0: no)
+  std::string save;            ///< checkpoint path (.safetensors), written every epoch / eval
+  std::string resume;          ///< checkpoint to continue from
+  std::string metrics;         ///< CSV path (PNG beside it); default runs/<task>-<model>.csv
+  bool progress = true;        ///< live progress bar / plain progress lines
+};
+
+/// What a run produced (used by tests and by the command's exit status).
+struct TrainResult {
+  std::vector<double> losses;      ///< training loss of every optimizer step of this run
+  int64_t first_step = 0;          ///< global step number of losses[0] (after a resume: > 0)
+  double accuracy = -1;            ///< final test accuracy in [0, 1] (vision), else -1
+  double val_loss = -1;            ///< final validation loss (gpt), else -1
+  std::string sample;              ///< generated text (gpt)
+};
+
+/// A network built from a TrainConfig (cfg.model), as a Module handle; `gpt` is set too
+/// for the GPT (for generate()).
+struct Model {
+  std::shared_ptr<nn::Module> module;
+  std::shared_ptr<models::GPT> gpt;
+};
+/// Builds cfg.model for images of in_channels x image_size x image_size, or the GPT for a
+/// vocabulary of `vocab` characters (cfg.context/layers/heads/width/dropout).
+Model make_model(const TrainConfig& cfg, int64_t in_channels, int64_t image_size, int64_t vocab);
+
+/// Parses `kiln train TASK [flags]` (argv[first] is TASK). Throws kiln::Error on a bad
+/// task, flag or value.
+TrainConfig parse_train_config(int argc, char** argv, int first);
+/// Runs (or, with cfg.resume, continues) a training job.
+TrainResult run_training(TrainConfig cfg);
+/// "cpu", "cuda", "cuda:1" or "auto" -> a Device; cuda without a usable GPU is an error.
+Device pick_device(const std::string& name);
+/// The side file of a checkpoint: x.safetensors -> x.state.json.
+std::string side_file_path(const std::string& checkpoint);
+/// Sends spdlog's output to the terminal and, when `log_file` is not empty, to that file.
+void setup_logging(const std::string& log_file);
+
+}  // namespace kiln::cli
