@@ -155,11 +155,39 @@ TEST_CASE("kiln train: bad input is a clear kiln::Error") {
   // --resume without a side file names both files.
   write_tiny_mnist(tmp.path.string(), "train", 64, 1);
   write_tiny_mnist(tmp.path.string(), "t10k", 16, 2);
-  train({"mnist", "--model", "mlp", "--data", tmp.path.string(), "--epochs", "1", "--no-progress", "--save",
-         tmp / "m.safetensors", "--metrics", tmp / "m.csv"});
+  TrainResult fp16 = train({"mnist", "--model", "mlp", "--data", tmp.path.string(), "--epochs", "1", "--batch-size",
+                            "16", "--amp", "fp16", "--no-progress", "--save", tmp / "m.safetensors", "--metrics",
+                            tmp / "m.csv"});
+  CHECK(fp16.losses.size() == 4);
+  for (double l : fp16.losses) CHECK(std::isfinite(l));
   std::filesystem::remove(tmp / "m.state.json");
   const std::string e = error_of([&] { train({"mnist", "--resume", tmp / "m.safetensors"}); });
   CHECK(e.find("m.state.json") != std::string::npos);
   CHECK(error_of([&] { train({"gpt", "--resume", tmp / "m.safetensors"}); }).find("m.state.json") !=
         std::string::npos);
+}
+
+TEST_CASE("kiln train cifar10: ResNet20 with augmentation, bf16 autocast and checkpointing runs and saves") {
+  TempDir tmp;
+  // Tiny CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes (R, G, B planes).
+  data::Rng rng(5);
+  auto batch = [&](const std::string& name, int n) {
+    std::vector<uint8_t> bytes;
+    for (int i = 0; i < n; ++i) {
+      const int c = int(rng.below(10));
+      bytes.push_back(uint8_t(c));
+      for (int p = 0; p < 3072; ++p) bytes.push_back(uint8_t((p / 1024 == c % 3 ? 150 : 0) + rng.below(100)));
+    }
+    kiln_test::write_bytes(tmp / name, bytes);
+  };
+  for (int i = 1; i <= 5; ++i) batch("data_batch_" + std::to_string(i) + ".bin", 8);
+  batch("test_batch.bin", 16);
+  TrainResult r = train({"cifar10", "--data", tmp.path.string(), "--epochs", "2", "--batch-size", "8", "--threads",
+                         "2", "--amp", "bf16", "--checkpoint-activations", "--no-progress", "--save",
+                         tmp / "r.safetensors", "--metrics", tmp / "r.csv"});
+  CHECK(r.losses.size() == 10);
+  for (double l : r.losses) CHECK(std::isfinite(l));
+  CHECK(r.accuracy >= 0);
+  CHECK(kiln::load_metadata(tmp / "r.safetensors").at("kiln.model") == "resnet20");
+  CHECK(command(cmd_eval, {"--checkpoint", tmp / "r.safetensors", "--device", "cpu"}) == 0);
 }
