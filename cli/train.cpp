@@ -302,7 +302,7 @@ TrainResult run_vision(Trainer& t, const std::optional<RunState>& resumed) {
       ++done;
       const double rate = double(done * cfg.batch_size * cfg.accum) / seconds_since(start);
       if (cfg.progress) bar.update(done, loss, rate);
-      if (window_n == 50 || done == steps_per_epoch) {
+      if (window_n == 50 && done < steps_per_epoch) {  // a row per 50 steps; the epoch's last below
         const double wrate = double(window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
         metrics.append({t.step, t.epoch + 1, window_loss / double(window_n), lr, wrate});
         window_loss = 0;
@@ -312,13 +312,14 @@ TrainResult run_vision(Trainer& t, const std::optional<RunState>& resumed) {
     }
     if (cfg.progress) bar.finish();
     const double secs = seconds_since(start);
+    const double window_rate = double(window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
     accuracy = evaluate_accuracy(t, d);
     ++t.epoch;
     spdlog::info("epoch {}/{}  train loss {:.4f}  test accuracy {:.2f}%  {:.0f} samples/s  {:.1f} s", t.epoch,
                  cfg.epochs, epoch_loss / double(std::max<int64_t>(done, 1)), 100 * accuracy,
                  double(done * cfg.batch_size * cfg.accum) / secs, secs);
-    MetricsRow row{t.step, t.epoch, epoch_loss / double(std::max<int64_t>(done, 1)), t.opt->lr(),
-                   double(done * cfg.batch_size * cfg.accum) / secs};
+    // The epoch's last row: the loss of its last window of steps, and the test accuracy.
+    MetricsRow row{t.step, t.epoch, window_n ? window_loss / double(window_n) : NAN, t.opt->lr(), window_rate};
     row.accuracy = accuracy;
     metrics.append(row);
     metrics.write_plot(cfg.task + " " + cfg.model);
@@ -421,7 +422,8 @@ TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
     const double minutes = seconds_since(run_start) / 60.0;
     spdlog::info("step {}/{}  train loss {:.4f}  val loss {:.4f}  {:.0f} tokens/s  {:.1f} min", t.step, cfg.steps,
                  interval_loss / double(end - first), val, double((end - first) * tokens_per_step) / secs, minutes);
-    MetricsRow row{t.step, t.epoch, interval_loss / double(end - first), t.opt->lr(),
+    // The interval's last row: the loss of its last window of steps, and the validation loss.
+    MetricsRow row{t.step, t.epoch, window_n ? window_loss / double(window_n) : NAN, t.opt->lr(),
                    double((end - first) * tokens_per_step) / secs};
     row.val_loss = val;
     metrics.append(row);
