@@ -2,6 +2,7 @@
 // per-device-type allocator registry.
 #include "core/allocator.h"
 #include "core/storage.h"
+#include "core/cuda.h"
 #include "core/error.h"
 #include <atomic>
 #include <cstdlib>
@@ -112,6 +113,10 @@ Allocator& allocator_for(DeviceType t) {
   static CpuAllocator* cpu = new CpuAllocator;  // never destroyed: tensors may outlive statics
   if (t == DeviceType::CPU) return *cpu;
   Allocator* a = g_allocators[int(t)];
+  if (!a && t == DeviceType::CUDA) {  // the CUDA backend registers itself on first use
+    cuda::init_backend();
+    a = g_allocators[int(t)];
+  }
   KILN_CHECK(a != nullptr, "no allocator for device type ", device_type_name(t),
              ": this build of kiln has no CUDA backend or no GPU was initialised");
   return *a;

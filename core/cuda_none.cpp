@@ -1,11 +1,49 @@
-// CUDA runtime queries for a build without the CUDA backend: no devices.
+// CUDA runtime API for a build without the CUDA backend: no devices; everything that
+// needs one throws kiln::Error saying how to build with CUDA.
 #ifndef KILN_WITH_CUDA
 #include "core/cuda.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
+namespace {
+[[noreturn]] void no_backend(const char* what) {
+  KILN_FAIL("cuda::", what, ": this build of kiln has no CUDA backend (configure with -DKILN_CUDA=ON)");
+}
+}  // namespace
+
 bool is_available() { return false; }
 int device_count() { return 0; }
-int probe(int) { KILN_FAIL("cuda::probe: this build of kiln has no CUDA backend (configure with -DKILN_CUDA=ON)"); }
+int probe(int) { no_backend("probe"); }
+std::string device_name(int) { no_backend("device_name"); }
+void init_backend() {}  // nothing to register: allocator_for(cuda) then reports the missing backend
+void set_device(int) { no_backend("set_device"); }
+int current_device() { no_backend("current_device"); }
+void synchronize(int) { no_backend("synchronize"); }
+DeviceGuard::DeviceGuard(int) { no_backend("DeviceGuard"); }
+DeviceGuard::~DeviceGuard() = default;
+Stream Stream::create(int) { no_backend("Stream::create"); }
+Stream Stream::default_stream(int) { no_backend("Stream::default_stream"); }
+void Stream::synchronize() const { no_backend("Stream::synchronize"); }
+bool Stream::query() const { no_backend("Stream::query"); }
+Stream current_stream(int) { no_backend("current_stream"); }
+void set_current_stream(const Stream&) { no_backend("set_current_stream"); }
+StreamGuard::StreamGuard(const Stream&) { no_backend("StreamGuard"); }
+StreamGuard::~StreamGuard() = default;
+Event::~Event() = default;
+Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timing_(o.timing_) {}
+Event& Event::operator=(Event&& o) noexcept {
+  event_ = o.event_;
+  device_ = o.device_;
+  timing_ = o.timing_;
+  return *this;
+}
+void Event::record(const Stream&) { no_backend("Event::record"); }
+void Event::record() { no_backend("Event::record"); }
+void Event::synchronize() const { no_backend("Event::synchronize"); }
+bool Event::query() const { no_backend("Event::query"); }
+void Event::wait(const Stream&) const { no_backend("Event::wait"); }
+float Event::elapsed_ms(const Event&) const { no_backend("Event::elapsed_ms"); }
+Tensor pinned_empty(const Shape&, DType) { no_backend("pinned_empty"); }
+bool is_pinned(const Tensor&) { return false; }
 }  // namespace kiln::cuda
 #endif

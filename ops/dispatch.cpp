@@ -2,6 +2,9 @@
 #include "ops/dispatch.h"
 #include <array>
 #include <mutex>
+#ifdef KILN_WITH_CUDA
+#include "ops/cuda/register.h"
+#endif
 
 namespace kiln {
 
@@ -30,6 +33,9 @@ void register_cpu_kernels() {
     register_cpu_nn();
     register_cpu_shape();
     register_cpu_loss();
+#ifdef KILN_WITH_CUDA
+    register_cuda_kernels();  // ops/cuda/register.cu (makes no CUDA call)
+#endif
   });
 }
 

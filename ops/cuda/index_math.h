@@ -1,0 +1,29 @@
+// Index math of the GPU elementwise ops: from the kernel arguments of the elementwise
+// family (EwArgs / UnaryArgs, ops/cpu/elementwise_kernels.h) to the merged loop layout
+// the generic loops run over (core/cuda/index_math.h has the offset calculator, the grid
+// split and the loop choice). Host C++, no CUDA header; the CPU test uses it as is.
+#pragma once
+#include "core/cuda/index_math.h"
+#include "ops/cpu/elementwise_kernels.h"
+
+namespace kiln::cuda {
+
+/// The merged layout of the first N operands of an elementwise call (operand 0 = output).
+template <int N>
+LoopLayout<N> layout_from_args(const EwArgs& a) {
+  const int64_t* strides[N];
+  for (int k = 0; k < N; ++k) strides[k] = a.strides[k];
+  return merge_dims<N>(a.ndim, a.shape, strides);
+}
+
+/// N contiguous arrays of n elements (the unary kernels' arguments).
+template <int N>
+LoopLayout<N> contiguous_layout(int64_t n) {
+  const int64_t shape[1] = {n};
+  const int64_t unit[1] = {1};
+  const int64_t* strides[N];
+  for (int k = 0; k < N; ++k) strides[k] = unit;
+  return merge_dims<N>(1, shape, strides);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,15 @@
+// Registration of the CUDA kernels in the dispatch table, one function per op family
+// (each defined in its ops/cuda/<family>.cu). register_cuda_kernels() is called once by
+// ops/dispatch.cpp when the build has the CUDA backend; it makes no CUDA call, so it is
+// safe on machines without a GPU.
+#pragma once
+
+namespace kiln {
+
+/// Registers every CUDA kernel (ops/cuda/register.cu).
+void register_cuda_kernels();
+
+// One per family.
+void register_cuda_elementwise();  // ops/cuda/elementwise.cu
+
+}  // namespace kiln
