@@ -7,5 +7,6 @@ namespace kiln::cli {
 int cmd_train(int argc, char** argv, int first);     // kiln train mnist|cifar10|gpt ...
 int cmd_generate(int argc, char** argv, int first);  // kiln generate --checkpoint F --prompt S
 int cmd_eval(int argc, char** argv, int first);      // kiln eval --checkpoint F ...
+int cmd_bench(int argc, char** argv, int first);     // kiln bench --workloads ... (cli/cmd_bench.cpp)
 
 }  // namespace kiln::cli

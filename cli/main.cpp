@@ -1,4 +1,4 @@
-// The `kiln` command: train, generate and eval. Errors (kiln::Error) are printed as
+// The `kiln` command: train, generate, eval and bench. Errors (kiln::Error) are printed as
 // one clear message and exit with status 2; they never abort.
 #include <cstdio>
 #include <cstring>
@@ -17,6 +17,7 @@ const char* kUsage = R"(usage: kiln COMMAND [flags]   (kiln COMMAND --help lists
   kiln train gpt     --text FILE                                train a character-level GPT
   kiln generate      --checkpoint F [--prompt S]                sample text from a GPT checkpoint
   kiln eval          --checkpoint F                             test accuracy / validation loss
+  kiln bench         [--workloads ...] [--devices cpu,cuda]     time the reference workloads
 
 common training flags: --device cpu|cuda|auto --epochs N --batch-size N --lr X --threads N
   --amp bf16|fp16 --accum N --checkpoint-activations --seed N --save F --resume F --log FILE
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return kiln::cli::cmd_train(argc, argv, 2);
     if (cmd == "generate") return kiln::cli::cmd_generate(argc, argv, 2);
     if (cmd == "eval") return kiln::cli::cmd_eval(argc, argv, 2);
+    if (cmd == "bench") return kiln::cli::cmd_bench(argc, argv, 2);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const kiln::Error& e) {

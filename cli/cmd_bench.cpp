@@ -1,0 +1,374 @@
+// `kiln bench`: runs the reference workloads (bench/workloads.h) on the chosen devices and
+// prints a table, with JSON / CSV for scripts; `kiln bench --compare` merges the CSVs of
+// interleaved kiln and libtorch runs (scripts/bench.sh) into medians, ratios and PNG charts.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include "bench/workloads.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/plot.h"
+#include "core/error.h"
+
+namespace kiln::cli {
+
+namespace {
+
+const std::vector<FlagSpec>& bench_flags() {
+  static const std::vector<FlagSpec> f = {
+      {"workloads", true, "all", "comma-separated: mlp,lenet,convnet,gpt,sgemm (or all)"},
+      {"devices", true, "cpu", "comma-separated: cpu,cuda (an unavailable one is reported, not run)"},
+      {"threads", true, "2", "CPU threads (kiln::set_num_threads)"},
+      {"precision", true, "fp32", "comma-separated: fp32, tf32 (GPU), bf16 (autocast)"},
+      {"batch", true, "", "batch size of the model workloads (default: WORKLOADS.md's)"},
+      {"sweep-batch", true, "", "batch sizes to repeat over, e.g. 16,32,...,1024"},
+      {"warmup", true, "", "warm-up steps (default: per workload)"},
+      {"timed", true, "", "timed steps (default: per workload)"},
+      {"smoke", false, "", "1 warm-up + 1 timed step at a small batch (CI)"},
+      {"gpu-shapes", false, "", "GPU shapes (large batches, GPT-2 small) on every device"},
+      {"cpu-shapes", false, "", "CPU shapes on every device (default: cuda gets GPU shapes)"},
+      {"json", true, "", "write the results as JSON to this file"},
+      {"csv", true, "", "write the results as CSV to this file"},
+      {"plot-dir", true, "", "write PNG charts to this folder"},
+      {"compare", true, "", "CSV files of bench runs (kiln and libtorch) to merge instead of running"},
+      {"help", false, "", "show this help"},
+  };
+  return f;
+}
+
+std::string usage() {
+  std::ostringstream os;
+  os << "usage: kiln bench [flags]\n"
+        "Times zero_grad + forward + loss + backward + optimizer step of the reference workloads\n"
+        "(shared/WORKLOADS.md) and reports median step time, min-max, samples/s, GFLOP/s, MFU and\n"
+        "peak memory. kiln bench --compare a.csv,b.csv,... merges interleaved kiln/libtorch runs.\n\n"
+     << flags_help(bench_flags())
+     << "\nGPU peaks used for MFU (dense TFLOP/s fp32 / tf32 / bf16; other GPUs: \"peak unknown\"):\n";
+  for (const auto& g : bench::gpu_peak_table()) {
+    auto v = [](double x) { return std::isfinite(x) ? bench::fmt("%.1f", x) : std::string("-"); };
+    os << "  " << g.key << ": " << v(g.fp32) << " / " << v(g.tf32) << " / " << v(g.bf16) << "\n";
+  }
+  return os.str();
+}
+
+int64_t positive(const Args& a, const std::string& flag) {
+  const long long v = a.integer(flag);
+  KILN_CHECK(v >= 0, "kiln bench: --", flag, " must be >= 0, got ", v);
+  return v;
+}
+
+/// Converts std::invalid_argument / runtime_error of the shared header to kiln::Error.
+template <class F>
+auto as_kiln_error(const F& f) {
+  try {
+    return f();
+  } catch (const kiln::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    KILN_FAIL("kiln bench: ", e.what());
+  }
+}
+
+void write_outputs(const Args& a, const std::string& json, const std::string& csv) {
+  if (a.has("json")) as_kiln_error([&] { bench::write_text_atomic(a.str("json"), json); return 0; });
+  if (a.has("csv")) as_kiln_error([&] { bench::write_text_atomic(a.str("csv"), csv); return 0; });
+}
+
+// ---- plots ----
+
+/// Line chart of GPU speedup (cpu ms / cuda ms) against batch size, one series per
+/// framework, workload and precision (needs cpu and cuda results of the same shapes).
+/// Returns false when there is nothing to draw.
+bool plot_speedup(const std::string& path, const std::vector<bench::Result>& results) {
+  std::map<std::string, Series> by_workload;
+  for (const auto& g : results) {
+    if (g.device != "cuda" || !g.ok() || g.config.is_sgemm()) continue;
+    for (const auto& c : results)
+      if (c.device == "cpu" && c.ok() && c.framework == g.framework && c.config.same_shape(g.config)) {
+        const std::string name = g.framework + " " + g.config.name + " " + g.config.precision;
+        Series& s = by_workload[name];
+        s.name = name;
+        s.x.push_back(double(g.config.batch));
+        s.y.push_back(c.median_ms / g.median_ms);
+      }
+  }
+  if (by_workload.empty()) return false;
+  Panel p{.title = "GPU speedup (cpu ms / cuda ms)", .x_label = "batch size", .y_label = "speedup", .series = {},
+          .log_y = true};
+  for (auto& [name, s] : by_workload) p.series.push_back(s);
+  write_plot_png(path, {p}, 900, 420);
+  return true;
+}
+
+/// Bar chart of one run's median step times (ms), one bar per workload config.
+void plot_run(const std::string& path, const bench::Report& rep) {
+  BarChart ch{.title = rep.framework + " median step time", .y_label = "ms", .labels = {}, .groups = {}};
+  std::map<std::string, std::vector<double>> dev_values;
+  std::vector<std::string> devices;
+  for (const auto& r : rep.results) {
+    if (!r.ok()) continue;
+    const std::string label = r.config.name + " " + r.config.batch_label();
+    if (std::find(ch.labels.begin(), ch.labels.end(), label) == ch.labels.end()) ch.labels.push_back(label);
+    if (std::find(devices.begin(), devices.end(), r.device + " " + r.config.precision) == devices.end())
+      devices.push_back(r.device + " " + r.config.precision);
+  }
+  for (const auto& d : devices) {
+    std::vector<double> v(ch.labels.size(), NAN);
+    for (const auto& r : rep.results) {
+      if (!r.ok() || r.device + " " + r.config.precision != d) continue;
+      const auto it = std::find(ch.labels.begin(), ch.labels.end(), r.config.name + " " + r.config.batch_label());
+      v[size_t(it - ch.labels.begin())] = r.median_ms;
+    }
+    ch.groups.push_back({d, v});
+  }
+  write_bar_chart_png(path, ch, 1000, 420);
+}
+
+// ---- compare: merge the CSVs of interleaved runs ----
+
+/// One CSV row as column -> text.
+using Row = std::map<std::string, std::string>;
+
+std::vector<Row> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  KILN_CHECK(f.good(), "kiln bench --compare: cannot open '", path, "'");
+  std::string line;
+  KILN_CHECK(std::getline(f, line), "kiln bench --compare: '", path, "' is empty");
+  const std::vector<std::string> header = bench::split_list(line);
+  KILN_CHECK(line == bench::csv_header(), "kiln bench --compare: '", path,
+             "' is not a bench CSV; expected the header\n  ", bench::csv_header(), "\ngot\n  ", line);
+  std::vector<Row> rows;
+  int line_no = 1;
+  while (std::getline(f, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    std::vector<std::string> cells;
+    std::string cell;
+    std::istringstream in(line);
+    while (std::getline(in, cell, ',')) cells.push_back(cell);
+    if (!line.empty() && line.back() == ',') cells.push_back("");
+    KILN_CHECK(cells.size() == header.size(), "kiln bench --compare: ", path, ":", line_no, " has ", cells.size(),
+               " fields, expected ", header.size());
+    Row r;
+    for (size_t i = 0; i < header.size(); ++i) r[header[i]] = cells[i];
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Per framework: the per-run medians (one per round) and the peaks.
+struct Side {
+  std::vector<double> medians;
+  int64_t alloc_peak = -1, rss_peak = -1;
+  double median() const { return median_of(medians); }
+};
+
+int run_compare(const Args& a) {
+  const std::vector<std::string> files = bench::split_list(a.str("compare"));
+  KILN_CHECK(!files.empty(), "kiln bench --compare: expected a comma-separated list of CSV files");
+  // key: workload|device|precision|shapes|batch, in first-seen order
+  std::vector<std::string> keys;
+  std::vector<bench::Result> merged;  // one per key and framework, median over rounds (for the speedup chart)
+  std::map<std::string, std::map<std::string, Side>> table;
+  std::map<std::string, Row> key_row;
+  std::set<std::string> frameworks;
+  for (const auto& path : files)
+    for (const Row& r : read_csv(path)) {
+      if (r.at("status") != "ok") continue;
+      const std::string key =
+          r.at("workload") + "|" + r.at("device") + "|" + r.at("precision") + "|" + r.at("shapes") + "|" + r.at("batch");
+      if (!table.count(key)) keys.push_back(key), key_row[key] = r;
+      Side& s = table[key][r.at("framework")];
+      frameworks.insert(r.at("framework"));
+      s.medians.push_back(std::atof(r.at("median_ms").c_str()));
+      s.alloc_peak = std::max<int64_t>(s.alloc_peak, std::atoll(r.at("alloc_peak_bytes").c_str()));
+      s.rss_peak = std::max<int64_t>(s.rss_peak, std::atoll(r.at("rss_peak_bytes").c_str()));
+    }
+  KILN_CHECK(!keys.empty(), "kiln bench --compare: no successful results in ", a.str("compare"));
+  const std::string A = "kiln", B = "libtorch";
+  std::vector<std::vector<std::string>> rows = {{"workload", "device", "prec", "batch", "kiln ms", "libtorch ms",
+                                                 "kiln/libtorch", "rounds", "kiln alloc MiB", "torch alloc MiB",
+                                                 "kiln RSS MiB", "torch RSS MiB"}};
+  std::string csv =
+      "workload,device,precision,shapes,batch,kiln_median_ms,libtorch_median_ms,ratio,rounds_kiln,rounds_libtorch,"
+      "kiln_alloc_peak_bytes,libtorch_alloc_peak_bytes,kiln_rss_peak_bytes,libtorch_rss_peak_bytes\n";
+  std::ostringstream js;
+  js << "{\n  \"schema\": \"kiln-bench-compare/1\",\n  \"files\": " << files.size() << ",\n  \"rows\": [";
+  BarChart bars{.title = "median step time (ms): kiln vs libtorch", .y_label = "ms", .labels = {},
+                .groups = {{A, {}}, {B, {}}}};
+  BarChart rel{.title = "step time relative to libtorch (lower is faster)", .y_label = "time / libtorch time",
+               .labels = {}, .groups = {{A, {}}, {B, {}}}};
+  auto num = [](double v) { return std::isfinite(v) ? bench::fmt("%.6g", v) : std::string(); };
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Row& r = key_row[keys[i]];
+    const Side ka = table[keys[i]].count(A) ? table[keys[i]][A] : Side{};
+    const Side kb = table[keys[i]].count(B) ? table[keys[i]][B] : Side{};
+    const double ma = ka.median(), mb = kb.median(), ratio = ma / mb;
+    bench::WorkloadConfig c;
+    c.name = r.at("workload");
+    c.batch = std::atoll(r.at("batch").c_str());
+    c.context = c.name == "gpt" ? std::atoll(r.at("items_per_step").c_str()) / std::max<int64_t>(1, c.batch) : 0;
+    const std::string label = c.batch_label();
+    auto ms = [](double v) { return std::isfinite(v) ? bench::fmt("%.2f", v) : std::string("-"); };
+    rows.push_back({c.name, r.at("device"), r.at("precision"), label, ms(ma), ms(mb),
+                    std::isfinite(ratio) ? bench::fmt("%.2f", ratio) : "-",
+                    std::to_string(ka.medians.size()) + "/" + std::to_string(kb.medians.size()),
+                    bench::mib(ka.alloc_peak), bench::mib(kb.alloc_peak), bench::mib(ka.rss_peak),
+                    bench::mib(kb.rss_peak)});
+    csv += c.name + "," + r.at("device") + "," + r.at("precision") + "," + r.at("shapes") + "," + r.at("batch") + "," +
+           num(ma) + "," + num(mb) + "," + num(ratio) + "," + std::to_string(ka.medians.size()) + "," +
+           std::to_string(kb.medians.size()) + "," + std::to_string(ka.alloc_peak) + "," +
+           std::to_string(kb.alloc_peak) + "," + std::to_string(ka.rss_peak) + "," + std::to_string(kb.rss_peak) + "\n";
+    js << (i ? ",\n" : "\n") << "    {\"workload\": " << bench::json_str(c.name) << ", \"device\": "
+       << bench::json_str(r.at("device")) << ", \"precision\": " << bench::json_str(r.at("precision"))
+       << ", \"shapes\": " << bench::json_str(r.at("shapes")) << ", \"batch\": " << c.batch
+       << ", \"kiln_median_ms\": " << bench::json_num(ma) << ", \"libtorch_median_ms\": " << bench::json_num(mb)
+       << ", \"ratio\": " << bench::json_num(ratio) << ", \"rounds_kiln\": " << ka.medians.size()
+       << ", \"rounds_libtorch\": " << kb.medians.size() << ", \"kiln_alloc_peak_bytes\": " << ka.alloc_peak
+       << ", \"libtorch_alloc_peak_bytes\": " << kb.alloc_peak << ", \"kiln_rss_peak_bytes\": " << ka.rss_peak
+       << ", \"libtorch_rss_peak_bytes\": " << kb.rss_peak << "}";
+    c.precision = r.at("precision");
+    c.shape_set = r.at("shapes");
+    for (const auto& [fw, side] : table[keys[i]]) {
+      bench::Result m;
+      m.framework = fw, m.config = c, m.device = r.at("device"), m.median_ms = side.median();
+      merged.push_back(m);
+    }
+    bars.labels.push_back(c.name + " " + label + (r.at("device") == "cpu" ? "" : " " + r.at("device")) +
+                          (c.precision == "fp32" ? "" : " " + c.precision));
+    bars.groups[0].second.push_back(ma);
+    bars.groups[1].second.push_back(mb);
+    if (std::isfinite(ratio)) {
+      rel.labels.push_back(bars.labels.back());
+      rel.groups[0].second.push_back(ratio);
+      rel.groups[1].second.push_back(1.0);
+    }
+  }
+  js << "\n  ]\n}\n";
+  std::cout << bench::format_columns(rows, 4) << bench::format_speedup(merged)
+            << "kiln ms, libtorch ms: median over rounds of each run's median step; ratio < 1: kiln faster; "
+               "peaks: highest over rounds (RSS: per-process VmHWM, see each run's rss_scope)\n";
+  for (const auto& fw : frameworks)
+    if (fw != A && fw != B) std::cout << "note: framework '" << fw << "' is not compared (only kiln and libtorch)\n";
+  write_outputs(a, js.str(), csv);
+  if (a.has("plot-dir")) {
+    const std::string dir = a.str("plot-dir");
+    write_bar_chart_png(dir + "/step_time.png", bars, std::max<int>(900, 110 * int(bars.labels.size())), 420);
+    std::cout << "wrote " << dir << "/step_time.png\n";
+    if (!rel.labels.empty()) {
+      write_bar_chart_png(dir + "/step_time_ratio.png", rel, std::max<int>(900, 110 * int(rel.labels.size())), 420);
+      std::cout << "wrote " << dir << "/step_time_ratio.png\n";
+    }
+    if (plot_speedup(dir + "/gpu_speedup.png", merged)) std::cout << "wrote " << dir << "/gpu_speedup.png\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv, int first) {
+  const Args a = parse_args("bench", bench_flags(), argc, argv, first);
+  if (a.flag("help")) {
+    std::cout << usage();
+    return 0;
+  }
+  KILN_CHECK(a.positional.empty(), "kiln bench: unexpected argument '", a.positional.empty() ? "" : a.positional[0],
+             "'\n", usage());
+  if (a.has("compare")) return run_compare(a);
+
+  const std::vector<std::string> workloads = bench::parse_workloads(a.str("workloads"));
+  const std::vector<std::string> devices = bench::split_list(a.str("devices"));
+  const std::vector<std::string> precisions = bench::split_list(a.str("precision"));
+  KILN_CHECK(!devices.empty(), "kiln bench: --devices is empty; valid devices: cpu, cuda");
+  for (const auto& p : precisions)
+    KILN_CHECK(p == "fp32" || p == "tf32" || p == "bf16", "kiln bench: unknown precision '", p,
+               "'; valid precisions: fp32, tf32, bf16");
+  KILN_CHECK(!(a.flag("gpu-shapes") && a.flag("cpu-shapes")), "kiln bench: --gpu-shapes and --cpu-shapes exclude each other");
+  KILN_CHECK(!(a.has("batch") && a.has("sweep-batch")), "kiln bench: give --batch or --sweep-batch, not both");
+  const long long threads = a.integer("threads");
+  KILN_CHECK(threads >= 1, "kiln bench: --threads must be >= 1, got ", threads);
+  std::vector<int64_t> batches;
+  if (a.has("batch")) batches = {positive(a, "batch")};
+  if (a.has("sweep-batch")) batches = as_kiln_error([&] { return bench::parse_batch_list(a.str("sweep-batch")); });
+  for (int64_t b : batches) KILN_CHECK(b >= 1, "kiln bench: batch sizes must be >= 1, got ", b);
+  const int warmup = a.has("warmup") ? int(positive(a, "warmup")) : -1;
+  const int timed = a.has("timed") ? int(positive(a, "timed")) : -1;
+  KILN_CHECK(timed != 0, "kiln bench: --timed must be >= 1");
+  const bool smoke = a.flag("smoke");
+
+  bench::Report rep;
+  rep.framework = "kiln";
+  rep.version = "0.1.0";
+  rep.backend = "Eigen GEMM, own kernels";
+  rep.date = bench::iso_date_utc();
+  rep.cpu_model = bench::cpu_model_name();
+  rep.threads = int(threads);
+  bool any_available = false;
+  for (const auto& d : devices) {
+    rep.devices.push_back(bench::kiln_device_info(d));
+    any_available = any_available || rep.devices.back().available;
+    if (!rep.devices.back().available)
+      std::cerr << "kiln bench: " << d << ": not available (" << rep.devices.back().description << ")\n";
+  }
+  KILN_CHECK(any_available, "kiln bench: no requested device is available: ", rep.devices[0].name, ": not available (",
+             rep.devices[0].description, ")");
+  rep.cpu_peak_method = "fma-loop";
+  if (std::find(devices.begin(), devices.end(), "cpu") != devices.end()) {
+    rep.cpu_peak_gflops = bench::measure_cpu_peak_gflops(int(threads), smoke ? 0.01 : 0.05);
+    rep.cpu_peak_method = "fma-loop (" + std::to_string(threads) + " threads, measured at start)";
+  }
+
+  bool failed = false;
+  for (const auto& dev : rep.devices) {
+    if (!dev.available) continue;
+    const bool gpu_shapes = a.flag("gpu-shapes") || (dev.name == "cuda" && !a.flag("cpu-shapes"));
+    const auto configs = as_kiln_error(
+        [&] { return bench::expand_configs(workloads, gpu_shapes, smoke, batches, warmup, timed, precisions); });
+    for (const auto& c : configs) {
+      double peak = NAN;
+      if (dev.name == "cpu") peak = c.precision == "fp32" ? rep.cpu_peak_gflops : NAN;  // no CPU bf16 ceiling measured
+      else peak = bench::gpu_peak_gflops(dev.description, c.precision);
+      bench::Result r;
+      try {
+        r = bench::run_workload(c, dev.name, int(threads), peak);
+      } catch (const kiln::Error& e) {  // e.g. an op without a kernel on this device
+        r.framework = "kiln", r.config = c, r.device = dev.name, r.threads = int(threads);
+        r.status = std::string("error: ") + e.what();
+        failed = true;
+      }
+      std::cerr << "kiln bench: " << c.name << " " << c.batch_label() << " " << dev.name << " " << c.precision << ": "
+                << (r.ok() ? bench::fmt("%.2f ms", r.median_ms) : r.status) << "\n";
+      rep.results.push_back(std::move(r));
+    }
+  }
+  rep.rss_scope = bench::rss_peak_is_per_workload()
+                      ? "process VmHWM, reset before each workload (clear_refs)"
+                      : "process VmHWM since start (reset refused): includes earlier workloads";
+  std::cout << bench::format_table(rep);
+  write_outputs(a, bench::to_json(rep), bench::to_csv(rep));
+  if (a.has("plot-dir")) {
+    const std::string dir = a.str("plot-dir");
+    plot_run(dir + "/" + rep.framework + "_step_time.png", rep);
+    std::cout << "wrote " << dir << "/" << rep.framework << "_step_time.png\n";
+    if (plot_speedup(dir + "/gpu_speedup.png", rep.results))
+      std::cout << "wrote " << dir << "/gpu_speedup.png\n";
+    else
+      std::cout << "no GPU speedup chart: needs cpu and cuda results (e.g. --devices cpu,cuda --sweep-batch ...)\n";
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace kiln::cli
