@@ -11,6 +11,7 @@
 #include <numeric>
 #include <thread>
 #include "core/autograd.h"
+#include "core/cuda.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -27,6 +28,7 @@ namespace detail {
 struct EpochRun {
   std::shared_ptr<const Dataset> dataset;
   DataLoaderOptions opts;
+  bool pin = false;  // opts.pin_memory and a GPU is there to copy to
   uint64_t key = 0;
   std::vector<int64_t> order;
   int64_t num_batches = 0;
@@ -67,6 +69,13 @@ struct EpochRun {
     if (opts.transform) {
       Rng rng(key, uint64_t(k) + 1);
       batch.input = opts.transform(batch.input, rng);
+    }
+    if (pin) {  // page-locked copies, so the upload to the GPU can run asynchronously
+      for (Tensor* t : {&batch.input, &batch.target}) {
+        Tensor p = cuda::pinned_empty(t->shape(), t->dtype());
+        p.copy_(*t);
+        *t = p;
+      }
     }
     return batch;
   }
@@ -169,6 +178,7 @@ DataLoader::Iterator DataLoader::begin() {
   auto run = std::make_shared<detail::EpochRun>();
   run->dataset = dataset_;
   run->opts = options_;
+  run->pin = options_.pin_memory && cuda::is_available();
   run->key = epoch_key(seed_, e);
   run->order = epoch_order(e);
   run->num_batches = size();

@@ -31,9 +31,9 @@ struct DataLoaderOptions {
   /// slow (decoding images, heavy transforms); an in-memory TensorDataset is faster
   /// with 0.
   int workers = 0;
-  /// Accepted for PyTorch parity but currently has no effect: page-locked host memory
-  /// belongs to the CUDA backend, which does not provide a pinned allocator yet, so
-  /// batches are ordinary CPU tensors in every build.
+  /// Copy each batch's tensors into page-locked (pinned) host memory on the producing
+  /// thread, so the upload to the GPU (batch.input.to(Device::cuda())) runs asynchronously.
+  /// No effect where no GPU is available (a build without CUDA, or no device).
   bool pin_memory = false;
   /// Batches in flight per worker (the prefetch window is workers * prefetch).
   int prefetch = 2;

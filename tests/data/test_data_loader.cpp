@@ -297,3 +297,21 @@ TEST_CASE("pin_memory is accepted and the loader takes shared datasets") {
   }
   CHECK(n == 5);
 }
+
+TEST_CASE("DataLoader pin_memory: pinned batches on a GPU machine, the same values everywhere") {
+  Tensor x = arange(0.0, 24.0).reshape({12, 2}), y = arange(0.0, 12.0, 1.0, {.dtype = DType::int64});
+  TensorDataset ds(x, y);
+  DataLoader plain(ds, {.batch_size = 5, .shuffle = true, .seed = 3, .workers = 1});
+  DataLoader pinned(ds, {.batch_size = 5, .shuffle = true, .seed = 3, .workers = 1, .pin_memory = true});
+  std::vector<Batch> a, b;
+  for (auto& batch : plain) a.push_back(batch);
+  for (auto& batch : pinned) b.push_back(batch);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].input.to_vector<float>() == b[i].input.to_vector<float>());
+    CHECK(a[i].target.to_vector<int64_t>() == b[i].target.to_vector<int64_t>());
+    CHECK(b[i].input.device() == Device::cpu());
+    CHECK(cuda::is_pinned(b[i].input) == cuda::is_available());  // no GPU: pin_memory does nothing
+    CHECK(!cuda::is_pinned(a[i].input));
+  }
+}
