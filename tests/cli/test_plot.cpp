@@ -13,22 +13,14 @@
 #include "cli/png.h"
 #include "core/error.h"
 #include "data/data_test_util.h"
+#include "gradcheck.h"
 #include "data/io.h"
 
 using namespace kiln::cli;
+using kiln::test::error_of;
 using kiln_test::TempDir;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
 

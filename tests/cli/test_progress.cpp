@@ -10,22 +10,14 @@
 #include "cli/progress.h"
 #include "core/error.h"
 #include "data/data_test_util.h"
+#include "gradcheck.h"
 #include "data/io.h"
 
 using namespace kiln::cli;
+using kiln::test::error_of;
 using kiln_test::TempDir;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Everything written so far to a tmpfile().
 std::string contents(std::FILE* f) {

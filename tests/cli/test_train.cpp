@@ -18,20 +18,10 @@
 using namespace kiln;
 using namespace kiln::cli;
 using kiln::test::error_of;
+using kiln_test::idx_bytes;
 using kiln_test::TempDir;
 
 namespace {
-
-std::vector<uint8_t> idx_bytes(uint32_t magic, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> out;
-  auto be = [&](uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
-  };
-  be(magic);
-  for (auto d : dims) be(d);
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
-}
 
 /// n 28x28 images: class c is a bright 6x6 square at a class-dependent place, plus noise.
 void write_tiny_mnist(const std::string& dir, const std::string& prefix, uint32_t n, uint64_t seed) {

@@ -33,6 +33,19 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& byt
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
 }
 
+/// An IDX file's bytes: big-endian magic and dimensions, then the data.
+inline std::vector<uint8_t> idx_bytes(uint32_t magic, const std::vector<uint32_t>& dims,
+                                      const std::vector<uint8_t>& data) {
+  std::vector<uint8_t> out;
+  auto be = [&](uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
+  };
+  be(magic);
+  for (auto d : dims) be(d);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
 inline void write_text(const std::string& path, const std::string& s) {
   write_bytes(path, std::vector<uint8_t>(s.begin(), s.end()));
 }

@@ -21,21 +21,11 @@
 
 using namespace kiln;
 using namespace kiln::data;
+using kiln_test::idx_bytes;
 using kiln_test::TempDir;
 using kiln_test::write_bytes;
 
 namespace {
-
-std::vector<uint8_t> idx_bytes(uint32_t magic, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> out;
-  auto be = [&](uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
-  };
-  be(magic);
-  for (auto d : dims) be(d);
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
-}
 
 void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
