@@ -47,7 +47,7 @@ const std::vector<FlagSpec>& train_flags() {
       {"lr", true, "", "learning rate (vision SGD 0.01, gpt AdamW 1e-3)"},
       {"momentum", true, "0.9", "SGD momentum (vision)"},
       {"weight-decay", true, "", "SGD L2 (vision; 0) or AdamW decoupled decay (gpt; 0.01)"},
-      {"schedule", true, "constant", "learning-rate schedule: constant or cosine (5% linear warm-up)"},
+      {"schedule", true, "", "learning-rate schedule: constant or cosine (5% linear warm-up) (vision constant, gpt cosine)"},
       {"threads", true, "", "CPU threads (default: all cores)"},
       {"workers", true, "1", "DataLoader background threads (vision)"},
       {"amp", true, "off", "mixed precision: off, bf16 or fp16 (fp16 uses dynamic loss scaling)"},
@@ -55,9 +55,9 @@ const std::vector<FlagSpec>& train_flags() {
       {"checkpoint-activations", false, "", "recompute activations in backward to save memory"},
       {"seed", true, "0", "seed of initialisation, shuffling, dropout and sampling"},
       {"limit", true, "0", "use only the first N training and test examples (vision; 0: all)"},
-      {"steps", true, "3000", "optimizer steps (gpt)"},
+      {"steps", true, "3800", "optimizer steps (gpt)"},
       {"max-minutes", true, "0", "gpt: stop at the first evaluation after this many minutes (0: no limit)"},
-      {"eval-every", true, "250", "gpt: steps between validation-loss estimates"},
+      {"eval-every", true, "200", "gpt: steps between validation-loss estimates"},
       {"eval-batches", true, "20", "gpt: batches per validation-loss estimate"},
       {"context", true, "128", "gpt: context length"},
       {"layers", true, "4", "gpt: transformer blocks"},
@@ -518,7 +518,7 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.lr = a.number("lr", gpt ? 1e-3 : 0.01);
   c.momentum = a.number("momentum");
   c.weight_decay = a.number("weight-decay", gpt ? 0.01 : 0.0);
-  c.schedule = a.str("schedule");
+  c.schedule = a.str("schedule", gpt ? "cosine" : "constant");
   c.threads = int(a.integer("threads", 0));
   c.workers = int(a.integer("workers"));
   c.amp = a.str("amp");

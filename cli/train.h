@@ -24,7 +24,7 @@ struct TrainConfig {
   double lr = 0.01;
   double momentum = 0.9;       ///< SGD (vision)
   double weight_decay = 0.0;   ///< SGD L2 (vision) / AdamW decoupled (gpt)
-  std::string schedule = "constant";  ///< constant | cosine (with 5% warm-up)
+  std::string schedule = "constant";  ///< constant | cosine (with 5% warm-up); gpt default cosine
   int threads = 0;             ///< CPU threads (0: OpenMP's default)
   int workers = 1;             ///< DataLoader background threads (vision)
   std::string amp = "off";     ///< off | bf16 | fp16 (fp16 adds dynamic loss scaling)
@@ -33,9 +33,9 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t limit = 0;           ///< use only the first N train/test examples (0: all)
   // gpt
-  int64_t steps = 3000;        ///< optimizer steps (gpt)
+  int64_t steps = 3800;        ///< optimizer steps (gpt)
   double max_minutes = 0;      ///< stop at the first evaluation after this wall time (0: none)
-  int64_t eval_every = 250;    ///< steps between validation-loss estimates (gpt)
+  int64_t eval_every = 200;    ///< steps between validation-loss estimates (gpt)
   int64_t eval_batches = 20;   ///< validation batches per estimate (gpt)
   int64_t context = 128, layers = 4, heads = 4, width = 128;
   double dropout = 0.0;
