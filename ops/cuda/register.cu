@@ -6,6 +6,7 @@ namespace kiln {
 
 void register_cuda_kernels() {
   register_cuda_elementwise();
+  register_cuda_linalg();
 }
 
 }  // namespace kiln

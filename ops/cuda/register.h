@@ -11,5 +11,6 @@ void register_cuda_kernels();
 
 // One per family.
 void register_cuda_elementwise();  // ops/cuda/elementwise.cu
+void register_cuda_linalg();       // ops/cuda/linalg.cu (cuBLAS)
 
 }  // namespace kiln
