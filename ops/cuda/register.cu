@@ -7,6 +7,7 @@ namespace kiln {
 void register_cuda_kernels() {
   register_cuda_elementwise();
   register_cuda_linalg();
+  register_cuda_reduce();
 }
 
 }  // namespace kiln

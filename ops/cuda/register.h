@@ -12,5 +12,6 @@ void register_cuda_kernels();
 // One per family.
 void register_cuda_elementwise();  // ops/cuda/elementwise.cu
 void register_cuda_linalg();       // ops/cuda/linalg.cu (cuBLAS)
+void register_cuda_reduce();       // ops/cuda/reduce.cu (reductions, softmax)
 
 }  // namespace kiln

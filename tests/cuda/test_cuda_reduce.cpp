@@ -1,0 +1,101 @@
+// The CUDA reduce family (ops/cuda/reduce.cu): its index math driven over an emulated grid
+// of (block, thread) on the CPU (always runs), and CUDA-vs-CPU parity of every reduction
+// and of softmax / log_softmax, forward and backward (skipped without a GPU).
+#include <doctest/doctest.h>
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+#include "gradcheck.h"
+#include "ops/cuda/reduce_index.h"
+
+using namespace kiln;
+
+TEST_CASE("cuda reduce index math: every element of every row visited once, sums equal the CPU's") {
+  manual_seed(3);
+  for (Shape s : {Shape{3, 5, 4}, Shape{1, 1000, 1}, Shape{7, 1, 9}, Shape{2, 300, 3}, Shape{70000, 2, 1}}) {
+    const int64_t O = s[0], R = s[1], I = s[2], rows = O * I;
+    INFO("(outer, reduce, inner) = " << shape_str(s));
+    Tensor x = randn(s, {.dtype = DType::float64});
+    const std::vector<double> xv = x.to_vector<double>();
+    std::vector<int> visits(size_t(O * R * I), 0);
+    std::vector<double> sums(size_t(rows), 0.0);
+    const int grid = cuda::reduce_blocks(rows);
+    for (int b = 0; b < grid; ++b)                        // emulated blockIdx.x
+      for (int64_t k = b; k < rows; k += grid)            // the kernel's row loop
+        for (int t = 0; t < cuda::kReduceThreads; ++t)    // emulated threadIdx.x
+          for (int64_t r = t; r < R; r += cuda::kReduceThreads) {
+            const int64_t off = cuda::reduce_elem_offset(k, r, R, I);
+            if (off < 0 || off >= O * R * I) {
+              FAIL("offset " << off << " out of range for row " << k << ", r " << r);
+            }
+            ++visits[size_t(off)];
+            sums[size_t(k)] += xv[size_t(off)];
+          }
+    CHECK(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }));
+    const std::vector<double> ref = sum(x, {1}).to_vector<double>();  // (O, I), row k = o * I + i
+    double worst = 0;
+    for (size_t k = 0; k < ref.size(); ++k) worst = std::max(worst, std::fabs(ref[k] - sums[k]));
+    CHECK(worst < 1e-9);
+  }
+}
+
+namespace {
+
+const bool kNoGpu = !cuda::is_available();
+const Device kGpu = Device::cuda(0);
+
+std::string compare(const Tensor& got, const Tensor& ref, double rtol) {
+  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + " vs " + shape_str(ref.shape());
+  if (!got.device().is_cuda()) return "the result is not on the GPU";
+  auto g = got.to_vector<double>(), r = ref.to_vector<double>();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (std::isnan(r[i]) && std::isnan(g[i])) continue;
+    if (!(std::fabs(g[i] - r[i]) <= rtol * (1.0 + std::fabs(r[i]))))
+      return "element " + std::to_string(i) + ": cuda " + std::to_string(g[i]) + " vs cpu " + std::to_string(r[i]);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("cuda parity: reductions and softmax, forward and backward" * doctest::skip(kNoGpu)) {
+  manual_seed(4);
+  for (DType dt : {DType::float32, DType::float64}) {
+    const double tol = dt == DType::float64 ? 1e-10 : 1e-5;
+    for (Shape s : {Shape{6, 5, 4}, Shape{3, 700}, Shape{1025}, Shape{2, 3, 4, 5}}) {
+      Tensor x = randn(s, {.dtype = dt});
+      const int64_t last = int64_t(s.size()) - 1;
+      for (int64_t dim = 0; dim <= last; ++dim) {
+        INFO(dtype_name(dt) << " shape " << shape_str(s) << " dim " << dim);
+        Tensor gx = x.to(kGpu);
+        CHECK(compare(sum(gx, {dim}), sum(x, {dim}), tol) == "");
+        CHECK(compare(mean(gx, {dim}, true), mean(x, {dim}, true), tol) == "");
+        CHECK(compare(var(gx, {dim}), var(x, {dim}), tol) == "");
+        CHECK(compare(logsumexp(gx, {dim}), logsumexp(x, {dim}), tol) == "");
+        CHECK(compare(max(gx, dim).values, max(x, dim).values, 0) == "");
+        CHECK(compare(min(gx, dim).indices, min(x, dim).indices, 0) == "");
+        CHECK(compare(argmax(gx, dim), argmax(x, dim), 0) == "");
+        CHECK(compare(argmin(gx, dim), argmin(x, dim), 0) == "");
+        CHECK(compare(softmax(gx, dim), softmax(x, dim), tol) == "");
+        CHECK(compare(log_softmax(gx, dim), log_softmax(x, dim), tol) == "");
+        // Non-contiguous input: the op makes the (outer, reduce, inner) block itself.
+        if (s.size() >= 2) CHECK(compare(sum(gx.transpose(0, last), {dim}), sum(x.transpose(0, last), {dim}), tol) == "");
+        // Backward of softmax, log_softmax and max with a given upstream gradient.
+        for (int which = 0; which < 3; ++which) {
+          Tensor a = x.clone().requires_grad_(), b = x.to(kGpu).requires_grad_();
+          Tensor ya = which == 0 ? softmax(a, dim) : which == 1 ? log_softmax(a, dim) : max(a, dim).values;
+          Tensor yb = which == 0 ? softmax(b, dim) : which == 1 ? log_softmax(b, dim) : max(b, dim).values;
+          Tensor up = randn(ya.shape(), {.dtype = dt});
+          ya.backward(up);
+          yb.backward(up.to(kGpu));
+          CHECK(compare(b.grad(), a.grad(), tol) == "");
+        }
+      }
+    }
+  }
+  // NaN wins a max, ties keep the first index (ops/reduce_math.h rules, shared with the CPU).
+  Tensor t = from_vector<float>({1, 3, 3, NAN, 2, NAN}, {6});
+  CHECK(argmax(t.to(kGpu), 0).item() == 3);
+  CHECK(argmax(from_vector<float>({1, 3, 3, 0}, {4}).to(kGpu), 0).item() == 1);
+}
