@@ -1,7 +1,6 @@
 // CUDA (cuBLAS) against CPU (Eigen) for matmul and linear: 2-D, batched, broadcast batch
 // dims and transposed views, float32 and float64, forward and backward. Skipped (visibly,
-// as doctest skips) where no GPU is available. Backward cases that need a CUDA reduction
-// (a broadcast batch dim's gradient, the bias gradient) wait for the reduce family.
+// as doctest skips) where no GPU is available.
 #include <doctest/doctest.h>
 #include <cmath>
 #include <string>
@@ -41,8 +40,8 @@ TEST_CASE("cuda parity: matmul through cuBLAS, forward and backward" * doctest::
     };
     for (const Case& c : {Case{{5, 7}, {7, 3}, false, false, true}, Case{{7, 5}, {3, 7}, true, true, true},
                           Case{{4, 6, 5}, {4, 5, 2}, false, false, true}, Case{{4, 5, 6}, {4, 2, 5}, true, true, true},
-                          Case{{3, 4, 6, 5}, {5, 2}, false, false, false},
-                          Case{{2, 1, 6, 5}, {3, 5, 4}, false, false, false}, Case{{64, 128}, {128, 96}, false, true, true}}) {
+                          Case{{3, 4, 6, 5}, {5, 2}, false, false, true},
+                          Case{{2, 1, 6, 5}, {3, 5, 4}, false, false, true}, Case{{64, 128}, {128, 96}, false, true, true}}) {
       INFO(dtype_name(dt) << " a " << shape_str(c.a) << (c.ta ? "^T" : "") << " b " << shape_str(c.b)
                           << (c.tb ? "^T" : ""));
       Tensor a = randn(c.a, {.dtype = dt}), b = randn(c.b, {.dtype = dt});
@@ -74,15 +73,16 @@ TEST_CASE("cuda parity: linear through cuBLAS (bias added before the GEMM)" * do
       // x strided by rows (a column slice): the kernel reads it with its row stride.
       Tensor wide = randn({8, 20}, {.dtype = dt});
       CHECK(compare(linear(wide.to(kGpu).narrow(1, 2, 16), w.to(kGpu)), linear(wide.narrow(1, 2, 16), w), tol) == "");
-      // Backward without bias (the bias gradient needs a CUDA sum).
-      Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_();
-      Tensor cx = x.clone().requires_grad_(), cw = w.clone().requires_grad_();
-      Tensor gy = linear(gx, gw), cy = linear(cx, cw);
+      // Backward (the bias gradient is a CUDA sum over the rows).
+      Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_(), gb = b.to(kGpu).requires_grad_();
+      Tensor cx = x.clone().requires_grad_(), cw = w.clone().requires_grad_(), cb = b.clone().requires_grad_();
+      Tensor gy = linear(gx, gw, gb), cy = linear(cx, cw, cb);
       Tensor up = randn(cy.shape(), {.dtype = dt});
       gy.backward(up.to(kGpu));
       cy.backward(up);
       CHECK(compare(gx.grad(), cx.grad(), tol) == "");
       CHECK(compare(gw.grad(), cw.grad(), tol) == "");
+      CHECK(compare(gb.grad(), cb.grad(), tol) == "");
     }
   }
 }
