@@ -3,12 +3,12 @@
 // types (ops/cpu/reduce_kernels.h). One block per output row of the (outer, reduce, inner)
 // view; its threads stride over the reduced dim and combine with cub::BlockReduce. The
 // max/min selection rules (NaN wins, ties keep the first) are ops/reduce_math.h's.
-#include <cub/block/block_reduce.cuh>
 #include <cmath>
 #include <limits>
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "ops/cpu/reduce_kernels.h"
+#include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/reduce_index.h"
 #include "ops/cuda/register.h"
 
@@ -18,21 +18,8 @@ namespace {
 using cuda::kReduceThreads;
 using cuda::reduce_elem_offset;
 
-template <class T>
-using BlockReduce = cub::BlockReduce<T, kReduceThreads>;
-
-// Sum over the row of every thread's partial, broadcast to the whole block.
-template <class A>
-__device__ A block_sum(A v) {
-  __shared__ typename BlockReduce<A>::TempStorage tmp;
-  __shared__ A result;
-  A s = BlockReduce<A>(tmp).Sum(v);
-  if (threadIdx.x == 0) result = s;
-  __syncthreads();
-  A r = result;
-  __syncthreads();  // tmp and result are reused by the next call
-  return r;
-}
+using cuda::BlockReduce;
+using cuda::block_sum;
 
 // fmax ignores NaN; a NaN in the row still reaches the result through the exp-sum.
 struct MaxOp {

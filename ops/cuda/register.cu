@@ -8,6 +8,7 @@ void register_cuda_kernels() {
   register_cuda_elementwise();
   register_cuda_linalg();
   register_cuda_reduce();
+  register_cuda_norm();
 }
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// The CUDA reduce family (ops/cuda/reduce.cu): its index math driven over an emulated grid
+// The CUDA reduce family (ops/cuda/reduce.cu) and layer_norm (ops/cuda/norm.cu): index math driven over an emulated grid
 // of (block, thread) on the CPU (always runs), and CUDA-vs-CPU parity of every reduction
 // and of softmax / log_softmax, forward and backward (skipped without a GPU).
 #include <doctest/doctest.h>
@@ -98,4 +98,27 @@ TEST_CASE("cuda parity: reductions and softmax, forward and backward" * doctest:
   Tensor t = from_vector<float>({1, 3, 3, NAN, 2, NAN}, {6});
   CHECK(argmax(t.to(kGpu), 0).item() == 3);
   CHECK(argmax(from_vector<float>({1, 3, 3, 0}, {4}).to(kGpu), 0).item() == 1);
+}
+
+TEST_CASE("cuda parity: layer_norm forward and backward" * doctest::skip(kNoGpu)) {
+  manual_seed(6);
+  for (DType dt : {DType::float32, DType::float64}) {
+    const double tol = dt == DType::float64 ? 1e-10 : 1e-4;
+    for (Shape s : {Shape{4, 7, 32}, Shape{3, 1000}, Shape{16, 768}}) {
+      INFO(dtype_name(dt) << " shape " << shape_str(s));
+      const int64_t D = s.back();
+      Tensor x = randn(s, {.dtype = dt}), w = randn({D}, {.dtype = dt}), b = randn({D}, {.dtype = dt});
+      Tensor cx = x.clone().requires_grad_(), cw = w.clone().requires_grad_(), cb = b.clone().requires_grad_();
+      Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_(), gb = b.to(kGpu).requires_grad_();
+      Tensor cy = layer_norm(cx, {D}, cw, cb), gy = layer_norm(gx, {D}, gw, gb);
+      CHECK(compare(gy, cy, tol) == "");
+      Tensor up = randn(s, {.dtype = dt});
+      cy.backward(up);
+      gy.backward(up.to(kGpu));
+      CHECK(compare(gx.grad(), cx.grad(), tol) == "");
+      CHECK(compare(gw.grad(), cw.grad(), tol) == "");
+      CHECK(compare(gb.grad(), cb.grad(), tol) == "");
+      CHECK(compare(layer_norm(x.to(kGpu), {D}), layer_norm(x, {D}), tol) == "");  // no affine
+    }
+  }
 }
