@@ -128,8 +128,9 @@ TEST_CASE("freed blocks are reused best-fit, and only on their own stream") {
   void* b2 = a.allocate(2 * KiB, kStreamB);        // reuses stream B's segment
   CHECK(b2 == b);
   CHECK(dev.allocs == 2);
-  (void)sep1;
-  (void)sep2;
+  for (void* p : {big, sep1, small, sep2, b2}) a.deallocate(p);  // all back: nothing leaks
+  a.empty_cache();
+  CHECK(dev.used == 0);
 }
 
 TEST_CASE("large blocks: segments rounded to 2 MiB, split only when the rest is over 1 MiB") {
