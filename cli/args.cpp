@@ -92,7 +92,7 @@ Args parse_args(const std::string& command, const std::vector<FlagSpec>& specs, 
       a.values[name] = value;
     } else {
       KILN_CHECK(!inline_value, "kiln ", command, ": flag --", name, " takes no value");
-      a.values[name] = "1";
+      a.values[name] = std::string(1, '1');  // (not = "1": GCC 12 warns falsely, -Wrestrict)
     }
   }
   for (const auto& s : specs)
