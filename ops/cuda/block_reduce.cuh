@@ -22,4 +22,21 @@ __device__ __forceinline__ A block_sum(A v) {
   return r;
 }
 
+/// fmax of every thread's partial, returned to all threads. fmax ignores NaN: the row
+/// kernels subtract this maximum before exp, and a NaN still reaches their result there.
+template <class T>
+__device__ __forceinline__ T block_max(T v) {
+  struct MaxOp {
+    __device__ T operator()(T a, T b) const { return fmax(a, b); }
+  };
+  __shared__ typename BlockReduce<T>::TempStorage tmp;
+  __shared__ T result;
+  T m = BlockReduce<T>(tmp).Reduce(v, MaxOp());
+  if (threadIdx.x == 0) result = m;
+  __syncthreads();
+  T r = result;
+  __syncthreads();
+  return r;
+}
+
 }  // namespace kiln::cuda

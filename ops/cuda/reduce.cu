@@ -19,13 +19,8 @@ using cuda::kReduceThreads;
 using cuda::reduce_elem_offset;
 
 using cuda::BlockReduce;
+using cuda::block_max;
 using cuda::block_sum;
-
-// fmax ignores NaN; a NaN in the row still reaches the result through the exp-sum.
-struct MaxOp {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return fmax(a, b); }
-};
 
 template <class T>
 struct Best {
@@ -65,13 +60,7 @@ __global__ void reduce_sum_kernel(const T* x, T* out, int64_t rows, int64_t R, i
     if (kind == 3) {  // logsumexp: max, then sum of exp(x - max)
       T m = -std::numeric_limits<T>::infinity();
       for (int64_t r = threadIdx.x; r < R; r += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, r, R, I)]);
-      __shared__ typename BlockReduce<T>::TempStorage tmp;
-      __shared__ T mres;
-      T bm = BlockReduce<T>(tmp).Reduce(m, MaxOp());
-      if (threadIdx.x == 0) mres = bm;
-      __syncthreads();
-      m = mres;
-      __syncthreads();
+      m = block_max(m);
       T s = 0;
       if (isfinite(m))
         for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += math::fast_exp(x[reduce_elem_offset(k, r, R, I)] - m);
@@ -180,13 +169,7 @@ __global__ void softmax_kernel(bool is_log, const T* x, T* y, int64_t rows, int6
   for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t r = threadIdx.x; r < D; r += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, r, D, I)]);
-    __shared__ typename BlockReduce<T>::TempStorage tmp;
-    __shared__ T mres;
-    T bm = BlockReduce<T>(tmp).Reduce(m, MaxOp());
-    if (threadIdx.x == 0) mres = bm;
-    __syncthreads();
-    m = mres;
-    __syncthreads();
+    m = block_max(m);
     T s = 0;
     for (int64_t r = threadIdx.x; r < D; r += blockDim.x) s += math::fast_exp(x[reduce_elem_offset(k, r, D, I)] - m);
     s = block_sum(s);
