@@ -102,7 +102,7 @@ int cmd_eval(int argc, char** argv, int first) {
       {"checkpoint", true, "", "a checkpoint written by kiln train --save"},
       {"data", true, "", "image dataset folder (default: the one it was trained on)"},
       {"text", true, "", "gpt: text file (default: the one it was trained on)"},
-      {"batch-size", true, "", "examples per batch (vision 500, gpt 16)"},
+      {"batch-size", true, "", "gpt: sequences per batch (16)"},
       {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
       {"threads", true, "", "CPU threads"},
   };
@@ -131,22 +131,11 @@ int cmd_eval(int argc, char** argv, int first) {
     return 0;
   }
   const std::string dir = a.str("data", l.cfg.data);
-  data::TensorDataset test = l.cfg.task == "cifar10" ? data::TensorDataset(data::CIFAR10(dir, data::Split::Test))
-                             : dir.find("fashion") != std::string::npos
-                                 ? data::TensorDataset(data::FashionMNIST(dir, data::Split::Test))
-                                 : data::TensorDataset(data::MNIST(dir, data::Split::Test));
-  data::DataLoader loader(test, {.batch_size = a.integer("batch-size", 500),
-                                 .transform = data::Normalize{numbers_of(l.meta, "kiln.normalize_mean", path),
-                                                              numbers_of(l.meta, "kiln.normalize_std", path)}});
-  int64_t correct = 0, total = 0;
-  for (auto& b : loader) {
-    Tensor logits = (*l.model.module)(b.input.to(device));
-    correct += int64_t(sum(argmax(logits, 1).to(Device::cpu()) == b.target).item());
-    total += b.target.size(0);
-  }
-  std::printf("test accuracy of %s (%s) on %s: %.2f%% (%lld / %lld)\n", path.c_str(), l.cfg.model.c_str(),
-              dir.c_str(), 100.0 * double(correct) / double(std::max<int64_t>(total, 1)),
-              static_cast<long long>(correct), static_cast<long long>(total));
+  auto test = std::make_shared<data::TensorDataset>(open_images(l.cfg.task, dir, data::Split::Test));
+  const double acc = test_accuracy(*l.model.module, test, device, numbers_of(l.meta, "kiln.normalize_mean", path),
+                                   numbers_of(l.meta, "kiln.normalize_std", path));
+  std::printf("test accuracy of %s (%s) on %s: %.2f%% of %lld images\n", path.c_str(), l.cfg.model.c_str(),
+              dir.c_str(), 100.0 * acc, static_cast<long long>(test->size()));
   return 0;
 }
 

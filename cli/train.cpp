@@ -204,46 +204,38 @@ std::shared_ptr<data::TensorDataset> limited(const data::TensorDataset& ds, int6
 
 VisionData load_vision(const TrainConfig& cfg) {
   VisionData d;
-  if (cfg.task == "mnist") {
-    const bool fashion = cfg.data.find("fashion") != std::string::npos;
-    data::TensorDataset train = fashion ? data::FashionMNIST(cfg.data, data::Split::Train)
-                                        : data::MNIST(cfg.data, data::Split::Train);
-    data::TensorDataset test = fashion ? data::FashionMNIST(cfg.data, data::Split::Test)
-                                       : data::MNIST(cfg.data, data::Split::Test);
-    d.train = limited(train, cfg.limit);
-    d.test = limited(test, cfg.limit);
-  } else {
-    d.train = limited(data::CIFAR10(cfg.data, data::Split::Train), cfg.limit);
-    d.test = limited(data::CIFAR10(cfg.data, data::Split::Test), cfg.limit);
-  }
-  // Per-channel mean and standard deviation of the stored training pixels, for Normalize.
-  const Tensor& raw = d.train->inputs();  // (N, C, H, W), uint8 or float
+  d.train = limited(open_images(cfg.task, cfg.data, data::Split::Train), cfg.limit);
+  d.test = limited(open_images(cfg.task, cfg.data, data::Split::Test), cfg.limit);
+  // Per-channel mean and standard deviation of the stored training pixels, for Normalize:
+  // one pass over the uint8 bytes with exact integer-valued double sums, no float copy.
+  const Tensor raw = d.train->inputs().contiguous();  // (N, C, H, W) uint8
+  KILN_CHECK(raw.dtype() == DType::uint8 && raw.dim() == 4, "kiln train: expected uint8 images (N, C, H, W), got ",
+             dtype_name(raw.dtype()), " ", shape_str(raw.shape()));
   d.channels = raw.size(1);
   d.size = raw.size(2);
-  const double scale = raw.dtype() == DType::uint8 ? 1.0 / 255.0 : 1.0;
-  Tensor x = raw.to(DType::float64).transpose(0, 1).reshape({d.channels, -1});  // (C, N*H*W)
-  for (int64_t c = 0; c < d.channels; ++c) {
-    Tensor row = x.select(0, c);
-    const double m = mean(row).item(), v = mean((row - m) * (row - m)).item();
-    d.mean.push_back(m * scale);
-    d.std.push_back(std::sqrt(v) * scale);
+  const int64_t N = raw.size(0), C = d.channels, HW = raw.size(2) * raw.size(3);
+  const uint8_t* p = raw.data<uint8_t>();
+  std::vector<double> s(size_t(C), 0.0), ss(size_t(C), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (const uint8_t* q = p + (n * C + c) * HW; q < p + (n * C + c + 1) * HW; ++q) {
+        s[size_t(c)] += *q;
+        ss[size_t(c)] += double(*q) * *q;
+      }
+  const double count = double(std::max<int64_t>(N * HW, 1));
+  for (int64_t c = 0; c < C; ++c) {
+    const double m = s[size_t(c)] / count, v = std::max(ss[size_t(c)] / count - m * m, 0.0);
+    d.mean.push_back(m / 255.0);
+    d.std.push_back(std::sqrt(v) / 255.0);
   }
   return d;
 }
 
 /// Fraction of correctly classified test examples.
 double evaluate_accuracy(Trainer& t, const VisionData& d) {
-  NoGradGuard no_grad;
-  t.model.module->eval();
-  data::DataLoader loader(d.test, {.batch_size = 500, .seed = 0, .transform = data::Normalize{d.mean, d.std}});
-  int64_t correct = 0, total = 0;
-  for (auto& batch : loader) {
-    Tensor logits = (*t.model.module)(batch.input.to(t.device));
-    correct += int64_t(sum(argmax(logits, 1).to(Device::cpu()) == batch.target).item());
-    total += batch.target.size(0);
-  }
+  const double acc = test_accuracy(*t.model.module, d.test, t.device, d.mean, d.std);
   t.model.module->train();
-  return total ? double(correct) / double(total) : 0.0;
+  return acc;
 }
 
 TrainResult run_vision(Trainer& t, const std::optional<RunState>& resumed) {
@@ -454,6 +446,26 @@ TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
 }
 
 }  // namespace
+
+data::TensorDataset open_images(const std::string& task, const std::string& dir, data::Split split) {
+  if (task == "cifar10") return data::CIFAR10(dir, split);
+  if (dir.find("fashion") != std::string::npos) return data::FashionMNIST(dir, split);
+  return data::MNIST(dir, split);
+}
+
+double test_accuracy(nn::Module& model, const std::shared_ptr<const data::Dataset>& test, Device device,
+                     const std::vector<double>& mean, const std::vector<double>& std) {
+  NoGradGuard no_grad;
+  model.eval();
+  data::DataLoader loader(test, {.batch_size = 500, .seed = 0, .transform = data::Normalize{mean, std}});
+  int64_t correct = 0, total = 0;
+  for (auto& batch : loader) {
+    Tensor logits = model(batch.input.to(device));
+    correct += int64_t(sum(argmax(logits, 1).to(Device::cpu()) == batch.target).item());
+    total += batch.target.size(0);
+  }
+  return total ? double(correct) / double(total) : 0.0;
+}
 
 Device pick_device(const std::string& name) {
   // auto: the GPU when there is one and this build's CUDA backend has the kernels the

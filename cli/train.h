@@ -7,6 +7,8 @@
 #include <vector>
 #include <memory>
 #include "core/device.h"
+#include "data/dataset.h"
+#include "data/vision.h"
 #include "models/gpt.h"
 #include "nn/module.h"
 
@@ -73,6 +75,13 @@ Model make_model(const TrainConfig& cfg, int64_t in_channels, int64_t image_size
 TrainConfig parse_train_config(int argc, char** argv, int first);
 /// Runs (or, with cfg.resume, continues) a training job.
 TrainResult run_training(TrainConfig cfg);
+/// The images of an image task: CIFAR-10 for cifar10; for mnist, Fashion-MNIST when the
+/// folder's path says "fashion" (the class names differ), else MNIST.
+data::TensorDataset open_images(const std::string& task, const std::string& dir, data::Split split);
+/// Fraction of `test` that `model` (switched to eval mode) classifies correctly, its
+/// images normalised per channel with mean / std, run on `device` in batches of 500.
+double test_accuracy(nn::Module& model, const std::shared_ptr<const data::Dataset>& test, Device device,
+                     const std::vector<double>& mean, const std::vector<double>& std);
 /// "cpu", "cuda", "cuda:1" or "auto" -> a Device; cuda without a usable GPU is an error.
 Device pick_device(const std::string& name);
 /// The side file of a checkpoint: x.safetensors -> x.state.json.
