@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 #include "cli/commands.h"
@@ -147,8 +149,12 @@ TEST_CASE("kiln train: bad input is a clear kiln::Error") {
   write_tiny_mnist(tmp.path.string(), "t10k", 16, 2);
   TrainResult fp16 = train({"mnist", "--model", "mlp", "--data", tmp.path.string(), "--epochs", "1", "--batch-size",
                             "16", "--amp", "fp16", "--no-progress", "--save", tmp / "m.safetensors", "--metrics",
-                            tmp / "m.csv"});
+                            tmp / "m.csv", "--log", tmp / "m.log"});
   CHECK(fp16.losses.size() == 4);
+  std::ifstream log_file(tmp / "m.log");
+  const std::string log_text((std::istreambuf_iterator<char>(log_file)), std::istreambuf_iterator<char>());
+  CHECK(log_text.find("final test accuracy") != std::string::npos);  // --log gets the log lines (flushed on info)
+  kiln::cli::setup_logging("");
   for (double l : fp16.losses) CHECK(std::isfinite(l));
   std::filesystem::remove(tmp / "m.state.json");
   const std::string e = error_of([&] { train({"mnist", "--resume", tmp / "m.safetensors"}); });
