@@ -49,9 +49,14 @@ class BlockAllocator {
   static constexpr size_t kLargeRound = size_t(2) << 20;      ///< large segments are multiples of this
 
   BlockAllocator(RawMemory raw, std::string device_name) : raw_(raw), name_(std::move(device_name)) {}
+  /// Returns the wholly free segments to the device. Segments with a block still in use
+  /// stay allocated (their tensors may still be read); only their bookkeeping is freed.
   ~BlockAllocator() {
     std::lock_guard<std::mutex> l(mu_);
     release_free_segments();
+    for (auto* pool : {&small_free_, &large_free_})
+      for (Block* b : *pool) delete b;
+    for (auto& [ptr, b] : in_use_) delete b;
   }
   BlockAllocator(const BlockAllocator&) = delete;
   BlockAllocator& operator=(const BlockAllocator&) = delete;
