@@ -47,7 +47,7 @@ std::string usage() {
   os << "usage: kiln bench [flags]\n"
         "Times zero_grad + forward + loss + backward + optimizer step of the reference workloads\n"
         "(shared/WORKLOADS.md) and reports median step time, min-max, samples/s, GFLOP/s, MFU and\n"
-        "peak memory. kiln bench --compare a.csv,b.csv,... merges interleaved kiln/libtorch runs.\n\n"
+        "peak memory. kiln bench --compare a.csv,b.csv,... merges interleaved kiln/libtorch (or PyTorch) runs.\n\n"
      << flags_help(bench_flags())
      << "\nGPU peaks used for MFU (dense TFLOP/s fp32 / tf32 / bf16; other GPUs: \"peak unknown\"):\n";
   for (const auto& g : bench::gpu_peak_table()) {
@@ -198,18 +198,18 @@ int run_compare(const Args& a) {
       s.rss_peak = std::max<int64_t>(s.rss_peak, std::atoll(r.at("rss_peak_bytes").c_str()));
     }
   KILN_CHECK(!keys.empty(), "kiln bench --compare: no successful results in ", a.str("compare"));
-  const std::string A = "kiln", B = "libtorch";
-  std::vector<std::vector<std::string>> rows = {{"workload", "device", "prec", "batch", "kiln ms", "libtorch ms",
-                                                 "kiln/libtorch", "rounds", "kiln alloc MiB", "torch alloc MiB",
+  // the reference: libtorch (C++, scripts/bench.sh), else PyTorch (Python, scripts/gpu_check.sh)
+  const std::string A = "kiln", B = frameworks.count("libtorch") || !frameworks.count("pytorch") ? "libtorch" : "pytorch";
+  std::vector<std::vector<std::string>> rows = {{"workload", "device", "prec", "batch", "kiln ms", B + " ms",
+                                                 "kiln/" + B, "rounds", "kiln alloc MiB", "torch alloc MiB",
                                                  "kiln RSS MiB", "torch RSS MiB"}};
-  std::string csv =
-      "workload,device,precision,shapes,batch,kiln_median_ms,libtorch_median_ms,ratio,rounds_kiln,rounds_libtorch,"
-      "kiln_alloc_peak_bytes,libtorch_alloc_peak_bytes,kiln_rss_peak_bytes,libtorch_rss_peak_bytes\n";
+  std::string csv = "workload,device,precision,shapes,batch,kiln_median_ms," + B + "_median_ms,ratio,rounds_kiln,rounds_" +
+                    B + ",kiln_alloc_peak_bytes," + B + "_alloc_peak_bytes,kiln_rss_peak_bytes," + B + "_rss_peak_bytes\n";
   std::ostringstream js;
   js << "{\n  \"schema\": \"kiln-bench-compare/1\",\n  \"files\": " << files.size() << ",\n  \"rows\": [";
-  BarChart bars{.title = "median step time (ms): kiln vs libtorch", .y_label = "ms", .labels = {},
+  BarChart bars{.title = "median step time (ms): kiln vs " + B, .y_label = "ms", .labels = {},
                 .groups = {{A, {}}, {B, {}}}};
-  BarChart rel{.title = "step time relative to libtorch (lower is faster)", .y_label = "time / libtorch time",
+  BarChart rel{.title = "step time relative to " + B + " (lower is faster)", .y_label = "time / " + B + " time",
                .labels = {}, .groups = {{A, {}}, {B, {}}}};
   auto num = [](double v) { return std::isfinite(v) ? bench::fmt("%.6g", v) : std::string(); };
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -235,11 +235,11 @@ int run_compare(const Args& a) {
     js << (i ? ",\n" : "\n") << "    {\"workload\": " << bench::json_str(c.name) << ", \"device\": "
        << bench::json_str(r.at("device")) << ", \"precision\": " << bench::json_str(r.at("precision"))
        << ", \"shapes\": " << bench::json_str(r.at("shapes")) << ", \"batch\": " << c.batch
-       << ", \"kiln_median_ms\": " << bench::json_num(ma) << ", \"libtorch_median_ms\": " << bench::json_num(mb)
+       << ", \"kiln_median_ms\": " << bench::json_num(ma) << ", \"" << B << "_median_ms\": " << bench::json_num(mb)
        << ", \"ratio\": " << bench::json_num(ratio) << ", \"rounds_kiln\": " << ka.medians.size()
-       << ", \"rounds_libtorch\": " << kb.medians.size() << ", \"kiln_alloc_peak_bytes\": " << ka.alloc_peak
-       << ", \"libtorch_alloc_peak_bytes\": " << kb.alloc_peak << ", \"kiln_rss_peak_bytes\": " << ka.rss_peak
-       << ", \"libtorch_rss_peak_bytes\": " << kb.rss_peak << "}";
+       << ", \"rounds_" << B << "\": " << kb.medians.size() << ", \"kiln_alloc_peak_bytes\": " << ka.alloc_peak
+       << ", \"" << B << "_alloc_peak_bytes\": " << kb.alloc_peak << ", \"kiln_rss_peak_bytes\": " << ka.rss_peak
+       << ", \"" << B << "_rss_peak_bytes\": " << kb.rss_peak << "}";
     c.precision = r.at("precision");
     c.shape_set = r.at("shapes");
     for (const auto& [fw, side] : table[keys[i]]) {
@@ -259,10 +259,10 @@ int run_compare(const Args& a) {
   }
   js << "\n  ]\n}\n";
   std::cout << bench::format_columns(rows, 4) << bench::format_speedup(merged)
-            << "kiln ms, libtorch ms: median over rounds of each run's median step; ratio < 1: kiln faster; "
+            << "kiln ms, " << B << " ms: median over rounds of each run's median step; ratio < 1: kiln faster; "
                "peaks: highest over rounds (RSS: per-process VmHWM, see each run's rss_scope)\n";
   for (const auto& fw : frameworks)
-    if (fw != A && fw != B) std::cout << "note: framework '" << fw << "' is not compared (only kiln and libtorch)\n";
+    if (fw != A && fw != B) std::cout << "note: framework '" << fw << "' is not compared (only kiln and " << B << ")\n";
   write_outputs(a, js.str(), csv);
   if (a.has("plot-dir")) {
     const std::string dir = a.str("plot-dir");

@@ -4,15 +4,18 @@
 # and cuDNN were found), configures for sm_90 with the header-only dependencies of .deps/
 # (scripts/collect_deps.sh, run beforehand on a Debian machine), builds the library, the
 # `kiln` command and the CUDA tests, runs the CUDA tests (ctest -R cuda), then the GPU
-# benchmark (`kiln bench --devices cpu,cuda --smoke`), and prints a short table last.
+# benchmark (CPU vs GPU on the CPU shapes; the GPU shapes in fp32/tf32/bf16 against PyTorch
+# when python3 can import torch), and prints a short table last.
 # Without a GPU it stops after the build and the GPU-less tests, and exits 0.
 #
 # Usage: scripts/gpu_check.sh [extra cmake args...]
 # Env:   BUILD_DIR (build-gpu)  CUDA_ARCHS (90)  JOBS (nproc)  BUILD_TIMEOUT (420 s)
+#        BENCH_TIMED (10: timed steps per benchmark workload)
 #        CUDNN_ROOT (a folder with
 #        include/cudnn.h and lib/libcudnn.so*; searched for when unset)
 #        OUT: when set (the device tool's output folder), the logs are copied there.
-# Budget: under 8 minutes on a 16-core GPU machine (build ~3 min, tests and bench ~1 min).
+# Budget: under 8 minutes on a 16-core GPU machine (build ~3 min, tests ~1 min, bench at most
+# 90 + 100 + 100 s by its time limits, less in practice).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -139,16 +142,40 @@ if [ "$HAVE_GPU" -ne 1 ]; then
 fi
 
 # ---------------------------------------------------------------- benchmark
-if [ -x "$BUILD_DIR/kiln" ] && "$BUILD_DIR/kiln" bench --help >/dev/null 2>&1; then
-  say "kiln bench --devices cpu,cuda --smoke"
-  if timeout 150 "$BUILD_DIR/kiln" bench --devices cpu,cuda --smoke --csv "$LOGS/bench.csv" > "$LOGS/bench.log" 2>&1; then
-    row "kiln bench --smoke" "ok (table below, csv in $LOGS/bench.csv)"
+# 1. CPU vs GPU on the CPU shapes (the same model and batch on both devices: the speedup);
+# 2. the GPU shapes (WORKLOADS.md: large batches, GPT-2 small) in fp32, tf32 and bf16, kiln
+#    and then PyTorch (bench/torch_bench.py, when `import torch` works), merged by
+#    `kiln bench --compare` into the kiln/PyTorch table. Each stage has its own time limit.
+KILN=$BUILD_DIR/kiln
+BENCH_TIMED=${BENCH_TIMED:-10}
+bench_stage() {  # bench_stage NAME SECONDS CMD...: run, log, one table row
+  local name=$1 secs=$2; shift 2
+  say "$name: $*"
+  if timeout "$secs" "$@" > "$LOGS/$name.log" 2>&1; then row "$name" "ok ($LOGS/$name.log)"
+  else row "$name" "FAILED or timed out after ${secs}s ($LOGS/$name.log)"; fi
+}
+if [ -x "$KILN" ]; then
+  bench_stage bench_cpu_vs_gpu 90 "$KILN" bench --devices cpu,cuda --cpu-shapes --workloads mlp,lenet,convnet,gpt \
+    --timed "$BENCH_TIMED" --csv "$LOGS/bench_cpu_vs_gpu.csv"
+  bench_stage bench_gpu_kiln 100 "$KILN" bench --devices cuda --gpu-shapes --precision fp32,tf32,bf16 \
+    --timed "$BENCH_TIMED" --csv "$LOGS/bench_gpu_kiln.csv"
+  CSVS=$LOGS/bench_gpu_kiln.csv
+  if python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+    bench_stage bench_gpu_pytorch 100 python3 bench/torch_bench.py --device cuda --gpu-shapes \
+      --precision fp32,tf32,bf16 --timed "$BENCH_TIMED" --csv "$LOGS/bench_gpu_pytorch.csv"
+    [ -s "$LOGS/bench_gpu_pytorch.csv" ] && CSVS=$CSVS,$LOGS/bench_gpu_pytorch.csv
   else
-    row "kiln bench --smoke" "FAILED or timed out (see $LOGS/bench.log)"
+    row "bench_gpu_pytorch" "skipped: python3 cannot import torch with CUDA here"
   fi
-  echo "---- kiln bench ----"
-  tail -n 25 "$LOGS/bench.log"
+  echo "---- CPU vs GPU (CPU shapes; GPU speedup table last) ----"
+  tail -n 14 "$LOGS/bench_cpu_vs_gpu.log"
+  echo "---- GPU shapes: kiln vs PyTorch ----"
+  if [ -s "$LOGS/bench_gpu_kiln.csv" ]; then
+    "$KILN" bench --compare "$CSVS" --csv "$LOGS/bench_gpu_compare.csv" 2>&1 | tee "$LOGS/bench_gpu_compare.log"
+  else
+    tail -n 20 "$LOGS/bench_gpu_kiln.log"
+  fi
 else
-  row "kiln bench" "not available in this build (no 'kiln bench' command)"
+  row "kiln bench" "no kiln binary in $BUILD_DIR"
 fi
 [ "$CTEST_RC" -eq 0 ] && finish 0 || finish 1

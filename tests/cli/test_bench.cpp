@@ -190,6 +190,19 @@ TEST_CASE("bench: kiln bench writes parseable JSON and CSV, and --compare merges
   }
   CHECK(error_of([&] { run_bench({"--compare", js}); }).find("not a bench CSV") != std::string::npos);
 
+  // The same rows from PyTorch (bench/torch_bench.py, as on a GPU machine): it becomes the reference.
+  std::string pt = lt;
+  for (size_t p = pt.find("\nlibtorch,"); p != std::string::npos; p = pt.find("\nlibtorch,", p + 1))
+    pt.replace(p + 1, 8, "pytorch");
+  const std::string pts = (d / "p.csv").string(), mp = (d / "mp.json").string();
+  bench::write_text_atomic(pts, pt);
+  REQUIRE(run_bench({"--compare", cs + "," + pts, "--json", mp}) == 0);
+  const json::Value pm = json::parse(read_text(mp), mp);
+  for (const auto& r : pm.at("rows").as_array()) {
+    CHECK(r.at("ratio").as_number() == doctest::Approx(0.5).epsilon(1e-6));
+    CHECK(r.at("pytorch_median_ms").as_number() > 0.0);
+  }
+
   // The same rows as "cuda" at a quarter of the time: --compare draws the GPU speedup chart.
   std::string cu = std::string(bench::csv_header()) + "\n";
   std::istringstream in2(text);
