@@ -115,12 +115,18 @@ Result run_workload(const WorkloadConfig& c, const std::string& device, int thre
   // Start both peaks from this workload: free kiln's cached blocks, then reset VmHWM.
   empty_cache(Device::cpu());
   g_rss_per_workload = reset_peak_rss();
-  if (c.precision == "tf32") {
-    r.status = "unsupported: kiln has no TF32 mode";
+  if (c.precision == "tf32" && Device(device).is_cpu()) {
+    r.status = "unsupported: tf32 is GPU-only";
     return r;
   }
-  KILN_CHECK(c.precision == "fp32" || c.precision == "bf16", "kiln bench: unknown precision '", c.precision,
-             "'; valid precisions: fp32, tf32, bf16");
+  KILN_CHECK(c.precision == "fp32" || c.precision == "tf32" || c.precision == "bf16", "kiln bench: unknown "
+             "precision '", c.precision, "'; valid precisions: fp32, tf32, bf16");
+  // tf32: float32 GEMMs may use TF32 tensor cores for this run; the setting is restored after
+  struct PrecisionScope {
+    std::string saved = float32_matmul_precision();
+    explicit PrecisionScope(bool tf32) { set_float32_matmul_precision(tf32 ? "high" : "highest"); }
+    ~PrecisionScope() { set_float32_matmul_precision(saved); }
+  } precision_scope(c.precision == "tf32");
   KILN_CHECK(c.batch >= 1 && c.timed >= 1 && c.warmup >= 0, "kiln bench: ", c.name, " needs batch >= 1, timed >= 1 ",
              "and warmup >= 0, got batch ", c.batch, ", timed ", c.timed, ", warmup ", c.warmup);
   const Device dev(device);

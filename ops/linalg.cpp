@@ -4,6 +4,7 @@
 #include "ops/linalg.h"
 #include "core/autocast.h"
 #include <algorithm>
+#include <atomic>
 #include "core/autograd.h"
 #include "ops/cpu/linalg_kernels.h"
 #include "ops/dispatch.h"
@@ -146,7 +147,30 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an
 
 bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 
+/// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation); the CPU kernel
+/// takes float32/float64 only, so there 16-bit operands are computed in float32.
+bool gemm_in_float32(const Tensor& t) { return is_half(t.dtype()) && !t.device().is_cuda(); }
+
+// 0 = "highest", 1 = "high", 2 = "medium"
+std::atomic<int> g_matmul_precision{0};
+constexpr const char* kPrecisionNames[] = {"highest", "high", "medium"};
+
 }  // namespace
+
+void set_float32_matmul_precision(const std::string& precision) {
+  for (int i = 0; i < 3; ++i)
+    if (precision == kPrecisionNames[i]) {
+      g_matmul_precision.store(i);
+      return;
+    }
+  KILN_FAIL("set_float32_matmul_precision: unknown precision '", precision,
+            "' (expected \"highest\" for strict float32, \"high\" to allow TF32 on CUDA, or \"medium\", "
+            "which kiln treats like \"high\")");
+}
+
+std::string float32_matmul_precision() { return kPrecisionNames[g_matmul_precision.load()]; }
+
+bool float32_matmul_allows_tf32() { return g_matmul_precision.load() != 0; }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (auto r = autocast_op(AutocastTo::low, [&](const Tensor& ac, const Tensor& bc) { return matmul(ac, bc); }, a, b))
@@ -168,7 +192,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 " cannot be broadcast (", e.what(), ")");
     }
   }
-  if (is_half(a.dtype())) return matmul(a.to(DType::float32), b.to(DType::float32)).to(a.dtype());
+  if (gemm_in_float32(a)) return matmul(a.to(DType::float32), b.to(DType::float32)).to(a.dtype());
 
   // 1-D operands become (1, K) / (K, 1) views; the added dims are dropped from the result.
   const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
@@ -233,7 +257,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     KILN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias must have shape [",
                weight.size(0), "] for weight ", shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
   }
-  if (is_half(x.dtype()))
+  if (gemm_in_float32(x))
     return linear(x.to(DType::float32), weight.to(DType::float32),
                   bias.defined() ? bias.to(DType::float32) : Tensor())
         .to(x.dtype());

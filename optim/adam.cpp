@@ -74,6 +74,43 @@ void AdamBase::update(size_t group, Tensor p, const Tensor& g, ParamState& st) {
   p.add_(div(m, denom), -s.step_size);
 }
 
+bool AdamBase::step_group_multi(size_t group, const std::vector<size_t>& idx, const std::vector<Tensor>& grads,
+                                const float* found_inf) {
+  auto* k = reinterpret_cast<AdamMultiKernelFn*>(multi_kernel_for(group, idx));
+  if (!k) return false;
+  const AdamOptions& o = opts_[group];
+  // the kernel takes the bias corrections from each slot's step
+  const AdamScalars s{.lr = o.lr, .beta1 = o.betas.first, .beta2 = o.betas.second, .eps = o.eps,
+                      .weight_decay = o.weight_decay, .step_size = 0, .bias_correction2_sqrt = 1,
+                      .decoupled = decoupled_, .amsgrad = o.amsgrad};
+  std::vector<Tensor> keep;  // contiguous gradients, alive until the launch is queued
+  for (DType dt : {DType::float32, DType::float64}) {
+    std::vector<TensorSlot> slots;
+    for (size_t k2 = 0; k2 < idx.size(); ++k2) {
+      Tensor& p = groups_[group][idx[k2]];
+      if (p.dtype() != dt) continue;
+      ParamState& st = state_[group][idx[k2]];
+      Tensor& m = buffer(st, "exp_avg", p);
+      Tensor& v = buffer(st, "exp_avg_sq", p);
+      Tensor* vmax = o.amsgrad ? &buffer(st, "max_exp_avg_sq", p) : nullptr;
+      ++st.step;
+      keep.push_back(grads[k2].contiguous());
+      TensorSlot sl;
+      sl.p = p.raw_data();
+      sl.g = keep.back().raw_data();
+      sl.b0 = m.raw_data();
+      sl.b1 = v.raw_data();
+      sl.b2 = vmax ? vmax->raw_data() : nullptr;
+      sl.n = p.numel();
+      sl.step = st.step;
+      sl.skipped = skip_counter(group, idx[k2], found_inf != nullptr);
+      slots.push_back(sl);
+    }
+    if (!slots.empty()) k(dt, slots.data(), int64_t(slots.size()), s, found_inf, nullptr);
+  }
+  return true;
+}
+
 std::map<std::string, double> AdamBase::group_hparams(size_t group) const {
   const AdamOptions& o = opts_.at(group);
   return {{"lr", o.lr}, {"beta1", o.betas.first}, {"beta2", o.betas.second}, {"eps", o.eps},

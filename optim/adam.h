@@ -36,6 +36,9 @@ class AdamBase : public OptimizerWith<AdamOptions> {
  protected:
   AdamBase(std::string name, bool decoupled, const std::vector<ParamGroup>& groups, const AdamOptions& o);
   void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  bool step_group_multi(size_t group, const std::vector<size_t>& idx, const std::vector<Tensor>& grads,
+                        const float* found_inf) override;
+  FusedUpdate multi_tensor_kind() const override { return FusedUpdate::adam_multi; }
   std::map<std::string, double> group_hparams(size_t group) const override;
   void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; }

@@ -48,13 +48,54 @@ double GradScaler::clamp_scale(double s) const {
   return double(float(s));
 }
 
+void GradScaler::ensure_device(Device dev) const {
+  if (on_device()) {
+    KILN_CHECK(scale_dev_.device() == dev, "GradScaler: the scale lives on ", scale_dev_.device().str(),
+               " but this loss/gradient is on ", dev.str(), " (one GradScaler per device)");
+    return;
+  }
+  NoGradGuard ng;
+  const TensorOptions f32{.dtype = DType::float32, .device = dev};
+  scale_dev_ = full({}, scale_, f32);  // scale_ is already a float value
+  tracker_dev_ = full({}, double(growth_tracker_), {.dtype = DType::int32, .device = dev});
+  inv_scale_dev_ = full({}, double(float(1.0 / scale_)), f32);
+  last_found_dev_ = full({}, last_found_inf_ ? 1.0 : 0.0, f32);
+}
+
+bool GradScaler::device_unscale_ok(const std::vector<Tensor>& grads) const {
+  if (grads.empty() || !grads[0].device().is_cuda()) return false;
+  const Device dev = grads[0].device();
+  if (!fused_update_kernel(FusedUpdate::unscale_multi, dev) || !fused_update_kernel(FusedUpdate::scale_update, dev))
+    return false;
+  if (on_device() && !(scale_dev_.device() == dev)) return false;
+  for (const auto& g : grads)
+    if (!(g.device() == dev) || !fused_dtype_ok(g.dtype()) || !g.is_contiguous()) return false;
+  return true;
+}
+
+double GradScaler::get_scale() const {
+  if (!enabled_) return 1.0;
+  return on_device() ? scale_dev_.item() : scale_;
+}
+
+int64_t GradScaler::growth_tracker() const {
+  return on_device() ? int64_t(tracker_dev_.item()) : growth_tracker_;
+}
+
+bool GradScaler::last_step_skipped() const { return on_device() ? last_found_dev_.item() != 0 : last_found_inf_; }
+
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!enabled_) return loss;
   KILN_CHECK(loss.defined() && loss.is_floating_point(), "GradScaler.scale: expected a floating-point loss, got ",
              loss.defined() ? describe(loss) : std::string("an undefined tensor"));
   // a 16-bit loss is scaled in float32 (2^16 alone overflows float16)
   const bool half = loss.dtype() == DType::float16 || loss.dtype() == DType::bfloat16;
-  return mul(half ? loss.to(DType::float32) : loss, scale_);
+  Tensor l = half ? loss.to(DType::float32) : loss;
+  if (l.device().is_cuda() && fused_update_kernel(FusedUpdate::scale_update, l.device())) {
+    ensure_device(l.device());
+    return mul(l, l.dtype() == DType::float32 ? scale_dev_ : scale_dev_.to(l.dtype()));
+  }
+  return mul(l, get_scale());
 }
 
 void GradScaler::unscale_(Optimizer& opt) {
@@ -72,8 +113,33 @@ void GradScaler::unscale_(Optimizer& opt) {
                describe(g), "); keep float32 master parameters and autocast instead");
     grads.push_back(g);
   }
-  const float inv = float(1.0 / scale_);
-  st.found_inf = found_inf_and_unscale_(grads, inv);
+  if (device_unscale_ok(grads)) {
+    // device path: one multi-tensor launch per dtype, found_inf stays on the device
+    NoGradGuard ng;
+    const Device dev = grads[0].device();
+    ensure_device(dev);
+    auto* k = reinterpret_cast<UnscaleMultiKernelFn*>(fused_update_kernel(FusedUpdate::unscale_multi, dev));
+    Tensor found = zeros({}, {.dtype = DType::float32, .device = dev});
+    for (DType dt : {DType::float32, DType::float64}) {
+      std::vector<TensorSlot> slots;
+      for (const auto& g : grads) {
+        if (g.dtype() != dt || g.numel() == 0) continue;
+        TensorSlot sl;
+        sl.g = g.raw_data();
+        sl.n = g.numel();
+        slots.push_back(sl);
+      }
+      if (!slots.empty())
+        k(dt, slots.data(), int64_t(slots.size()), static_cast<float*>(found.raw_data()),
+          static_cast<const float*>(inv_scale_dev_.raw_data()));
+    }
+    st.found_inf = false;
+    st.found_inf_dev = found;
+  } else {
+    const float inv = float(1.0 / get_scale());
+    st.found_inf = found_inf_and_unscale_(grads, inv);
+    st.found_inf_dev = Tensor();
+  }
   st.stage = Stage::unscaled;
 }
 
@@ -87,9 +153,16 @@ bool GradScaler::step(Optimizer& opt) {
   if (per_opt_[&opt].stage == Stage::ready) unscale_(opt);
   PerOpt& st = per_opt_[&opt];
   bool ran = false;
-  if (!st.found_inf) {
-    opt.step();
+  if (st.found_inf_dev.defined() && opt.can_skip_on_device() &&
+      opt.all_params().front().device() == st.found_inf_dev.device()) {
+    opt.step_unless(st.found_inf_dev);  // skipped (or not) on the device
     ran = true;
+  } else {
+    const bool found = st.found_inf_dev.defined() ? st.found_inf_dev.item() != 0 : st.found_inf;  // a sync
+    if (!found) {
+      opt.step();
+      ran = true;
+    }
   }
   st.stage = Stage::stepped;
   return ran;
@@ -101,6 +174,28 @@ void GradScaler::update(std::optional<double> new_scale) {
     KILN_CHECK(std::isfinite(*new_scale) && *new_scale > 0, "GradScaler.update: new_scale must be positive and "
                "finite, got ", *new_scale);
     scale_ = clamp_scale(*new_scale);
+    if (on_device()) {
+      scale_dev_.fill_(scale_);
+      inv_scale_dev_.fill_(double(float(1.0 / scale_)));
+    }
+  } else if (on_device()) {
+    // device path: combine the optimizers' flags, then one thread updates the scale
+    NoGradGuard ng;
+    const Device dev = scale_dev_.device();
+    Tensor found;
+    for (const auto& [o, st] : per_opt_) {
+      (void)o;
+      if (st.stage == Stage::ready) continue;
+      Tensor f = st.found_inf_dev.defined() ? st.found_inf_dev
+                                            : full({}, st.found_inf ? 1.0 : 0.0, {.dtype = DType::float32, .device = dev});
+      found = found.defined() ? add(found, f) : f;
+    }
+    KILN_CHECK(found.defined(), "GradScaler.update: no inf checks were recorded; call step() (or unscale_()) on an "
+               "optimizer before update()");
+    auto* k = reinterpret_cast<ScaleUpdateKernelFn*>(fused_update_kernel(FusedUpdate::scale_update, dev));
+    k(static_cast<float*>(scale_dev_.raw_data()), static_cast<int32_t*>(tracker_dev_.raw_data()),
+      static_cast<float*>(inv_scale_dev_.raw_data()), static_cast<float*>(last_found_dev_.raw_data()),
+      static_cast<const float*>(found.raw_data()), growth_factor_, backoff_factor_, growth_interval_);
   } else {
     bool any = false, found = false;
     for (const auto& [o, st] : per_opt_) {
@@ -129,11 +224,11 @@ void GradScaler::update(std::optional<double> new_scale) {
 StateDict GradScaler::state_dict() const {
   const TensorOptions f64{.dtype = DType::float64};
   StateDict sd;
-  sd["scale"] = scalar_tensor(scale_, f64);
+  sd["scale"] = scalar_tensor(on_device() ? scale_dev_.item() : scale_, f64);
   sd["growth_factor"] = scalar_tensor(growth_factor_, f64);
   sd["backoff_factor"] = scalar_tensor(backoff_factor_, f64);
   sd["growth_interval"] = scalar_tensor(double(growth_interval_), {.dtype = DType::int64});
-  sd["growth_tracker"] = scalar_tensor(double(growth_tracker_), {.dtype = DType::int64});
+  sd["growth_tracker"] = scalar_tensor(double(growth_tracker()), {.dtype = DType::int64});
   return sd;
 }
 
@@ -160,6 +255,10 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   growth_interval_ = int64_t(gi);
   growth_tracker_ = int64_t(gt);
   per_opt_.clear();
+  if (on_device()) {  // the device state is re-created from the loaded values when next used
+    last_found_inf_ = last_step_skipped();
+    scale_dev_ = tracker_dev_ = inv_scale_dev_ = last_found_dev_ = Tensor();
+  }
 }
 
 }  // namespace kiln::optim

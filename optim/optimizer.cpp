@@ -53,10 +53,29 @@ void Optimizer::set_momentum(size_t, double) {
   KILN_FAIL(name_, ": this optimizer has no momentum (or beta1) hyperparameter");
 }
 
-void Optimizer::step() {
+void Optimizer::step() { step_impl(nullptr); }
+
+void Optimizer::step_unless(const Tensor& found_inf) {
+  KILN_CHECK(can_skip_on_device(), name_, ".step_unless: needs contiguous float32/float64 parameters on one CUDA "
+             "device and a multi-tensor kernel for ", name_, " there");
+  const Device dev = all_params().front().device();
+  KILN_CHECK(found_inf.defined() && found_inf.numel() == 1 && found_inf.dtype() == DType::float32 &&
+                 found_inf.device() == dev && found_inf.is_contiguous(),
+             name_, ".step_unless: found_inf must be a one-element float32 tensor on ", dev.str(), ", got ",
+             found_inf.defined() ? describe(found_inf) : std::string("an undefined tensor"));
+  step_impl(&found_inf);
   NoGradGuard ng;
+  if (!skipped_steps_.defined()) skipped_steps_ = zeros({}, {.dtype = DType::float32, .device = dev});
+  skipped_steps_.add_(found_inf.reshape({}));
+}
+
+void Optimizer::step_impl(const Tensor* found_inf) {
+  NoGradGuard ng;
+  const float* fi = found_inf ? static_cast<const float*>(found_inf->raw_data()) : nullptr;
   for (size_t g = 0; g < groups_.size(); ++g) {
     check_options(g);
+    std::vector<size_t> idx;
+    std::vector<Tensor> grads;
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       const Tensor& p = groups_[g][i];
       Tensor grad = p.grad();
@@ -64,10 +83,53 @@ void Optimizer::step() {
       KILN_CHECK(grad.device() == p.device(), name_, ": the gradient of parameter ", i, " of group ", g, " is on ",
                  grad.device().str(), " but the parameter (", describe(p), ") is on ", p.device().str());
       if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
-      update(g, p, grad, state_[g][i]);
+      idx.push_back(i);
+      grads.push_back(grad);
     }
+    if (idx.empty()) continue;
+    if (groups_[g][idx[0]].device().is_cuda() && step_group_multi(g, idx, grads, fi)) continue;
+    KILN_CHECK(!fi, name_, ": internal error, group ", g, " cannot take the multi-tensor path of step_unless()");
+    for (size_t k = 0; k < idx.size(); ++k) update(g, groups_[g][idx[k]], grads[k], state_[g][idx[k]]);
   }
   ++step_count_;
+}
+
+bool Optimizer::step_group_multi(size_t, const std::vector<size_t>&, const std::vector<Tensor>&, const float*) {
+  return false;
+}
+
+void* Optimizer::multi_kernel_for(size_t group, const std::vector<size_t>& idx) const {
+  if (multi_tensor_kind() == FusedUpdate::kCount || idx.empty()) return nullptr;
+  const Device dev = groups_[group][idx[0]].device();
+  if (!dev.is_cuda()) return nullptr;
+  void* k = fused_update_kernel(multi_tensor_kind(), dev);
+  if (!k) return nullptr;
+  for (size_t i : idx) {
+    const Tensor& p = groups_[group][i];
+    if (!(p.device() == dev) || !fused_dtype_ok(p.dtype()) || !p.is_contiguous()) return nullptr;
+  }
+  return k;
+}
+
+bool Optimizer::can_skip_on_device() const {
+  const Device dev = all_params().front().device();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<size_t> all(groups_[g].size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    if (all.empty()) continue;
+    if (!multi_kernel_for(g, all) || !(groups_[g][0].device() == dev)) return false;
+  }
+  return true;
+}
+
+float* Optimizer::skip_counter(size_t group, size_t i, bool create) {
+  if (skipped_.size() != groups_.size()) skipped_.resize(groups_.size());
+  Tensor& t = skipped_[group];
+  if (!t.defined()) {
+    if (!create) return nullptr;
+    t = zeros({int64_t(groups_[group].size())}, {.dtype = DType::float32, .device = groups_[group][i].device()});
+  }
+  return static_cast<float*>(t.raw_data()) + i;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -125,6 +187,10 @@ StateDict Optimizer::state_dict() const {
   NoGradGuard ng;
   StateDict sd;
   int64_t k = 0;
+  // steps skipped on the device (step_unless) are not counted, as on the CPU path (a sync)
+  std::vector<std::vector<float>> skipped(groups_.size());
+  for (size_t g = 0; g < skipped_.size(); ++g)
+    if (skipped_[g].defined()) skipped[g] = skipped_[g].to_vector<float>();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
     std::vector<int64_t> idx(groups_[g].size());
@@ -133,13 +199,15 @@ StateDict Optimizer::state_dict() const {
     for (const auto& [n, v] : group_hparams(g)) sd[gp + n] = scalar_tensor(v, {.dtype = DType::float64});
     for (size_t i = 0; i < groups_[g].size(); ++i, ++k) {
       const ParamState& st = state_[g][i];
-      if (st.step == 0 && st.buffers.empty()) continue;
+      const int64_t step = st.step - (skipped[g].empty() ? 0 : int64_t(skipped[g][i]));
+      if (step == 0 && (st.buffers.empty() || !skipped[g].empty())) continue;  // no applied update
       const std::string sp = "state." + std::to_string(k) + ".";
-      sd[sp + "step"] = scalar_tensor(double(st.step), {.dtype = DType::int64});
+      sd[sp + "step"] = scalar_tensor(double(step), {.dtype = DType::int64});
       for (const auto& [n, b] : st.buffers) sd[sp + n] = b.detach().clone();
     }
   }
-  sd["step_count"] = scalar_tensor(double(step_count_), {.dtype = DType::int64});
+  const int64_t skipped_steps = skipped_steps_.defined() ? int64_t(skipped_steps_.item()) : 0;
+  sd["step_count"] = scalar_tensor(double(step_count_ - skipped_steps), {.dtype = DType::int64});
   return sd;
 }
 
@@ -244,6 +312,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   }
   state_ = std::move(fresh);
   step_count_ = count;
+  skipped_.clear();  // the loaded counts are the applied ones
+  skipped_steps_ = Tensor();
 }
 
 }  // namespace kiln::optim

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 #include "core/tensor.h"
+#include "optim/update_kernels.h"
 
 namespace kiln::optim {
 
@@ -40,8 +41,19 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// Applies one update to every parameter that has a gradient.
+  /// Applies one update to every parameter that has a gradient. On CUDA, SGD and
+  /// Adam/AdamW update each parameter group with one multi-tensor kernel launch.
   virtual void step();
+  /// Whether step_unless() can run: every parameter is a contiguous float32/float64 tensor
+  /// on one CUDA device and this optimizer has a multi-tensor kernel there (SGD, Adam, AdamW).
+  bool can_skip_on_device() const;
+  /// step(), but the kernels skip the whole update on the device when the one-element
+  /// float32 tensor found_inf (on the parameters' device) is non-zero: no host
+  /// synchronisation (GradScaler's device path). A skipped step leaves the parameters and
+  /// buffers untouched and is taken out of the step counts that state_dict() reports (what
+  /// the CPU path, which does not call step() at all, would report); step_count() still
+  /// counts the call (it is a host value). Requires can_skip_on_device().
+  void step_unless(const Tensor& found_inf);
   /// Clears gradients: undefined (set_to_none, the default, like PyTorch) or zero-filled.
   void zero_grad(bool set_to_none = true);
 
@@ -88,6 +100,21 @@ class Optimizer {
   /// Updates one parameter p with its gradient g (same device, converted to p's dtype)
   /// under NoGradGuard. Called by step() for each parameter with a defined grad.
   virtual void update(size_t group, Tensor p, const Tensor& g, ParamState& st) = 0;
+  /// Steps the parameters idx of a group (grads: theirs, same device and dtype) with one
+  /// multi-tensor kernel launch per dtype; returns false (doing nothing) when the group
+  /// cannot take that path, and step() then calls update() per parameter. found_inf: see
+  /// step_unless() (null for a plain step()).
+  virtual bool step_group_multi(size_t group, const std::vector<size_t>& idx, const std::vector<Tensor>& grads,
+                                const float* found_inf);
+  /// The multi-tensor kernel kind of this optimizer (kCount: none).
+  virtual FusedUpdate multi_tensor_kind() const { return FusedUpdate::kCount; }
+  /// The registered multi-tensor kernel of this optimizer for the parameters idx of a group,
+  /// or nullptr unless they are contiguous float32/float64 tensors on one CUDA device.
+  void* multi_kernel_for(size_t group, const std::vector<size_t>& idx) const;
+  /// Device counter of skipped steps of parameter i of a group (created, zeroed, when
+  /// `create`), or nullptr when none exists.
+  float* skip_counter(size_t group, size_t i, bool create);
+
   /// Hyperparameters of a group by name (for state_dict) and their restore.
   virtual std::map<std::string, double> group_hparams(size_t group) const = 0;
   virtual void set_group_hparams(size_t group, const std::map<std::string, double>& h) = 0;
@@ -110,6 +137,13 @@ class Optimizer {
   std::vector<std::vector<Tensor>> groups_;
   std::vector<std::vector<ParamState>> state_;
   int64_t step_count_ = 0;
+
+ private:
+  void step_impl(const Tensor* found_inf);
+  /// Per group: float32 device counters of skipped steps per parameter (undefined until
+  /// step_unless() runs); skipped_steps_: the same for step_count_.
+  std::vector<Tensor> skipped_;
+  Tensor skipped_steps_;
 };
 
 /// Resolves a group's options from the defaults and the group's overrides.

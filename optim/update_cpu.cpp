@@ -1,5 +1,6 @@
 // CPU fused optimizer kernels: OpenMP loops over contiguous param/grad/state arrays that
-// call the shared per-element functors of optim/update_math.h, and the kernel table.
+// call the shared per-element functors of optim/update_math.h, and the kernel table (which
+// also takes the CUDA kernels of optim/cuda/update.cu in a CUDA build).
 #include <array>
 #include <vector>
 #include "core/parallel.h"
@@ -145,6 +146,10 @@ Table& table() {
     x[size_t(FusedUpdate::adam)][size_t(DeviceType::CPU)] = reinterpret_cast<void*>(&adam_cpu);
     x[size_t(FusedUpdate::rmsprop)][size_t(DeviceType::CPU)] = reinterpret_cast<void*>(&rmsprop_cpu);
     x[size_t(FusedUpdate::unscale)][size_t(DeviceType::CPU)] = reinterpret_cast<void*>(&unscale_cpu);
+#if defined(KILN_WITH_CUDA)
+    for (size_t k = 0; k < size_t(FusedUpdate::kCount); ++k)
+      x[k][size_t(DeviceType::CUDA)] = cuda_optim_kernel(FusedUpdate(k));
+#endif
     return x;
   }();
   return t;

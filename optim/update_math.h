@@ -1,6 +1,7 @@
 // Per-element optimizer math: one KILN_HD update functor per optimizer (PyTorch's
 // single-tensor formulas, foreach=False), shared by the CPU loops (optim/update_cpu.cpp)
-// and future fused CUDA kernels, plus the GradScaler's unscale-and-check step.
+// and the multi-tensor CUDA kernels (optim/multi_tensor_apply.h), plus the GradScaler's
+// unscale-and-check step.
 #pragma once
 #include <cmath>
 #include "core/macros.h"
@@ -58,6 +59,13 @@ template <class T> KILN_HD_INLINE T opt_sqrt(T x) {
   return sqrt(x);
 #else
   return std::sqrt(x);
+#endif
+}
+template <class T> KILN_HD_INLINE T opt_pow(T x, T y) {
+#if defined(__CUDA_ARCH__)
+  return pow(x, y);
+#else
+  return std::pow(x, y);
 #endif
 }
 template <class T> KILN_HD_INLINE bool opt_isfinite(T x) {

@@ -1,30 +1,24 @@
 // CUDA kernels of the linalg op family (matmul, linear) through cuBLAS: the same kernel
 // types as the CPU (ops/cpu/linalg_kernels.h, row-major), mapped onto column-major cuBLAS.
 // One cuBLAS handle per device, created on first use and bound to the current stream.
+// float16/bfloat16 go through cuBLASLt with float32 accumulation (bias as an epilogue);
+// float32 uses TF32 tensor cores when set_float32_matmul_precision("high") allows it.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <mutex>
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "ops/cpu/linalg_kernels.h"
+#include "ops/linalg.h"
+#include "ops/cuda/cublas_handle.h"
 #include "ops/cuda/register.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
 namespace {
 
-cublasHandle_t handle_for_current_stream() {
-  static cublasHandle_t handles[cuda::kMaxDevices] = {};
-  static std::mutex mu;
-  const int dev = cuda::resolve_device(-1);
-  cublasHandle_t h;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!handles[dev]) KILN_CUBLAS_CHECK(cublasCreate(&handles[dev]));
-    h = handles[dev];
-  }
-  KILN_CUBLAS_CHECK(cublasSetStream(h, cuda::current_raw_stream(dev)));
-  return h;
-}
+cublasHandle_t handle_for_current_stream() { return cuda::cublas_handle(); }  // ops/cuda/cublas_handle.cu
 
 // Row-major C (M, N) = op(A) op(B) is column-major C^T (N, M) = op(B)^T op(A)^T: the
 // same buffers with the operands swapped, so cuBLAS needs no copies. A row-major operand
@@ -51,6 +45,142 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T
   }
 }
 
+// ---------------------------------------------------------------- float32 accumulation GEMMs
+
+bool is_half(DType dt) { return dt == DType::float16 || dt == DType::bfloat16; }
+
+cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::float16: return CUDA_R_16F;
+    case DType::bfloat16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+/// The same row-major GEMM as gemm<T>() for float16/bfloat16 (float32 compute) or float32
+/// under TF32 (CUBLAS_COMPUTE_32F_FAST_TF32), through cublasGemmEx. alpha/beta are float.
+void gemm_ex(cublasHandle_t h, DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+             const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+             int64_t batch = 1, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t t = cuda_type(dt);
+  const cublasComputeType_t compute = is_half(dt) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (batch == 1)
+    KILN_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, int(N), int(M), int(K), &alpha, B, t, int(ldb), A, t, int(lda), &beta,
+                                   C, t, int(ldc), compute, CUBLAS_GEMM_DEFAULT));
+  else
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, int(N), int(M), int(K), &alpha, B, t, int(ldb), sb, A,
+                                                 t, int(lda), sa, &beta, C, t, int(ldc), sc, int(batch), compute,
+                                                 CUBLAS_GEMM_DEFAULT));
+}
+
+cublasLtHandle_t lt_handle() {
+  static cublasLtHandle_t handles[cuda::kMaxDevices] = {};
+  static std::mutex mu;
+  const int dev = cuda::resolve_device(-1);
+  std::lock_guard<std::mutex> lock(mu);
+  if (!handles[dev]) KILN_CUBLAS_CHECK(cublasLtCreate(&handles[dev]));
+  return handles[dev];
+}
+
+// RAII owners of the cuBLASLt descriptors (freed also when a call throws).
+struct LtDesc {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDesc() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+constexpr size_t kLtWorkspace = size_t(8) << 20;
+
+/// Largest power of two (<= 256) dividing the address and the batch stride in bytes.
+uint32_t alignment_of(const void* p, int64_t stride_bytes) {
+  uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(p)) | uint64_t(stride_bytes) | 256u;
+  return uint32_t(bits & (~bits + 1));
+}
+
+cublasLtMatrixLayout_t lt_layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                 int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld));
+  if (batch > 1) {
+    const int32_t bc = int32_t(batch);
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
+    KILN_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return l;
+}
+
+/// Row-major C (M, N) = alpha op(A) op(B) + beta C (+ bias (N) on every row when bias is
+/// given and beta == 0), 16-bit operands with float32 accumulation, through cuBLASLt:
+/// column-major C^T = op(B)^T op(A)^T as in gemm<T>(). Returns false when cuBLASLt offers
+/// no algorithm for the shapes (the caller then uses cublasGemmEx).
+bool gemm_lt(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
+             const void* B, int64_t ldb, float beta, void* C, int64_t ldc, const void* bias, int64_t batch = 1,
+             int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
+  if (K == 0) return false;  // cublasGemmEx handles the empty sum (C = beta C)
+  const cudaDataType_t t = cuda_type(dt);
+  LtDesc d;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  if (bias && alignment_of(bias, 0) < 16) return false;  // the epilogue wants an aligned vector
+  if (bias) {
+    // the bias epilogue adds a vector of length m (here N, the row-major columns) to each column
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  // first operand: B's buffer, (N, K) column-major when !tb, stored (K, N) when tb
+  d.a = lt_layout(t, tb ? K : N, tb ? N : K, ldb, batch, sb);
+  d.b = lt_layout(t, ta ? M : K, ta ? K : M, lda, batch, sa);
+  d.c = lt_layout(t, N, M, ldc, batch, sc);
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  const uint64_t ws_bytes = kLtWorkspace;
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                         sizeof(ws_bytes)));
+  // cuBLASLt assumes 256-byte aligned operands unless told otherwise (views, batch offsets)
+  const size_t es = 2;
+  const uint32_t al_first = alignment_of(B, batch > 1 ? sb * es : 0), al_second = alignment_of(A, batch > 1 ? sa * es : 0);
+  const uint32_t al_c = alignment_of(C, batch > 1 ? sc * es : 0);
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first,
+                                                         sizeof(al_first)));
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         &al_second, sizeof(al_second)));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  KILN_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  cublasLtHandle_t lt = lt_handle();
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  // workspace from the caching allocator: stream-ordered, so it may be released after the launch
+  Tensor ws = Tensor::empty({int64_t(kLtWorkspace)}, DType::uint8, Device::cuda(cuda::resolve_device(-1)));
+  KILN_CUBLAS_CHECK(cublasLtMatmul(lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &res.algo, ws.raw_data(),
+                                   kLtWorkspace, cuda::current_raw_stream()));
+  return true;
+}
+
+/// One (possibly strided-batched) GEMM in a 16-bit dtype, or float32 under TF32.
+void gemm_mixed(cublasHandle_t h, DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                int64_t batch = 1, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
+  if (is_half(dt) && gemm_lt(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, batch, sa, sb, sc))
+    return;
+  gemm_ex(h, dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, sa, sb, sc);
+}
+
 /// The stride s when off[b] = off[0] + b * s for every b (s may be 0: a broadcast operand).
 bool evenly_spaced(const int64_t* off, int64_t n, int64_t& s) {
   s = n > 1 ? off[1] - off[0] : 0;
@@ -74,11 +204,34 @@ void matmul_t(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, 
     gemm<T>(h, ta, tb, M, N, K, T(alpha), A + ao[b], lda, B + bo[b], ldb, T(beta), C + co[b], ldc);
 }
 
+/// matmul_t for 16-bit dtypes and TF32 float32: byte offsets through the element size.
+void matmul_mixed(DType dt, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+                  const void* A, int64_t lda, const int64_t* ao, const void* B, int64_t ldb, const int64_t* bo,
+                  double beta, void* C, int64_t ldc, const int64_t* co) {
+  cublasHandle_t h = handle_for_current_stream();
+  const size_t es = dt == DType::float32 ? 4 : 2;
+  auto at = [es](const void* p, int64_t off) { return static_cast<const char*>(p) + size_t(off) * es; };
+  int64_t sa, sb, sc;
+  if (batch > 1 && evenly_spaced(ao, batch, sa) && evenly_spaced(bo, batch, sb) && evenly_spaced(co, batch, sc) &&
+      sc != 0) {
+    gemm_mixed(h, dt, ta, tb, M, N, K, float(alpha), at(A, ao[0]), lda, at(B, bo[0]), ldb, float(beta),
+               const_cast<char*>(at(C, co[0])), ldc, batch, sa, sb, sc);
+    return;
+  }
+  for (int64_t b = 0; b < batch; ++b)
+    gemm_mixed(h, dt, ta, tb, M, N, K, float(alpha), at(A, ao[b]), lda, at(B, bo[b]), ldb, float(beta),
+               const_cast<char*>(at(C, co[b])), ldc);
+}
+
 void matmul_cuda(DType dtype, bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                  const void* A, int64_t lda, const int64_t* ao, const void* B, int64_t ldb, const int64_t* bo,
                  double beta, void* C, int64_t ldc, const int64_t* co) {
-  KILN_CHECK(dtype == DType::float32 || dtype == DType::float64, "matmul: the CUDA kernel takes float32 or "
-             "float64, got ", dtype_name(dtype));
+  KILN_CHECK(dtype == DType::float32 || dtype == DType::float64 || is_half(dtype), "matmul: the CUDA kernel takes "
+             "float32, float64, float16 or bfloat16, got ", dtype_name(dtype));
+  if (is_half(dtype) || (dtype == DType::float32 && float32_matmul_allows_tf32())) {
+    matmul_mixed(dtype, ta, tb, batch, M, N, K, alpha, A, lda, ao, B, ldb, bo, beta, C, ldc, co);
+    return;
+  }
   if (dtype == DType::float32)
     matmul_t(ta, tb, batch, M, N, K, alpha, static_cast<const float*>(A), lda, ao, static_cast<const float*>(B), ldb,
              bo, beta, static_cast<float*>(C), ldc, co);
@@ -107,10 +260,35 @@ void linear_t(int64_t M, int64_t O, int64_t I, const T* x, int64_t ldx, const T*
   gemm<T>(h, false, true, M, O, I, T(1), x, ldx, w, I, bias ? T(1) : T(0), y, O);  // x (M, I) @ W^T (I, O)
 }
 
+/// linear for 16-bit dtypes (cuBLASLt, bias as an epilogue) and TF32 float32 (cublasGemmEx).
+void linear_mixed(DType dt, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
+                  const void* bias, void* y) {
+  // y (M, O) = x (M, I) @ W^T (I, O)
+  if (is_half(dt) && gemm_lt(dt, false, true, M, O, I, 1.0f, x, ldx, w, I, 0.0f, y, O, bias)) return;
+  if (bias) {
+    const int64_t n = M * O;
+    const int threads = 256;
+    const int blocks = int(std::min<int64_t>((n + threads - 1) / threads, 65535));
+    // the rows are plain copies of the bias: move the bits (2 or 4 bytes per element)
+    if (dt == DType::float32)
+      fill_rows_kernel<uint32_t><<<blocks, threads, 0, cuda::current_raw_stream()>>>(
+          static_cast<uint32_t*>(y), static_cast<const uint32_t*>(bias), M, O);
+    else
+      fill_rows_kernel<uint16_t><<<blocks, threads, 0, cuda::current_raw_stream()>>>(
+          static_cast<uint16_t*>(y), static_cast<const uint16_t*>(bias), M, O);
+    KILN_CUDA_CHECK_LAUNCH();
+  }
+  gemm_ex(handle_for_current_stream(), dt, false, true, M, O, I, 1.0f, x, ldx, w, I, bias ? 1.0f : 0.0f, y, O);
+}
+
 void linear_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
                  const void* bias, void* y) {
-  KILN_CHECK(dtype == DType::float32 || dtype == DType::float64, "linear: the CUDA kernel takes float32 or "
-             "float64, got ", dtype_name(dtype));
+  KILN_CHECK(dtype == DType::float32 || dtype == DType::float64 || is_half(dtype), "linear: the CUDA kernel takes "
+             "float32, float64, float16 or bfloat16, got ", dtype_name(dtype));
+  if (is_half(dtype) || (dtype == DType::float32 && float32_matmul_allows_tf32())) {
+    linear_mixed(dtype, M, O, I, x, ldx, w, bias, y);
+    return;
+  }
   if (dtype == DType::float32)
     linear_t(M, O, I, static_cast<const float*>(x), ldx, static_cast<const float*>(w),
              static_cast<const float*>(bias), static_cast<float*>(y));

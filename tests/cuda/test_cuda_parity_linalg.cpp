@@ -86,3 +86,95 @@ TEST_CASE("cuda parity: linear through cuBLAS (bias added before the GEMM)" * do
     }
   }
 }
+
+// ---------------------------------------------------------------- 16-bit and TF32 GEMMs
+
+TEST_CASE("cuda parity: float16/bfloat16 matmul through cuBLASLt (float32 accumulation), forward and backward" *
+          doctest::skip(kNoGpu)) {
+  manual_seed(13);
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    struct Case {
+      Shape a, b;
+      bool ta, tb;
+    };
+    for (const Case& c : {Case{{5, 7}, {7, 3}, false, false}, Case{{7, 5}, {3, 7}, true, true},
+                          Case{{4, 6, 5}, {4, 5, 2}, false, false}, Case{{4, 5, 6}, {4, 2, 5}, true, false},
+                          Case{{3, 4, 6, 5}, {5, 2}, false, false}, Case{{2, 1, 6, 5}, {3, 5, 4}, false, true},
+                          Case{{64, 128}, {128, 96}, false, true}}) {
+      INFO(dtype_name(dt) << " a " << shape_str(c.a) << (c.ta ? "^T" : "") << " b " << shape_str(c.b)
+                          << (c.tb ? "^T" : ""));
+      // the CPU reference runs in float32 on the same (rounded) 16-bit inputs
+      Tensor a = randn(c.a).to(dt), b = randn(c.b).to(dt);
+      auto op = [&](const Tensor& x, const Tensor& y) {
+        return matmul(c.ta ? x.transpose(-1, -2) : x, c.tb ? y.transpose(-1, -2) : y);
+      };
+      Tensor ga = a.to(kGpu).requires_grad_(), gb = b.to(kGpu).requires_grad_();
+      Tensor ca = a.to(DType::float32).requires_grad_(), cb = b.to(DType::float32).requires_grad_();
+      Tensor gy = op(ga, gb), cy = op(ca, cb);
+      CHECK(gy.dtype() == dt);
+      CHECK(compare(gy.to(DType::float32), cy, 1e-2) == "");
+      Tensor w = randn(cy.shape()).to(dt);
+      gy.backward(w.to(kGpu));
+      cy.backward(w.to(DType::float32));
+      CHECK(ga.grad().dtype() == dt);
+      CHECK(compare(ga.grad().to(DType::float32), ca.grad(), 1e-2) == "");
+      CHECK(compare(gb.grad().to(DType::float32), cb.grad(), 1e-2) == "");
+    }
+  }
+}
+
+TEST_CASE("cuda parity: float16/bfloat16 linear (bias epilogue), forward and backward" * doctest::skip(kNoGpu)) {
+  manual_seed(14);
+  for (DType dt : {DType::float16, DType::bfloat16})
+    for (Shape xs : {Shape{8, 16}, Shape{2, 5, 16}, Shape{16}, Shape{33, 16}}) {
+      INFO(dtype_name(dt) << " x " << shape_str(xs));
+      Tensor x = randn(xs).to(dt), w = randn({12, 16}).to(dt), b = randn({12}).to(dt);
+      Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_(), gb = b.to(kGpu).requires_grad_();
+      Tensor cx = x.to(DType::float32).requires_grad_(), cw = w.to(DType::float32).requires_grad_(),
+             cb = b.to(DType::float32).requires_grad_();
+      Tensor gy = linear(gx, gw, gb), cy = linear(cx, cw, cb);
+      CHECK(compare(gy.to(DType::float32), cy, 1e-2) == "");
+      CHECK(compare(linear(gx, gw).to(DType::float32), linear(cx, cw), 1e-2) == "");  // no bias
+      Tensor wide = randn({8, 20}).to(dt);  // rows with a stride (a column slice)
+      CHECK(compare(linear(wide.to(kGpu).narrow(1, 2, 16), gw, gb).to(DType::float32),
+                    linear(wide.to(DType::float32).narrow(1, 2, 16), cw, cb), 1e-2) == "");
+      Tensor up = randn(cy.shape()).to(dt);
+      gy.backward(up.to(kGpu));
+      cy.backward(up.to(DType::float32));
+      CHECK(compare(gx.grad().to(DType::float32), cx.grad(), 1e-2) == "");
+      CHECK(compare(gw.grad().to(DType::float32), cw.grad(), 1e-2) == "");
+      CHECK(compare(gb.grad().to(DType::float32), cb.grad(), 1e-2) == "");
+    }
+}
+
+TEST_CASE("cuda parity: float32 matmul/linear with TF32 allowed (\"high\")" * doctest::skip(kNoGpu)) {
+  manual_seed(15);
+  struct Restore {
+    std::string saved = float32_matmul_precision();
+    ~Restore() { set_float32_matmul_precision(saved); }
+  } restore;
+  Tensor a = randn({64, 256}), b = randn({256, 96}), b3 = randn({3, 256, 40}), a3 = randn({3, 64, 256});
+  Tensor w = randn({48, 256}), bias = randn({48});
+  set_float32_matmul_precision("high");
+  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), 1e-3) == "");
+  CHECK(compare(matmul(a3.to(kGpu), b3.to(kGpu)), matmul(a3, b3), 1e-3) == "");  // strided-batched
+  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu).t().contiguous().t()), matmul(a, b), 1e-3) == "");
+  CHECK(compare(linear(a.to(kGpu), w.to(kGpu), bias.to(kGpu)), linear(a, w, bias), 1e-3) == "");
+  set_float32_matmul_precision("highest");  // strict float32 again
+  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), 1e-5) == "");
+}
+
+TEST_CASE("set_float32_matmul_precision: valid values round-trip, others are rejected by name") {
+  const std::string saved = float32_matmul_precision();
+  CHECK(saved == "highest");  // the default
+  for (const char* p : {"high", "medium", "highest"}) {
+    set_float32_matmul_precision(p);
+    CHECK(float32_matmul_precision() == p);
+    CHECK(float32_matmul_allows_tf32() == (std::string(p) != "highest"));
+  }
+  const std::string msg = test::error_of([] { set_float32_matmul_precision("tf32"); });
+  CHECK(msg.find("'tf32'") != std::string::npos);
+  for (const char* valid : {"highest", "high", "medium"}) CHECK(msg.find(std::string("\"") + valid + "\"") != std::string::npos);
+  CHECK(float32_matmul_precision() == "highest");  // unchanged by the rejected call
+  set_float32_matmul_precision(saved);
+}

@@ -1,0 +1,139 @@
+// CUDA kernels of the optimizers: multi-tensor SGD / Adam / AdamW and GradScaler's
+// unscale-and-check (one launch per call for all tensors, PyTorch's multi_tensor_apply),
+// and the one-thread device scale update. The per-chunk bodies and per-element math are
+// shared with the CPU (optim/multi_tensor_apply.h, optim/update_math.h).
+#include <cstring>
+#include <vector>
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "optim/update_kernels.h"
+
+namespace kiln::optim {
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---------------------------------------------------------------- kernels
+
+/// Grid-stride over the chunk list: block b runs chunks b, b + gridDim.x, ...
+template <class Body>
+__global__ void multi_tensor_kernel(const TensorSlot* slots, const ChunkRef* chunks, int64_t nchunks, Body body) {
+  for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
+    const ChunkRef ch = chunks[c];
+    body(slots[ch.slot], ch, int(threadIdx.x), int(blockDim.x));
+  }
+}
+
+template <class T>
+struct SgdBody {
+  SgdScalars s;
+  const float* found_inf;
+  const float* inv_scale;
+  __device__ void operator()(const TensorSlot& slot, const ChunkRef& c, int t, int nt) const {
+    sgd_chunk<T>(slot, c, t, nt, s, found_inf, inv_scale);
+  }
+};
+
+template <class T>
+struct AdamBody {
+  AdamScalars s;
+  const float* found_inf;
+  const float* inv_scale;
+  __device__ void operator()(const TensorSlot& slot, const ChunkRef& c, int t, int nt) const {
+    adam_chunk<T>(slot, c, t, nt, s, found_inf, inv_scale);
+  }
+};
+
+template <class T>
+struct UnscaleBody {
+  float* found_inf;
+  const float* inv_scale;
+  __device__ void operator()(const TensorSlot& slot, const ChunkRef& c, int t, int nt) const {
+    unscale_chunk<T>(slot, c, t, nt, found_inf, inv_scale);
+  }
+};
+
+__global__ void scale_update_kernel(float* scale, int32_t* growth_tracker, float* inv_scale, float* last_found_inf,
+                                    const float* found_inf, double growth_factor, double backoff_factor,
+                                    int64_t growth_interval) {
+  amp_update_scale(scale, growth_tracker, inv_scale, last_found_inf, *found_inf, growth_factor, backoff_factor,
+                   growth_interval);
+}
+
+// ---------------------------------------------------------------- launchers
+
+/// Copies the slots and their chunk list into one device buffer (an asynchronous copy from
+/// pageable memory: the driver stages the bytes before returning, no stream wait) and
+/// launches `body` over the chunks on the current stream.
+template <class Body>
+void launch_multi(const TensorSlot* slots, int64_t count, const Body& body) {
+  const std::vector<ChunkRef> chunks = make_chunks(slots, count);
+  if (chunks.empty()) return;
+  const size_t slot_bytes = size_t(count) * sizeof(TensorSlot);
+  const size_t chunk_off = (slot_bytes + 15) / 16 * 16;
+  std::vector<unsigned char> host(chunk_off + chunks.size() * sizeof(ChunkRef));
+  std::memcpy(host.data(), slots, slot_bytes);
+  std::memcpy(host.data() + chunk_off, chunks.data(), chunks.size() * sizeof(ChunkRef));
+  const int dev = cuda::resolve_device(-1);
+  const cudaStream_t stream = cuda::current_raw_stream(dev);
+  // from the caching allocator: stream-ordered, so it may be released right after the launch
+  Tensor meta = Tensor::empty({int64_t(host.size())}, DType::uint8, Device::cuda(dev));
+  KILN_CUDA_CHECK(cudaMemcpyAsync(meta.raw_data(), host.data(), host.size(), cudaMemcpyHostToDevice, stream));
+  const auto* d_slots = static_cast<const TensorSlot*>(meta.raw_data());
+  const auto* d_chunks = reinterpret_cast<const ChunkRef*>(static_cast<const unsigned char*>(meta.raw_data()) + chunk_off);
+  const int64_t nchunks = int64_t(chunks.size());
+  const int blocks = int(std::min<int64_t>(nchunks, int64_t(cuda::multiprocessor_count(dev)) * 8));
+  multi_tensor_kernel<<<blocks, kThreads, 0, stream>>>(d_slots, d_chunks, nchunks, body);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void check_dtype(const char* what, DType dt) {
+  KILN_CHECK(fused_dtype_ok(dt), what, ": the multi-tensor CUDA kernel takes float32 or float64, got ",
+             dtype_name(dt));
+}
+
+void sgd_multi_cuda(DType dt, const TensorSlot* slots, int64_t count, const SgdScalars& s, const float* found_inf,
+                    const float* inv_scale) {
+  check_dtype("SGD", dt);
+  if (dt == DType::float32) launch_multi(slots, count, SgdBody<float>{s, found_inf, inv_scale});
+  else launch_multi(slots, count, SgdBody<double>{s, found_inf, inv_scale});
+}
+
+void adam_multi_cuda(DType dt, const TensorSlot* slots, int64_t count, const AdamScalars& s, const float* found_inf,
+                     const float* inv_scale) {
+  check_dtype("Adam", dt);
+  for (int64_t i = 0; i < count; ++i)
+    KILN_CHECK(!s.amsgrad || slots[i].b2, "Adam: amsgrad needs a max_exp_avg_sq buffer");
+  if (dt == DType::float32) launch_multi(slots, count, AdamBody<float>{s, found_inf, inv_scale});
+  else launch_multi(slots, count, AdamBody<double>{s, found_inf, inv_scale});
+}
+
+void unscale_multi_cuda(DType dt, const TensorSlot* slots, int64_t count, float* found_inf, const float* inv_scale) {
+  check_dtype("GradScaler.unscale_", dt);
+  KILN_CHECK(found_inf && inv_scale, "GradScaler.unscale_: the CUDA kernel needs found_inf and inv_scale");
+  if (dt == DType::float32) launch_multi(slots, count, UnscaleBody<float>{found_inf, inv_scale});
+  else launch_multi(slots, count, UnscaleBody<double>{found_inf, inv_scale});
+}
+
+void scale_update_cuda(float* scale, int32_t* growth_tracker, float* inv_scale, float* last_found_inf,
+                       const float* found_inf, double growth_factor, double backoff_factor, int64_t growth_interval) {
+  scale_update_kernel<<<1, 1, 0, cuda::current_raw_stream()>>>(scale, growth_tracker, inv_scale, last_found_inf,
+                                                               found_inf, growth_factor, backoff_factor,
+                                                               growth_interval);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void* cuda_optim_kernel(FusedUpdate kind) {
+  switch (kind) {
+    case FusedUpdate::sgd_multi: return reinterpret_cast<void*>(&sgd_multi_cuda);
+    case FusedUpdate::adam_multi: return reinterpret_cast<void*>(&adam_multi_cuda);
+    case FusedUpdate::unscale_multi: return reinterpret_cast<void*>(&unscale_multi_cuda);
+    case FusedUpdate::scale_update: return reinterpret_cast<void*>(&scale_update_cuda);
+    default: return nullptr;
+  }
+}
+
+}  // namespace kiln::optim
