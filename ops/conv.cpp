@@ -2,8 +2,9 @@
 // table (a forward/backward kernel table per op, see ops/cpu/conv_kernels.h) and the
 // backward lambdas, which call the backward kernels directly.
 #include "ops/conv.h"
-#include "core/autocast.h"
+#include <atomic>
 #include <sstream>
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "ops/cpu/conv_kernels.h"
 #include "ops/dispatch.h"
@@ -14,6 +15,12 @@ namespace kiln {
 namespace {
 
 bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
+
+/// True when x is 16-bit on the CPU, whose kernels run in float32 (the caller casts). The
+/// CUDA kernels take float16 / bfloat16 directly (float32 accumulation).
+bool upcast_on_cpu(const Tensor& x) { return is_half(x.dtype()) && x.is_cpu(); }
+
+std::atomic<bool> g_cudnn_benchmark{false};
 
 /// Contiguous, detached data of t (a copy only when t is not contiguous).
 Tensor contig(const Tensor& t) {
@@ -83,6 +90,9 @@ Shape pooled_shape(const Tensor& x, int64_t OH, int64_t OW) {
 
 }  // namespace
 
+void cudnn_benchmark(bool enabled) { g_cudnn_benchmark.store(enabled, std::memory_order_relaxed); }
+bool cudnn_benchmark_enabled() { return g_cudnn_benchmark.load(std::memory_order_relaxed); }
+
 // ------------------------------------------------------------------ conv2d
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
@@ -126,7 +136,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
              "conv2d: kernel (", kH, ", ", kW, ") with dilation ", pair_str(args.dilation),
              " is larger than the padded input: input ", shape_str(x.shape()), ", weight ", shape_str(weight.shape()),
              ", padding ", pair_str(args.padding));
-  if (is_half(x.dtype()))
+  if (upcast_on_cpu(x))
     return conv2d(x.to(DType::float32), weight.to(DType::float32),
                   bias.defined() ? bias.to(DType::float32) : Tensor(), args)
         .to(x.dtype());
@@ -178,7 +188,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
 
 Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding) {
   Pool2dGeom g = pool_geom("max_pool2d", x, kernel_size, stride, padding);
-  if (is_half(x.dtype())) return max_pool2d(x.to(DType::float32), kernel_size, stride, padding).to(x.dtype());
+  if (upcast_on_cpu(x)) return max_pool2d(x.to(DType::float32), kernel_size, stride, padding).to(x.dtype());
   Tensor xc = contig(x);
   Shape out_shape = pooled_shape(x, g.OH, g.OW);
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -199,7 +209,7 @@ Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair 
 
 Tensor avg_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding, bool count_include_pad) {
   Pool2dGeom g = pool_geom("avg_pool2d", x, kernel_size, stride, padding);
-  if (is_half(x.dtype()))
+  if (upcast_on_cpu(x))
     return avg_pool2d(x.to(DType::float32), kernel_size, stride, padding, count_include_pad).to(x.dtype());
   Tensor xc = contig(x);
   Tensor y = Tensor::empty(pooled_shape(x, g.OH, g.OW), x.dtype(), x.device());
@@ -223,7 +233,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size) {
              pair_str(output_size), " for input ", shape_str(x.shape()));
   const int64_t H = x.size(-2), W = x.size(-1);
   KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
-  if (is_half(x.dtype())) return adaptive_avg_pool2d(x.to(DType::float32), output_size).to(x.dtype());
+  if (upcast_on_cpu(x)) return adaptive_avg_pool2d(x.to(DType::float32), output_size).to(x.dtype());
   Pool2dGeom g{};
   g.H = H;
   g.W = W;

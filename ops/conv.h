@@ -25,4 +25,13 @@ Tensor avg_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntP
 /// Average pooling to a fixed output size (PyTorch's bin boundaries).
 Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size);
 
+/// Chooses how conv2d on CUDA picks its cuDNN algorithms: false (the default) takes
+/// cuDNN's heuristic choice; true times the candidates on the first call of each shape
+/// (input and weight sizes, stride, padding, dilation, groups, dtype) and direction, and
+/// keeps the fastest - worth it when shapes repeat, as in training. A plain flag read at
+/// every call; it changes nothing on the CPU.
+void cudnn_benchmark(bool enabled);
+/// Whether cudnn_benchmark(true) is in effect.
+bool cudnn_benchmark_enabled();
+
 }  // namespace kiln

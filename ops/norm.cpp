@@ -13,9 +13,9 @@ namespace {
 
 void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
-// Kernels run in float32/float64 on the CPU (16-bit floats are upcast); other devices
-// take the tensor's own dtype.
-DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
+// Kernels run in float32/float64 on every device: 16-bit inputs are upcast and the result
+// rounded back (the CUDA batch_norm / layer_norm kernels take float32 and float64 only).
+DType compute_dtype(const Tensor& x) { return cpu_compute_dtype(x.dtype()); }
 
 // Checks an optional per-channel / per-feature parameter.
 void check_param(const char* op, const Tensor& p, const char* what, const Shape& expected, const Tensor& x) {

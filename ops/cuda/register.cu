@@ -9,6 +9,7 @@ void register_cuda_kernels() {
   register_cuda_linalg();
   register_cuda_reduce();
   register_cuda_norm();
+  register_cuda_conv();
 }
 
 }  // namespace kiln

@@ -14,5 +14,6 @@ void register_cuda_elementwise();  // ops/cuda/elementwise.cu
 void register_cuda_linalg();       // ops/cuda/linalg.cu (cuBLAS)
 void register_cuda_reduce();       // ops/cuda/reduce.cu (reductions, softmax)
 void register_cuda_norm();         // ops/cuda/norm.cu (layer_norm)
+void register_cuda_conv();         // ops/cuda/conv.cu (conv2d via cuDNN, pooling)
 
 }  // namespace kiln
