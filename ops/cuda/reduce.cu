@@ -1,8 +1,9 @@
 // CUDA kernels of the reduce family (sum, mean, var, std, logsumexp, max, min, argmax,
-// argmin, the max/min backward scatter) and softmax / log_softmax, with the CPU's kernel
-// types (ops/cpu/reduce_kernels.h). One block per output row of the (outer, reduce, inner)
-// view; its threads stride over the reduced dim and combine with cub::BlockReduce. The
-// max/min selection rules (NaN wins, ties keep the first) are ops/reduce_math.h's.
+// argmin, the max/min backward scatter; integer and bool sum/max/min/arg*) and softmax /
+// log_softmax, with the CPU's kernel types (ops/cpu/reduce_kernels.h). One block per
+// output row of the (outer, reduce, inner) view; its threads stride over the reduced dim
+// and combine with cub::BlockReduce. The max/min selection rules (NaN wins, ties keep the
+// first) are ops/reduce_math.h's.
 #include <cmath>
 #include <limits>
 #include "core/cuda/runtime.h"
@@ -155,11 +156,63 @@ void reduce_t(Op op, const ReduceArgs& a) {
   KILN_CUDA_CHECK_LAUNCH();
 }
 
+// Integer sum: int64 accumulator and output (as the CPU).
+template <class T>
+__global__ void reduce_sum_int_kernel(const T* x, int64_t* out, int64_t rows, int64_t R, int64_t I) {
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
+    int64_t s = 0;
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += int64_t(x[reduce_elem_offset(k, r, R, I)]);
+    s = block_sum(s);
+    if (threadIdx.x == 0) out[k] = s;
+  }
+}
+
+// Integer and bool (read as uint8) inputs: sum (int64 out), max/min (values in x's dtype),
+// argmax/argmin - the reductions the CPU kernel accepts for them. No backward.
+template <class T>
+void reduce_int_t(Op op, const ReduceArgs& a) {
+  const int64_t rows = a.outer * a.inner, R = a.reduce, I = a.inner;
+  if (rows == 0) return;
+  cudaStream_t s = cuda::current_raw_stream();
+  const int blocks = cuda::reduce_blocks(rows);
+  const T* x = static_cast<const T*>(a.x);
+  switch (op) {
+    case Op::sum:
+      reduce_sum_int_kernel<T><<<blocks, kReduceThreads, 0, s>>>(x, static_cast<int64_t*>(a.out), rows, R, I);
+      break;
+    case Op::max:
+    case Op::min:
+    case Op::argmax:
+    case Op::argmin: {
+      KILN_CHECK(R > 0, op_name(op), ": cannot reduce an empty dimension");
+      T* values = (op == Op::max || op == Op::min) ? static_cast<T*>(a.out) : nullptr;
+      if (op == Op::max || op == Op::argmax)
+        reduce_best_kernel<true, T><<<blocks, kReduceThreads, 0, s>>>(x, values, a.indices, rows, R, I);
+      else
+        reduce_best_kernel<false, T><<<blocks, kReduceThreads, 0, s>>>(x, values, a.indices, rows, R, I);
+      break;
+    }
+    default: KILN_FAIL(op_name(op), ": no CUDA kernel for integer inputs (floating dtypes only)");
+  }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 void reduce_cuda(Op op, DType dt, const ReduceArgs& a) {
-  KILN_CHECK(dt == DType::float32 || dt == DType::float64, op_name(op), ": the CUDA kernel takes float32 or "
-             "float64, got ", dtype_name(dt), " (integer reductions run on the CPU for now)");
-  if (dt == DType::float32) reduce_t<float>(op, a);
-  else reduce_t<double>(op, a);
+  switch (dt) {
+    case DType::float32: return reduce_t<float>(op, a);
+    case DType::float64: return reduce_t<double>(op, a);
+    case DType::int64:
+    case DType::int32:
+    case DType::uint8:
+    case DType::bool_:
+      KILN_CHECK(!a.backward, op_name(op), ": no backward for integer dtype ", dtype_name(dt));
+      if (dt == DType::int64) return reduce_int_t<int64_t>(op, a);
+      if (dt == DType::int32) return reduce_int_t<int32_t>(op, a);
+      return reduce_int_t<uint8_t>(op, a);  // uint8, and bool read as uint8
+    default:
+      KILN_FAIL(op_name(op), ": the CUDA kernel takes float32, float64, int64, int32, uint8 or bool, got ",
+                dtype_name(dt));
+  }
 }
 
 // ---- softmax / log_softmax over the middle dim, one block per (outer, inner) row ----

@@ -10,6 +10,9 @@ void register_cuda_kernels() {
   register_cuda_reduce();
   register_cuda_norm();
   register_cuda_conv();
+  register_cuda_shape();
+  register_cuda_nn();
+  register_cuda_loss();
 }
 
 }  // namespace kiln

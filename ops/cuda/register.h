@@ -15,5 +15,8 @@ void register_cuda_linalg();       // ops/cuda/linalg.cu (cuBLAS)
 void register_cuda_reduce();       // ops/cuda/reduce.cu (reductions, softmax)
 void register_cuda_norm();         // ops/cuda/norm.cu (layer_norm)
 void register_cuda_conv();         // ops/cuda/conv.cu (conv2d via cuDNN, pooling)
+void register_cuda_shape();        // ops/cuda/shape.cu (cat, stack, index_select, gather)
+void register_cuda_nn();           // ops/cuda/nn.cu (dropout, embedding, attention)
+void register_cuda_loss();         // ops/cuda/loss.cu (cross_entropy, nll_loss, mse_loss)
 
 }  // namespace kiln

@@ -122,3 +122,33 @@ TEST_CASE("cuda parity: layer_norm forward and backward" * doctest::skip(kNoGpu)
     }
   }
 }
+
+TEST_CASE("cuda parity: integer and bool reductions (sum to int64, max, min, argmax, argmin)" * doctest::skip(kNoGpu)) {
+  manual_seed(5);
+  for (DType dt : {DType::int64, DType::int32, DType::uint8, DType::bool_}) {
+    const int64_t lo = (dt == DType::int64 || dt == DType::int32) ? -50 : 0, hi = dt == DType::bool_ ? 2 : 200;
+    for (Shape s : {Shape{6, 5, 4}, Shape{3, 700}, Shape{1025}}) {
+      Tensor x = randint(lo, hi, s).to(dt);  // small ranges: ties are common
+      Tensor gx = x.to(kGpu);
+      for (int64_t dim = 0; dim < int64_t(s.size()); ++dim) {
+        INFO(dtype_name(dt) << " shape " << shape_str(s) << " dim " << dim);
+        CHECK(sum(gx, {dim}).dtype() == DType::int64);
+        CHECK(compare(sum(gx, {dim}), sum(x, {dim}), 0) == "");
+        CHECK(compare(max(gx, dim).values, max(x, dim).values, 0) == "");
+        CHECK(compare(max(gx, dim).indices, max(x, dim).indices, 0) == "");
+        CHECK(compare(min(gx, dim, true).values, min(x, dim, true).values, 0) == "");
+        CHECK(compare(min(gx, dim).indices, min(x, dim).indices, 0) == "");
+        CHECK(compare(argmax(gx, dim), argmax(x, dim), 0) == "");
+        CHECK(compare(argmin(gx, dim), argmin(x, dim), 0) == "");
+        CHECK(compare(mean(gx, {dim}), mean(x, {dim}), 1e-6) == "");  // integer mean: float32 from the int64 sum
+      }
+      INFO(dtype_name(dt) << " shape " << shape_str(s) << " (all elements)");
+      CHECK(compare(sum(gx), sum(x), 0) == "");
+      CHECK(compare(max(gx), max(x), 0) == "");
+      CHECK(compare(min(gx), min(x), 0) == "");
+    }
+  }
+  // int32 sums that overflow int32 are exact in the int64 result
+  Tensor big = full({3000}, 2000000, {.dtype = DType::int32});
+  CHECK(sum(big.to(kGpu)).item() == 6000000000.0);
+}

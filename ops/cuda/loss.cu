@@ -1,0 +1,235 @@
+// CUDA kernels of the loss family with the CPU's kernel types (ops/cpu/loss_kernels.h):
+// fused cross entropy (one block per (n, s) row over the c classes: max, sum of exp and,
+// with label smoothing, sum of logits by block reductions), nll_loss and mse_loss. The
+// reduced mse sums fixed per-block partials in a fixed order: deterministic, no atomics.
+#include <algorithm>
+#include <limits>
+#include "core/cuda/check.h"
+#include "core/cuda/index_math.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/cpu/loss_kernels.h"
+#include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/reduce_index.h"
+#include "ops/cuda/register.h"
+#include "ops/cuda/shape_cuda.h"
+#include "ops/dispatch.h"
+#include "ops/math.h"
+
+namespace kiln {
+namespace {
+
+using cuda::block_max;
+using cuda::block_sum;
+using cuda::kReduceThreads;
+using cuda::reduce_elem_offset;
+
+// Calls f.template operator()<T>() for float32 / float64 (the op layer computes 16-bit
+// losses in float32).
+template <class F>
+void dispatch_loss(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::float32: return f.template operator()<float>();
+    case DType::float64: return f.template operator()<double>();
+    default: KILN_FAIL(op, ": the CUDA kernel takes float32 or float64, got ", dtype_name(dt));
+  }
+}
+
+#define KILN_GRID_STRIDE(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// ================================================================ kernels
+
+// One block per row k = n * S + s of the logits (N, C, S), its class c at
+// reduce_elem_offset(k, c, C, S). Sums in double, as the CPU.
+template <class T>
+__global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* loss, T* lse, int64_t rows, int64_t C,
+                                             int64_t S, int64_t ignore_index, double eps) {
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, c, C, S)]);
+    m = block_max(m);
+    double se = 0, sx = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const T xv = x[reduce_elem_offset(k, c, C, S)];
+      se += double(math::fast_exp(xv - m));
+      sx += double(xv);
+    }
+    se = block_sum(se);
+    if (eps > 0) sx = block_sum(sx);
+    if (threadIdx.x == 0) {
+      const double l = double(m) + log(se);
+      lse[k] = T(l);
+      const int64_t t = tg[k];
+      if (t == ignore_index) {
+        loss[k] = T(0);
+      } else {
+        double v = l - (1.0 - eps) * double(x[reduce_elem_offset(k, t, C, S)]);
+        if (eps > 0) v -= eps * sx / double(C);
+        loss[k] = T(v);
+      }
+    }
+  }
+}
+
+// dx[n, c, s] = g (softmax[c] - eps / C) - g (1 - eps) [c == t], 0 where ignored.
+template <class T>
+__global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tg, const T* lse, const T* g, int64_t gs,
+                                              double scale, T* dx, int64_t total, int64_t C, int64_t S,
+                                              int64_t ignore_index, T eps, T smooth) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t s = e % S, nc = e / S;
+    const int64_t c = nc % C, n = nc / C, k = n * S + s;
+    const int64_t t = tg[k];
+    if (t == ignore_index) {
+      dx[e] = T(0);
+      continue;
+    }
+    const T gk = T(double(g[k * gs]) * scale);
+    T v = gk * (math::fast_exp(x[e] - lse[k]) - smooth);
+    if (c == t) v -= gk * (T(1) - eps);
+    dx[e] = v;
+  }
+}
+
+template <class T>
+__global__ void nll_forward_kernel(const T* lp, const int64_t* tg, T* loss, int64_t K, int64_t C, int64_t S,
+                                   int64_t ignore_index) {
+  KILN_GRID_STRIDE(k, K) {
+    const int64_t t = tg[k];
+    loss[k] = t == ignore_index ? T(0) : -lp[reduce_elem_offset(k, t, C, S)];
+  }
+}
+
+template <class T>
+__global__ void nll_backward_kernel(const int64_t* tg, const T* g, int64_t gs, double scale, T* d, int64_t total,
+                                    int64_t C, int64_t S, int64_t ignore_index) {
+  KILN_GRID_STRIDE(e, total) {
+    const int64_t s = e % S, nc = e / S;
+    const int64_t c = nc % C, k = (nc / C) * S + s;
+    const int64_t t = tg[k];
+    d[e] = (t != ignore_index && c == t) ? T(-double(g[k * gs]) * scale) : T(0);
+  }
+}
+
+template <class T>
+__global__ void mse_kernel(const T* x, const T* y, T* out, int64_t n) {
+  KILN_GRID_STRIDE(i, n) out[i] = (x[i] - y[i]) * (x[i] - y[i]);
+}
+
+// Partial sums of (x - y)^2: block b takes i = b * B + t, + grid * B, ... (fixed by n).
+template <class T>
+__global__ void mse_partial_kernel(const T* x, const T* y, double* part, int64_t n) {
+  double acc = 0;
+  KILN_GRID_STRIDE(i, n) {
+    const double d = double(x[i]) - double(y[i]);
+    acc += d * d;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+// One block: out[0] = scale * sum of the partials.
+template <class T>
+__global__ void mse_finish_kernel(const double* part, int64_t np, T* out, double scale) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < np; i += blockDim.x) acc += part[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) out[0] = T(acc * scale);
+}
+
+template <class T>
+__global__ void mse_backward_kernel(const T* x, const T* y, const T* g, int64_t gs, T two_scale, T* dx, T* dy,
+                                    int64_t n) {
+  KILN_GRID_STRIDE(i, n) {
+    const T d = two_scale * (x[i] - y[i]) * g[i * gs];
+    if (dx) dx[i] = d;
+    if (dy) dy[i] = -d;
+  }
+}
+
+// ================================================================ launchers
+
+void cross_entropy_cuda(DType dt, const CrossEntropyKernelArgs& a) {
+  const int64_t rows = a.n * a.s;
+  if (rows == 0) return;
+  cudaStream_t st = cuda::current_raw_stream();
+  dispatch_loss(dt, "cross_entropy", [&]<class T>() {
+    const T* x = static_cast<const T*>(a.logits);
+    if (!a.backward) {
+      cross_entropy_forward_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(
+          x, a.target, static_cast<T*>(a.loss), static_cast<T*>(a.lse), rows, a.c, a.s, a.ignore_index,
+          a.label_smoothing);
+    } else {
+      const int64_t total = rows * a.c;
+      if (total == 0) return;
+      const T eps = T(a.label_smoothing), smooth = a.c > 0 ? eps / T(a.c) : T(0);
+      cross_entropy_backward_kernel<T><<<cuda::grid_for(total), cuda::kLoopBlock, 0, st>>>(
+          x, a.target, static_cast<const T*>(a.lse), static_cast<const T*>(a.g), a.g_stride, a.scale,
+          static_cast<T*>(a.dlogits), total, a.c, a.s, a.ignore_index, eps, smooth);
+    }
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void nll_loss_cuda(DType dt, const NllLossKernelArgs& a) {
+  const int64_t K = a.n * a.s;
+  if (K == 0) return;
+  cudaStream_t st = cuda::current_raw_stream();
+  dispatch_loss(dt, "nll_loss", [&]<class T>() {
+    if (!a.backward) {
+      nll_forward_kernel<T><<<cuda::grid_for(K), cuda::kLoopBlock, 0, st>>>(
+          static_cast<const T*>(a.log_probs), a.target, static_cast<T*>(a.loss), K, a.c, a.s, a.ignore_index);
+    } else {
+      const int64_t total = K * a.c;
+      if (total == 0) return;
+      nll_backward_kernel<T><<<cuda::grid_for(total), cuda::kLoopBlock, 0, st>>>(
+          a.target, static_cast<const T*>(a.g), a.g_stride, a.scale, static_cast<T*>(a.dlog_probs), total, a.c, a.s,
+          a.ignore_index);
+    }
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+/// Blocks of the reduced mse's first pass: a function of n only, so the summation order
+/// (and the result) does not depend on the GPU.
+int64_t mse_partials(int64_t n) { return std::clamp<int64_t>((n + 4 * kReduceThreads - 1) / (4 * kReduceThreads), 1, 1024); }
+
+void mse_loss_cuda(DType dt, const MseLossKernelArgs& a) {
+  const int64_t n = a.n;
+  cudaStream_t st = cuda::current_raw_stream();
+  dispatch_loss(dt, "mse_loss", [&]<class T>() {
+    const T* x = static_cast<const T*>(a.input);
+    const T* y = static_cast<const T*>(a.target);
+    if (a.backward) {
+      if (n == 0) return;
+      mse_backward_kernel<T><<<cuda::grid_for(n), cuda::kLoopBlock, 0, st>>>(
+          x, y, static_cast<const T*>(a.g), a.g_stride, T(2.0 * a.scale), static_cast<T*>(a.dinput),
+          static_cast<T*>(a.dtarget), n);
+    } else if (!a.reduce) {
+      if (n == 0) return;
+      mse_kernel<T><<<cuda::grid_for(n), cuda::kLoopBlock, 0, st>>>(x, y, static_cast<T*>(a.out), n);
+    } else {
+      const int64_t np = mse_partials(n);
+      Tensor part = Tensor::empty({np}, DType::float64, Device::cuda(cuda::resolve_device(-1)));
+      double* pp = static_cast<double*>(part.raw_data());
+      mse_partial_kernel<T><<<int(np), kReduceThreads, 0, st>>>(x, y, pp, n);
+      KILN_CUDA_CHECK_LAUNCH();
+      mse_finish_kernel<T><<<1, kReduceThreads, 0, st>>>(pp, np, static_cast<T*>(a.out), a.scale);
+    }
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+#undef KILN_GRID_STRIDE
+
+}  // namespace
+
+void register_cuda_loss() {
+  register_kernel(Op::cross_entropy, DeviceType::CUDA, reinterpret_cast<void*>(&cross_entropy_cuda));
+  register_kernel(Op::nll_loss, DeviceType::CUDA, reinterpret_cast<void*>(&nll_loss_cuda));
+  register_kernel(Op::mse_loss, DeviceType::CUDA, reinterpret_cast<void*>(&mse_loss_cuda));
+}
+
+}  // namespace kiln

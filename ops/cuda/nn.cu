@@ -1,0 +1,295 @@
+// CUDA kernels of the nn op family with the CPU's kernel types (ops/cpu/nn_kernels.h):
+// dropout with the CPU's Philox keep rule (bitwise the same mask), embedding (gather, and a
+// deterministic sorted-run scatter-add backward), and attention as cuBLAS GEMMs around one
+// fused causal-mask + softmax kernel per row (16-bit inputs run in float32 internally).
+#include <limits>
+#include "core/cuda/check.h"
+#include "core/cuda/index_math.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "ops/cpu/nn_kernels.h"
+#include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/cublas_handle.h"
+#include "ops/cuda/dtype_dispatch.h"
+#include "ops/cuda/register.h"
+#include "ops/cuda/shape_cuda.h"
+#include "ops/cuda/shape_index.h"
+#include "ops/dispatch.h"
+#include "ops/math.h"
+#include "ops/nn_math.h"
+
+namespace kiln {
+namespace {
+
+using cuda::block_max;
+using cuda::block_sum;
+using cuda::kReduceThreads;
+
+template <class T> constexpr DType dtype_of() { return std::is_same_v<T, double> ? DType::float64 : DType::float32; }
+
+Device current_device() { return Device::cuda(cuda::resolve_device(-1)); }
+
+// ================================================================ kernels
+
+// Thread item b = one Philox block: elements 4b .. 4b + 3 use its words 0..3, which is
+// math::dropout_keep(seed, offset, i, p) for each i. C: the compute type (float for 16-bit).
+template <class T>
+__global__ void dropout_kernel(const T* in, T* out, int64_t n, float p, cuda::AccType<T> scale, uint64_t seed,
+                               uint64_t offset) {
+  using C = cuda::AccType<T>;
+  const int64_t blocks = (n + 3) / 4;
+  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += int64_t(gridDim.x) * blockDim.x) {
+    const Philox4 r = philox4x32(offset + uint64_t(b), 0, seed);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t i = 4 * b + j;
+      if (i < n) out[i] = T(C(in[i]) * (math::dropout_keep_word(r.x[j], p) ? scale : C(0)));
+    }
+  }
+}
+
+template <class Src, class Dst>
+__global__ void convert_kernel(const Src* in, Dst* out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = Dst(static_cast<float>(in[i]));
+}
+
+// Keys query row i sees: j < i + 1 when causal (top-left aligned, as the CPU), else all.
+__device__ __forceinline__ int64_t keys_seen(int64_t i, int64_t Tk, bool causal) {
+  return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
+}
+
+// One block per row k = b * Tq + i of the scores s (B, Tq, Tk) (already scaled): masks the
+// keys row i does not see, turns the row into probabilities in place, saves lse.
+template <class T>
+__global__ void attention_softmax_kernel(T* s, T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal) {
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
+    T* row = s + k * Tk;  // (Tk)
+    const int64_t ni = keys_seen(k % Tq, Tk, causal);
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) m = fmax(m, row[j]);
+    m = block_max(m);
+    T sum = 0;
+    for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) sum += math::fast_exp(row[j] - m);
+    sum = block_sum(sum);
+    const T inv = T(1) / sum;
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - m) * inv : T(0);
+    if (threadIdx.x == 0) lse[k] = m + log(sum);
+  }
+}
+
+// Backward: the scores s (B, Tq, Tk) (scaled) become the probabilities p = exp(s - lse)
+// in place, 0 where masked. lse comes from the forward, or (lse == null: the forward
+// saved it in 16 bits) is recomputed here from the row.
+template <class T>
+__global__ void attention_probs_kernel(T* s, const T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal) {
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
+    T* row = s + k * Tk;
+    const int64_t ni = keys_seen(k % Tq, Tk, causal);
+    T l;
+    if (lse) {
+      l = lse[k];
+    } else {
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) m = fmax(m, row[j]);
+      m = block_max(m);
+      T sum = 0;
+      for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) sum += math::fast_exp(row[j] - m);
+      sum = block_sum(sum);
+      l = m + log(sum);
+    }
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - l) : T(0);
+  }
+}
+
+// Backward, one block per row k: dsum = dout_k . out_k, then in place
+// dp (B, Tq, Tk) <- ds = p (dp - dsum) scale (the scale of s folded in).
+template <class T>
+__global__ void attention_dscores_kernel(const T* p, T* dp, const T* dout, const T* out, int64_t rows, int64_t Tk,
+                                         int64_t Ev, T scale) {
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
+    T d = 0;
+    for (int64_t e = threadIdx.x; e < Ev; e += blockDim.x) d += dout[k * Ev + e] * out[k * Ev + e];
+    d = block_sum(d);
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+      const int64_t o = k * Tk + j;
+      dp[o] = p[o] * (dp[o] - d) * scale;
+    }
+  }
+}
+
+// ================================================================ launchers
+
+// ---------------------------------------------------------------- dropout
+
+void dropout_apply(DType dt, const void* in, void* out, int64_t n, float p, double scale, uint64_t seed,
+                   uint64_t offset) {
+  if (n == 0) return;
+  cudaStream_t s = cuda::current_raw_stream();
+  cuda::dispatch_float(dt, "dropout", [&]<class T>() {
+    using C = cuda::AccType<T>;
+    dropout_kernel<T><<<cuda::grid_for((n + 3) / 4), cuda::kLoopBlock, 0, s>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), n, p, C(scale), seed, offset);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---------------------------------------------------------------- embedding
+
+void embedding_forward(size_t es, const int64_t* idx, const void* weight, void* out, int64_t n, int64_t D) {
+  cuda::index_select_copy(es, "embedding", weight, idx, out, 1, 0, n, D);  // S unused when outer == 1
+}
+
+void embedding_backward(DType dt, const int64_t* idx, const void* dout, void* dweight, int64_t n, int64_t D,
+                        int64_t padding_idx) {
+  // V is not passed to the kernel: the sort takes every non-sign bit of the keys.
+  cuda::index_add_sorted(dt, "embedding_backward", dout, idx, dweight, 1, std::numeric_limits<int64_t>::max(), n, D,
+                         padding_idx);
+}
+
+// ---------------------------------------------------------------- attention
+
+// Row-major C (M, N) = alpha op(A) op(B) for `batch` matrices at strides sa, sb, sc; A is
+// stored (M, K) (or (K, M) when ta) with row length lda, likewise B. Mapped onto
+// column-major cuBLAS as C^T = op(B)^T op(A)^T (the same buffers, operands swapped).
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, int64_t sa,
+          const T* B, int64_t ldb, int64_t sb, T* C, int64_t ldc, int64_t sc, int64_t batch) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  if (K == 0) {  // an empty sum
+    KILN_CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(batch * M * N) * sizeof(T), cuda::current_raw_stream()));
+    return;
+  }
+  cublasHandle_t h = cuda::cublas_handle();
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const T beta = 0;
+  if constexpr (std::is_same_v<T, float>)
+    KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), sb, A,
+                                                int(lda), sa, &beta, C, int(ldc), sc, int(batch)));
+  else
+    KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), sb, A,
+                                                int(lda), sa, &beta, C, int(ldc), sc, int(batch)));
+}
+
+template <class T>
+void attention_forward_t(const T* q, const T* k, const T* v, T* out, T* lse, int64_t B, int64_t Tq, int64_t Tk,
+                         int64_t E, int64_t Ev, double scale, bool causal) {
+  const int64_t rows = B * Tq;
+  if (rows == 0) return;
+  cudaStream_t st = cuda::current_raw_stream();
+  Tensor sbuf = Tensor::empty({B, Tq, Tk}, dtype_of<T>(), current_device());
+  T* s = static_cast<T*>(sbuf.raw_data());  // (B, Tq, Tk) scores, then probabilities
+  gemm<T>(false, true, Tq, Tk, E, T(scale), q, E, Tq * E, k, E, Tk * E, s, Tk, Tq * Tk, B);  // s = scale q k^T
+  attention_softmax_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(s, lse, rows, Tq, Tk, causal);
+  KILN_CUDA_CHECK_LAUNCH();
+  gemm<T>(false, false, Tq, Ev, Tk, T(1), s, Tk, Tq * Tk, v, Ev, Tk * Ev, out, Ev, Tq * Ev, B);  // out = p v
+}
+
+template <class T>
+void attention_backward_t(const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout, T* dq, T* dk,
+                          T* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
+  const int64_t rows = B * Tq;
+  cudaStream_t st = cuda::current_raw_stream();
+  const Device dev = current_device();
+  Tensor pbuf = Tensor::empty({B, Tq, Tk}, dtype_of<T>(), dev);
+  T* p = static_cast<T*>(pbuf.raw_data());  // (B, Tq, Tk)
+  gemm<T>(false, true, Tq, Tk, E, T(scale), q, E, Tq * E, k, E, Tk * E, p, Tk, Tq * Tk, B);  // s = scale q k^T
+  if (rows > 0) {
+    attention_probs_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(p, lse, rows, Tq, Tk, causal);
+    KILN_CUDA_CHECK_LAUNCH();
+  }
+  if (dv) gemm<T>(true, false, Tk, Ev, Tq, T(1), p, Tk, Tq * Tk, dout, Ev, Tq * Ev, dv, Ev, Tk * Ev, B);  // p^T dO
+  if (!dq && !dk) return;
+  Tensor dpbuf = Tensor::empty({B, Tq, Tk}, dtype_of<T>(), dev);
+  T* dp = static_cast<T*>(dpbuf.raw_data());  // (B, Tq, Tk)
+  gemm<T>(false, true, Tq, Tk, Ev, T(1), dout, Ev, Tq * Ev, v, Ev, Tk * Ev, dp, Tk, Tq * Tk, B);  // dp = dO v^T
+  if (rows > 0) {
+    attention_dscores_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(p, dp, dout, out, rows, Tk, Ev,
+                                                                                      T(scale));
+    KILN_CUDA_CHECK_LAUNCH();
+  }
+  if (dq) gemm<T>(false, false, Tq, E, Tk, T(1), dp, Tk, Tq * Tk, k, E, Tk * E, dq, E, Tq * E, B);  // ds k
+  if (dk) gemm<T>(true, false, Tk, E, Tq, T(1), dp, Tk, Tq * Tk, q, E, Tq * E, dk, E, Tk * E, B);   // ds^T q
+}
+
+// 16-bit attention: inputs converted to float32 temporaries, the float32 path, results
+// converted back (lse is saved in 16 bits, so the backward recomputes it in float32).
+template <class H>
+Tensor to_float(const void* x, int64_t n) {
+  Tensor t = Tensor::empty({n}, DType::float32, current_device());
+  if (n > 0) {
+    convert_kernel<H, float><<<cuda::grid_for(n), cuda::kLoopBlock, 0, cuda::current_raw_stream()>>>(
+        static_cast<const H*>(x), static_cast<float*>(t.raw_data()), n);
+    KILN_CUDA_CHECK_LAUNCH();
+  }
+  return t;
+}
+
+template <class H>
+void from_float(const Tensor& t, void* x) {
+  const int64_t n = t.numel();
+  if (!x || n == 0) return;
+  convert_kernel<float, H><<<cuda::grid_for(n), cuda::kLoopBlock, 0, cuda::current_raw_stream()>>>(
+      static_cast<const float*>(t.raw_data()), static_cast<H*>(x), n);
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+float* fptr(const Tensor& t) { return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr; }
+
+void attention_forward(DType dt, const void* q, const void* k, const void* v, void* out, void* lse, int64_t B,
+                       int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
+  cuda::dispatch_float(dt, "scaled_dot_product_attention", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      attention_forward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                             static_cast<T*>(out), static_cast<T*>(lse), B, Tq, Tk, E, Ev, scale, causal);
+    } else {
+      Tensor qf = to_float<T>(q, B * Tq * E), kf = to_float<T>(k, B * Tk * E), vf = to_float<T>(v, B * Tk * Ev);
+      Tensor of = Tensor::empty({B * Tq * Ev}, DType::float32, current_device());
+      Tensor lf = Tensor::empty({B * Tq}, DType::float32, current_device());
+      attention_forward_t<float>(fptr(qf), fptr(kf), fptr(vf), fptr(of), fptr(lf), B, Tq, Tk, E, Ev, scale, causal);
+      from_float<T>(of, out);
+      from_float<T>(lf, lse);
+    }
+  });
+}
+
+void attention_backward(DType dt, const void* q, const void* k, const void* v, const void* out, const void* lse,
+                        const void* dout, void* dq, void* dk, void* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E,
+                        int64_t Ev, double scale, bool causal) {
+  cuda::dispatch_float(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      attention_backward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                              static_cast<const T*>(out), static_cast<const T*>(lse), static_cast<const T*>(dout),
+                              static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), B, Tq, Tk, E, Ev, scale,
+                              causal);
+    } else {
+      Tensor qf = to_float<T>(q, B * Tq * E), kf = to_float<T>(k, B * Tk * E), vf = to_float<T>(v, B * Tk * Ev);
+      Tensor of = to_float<T>(out, B * Tq * Ev), gf = to_float<T>(dout, B * Tq * Ev);
+      const Device dev = current_device();
+      Tensor dqf = dq ? Tensor::empty({B * Tq * E}, DType::float32, dev) : Tensor();
+      Tensor dkf = dk ? Tensor::empty({B * Tk * E}, DType::float32, dev) : Tensor();
+      Tensor dvf = dv ? Tensor::empty({B * Tk * Ev}, DType::float32, dev) : Tensor();
+      attention_backward_t<float>(fptr(qf), fptr(kf), fptr(vf), fptr(of), nullptr, fptr(gf), fptr(dqf), fptr(dkf),
+                                  fptr(dvf), B, Tq, Tk, E, Ev, scale, causal);
+      from_float<T>(dqf, dq);
+      from_float<T>(dkf, dk);
+      from_float<T>(dvf, dv);
+    }
+  });
+}
+
+const DropoutKernels kDropoutCuda{&dropout_apply};
+const EmbeddingKernels kEmbeddingCuda{&embedding_forward, &embedding_backward};
+const AttentionKernels kAttentionCuda{&attention_forward, &attention_backward};
+
+}  // namespace
+
+void register_cuda_nn() {
+  register_kernel(Op::dropout, DeviceType::CUDA, const_cast<DropoutKernels*>(&kDropoutCuda));
+  register_kernel(Op::embedding, DeviceType::CUDA, const_cast<EmbeddingKernels*>(&kEmbeddingCuda));
+  register_kernel(Op::scaled_dot_product_attention, DeviceType::CUDA, const_cast<AttentionKernels*>(&kAttentionCuda));
+}
+
+}  // namespace kiln

@@ -1,0 +1,159 @@
+// CUDA against CPU for the shape kernels (ops/cuda/shape.cu): cat, stack, split,
+// index_select and gather, forward and backward through autograd, with non-contiguous
+// inputs and indices, several dtypes (copies move any dtype; the scatter-add backward runs
+// in float32/float64/bfloat16). Skipped (visibly) without a GPU.
+#include <doctest/doctest.h>
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+#include "gradcheck.h"
+
+using namespace kiln;
+
+namespace {
+
+const bool kNoGpu = !cuda::is_available();
+const Device kGpu = Device::cuda(0);
+
+// "" when got (on the GPU) equals ref (CPU) within rtol (relative, with an absolute floor
+// of rtol), else the first mismatch.
+std::string compare(const Tensor& got, const Tensor& ref, double rtol) {
+  if (!got.defined() || !ref.defined()) return got.defined() == ref.defined() ? "" : "one side is undefined";
+  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + " vs " + shape_str(ref.shape());
+  if (got.dtype() != ref.dtype()) return std::string("dtype ") + dtype_name(got.dtype()) + " vs " + dtype_name(ref.dtype());
+  if (!got.device().is_cuda()) return "the result is not on the GPU";
+  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (std::isnan(g[i]) && std::isnan(r[i])) continue;
+    if (!(std::fabs(g[i] - r[i]) <= rtol * (1.0 + std::fabs(r[i]))))
+      return "element " + std::to_string(i) + ": cuda " + std::to_string(g[i]) + " vs cpu " + std::to_string(r[i]);
+  }
+  return "";
+}
+
+double tol_for(DType dt) { return dt == DType::float64 ? 1e-12 : dt == DType::bfloat16 ? 1e-2 : 1e-6; }
+
+// A random tensor of dtype dt; every other call a non-contiguous view (transposed last two dims).
+Tensor make(const Shape& s, DType dt, bool strided) {
+  if (!strided || s.size() < 2) return is_floating(dt) ? randn(s).to(dt) : randint(0, 100, s).to(dt);
+  Shape t = s;
+  std::swap(t[t.size() - 1], t[t.size() - 2]);
+  Tensor base = is_floating(dt) ? randn(t).to(dt) : randint(0, 100, t).to(dt);
+  return base.transpose(-1, -2);
+}
+
+}  // namespace
+
+TEST_CASE("cuda parity: cat, stack and split, forward and backward" * doctest::skip(kNoGpu)) {
+  manual_seed(21);
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::int64, DType::uint8, DType::bool_}) {
+    for (int64_t dim = 0; dim < 3; ++dim) {
+      INFO(dtype_name(dt) << " dim " << dim);
+      std::vector<Tensor> ca, cb;
+      for (int i = 0; i < 4; ++i) {
+        Shape s = {3, 4, 5};
+        s[size_t(dim)] = i == 2 ? 0 : 1 + i;  // one empty input
+        Tensor x = make(s, dt, i % 2 == 1);
+        ca.push_back(is_floating(dt) ? x.clone().requires_grad_() : x);
+        cb.push_back(is_floating(dt) ? x.to(kGpu).requires_grad_() : x.to(kGpu));
+      }
+      Tensor ya = cat(ca, dim), yb = cat(cb, dim);
+      CHECK(compare(yb, ya, 0) == "");
+      std::vector<Tensor> sa, sb;  // stack needs equal shapes
+      for (int i = 0; i < 3; ++i) {
+        Tensor x = make({2, 3, 4}, dt, i == 1);
+        sa.push_back(x);
+        sb.push_back(x.to(kGpu));
+      }
+      CHECK(compare(stack(sb, dim), stack(sa, dim), 0) == "");
+      if (!is_floating(dt)) continue;
+      Tensor up = randn(ya.shape()).to(dt);
+      ya.backward(up);
+      yb.backward(up.to(kGpu));
+      for (size_t i = 0; i < ca.size(); ++i) CHECK(compare(cb[i].grad(), ca[i].grad(), tol_for(dt)) == "");
+      // split of a non-contiguous tensor; pieces weighted differently, then summed
+      Tensor x = make({6, 7, 8}, dt, true);
+      Tensor xa = x.clone().requires_grad_(), xb = x.to(kGpu).requires_grad_();
+      auto pa = split(xa, 3, dim), pb = split(xb, 3, dim);
+      REQUIRE(pa.size() == pb.size());
+      Tensor la = sum(pa[0] * 2.0), lb = sum(pb[0] * 2.0);
+      for (size_t i = 0; i < pa.size(); ++i) {
+        CHECK(compare(pb[i].contiguous(), pa[i].contiguous(), 0) == "");
+        la = la + sum(pa[i] * pa[i]);
+        lb = lb + sum(pb[i] * pb[i]);
+      }
+      la.backward();
+      lb.backward();
+      CHECK(compare(xb.grad(), xa.grad(), tol_for(dt)) == "");
+    }
+  }
+  // more inputs than one launch takes (kCatChunk = 64)
+  std::vector<Tensor> many;
+  for (int i = 0; i < 150; ++i) many.push_back(randn({2, 1 + i % 3}));
+  std::vector<Tensor> many_gpu;
+  for (const Tensor& t : many) many_gpu.push_back(t.to(kGpu));
+  CHECK(compare(cat(many_gpu, 1), cat(many, 1), 0) == "");
+  std::vector<Tensor> same, same_gpu;
+  for (int i = 0; i < 100; ++i) {
+    same.push_back(randn({3, 2}));
+    same_gpu.push_back(same.back().to(kGpu));
+  }
+  CHECK(compare(stack(same_gpu, 1), stack(same, 1), 0) == "");
+}
+
+TEST_CASE("cuda parity: index_select forward and index_add backward" * doctest::skip(kNoGpu)) {
+  manual_seed(22);
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::int32}) {
+    for (Shape s : {Shape{5, 6, 7}, Shape{40}, Shape{3, 1000}}) {
+      for (int64_t dim = 0; dim < int64_t(s.size()); ++dim) {
+        INFO(dtype_name(dt) << " shape " << shape_str(s) << " dim " << dim);
+        Tensor x = make(s, dt, s.size() >= 2);
+        Tensor idx = randint(0, s[size_t(dim)], {2 * s[size_t(dim)] + 3});  // repeats
+        Tensor xa = is_floating(dt) ? x.clone().requires_grad_() : x;
+        Tensor xb = is_floating(dt) ? x.to(kGpu).requires_grad_() : x.to(kGpu);
+        Tensor ya = index_select(xa, dim, idx), yb = index_select(xb, dim, idx.to(kGpu));
+        CHECK(compare(yb, ya, 0) == "");
+        if (!is_floating(dt)) continue;
+        Tensor up = randn(ya.shape()).to(dt);
+        ya.backward(up);
+        yb.backward(up.to(kGpu));
+        CHECK(compare(xb.grad(), xa.grad(), tol_for(dt)) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda parity: gather forward and scatter-add backward, strided operands" * doctest::skip(kNoGpu)) {
+  manual_seed(23);
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::int64}) {
+    for (Shape s : {Shape{4, 5, 6}, Shape{9}, Shape{2, 300}}) {
+      for (int64_t dim = 0; dim < int64_t(s.size()); ++dim) {
+        INFO(dtype_name(dt) << " shape " << shape_str(s) << " dim " << dim);
+        Tensor x = make(s, dt, s.size() >= 2);
+        Shape is = s;
+        is[size_t(dim)] = 2 * s[size_t(dim)];  // longer than x along dim: colliding updates
+        if (is.size() >= 2) is[0] = std::max<int64_t>(1, is[0] - (dim == 0 ? 0 : 1));  // smaller elsewhere
+        for (bool strided_index : {false, true}) {
+          Tensor idx;
+          if (strided_index && is.size() >= 2) {
+            Shape t = is;
+            std::swap(t[t.size() - 1], t[t.size() - 2]);
+            idx = randint(0, s[size_t(dim)], t).transpose(-1, -2);
+          } else {
+            idx = randint(0, s[size_t(dim)], is);
+          }
+          Tensor xa = is_floating(dt) ? x.clone().requires_grad_() : x;
+          Tensor xb = is_floating(dt) ? x.to(kGpu).requires_grad_() : x.to(kGpu);
+          Tensor ya = gather(xa, dim, idx), yb = gather(xb, dim, idx.to(kGpu));
+          CHECK(compare(yb, ya, 0) == "");
+          if (!is_floating(dt)) continue;
+          Tensor up = make(ya.shape(), dt, true);  // a non-contiguous upstream gradient
+          ya.backward(up);
+          yb.backward(up.to(kGpu));
+          CHECK(compare(xb.grad(), xa.grad(), tol_for(dt)) == "");
+        }
+      }
+    }
+  }
+}
