@@ -17,6 +17,7 @@
 #include "ops/cpu/conv_kernels.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/dtype_dispatch.h"
+#include "ops/cuda/handles.h"
 #include "ops/cuda/pool_index.h"
 #include "ops/cuda/register.h"
 #include "ops/dispatch.h"
@@ -205,20 +206,7 @@ void adaptive_avg_backward_cuda(DType dtype, const Pool2dGeom& g, const void* dy
 
 // ------------------------------------------------------------------ cuDNN plumbing
 
-/// One cuDNN handle per device, created on first use and bound to the current stream.
-cudnnHandle_t handle_for_current_stream() {
-  static cudnnHandle_t handles[cuda::kMaxDevices] = {};
-  static std::mutex mu;
-  const int dev = cuda::resolve_device(-1);
-  cudnnHandle_t h;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!handles[dev]) KILN_CUDNN_CHECK(cudnnCreate(&handles[dev]));
-    h = handles[dev];
-  }
-  KILN_CUDNN_CHECK(cudnnSetStream(h, cuda::current_raw_stream(dev)));
-  return h;
-}
+cudnnHandle_t handle_for_current_stream() { return cuda::cudnn_handle(); }  // ops/cuda/handles.cu
 
 cudnnDataType_t cudnn_dtype(DType d) {
   switch (d) {

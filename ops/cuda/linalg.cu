@@ -11,14 +11,14 @@
 #include "core/tensor.h"
 #include "ops/cpu/linalg_kernels.h"
 #include "ops/linalg.h"
-#include "ops/cuda/cublas_handle.h"
+#include "ops/cuda/handles.h"
 #include "ops/cuda/register.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
 namespace {
 
-cublasHandle_t handle_for_current_stream() { return cuda::cublas_handle(); }  // ops/cuda/cublas_handle.cu
+cublasHandle_t handle_for_current_stream() { return cuda::cublas_handle(); }  // ops/cuda/handles.cu
 
 // Row-major C (M, N) = op(A) op(B) is column-major C^T (N, M) = op(B)^T op(A)^T: the
 // same buffers with the operands swapped, so cuBLAS needs no copies. A row-major operand

@@ -11,7 +11,7 @@
 #include "core/tensor.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/cublas_handle.h"
+#include "ops/cuda/handles.h"
 #include "ops/cuda/dtype_dispatch.h"
 #include "ops/cuda/register.h"
 #include "ops/cuda/shape_cuda.h"

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <mutex>
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/cpu/norm_kernels.h"
 #include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/handles.h"
 #include "ops/cuda/register.h"
 #include "ops/dispatch.h"
 
@@ -199,20 +199,7 @@ void layer_norm_backward_cuda(DType dt, const void* g, const void* x, const void
 
 // ---------------------------------------------------------------- batch norm (cuDNN)
 
-/// One cuDNN handle per device, created on first use and bound to the current stream.
-cudnnHandle_t cudnn_handle_for_current_stream() {
-  static cudnnHandle_t handles[cuda::kMaxDevices] = {};
-  static std::mutex mu;
-  const int dev = cuda::resolve_device(-1);
-  cudnnHandle_t h;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!handles[dev]) KILN_CUDNN_CHECK(cudnnCreate(&handles[dev]));
-    h = handles[dev];
-  }
-  KILN_CUDNN_CHECK(cudnnSetStream(h, cuda::current_raw_stream(dev)));
-  return h;
-}
+cudnnHandle_t cudnn_handle_for_current_stream() { return cuda::cudnn_handle(); }  // ops/cuda/handles.cu
 
 void check_bn_dtype(DType dt) {
   KILN_CHECK(dt == DType::float32 || dt == DType::float64, "batch_norm: the CUDA kernel takes float32 or float64, "

@@ -1,0 +1,43 @@
+// One cuBLAS and one cuDNN handle per device, created on first use and bound to the
+// current stream on every call (ops/cuda/handles.h).
+#include <mutex>
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "ops/cuda/handles.h"
+
+namespace kiln::cuda {
+namespace {
+
+// handles[device] of one library, created by `create` under a lock, then bound to the stream.
+template <class H, class Create, class SetStream>
+H handle_for(H (&handles)[kMaxDevices], std::mutex& mu, Create create, SetStream set_stream) {
+  const int dev = resolve_device(-1);
+  H h;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!handles[dev]) create(&handles[dev]);
+    h = handles[dev];
+  }
+  set_stream(h, current_raw_stream(dev));
+  return h;
+}
+
+}  // namespace
+
+cublasHandle_t cublas_handle() {
+  static cublasHandle_t handles[kMaxDevices] = {};
+  static std::mutex mu;
+  return handle_for(
+      handles, mu, [](cublasHandle_t* h) { KILN_CUBLAS_CHECK(cublasCreate(h)); },
+      [](cublasHandle_t h, cudaStream_t s) { KILN_CUBLAS_CHECK(cublasSetStream(h, s)); });
+}
+
+cudnnHandle_t cudnn_handle() {
+  static cudnnHandle_t handles[kMaxDevices] = {};
+  static std::mutex mu;
+  return handle_for(
+      handles, mu, [](cudnnHandle_t* h) { KILN_CUDNN_CHECK(cudnnCreate(h)); },
+      [](cudnnHandle_t h, cudaStream_t s) { KILN_CUDNN_CHECK(cudnnSetStream(h, s)); });
+}
+
+}  // namespace kiln::cuda
