@@ -236,7 +236,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
                   x.strides().data(), idx.strides().data(), out.strides().data(), d);
   }
   if (!x.is_floating_point()) return out;
-  const DType xdt = x.dtype(), dt = compute_dtype(x);
+  // the scatter-add sums in float32 for 16-bit inputs on every device (rounded once at the end)
+  const DType xdt = x.dtype(), dt = cpu_compute_dtype(x.dtype());
   const Shape xs = x.shape();
   Tensor idx_d = idx.detach();
   return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
