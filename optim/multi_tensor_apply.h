@@ -34,12 +34,32 @@ struct ChunkRef {
 /// Elements per chunk (256 threads x 128 elements).
 constexpr int64_t kMultiTensorChunk = 32768;
 
-/// The chunk list of a launch: every slot split into ceil(n / chunk) chunks, in order.
-inline std::vector<ChunkRef> make_chunks(const TensorSlot* slots, int64_t count, int64_t chunk = kMultiTensorChunk) {
-  std::vector<ChunkRef> out;
+/// Capacity of one launch's table (optim/cuda/update.cu passes it by value as the kernel's
+/// parameter, at most 32764 bytes): 64 slots and 1600 chunks (52 M elements).
+constexpr int kLaunchSlots = 64, kLaunchChunks = 1600;
+
+/// One launch: its slots, and its chunks (`slot` indexes this launch's slots).
+struct LaunchPlan {
+  std::vector<TensorSlot> slots;
+  std::vector<ChunkRef> chunks;
+};
+
+/// Splits the slots into ceil(n / chunk) chunks each, in order, packed into as few
+/// launches as the capacities allow. A slot whose chunks do not all fit continues in the
+/// next launch (its chunk with begin 0, which counts a skipped step, appears exactly once).
+inline std::vector<LaunchPlan> plan_launches(const TensorSlot* slots, int64_t count, int max_slots = kLaunchSlots,
+                                             int max_chunks = kLaunchChunks, int64_t chunk = kMultiTensorChunk) {
+  std::vector<LaunchPlan> plans(1);
   for (int64_t s = 0; s < count; ++s)
-    for (int64_t b = 0; b < slots[s].n; b += chunk) out.push_back({s, b});
-  return out;
+    for (int64_t begin = 0; begin < slots[s].n; begin += chunk) {
+      LaunchPlan* p = &plans.back();
+      if (int(p->chunks.size()) == max_chunks || (begin == 0 && int(p->slots.size()) == max_slots))
+        p = &plans.emplace_back();
+      if (p->chunks.empty() || begin == 0) p->slots.push_back(slots[s]);  // the slot is not in this launch yet
+      p->chunks.push_back(ChunkRef{int64_t(p->slots.size()) - 1, begin});
+    }
+  if (plans.back().chunks.empty()) plans.pop_back();
+  return plans;
 }
 
 /// End (exclusive) of a chunk's element range.

@@ -444,6 +444,8 @@ void conv2d_backward_cuda(DType dtype, const Conv2dGeom& g, const void* x, const
                                                   s.zero(dtype), d.x.d, dx));
   }
   if (dw) {
+    // the backward-data choice above may have changed the descriptor's math type
+    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, d.math));
     const AlgoChoice c = choose_algo<cudnnConvolutionBwdFilterAlgoPerf_t>(
         g, dtype, Dir::backward_filter, d.math,
         [&](cudnnConvolutionBwdFilterAlgoPerf_t* p, int cap, int* n) {

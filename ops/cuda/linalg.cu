@@ -5,6 +5,7 @@
 // float32 uses TF32 tensor cores when set_float32_matmul_precision("high") allows it.
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <algorithm>
 #include <mutex>
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -257,7 +258,8 @@ void linear_t(int64_t M, int64_t O, int64_t I, const T* x, int64_t ldx, const T*
     fill_rows_kernel<T><<<blocks, threads, 0, cuda::current_raw_stream()>>>(y, bias, M, O);
     KILN_CUDA_CHECK_LAUNCH();
   }
-  gemm<T>(h, false, true, M, O, I, T(1), x, ldx, w, I, bias ? T(1) : T(0), y, O);  // x (M, I) @ W^T (I, O)
+  // W's leading dimension is I, at least 1 for cuBLAS (I == 0: y = bias or 0)
+  gemm<T>(h, false, true, M, O, I, T(1), x, ldx, w, std::max<int64_t>(I, 1), bias ? T(1) : T(0), y, O);  // x W^T
 }
 
 /// linear for 16-bit dtypes (cuBLASLt, bias as an epilogue) and TF32 float32 (cublasGemmEx).
@@ -278,7 +280,8 @@ void linear_mixed(DType dt, int64_t M, int64_t O, int64_t I, const void* x, int6
           static_cast<uint16_t*>(y), static_cast<const uint16_t*>(bias), M, O);
     KILN_CUDA_CHECK_LAUNCH();
   }
-  gemm_ex(handle_for_current_stream(), dt, false, true, M, O, I, 1.0f, x, ldx, w, I, bias ? 1.0f : 0.0f, y, O);
+  gemm_ex(handle_for_current_stream(), dt, false, true, M, O, I, 1.0f, x, ldx, w, std::max<int64_t>(I, 1),
+          bias ? 1.0f : 0.0f, y, O);
 }
 
 void linear_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,

@@ -2,8 +2,8 @@
 // unscale-and-check (one launch per call for all tensors, PyTorch's multi_tensor_apply),
 // and the one-thread device scale update. The per-chunk bodies and per-element math are
 // shared with the CPU (optim/multi_tensor_apply.h, optim/update_math.h).
-#include <cstring>
-#include <vector>
+#include <algorithm>
+#include <memory>
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -16,12 +16,23 @@ constexpr int kThreads = 256;
 
 // ---------------------------------------------------------------- kernels
 
+/// One launch's work list (optim/multi_tensor_apply.h's LaunchPlan), passed by value as
+/// the kernel's parameter (CUDA 12.1+ allows up to 32764 bytes of parameters on sm_70 and
+/// newer), so a launch needs no host-to-device copy: a copy from pageable memory would make
+/// the host wait for the stream, and the optimizer step must not.
+struct LaunchTable {
+  TensorSlot slots[kLaunchSlots];
+  ChunkRef chunks[kLaunchChunks];
+  int32_t nchunks = 0;
+};
+static_assert(sizeof(LaunchTable) + 256 <= 32764, "the launch table must fit the kernel parameter space");
+
 /// Grid-stride over the chunk list: block b runs chunks b, b + gridDim.x, ...
 template <class Body>
-__global__ void multi_tensor_kernel(const TensorSlot* slots, const ChunkRef* chunks, int64_t nchunks, Body body) {
-  for (int64_t c = blockIdx.x; c < nchunks; c += gridDim.x) {
-    const ChunkRef ch = chunks[c];
-    body(slots[ch.slot], ch, int(threadIdx.x), int(blockDim.x));
+__global__ void multi_tensor_kernel(const __grid_constant__ LaunchTable t, Body body) {
+  for (int32_t c = blockIdx.x; c < t.nchunks; c += gridDim.x) {
+    const ChunkRef ch = t.chunks[c];
+    body(t.slots[ch.slot], ch, int(threadIdx.x), int(blockDim.x));
   }
 }
 
@@ -63,29 +74,21 @@ __global__ void scale_update_kernel(float* scale, int32_t* growth_tracker, float
 
 // ---------------------------------------------------------------- launchers
 
-/// Copies the slots and their chunk list into one device buffer (an asynchronous copy from
-/// pageable memory: the driver stages the bytes before returning, no stream wait) and
-/// launches `body` over the chunks on the current stream.
+/// Launches `body` over every chunk of the slots on the current stream, in as few launches
+/// as the table's capacity allows.
 template <class Body>
 void launch_multi(const TensorSlot* slots, int64_t count, const Body& body) {
-  const std::vector<ChunkRef> chunks = make_chunks(slots, count);
-  if (chunks.empty()) return;
-  const size_t slot_bytes = size_t(count) * sizeof(TensorSlot);
-  const size_t chunk_off = (slot_bytes + 15) / 16 * 16;
-  std::vector<unsigned char> host(chunk_off + chunks.size() * sizeof(ChunkRef));
-  std::memcpy(host.data(), slots, slot_bytes);
-  std::memcpy(host.data() + chunk_off, chunks.data(), chunks.size() * sizeof(ChunkRef));
   const int dev = cuda::resolve_device(-1);
   const cudaStream_t stream = cuda::current_raw_stream(dev);
-  // from the caching allocator: stream-ordered, so it may be released right after the launch
-  Tensor meta = Tensor::empty({int64_t(host.size())}, DType::uint8, Device::cuda(dev));
-  KILN_CUDA_CHECK(cudaMemcpyAsync(meta.raw_data(), host.data(), host.size(), cudaMemcpyHostToDevice, stream));
-  const auto* d_slots = static_cast<const TensorSlot*>(meta.raw_data());
-  const auto* d_chunks = reinterpret_cast<const ChunkRef*>(static_cast<const unsigned char*>(meta.raw_data()) + chunk_off);
-  const int64_t nchunks = int64_t(chunks.size());
-  const int blocks = int(std::min<int64_t>(nchunks, int64_t(cuda::multiprocessor_count(dev)) * 8));
-  multi_tensor_kernel<<<blocks, kThreads, 0, stream>>>(d_slots, d_chunks, nchunks, body);
-  KILN_CUDA_CHECK_LAUNCH();
+  const int max_blocks = cuda::multiprocessor_count(dev) * 8;
+  auto table = std::make_unique<LaunchTable>();  // ~30 KB: not on the stack
+  for (const LaunchPlan& plan : plan_launches(slots, count)) {
+    std::copy(plan.slots.begin(), plan.slots.end(), table->slots);
+    std::copy(plan.chunks.begin(), plan.chunks.end(), table->chunks);
+    table->nchunks = int32_t(plan.chunks.size());
+    multi_tensor_kernel<<<std::min(table->nchunks, max_blocks), kThreads, 0, stream>>>(*table, body);
+    KILN_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void check_dtype(const char* what, DType dt) {

@@ -23,14 +23,14 @@ namespace {
 const std::vector<int64_t> kSizes = {1, 7, 0, kMultiTensorChunk - 1, kMultiTensorChunk, kMultiTensorChunk + 1,
                                      2 * kMultiTensorChunk + 123};
 
-// Runs body(slot, chunk, thread, nthreads) as the kernel's grid-stride loop over the chunks
-// would on a grid of `blocks` x `threads`.
+// Runs body(slot, chunk, thread, nthreads) as the launches' grid-stride loops over their
+// chunks would on a grid of `blocks` x `threads` (small launch capacities: several launches).
 template <class Body>
 void emulate(const std::vector<TensorSlot>& slots, int blocks, int threads, const Body& body) {
-  const std::vector<ChunkRef> chunks = make_chunks(slots.data(), int64_t(slots.size()));
-  for (int b = 0; b < blocks; ++b)
-    for (int64_t c = b; c < int64_t(chunks.size()); c += blocks)
-      for (int t = 0; t < threads; ++t) body(slots[size_t(chunks[size_t(c)].slot)], chunks[size_t(c)], t, threads);
+  for (const LaunchPlan& p : plan_launches(slots.data(), int64_t(slots.size()), 3, 4))
+    for (int b = 0; b < blocks; ++b)
+      for (int64_t c = b; c < int64_t(p.chunks.size()); c += blocks)
+        for (int t = 0; t < threads; ++t) body(p.slots[size_t(p.chunks[size_t(c)].slot)], p.chunks[size_t(c)], t, threads);
 }
 
 std::vector<double> random_vec(int64_t n, unsigned seed, double lo = -1, double hi = 1) {
@@ -53,22 +53,40 @@ std::string max_diff(const std::vector<double>& a, const std::vector<double>& b,
 
 }  // namespace
 
-TEST_CASE("multi-tensor chunks: every element of every tensor in exactly one chunk, in order") {
+TEST_CASE("multi-tensor launches: every element of every tensor in exactly one chunk, once per tensor") {
   std::vector<TensorSlot> slots(kSizes.size());
-  for (size_t i = 0; i < kSizes.size(); ++i) slots[i].n = kSizes[i];
-  const auto chunks = make_chunks(slots.data(), int64_t(slots.size()));
-  std::vector<std::vector<int>> seen(kSizes.size());
-  for (size_t i = 0; i < kSizes.size(); ++i) seen[i].assign(size_t(kSizes[i]), 0);
-  for (const auto& c : chunks) {
-    REQUIRE(c.slot < int64_t(slots.size()));
-    const TensorSlot& s = slots[size_t(c.slot)];
-    CHECK(c.begin < s.n);
-    for (int64_t i = c.begin; i < chunk_end(c, s, kMultiTensorChunk); ++i) ++seen[size_t(c.slot)][size_t(i)];
+  std::vector<float> tags(kSizes.size());  // slots are copied into launches: identify them by a pointer
+  for (size_t i = 0; i < kSizes.size(); ++i) slots[i].n = kSizes[i], slots[i].skipped = &tags[i];
+  // the default capacities (one launch here) and tiny ones (a tensor split across launches)
+  for (auto [max_slots, max_chunks] : {std::pair{kLaunchSlots, kLaunchChunks}, {2, 3}, {1, 1}, {64, 2}}) {
+    INFO("capacity " << max_slots << " slots, " << max_chunks << " chunks");
+    const auto plans = plan_launches(slots.data(), int64_t(slots.size()), max_slots, max_chunks);
+    std::vector<std::vector<int>> seen(kSizes.size());
+    std::vector<int> first_chunks(kSizes.size(), 0);
+    for (size_t i = 0; i < kSizes.size(); ++i) seen[i].assign(size_t(kSizes[i]), 0);
+    for (const auto& p : plans) {
+      REQUIRE(!p.chunks.empty());
+      CHECK(int(p.slots.size()) <= max_slots);
+      CHECK(int(p.chunks.size()) <= max_chunks);
+      for (const auto& c : p.chunks) {
+        REQUIRE(c.slot >= 0);
+        REQUIRE(c.slot < int64_t(p.slots.size()));
+        const TensorSlot& s = p.slots[size_t(c.slot)];
+        const size_t orig = size_t(s.skipped - tags.data());
+        REQUIRE(orig < slots.size());
+        CHECK(c.begin < s.n);
+        if (c.begin == 0) ++first_chunks[orig];
+        for (int64_t i = c.begin; i < chunk_end(c, s, kMultiTensorChunk); ++i) ++seen[orig][size_t(i)];
+      }
+    }
+    if (max_chunks == kLaunchChunks) CHECK(plans.size() == 1);
+    for (size_t i = 0; i < kSizes.size(); ++i) {
+      INFO("tensor " << i << " of " << kSizes[i] << " elements");
+      CHECK(first_chunks[i] == (kSizes[i] > 0 ? 1 : 0));  // a skipped step is counted once
+      for (int v : seen[i]) REQUIRE(v == 1);
+    }
   }
-  for (size_t i = 0; i < kSizes.size(); ++i) {
-    INFO("tensor " << i << " of " << kSizes[i] << " elements");
-    for (int v : seen[i]) REQUIRE(v == 1);
-  }
+  CHECK(plan_launches(slots.data(), 0).empty());
 }
 
 TEST_CASE("multi-tensor SGD chunks over emulated grids match the CPU per-tensor kernel") {

@@ -156,10 +156,14 @@ TEST_CASE("cuda parity: float32 matmul/linear with TF32 allowed (\"high\")" * do
   Tensor a = randn({64, 256}), b = randn({256, 96}), b3 = randn({3, 256, 40}), a3 = randn({3, 64, 256});
   Tensor w = randn({48, 256}), bias = randn({48});
   set_float32_matmul_precision("high");
-  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), 1e-3) == "");
-  CHECK(compare(matmul(a3.to(kGpu), b3.to(kGpu)), matmul(a3, b3), 1e-3) == "");  // strided-batched
-  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu).t().contiguous().t()), matmul(a, b), 1e-3) == "");
-  CHECK(compare(linear(a.to(kGpu), w.to(kGpu), bias.to(kGpu)), linear(a, w, bias), 1e-3) == "");
+  // TF32 keeps 10 mantissa bits of each input (rounded or, on some paths, truncated): with
+  // K = 256 the error reaches ~1e-3 of the largest output; PyTorch's TF32 tests use 5e-3.
+  // A layout / stride bug still shows as an O(1) error.
+  const double tf32 = 5e-3;
+  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), tf32) == "");
+  CHECK(compare(matmul(a3.to(kGpu), b3.to(kGpu)), matmul(a3, b3), tf32) == "");  // strided-batched
+  CHECK(compare(matmul(a.to(kGpu), b.to(kGpu).t().contiguous().t()), matmul(a, b), tf32) == "");
+  CHECK(compare(linear(a.to(kGpu), w.to(kGpu), bias.to(kGpu)), linear(a, w, bias), tf32) == "");
   set_float32_matmul_precision("highest");  // strict float32 again
   CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), 1e-5) == "");
 }

@@ -86,8 +86,12 @@ TEST_CASE("training parity: MLP with Adam, CPU vs CUDA" * doctest::skip(kNoGpu))
   auto ys = labels(5, {64}, 10);
   auto make = [] { manual_seed(11); return models::MLP({.in = 784, .hidden = {256, 128}, .out = 10}); };
   models::MLP a = make(), b = make();
-  Run cpu = train<optim::Adam>(a, Device::cpu(), optim::AdamOptions{.lr = 1e-3}, xs, ys, classify);
-  Run gpu = train<optim::Adam>(b, kGpu, optim::AdamOptions{.lr = 1e-3}, xs, ys, classify);
+  // Adam's step lr * g / (|g| + eps) moves by up to lr/eps per unit change of a near-zero
+  // gradient: with eps = 1e-8 the ~1e-9 rounding differences of a GPU vs CPU gradient sum
+  // can move such a weight by ~1e-4 (a sign flip: 2 lr). eps = 1e-6 bounds that at ~1e-6.
+  const optim::AdamOptions o{.lr = 1e-3, .eps = 1e-6};
+  Run cpu = train<optim::Adam>(a, Device::cpu(), o, xs, ys, classify);
+  Run gpu = train<optim::Adam>(b, kGpu, o, xs, ys, classify);
   check_same(cpu, gpu, 1e-4, 1e-5);
 }
 
@@ -119,7 +123,7 @@ TEST_CASE("training parity: GPT (embedding, attention, layer norm) with AdamW" *
   };
   auto make = [&] { manual_seed(31); return models::GPT(cfg); };
   models::GPT a = make(), b = make();
-  optim::AdamWOptions o{.lr = 1e-3, .weight_decay = 0.1};
+  optim::AdamWOptions o{.lr = 1e-3, .eps = 1e-6, .weight_decay = 0.1};  // eps: see the MLP case
   Run cpu = train<optim::AdamW>(a, Device::cpu(), o, xs, ys, lm_loss);
   Run gpu = train<optim::AdamW>(b, kGpu, o, xs, ys, lm_loss);
   check_same(cpu, gpu, 1e-3, 1e-4);
