@@ -1,11 +1,13 @@
 // CPU kernels of the conv op family and their registration in the dispatch table.
-// conv2d: per-sample im2col + GEMM (gemm_cpu, Eigen), threads over the batch with
-// per-thread scratch and per-thread weight-gradient accumulators reduced in a fixed order.
-// Pooling: loops over N*C planes in parallel.
+// conv2d: im2col + GEMM (gemm_cpu, Eigen); stride 1 in the "wide" layout with several
+// samples per GEMM, first layers with few channels directly (both below). Threads over
+// the batch with per-thread scratch and per-thread weight-gradient accumulators reduced in
+// a fixed order. Pooling: loops over N*C planes in parallel (2x2/2 max pooling vectorised).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 #include <omp.h>
 #include "core/parallel.h"
@@ -19,6 +21,31 @@ namespace {
 
 // ------------------------------------------------------------------ im2col / col2im
 
+/// d[0, n) = s[0, n): runs shorter than 32 bytes inline (a fixed trip count, which GCC
+/// does not turn into a memcpy call), longer ones one memcpy.
+template <class T>
+inline void copy_run(T* __restrict d, const T* __restrict s, int64_t n) {
+  constexpr int64_t B = 32 / sizeof(T);
+  if (n >= B) {
+    std::memcpy(d, s, size_t(n) * sizeof(T));
+    return;
+  }
+  for (int64_t i = 0; i < B; ++i)
+    if (i < n) d[i] = s[i];
+}
+
+/// d[0, n) = 0; the short runs (padding columns) without a memset call.
+template <class T>
+inline void zero_run(T* d, int64_t n) {
+  constexpr int64_t B = 32 / sizeof(T);
+  if (n >= B) {
+    std::memset(d, 0, size_t(n) * sizeof(T));
+    return;
+  }
+  for (int64_t i = 0; i < B; ++i)
+    if (i < n) d[i] = T(0);
+}
+
 /// First output index o in [0, n) with o*s + off >= 0, and first with o*s + off >= lim
 /// (so o*s + off lies in [0, lim) for o in [lo, hi)).
 inline void valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t& lo, int64_t& hi) {
@@ -30,30 +57,28 @@ inline void valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t&
 /// cols (C*kH*kW, OH*OW) for input channels [c0, c1) of one sample x (C, H, W).
 template <class T>
 void im2col(const T* x, const Conv2dGeom& g, int64_t c0, int64_t c1, T* cols) {
-  const int64_t L = g.OH * g.OW;
+  const int64_t L = g.OH * g.OW, OW = g.OW;
   for (int64_t c = c0; c < c1; ++c) {
     const T* xc = x + c * g.H * g.W;  // (H, W)
     for (int64_t kh = 0; kh < g.kH; ++kh) {
+      const int64_t hoff = kh * g.dH - g.pH;
+      int64_t oh_lo, oh_hi;  // output rows whose input row oh*sH + hoff is inside
+      valid_range(hoff, g.sH, g.H, g.OH, oh_lo, oh_hi);
       for (int64_t kw = 0; kw < g.kW; ++kw) {
         T* row = cols + ((c * g.kH + kh) * g.kW + kw) * L;  // (OH, OW)
         const int64_t woff = kw * g.dW - g.pW;
         int64_t lo, hi;
-        valid_range(woff, g.sW, g.W, g.OW, lo, hi);
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          T* r = row + oh * g.OW;
-          const int64_t ih = oh * g.sH - g.pH + kh * g.dH;
-          if (ih < 0 || ih >= g.H) {
-            std::fill(r, r + g.OW, T(0));
-            continue;
-          }
-          const T* xr = xc + ih * g.W;  // input row; column of ow is ow*sW + woff
-          std::fill(r, r + lo, T(0));
-          if (g.sW == 1) {
-            if (hi > lo) std::memcpy(r + lo, xr + lo + woff, size_t(hi - lo) * sizeof(T));
-          } else {
+        valid_range(woff, g.sW, g.W, OW, lo, hi);
+        zero_run(row, oh_lo * OW);
+        zero_run(row + oh_hi * OW, (g.OH - oh_hi) * OW);
+        for (int64_t oh = oh_lo; oh < oh_hi; ++oh) {
+          T* r = row + oh * OW;
+          const T* xr = xc + (oh * g.sH + hoff) * g.W;  // input row; column of ow is ow*sW + woff
+          zero_run(r, lo);
+          if (g.sW == 1) copy_run(r + lo, xr + lo + woff, hi - lo);
+          else
             for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sW + woff];
-          }
-          std::fill(r + hi, r + g.OW, T(0));
+          zero_run(r + hi, OW - hi);
         }
       }
     }
@@ -141,25 +166,325 @@ inline T sum_lanes(const T* r, int64_t n) {
   return reduce_lanes(acc);
 }
 
+// ------------------------------------------------------------------ wide stride-1 layout
+//
+// A stride-1 convolution is computed over "wide" rows: with the input padded to
+// (C, Hp, Wp), output pixel (oh, ow) sits at oh*Wp + ow of a row of length
+// L2 = (OH-1)*Wp + OW, and the im2col row of kernel tap (c, kh, kw) is then ONE contiguous
+// slice of the padded plane (start c*Hp*Wp + kh*dH*Wp + kw*dW, length L2), and col2im
+// one contiguous add: no per-output-row copies, which dominate at LeNet's 10-28-pixel
+// rows. The columns ow >= OW of a wide row are junk in the forward output (dropped) and
+// zero in the wide output gradient (so they add nothing to dw and dx; an inf or NaN in the
+// input can still reach dw through 0 * inf, where the dense layout would skip it). The GEMMs grow by
+// about Wp/OW, and the output (gradient) is copied between the wide and the dense layout
+// once per pass: O*OH row copies against the C*kH*kW*OH of the dense im2col, so the wide
+// layout is used when the GEMM depth is at least the number of outputs (not for
+// 1 -> 32 channels with a 3x3 kernel).
+
+struct Wide {
+  int64_t Hp, Wp, L2;
+  bool padded;
+};
+
+inline bool use_wide(const Conv2dGeom& g) {
+  return g.sH == 1 && g.sW == 1 && !is_pointwise(g) && g.C * g.kH * g.kW >= g.O;
+}
+
+inline Wide wide_of(const Conv2dGeom& g) {
+  const int64_t Hp = g.H + 2 * g.pH, Wp = g.W + 2 * g.pW;
+  return {Hp, Wp, (g.OH - 1) * Wp + g.OW, g.pH > 0 || g.pW > 0};
+}
+
+/// Samples per GEMM in the wide layout: the sub-batch's columns (C*kH*kW, nb*L2) stay
+/// within about 1 MiB (L2-sized), so LeNet's small convolutions run as a few larger GEMMs
+/// instead of one small GEMM per sample.
+template <class T>
+inline int64_t wide_batch(const Conv2dGeom& g, const Wide& v, int64_t n) {
+  const int64_t per_sample = g.C * g.kH * g.kW * v.L2 * int64_t(sizeof(T));
+  return std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(n, 1));
+}
+
+/// Interior of xpad (C, Hp, Wp) = x (C, H, W) for channels [c0, c1); the border is left as is (zero).
+template <class T>
+void pad_channels(const T* x, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* xpad) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t h = 0; h < g.H; ++h)
+      std::memcpy(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, x + (c * g.H + h) * g.W, size_t(g.W) * sizeof(T));
+}
+
+/// cols (C*kH*kW, L2), row stride ld, for channels [c0, c1) of the padded sample xpad (C, Hp, Wp).
+template <class T>
+void im2col_wide(const T* xpad, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* cols, int64_t ld) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t kh = 0; kh < g.kH; ++kh)
+      for (int64_t kw = 0; kw < g.kW; ++kw)
+        std::memcpy(cols + ((c * g.kH + kh) * g.kW + kw) * ld, xpad + c * v.Hp * v.Wp + kh * g.dH * v.Wp + kw * g.dW,
+                    size_t(v.L2) * sizeof(T));
+}
+
+/// dxpad (C, Hp, Wp) += col2im(dcols (C*kH*kW, L2), row stride ld) for channels [c0, c1).
+template <class T>
+void col2im_wide_add(const T* dcols, int64_t ld, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1,
+                     T* dxpad) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t kh = 0; kh < g.kH; ++kh)
+      for (int64_t kw = 0; kw < g.kW; ++kw) {
+        const T* __restrict s = dcols + ((c * g.kH + kh) * g.kW + kw) * ld;
+        T* __restrict d = dxpad + c * v.Hp * v.Wp + kh * g.dH * v.Wp + kw * g.dW;
+        for (int64_t j = 0; j < v.L2; ++j) d[j] += s[j];
+      }
+}
+
+/// Runs f(c0, c1) over all channels: split over threads when the caller is not already
+/// threaded over samples (nt == 1), else in one call.
+template <class F>
+inline void over_channels(int nt, int64_t C, const F& f) {
+  if (nt == 1) parallel_for(0, C, 1, f);
+  else f(int64_t(0), C);
+}
+
+/// Per-thread scratch of the wide layout for sub-batches of nb samples. Columns of sample
+/// i of a sub-batch start at i*L2 in rows of stride ld = nb*L2 (fixed, so the junk columns
+/// of dyw, zeroed once, stay zero).
+template <class T>
+struct WideScratch {
+  int64_t nb, ld;
+  std::unique_ptr<T[]> cols;  // (C*kH*kW, ld), uninitialised
+  std::vector<T> xpad;        // (C, Hp, Wp), zero border (padded convolutions only)
+  std::unique_ptr<T[]> out;   // (O, ld): forward output (uninitialised) or output gradient (zeroed)
+  std::unique_ptr<T[]> dxpad; // (C, Hp, Wp) (backward to the input of a padded convolution)
+  WideScratch(const Conv2dGeom& g, const Wide& v, int64_t nb_, bool need_cols, bool need_xpad, bool need_dxpad,
+              bool zero_out)
+      : nb(nb_), ld(nb_ * v.L2) {
+    const size_t plane = size_t(g.C * v.Hp * v.Wp);
+    if (need_cols) cols.reset(new T[size_t(g.C * g.kH * g.kW * ld)]);
+    xpad.resize(need_xpad && v.padded ? plane : 0);
+    out.reset(zero_out ? new T[size_t(g.O * ld)]() : new T[size_t(g.O * ld)]);
+    if (need_dxpad && v.padded) dxpad.reset(new T[plane]);
+  }
+  /// im2col of samples [n0, n0 + m) of x (N, C, H, W) into cols.
+  void fill_cols(int nt, const Conv2dGeom& g, const Wide& v, const T* x, int64_t n0, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) {
+      const T* xn = x + (n0 + i) * g.C * g.H * g.W;
+      const T* xp = xn;
+      if (v.padded) {
+        over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { pad_channels(xn, g, v, c0, c1, xpad.data()); });
+        xp = xpad.data();
+      }
+      over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { im2col_wide(xp, g, v, c0, c1, cols.get() + i * v.L2, ld); });
+    }
+  }
+};
+
+/// Forward over samples [lo, hi) in the wide layout.
+template <class T>
+void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                         int64_t hi) {
+  const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
+  const Wide v = wide_of(g);
+  WideScratch<T> s(g, v, wide_batch<T>(g, v, hi - lo), true, true, false, false);
+  for (int64_t n0 = lo; n0 < hi; n0 += s.nb) {
+    const int64_t m = std::min(s.nb, hi - n0);
+    s.fill_cols(nt, g, v, x, n0, m);
+    for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, m*L2) = w_g (Og, Kg) @ cols_g (Kg, m*L2)
+      gemm_cpu<T>(false, false, Og, m * v.L2, Kg, T(1), w + gi * Og * Kg, Kg, s.cols.get() + gi * Kg * s.ld, s.ld,
+                  T(0), s.out.get() + gi * Og * s.ld, s.ld);
+    for (int64_t i = 0; i < m; ++i)  // keep the OW real columns of each wide row, adding the bias
+      for (int64_t o = 0; o < g.O; ++o) {
+        const T b = bias ? bias[o] : T(0);
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+          const T* __restrict src = s.out.get() + o * s.ld + i * v.L2 + oh * v.Wp;
+          T* __restrict d = y + ((n0 + i) * g.O + o) * L + oh * g.OW;
+          for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
+        }
+      }
+  }
+}
+
+/// Backward over samples [lo, hi) in the wide layout; accumulates into dw (O, Kg) and db (O).
+template <class T>
+void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+                          int64_t lo, int64_t hi) {
+  const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
+  const Wide v = wide_of(g);
+  WideScratch<T> s(g, v, wide_batch<T>(g, v, hi - lo), dw || dx, dw != nullptr, dx != nullptr, true);
+  T* dyw = s.out.get();  // (O, ld); the junk columns stay zero
+  for (int64_t n0 = lo; n0 < hi; n0 += s.nb) {
+    const int64_t m = std::min(s.nb, hi - n0), mL = m * v.L2;
+    for (int64_t i = 0; i < m; ++i) {
+      const T* dyn = dy + (n0 + i) * g.O * L;  // (O, L)
+      for (int64_t o = 0; o < g.O; ++o) {
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          std::memcpy(dyw + o * s.ld + i * v.L2 + oh * v.Wp, dyn + o * L + oh * g.OW, size_t(g.OW) * sizeof(T));
+        if (db) db[o] += sum_lanes(dyn + o * L, L);
+      }
+    }
+    if (dw) {
+      s.fill_cols(nt, g, v, x, n0, m);
+      for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, m*L2) @ cols_g^T (m*L2, Kg)
+        gemm_cpu<T>(false, true, Og, Kg, mL, T(1), dyw + gi * Og * s.ld, s.ld, s.cols.get() + gi * Kg * s.ld, s.ld,
+                    T(1), dw + gi * Og * Kg, Kg);
+    }
+    if (dx) {
+      T* dc = s.cols.get();  // dcols (C*kH*kW, ld)
+      for (int64_t gi = 0; gi < G; ++gi)  // dcols_g (Kg, m*L2) = w_g^T (Kg, Og) @ dy_g (Og, m*L2)
+        gemm_cpu<T>(true, false, Kg, mL, Og, T(1), w + gi * Og * Kg, Kg, dyw + gi * Og * s.ld, s.ld, T(0),
+                    dc + gi * Kg * s.ld, s.ld);
+      for (int64_t i = 0; i < m; ++i) {
+        T* dxn = dx + (n0 + i) * g.C * g.H * g.W;
+        T* dxp = v.padded ? s.dxpad.get() : dxn;  // (C, Hp, Wp)
+        std::fill(dxp, dxp + g.C * v.Hp * v.Wp, T(0));
+        over_channels(nt, g.C,
+                      [&](int64_t c0, int64_t c1) { col2im_wide_add(dc + i * v.L2, s.ld, g, v, c0, c1, dxp); });
+        if (v.padded)  // the interior is dx
+          for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t h = 0; h < g.H; ++h)
+              std::memcpy(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW,
+                          size_t(g.W) * sizeof(T));
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ direct, few input channels
+//
+// A stride-1 convolution of 1-4 input channels to at most 16 outputs (a first layer such
+// as LeNet's 1 -> 6; ConvNet's 1 -> 32 is faster as a GEMM) runs directly on the padded
+// plane in the wide layout: each kernel row is one vectorised pass of multiply-adds over
+// a wide output row, the weight gradient one dot product per tap. im2col would copy the
+// input C*kH*kW times (25x for a 5x5 kernel) for a GEMM of depth 25 and 6 outputs.
+
+inline bool use_direct(const Conv2dGeom& g) {
+  return g.sH == 1 && g.sW == 1 && g.groups == 1 && g.C <= 4 && g.O <= 16 && !is_pointwise(g);
+}
+
+/// sum a[i] * b[i], i < n, with kLanes partial sums (vectorises; fixed order).
+template <class T>
+inline T dot_lanes(const T* __restrict a, const T* __restrict b, int64_t n) {
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return reduce_lanes(acc);
+}
+
+/// r[j] += sum over kw < KW of a[kw] * s[j + kw*dW], j < n: one kernel row of taps per pass
+/// over r (KW > 0 fixed at compile time; KW = 0 reads kW).
+template <class T, int KW>
+inline void taps_row(T* __restrict r, const T* __restrict s, const T* a, int64_t kW, int64_t dW, int64_t n) {
+  if constexpr (KW > 0) {
+    T ak[KW];
+    for (int k = 0; k < KW; ++k) ak[k] = a[k];
+    for (int64_t j = 0; j < n; ++j) {
+      T acc = r[j];
+      for (int k = 0; k < KW; ++k) acc += ak[k] * s[j + k * dW];
+      r[j] = acc;
+    }
+  } else {
+    for (int64_t kw = 0; kw < kW; ++kw)
+      for (int64_t j = 0; j < n; ++j) r[j] += a[kw] * s[j + kw * dW];
+  }
+}
+
+template <class T>
+inline void taps_row_any(T* r, const T* s, const T* a, int64_t kW, int64_t dW, int64_t n) {
+  if (kW == 5) taps_row<T, 5>(r, s, a, kW, dW, n);
+  else if (kW == 3) taps_row<T, 3>(r, s, a, kW, dW, n);
+  else taps_row<T, 0>(r, s, a, kW, dW, n);
+}
+
+/// Forward over samples [lo, hi): y (O, OH, OW) per sample, through one wide row per output channel.
+template <class T>
+void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                           int64_t hi) {
+  const Wide v = wide_of(g);
+  const int64_t L = g.OH * g.OW, P = v.Hp * v.Wp, taps = g.kH * g.kW;
+  std::vector<T> xpad(v.padded ? size_t(g.C * P) : 0);  // (C, Hp, Wp), zero border
+  std::vector<T> row(size_t(v.L2));                      // (L2): one output channel, wide
+  for (int64_t n = lo; n < hi; ++n) {
+    const T* xn = x + n * g.C * g.H * g.W;
+    const T* xp = xn;
+    if (v.padded) {
+      pad_channels(xn, g, v, 0, g.C, xpad.data());
+      xp = xpad.data();
+    }
+    for (int64_t o = 0; o < g.O; ++o) {
+      T* __restrict r = row.data();
+      std::fill(r, r + v.L2, bias ? bias[o] : T(0));
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t kh = 0; kh < g.kH; ++kh)
+          taps_row_any(r, xp + c * P + kh * g.dH * v.Wp, w + (o * g.C + c) * taps + kh * g.kW, g.kW, g.dW, v.L2);
+      for (int64_t oh = 0; oh < g.OH; ++oh)  // keep the OW real columns of each wide row
+        std::memcpy(y + (n * g.O + o) * L + oh * g.OW, r + oh * v.Wp, size_t(g.OW) * sizeof(T));
+    }
+  }
+}
+
+/// Backward over samples [lo, hi); accumulates into dw (O, C, kH, kW) and db (O).
+template <class T>
+void conv2d_backward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+                            int64_t lo, int64_t hi) {
+  const Wide v = wide_of(g);
+  const int64_t L = g.OH * g.OW, P = v.Hp * v.Wp, taps = g.kH * g.kW;
+  std::vector<T> xpad(v.padded && dw ? size_t(g.C * P) : 0);    // (C, Hp, Wp), zero border
+  std::vector<T> dxpad(v.padded && dx ? size_t(g.C * P) : 0);   // (C, Hp, Wp)
+  std::vector<T> row(size_t(v.L2));                             // (L2): dy of one channel, junk columns 0
+  for (int64_t n = lo; n < hi; ++n) {
+    const T* xn = x + n * g.C * g.H * g.W;
+    const T* dyn = dy + n * g.O * L;  // (O, L)
+    const T* xp = xn;
+    if (dw && v.padded) {
+      pad_channels(xn, g, v, 0, g.C, xpad.data());
+      xp = xpad.data();
+    }
+    T* dxn = dx ? dx + n * g.C * g.H * g.W : nullptr;
+    T* dxp = v.padded ? dxpad.data() : dxn;  // (C, Hp, Wp)
+    if (dx) std::fill(dxp, dxp + g.C * P, T(0));
+    for (int64_t o = 0; o < g.O; ++o) {
+      if (db) db[o] += sum_lanes(dyn + o * L, L);
+      if (!dw && !dx) continue;
+      T* __restrict r = row.data();
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        std::memcpy(r + oh * v.Wp, dyn + o * L + oh * g.OW, size_t(g.OW) * sizeof(T));
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t kh = 0; kh < g.kH; ++kh) {
+          const int64_t off = c * P + kh * g.dH * v.Wp, k = (o * g.C + c) * taps + kh * g.kW;  // tap (kh, 0)
+          if (dw)
+            for (int64_t kw = 0; kw < g.kW; ++kw) dw[k + kw] += dot_lanes(r, xp + off + kw * g.dW, v.L2);
+          if (dx)
+            for (int64_t kw = 0; kw < g.kW; ++kw) {
+              const T a = w[k + kw];
+              T* __restrict d = dxp + off + kw * g.dW;
+              for (int64_t j = 0; j < v.L2; ++j) d[j] += a * r[j];
+            }
+        }
+    }
+    if (dx && v.padded)  // the interior is dx
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t h = 0; h < g.H; ++h)
+          std::memcpy(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW, size_t(g.W) * sizeof(T));
+  }
+}
+
 // ------------------------------------------------------------------ conv2d
 
 template <class T>
 void conv2d_forward_t(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
   const int64_t L = g.OH * g.OW, G = g.groups, Cg = g.C / G, Og = g.O / G;
   const int64_t Kg = Cg * g.kH * g.kW;  // GEMM depth per group
-  const bool pw = is_pointwise(g);
+  const bool pw = is_pointwise(g), direct = use_direct(g), wide = !direct && use_wide(g);
   const int nt = batch_threads(g.N);
   run_chunks(nt, g.N, [&](int, int64_t lo, int64_t hi) {
+    if (direct) return conv2d_forward_direct(g, x, w, bias, y, lo, hi);
+    if (wide) return conv2d_forward_wide(nt, g, x, w, bias, y, lo, hi);
     std::vector<T> cols(pw ? 0 : size_t(G * Kg * L));  // (C*kH*kW, L)
     for (int64_t n = lo; n < hi; ++n) {
       const T* xn = x + n * g.C * g.H * g.W;
       T* yn = y + n * g.O * L;  // (O, L)
       const T* cn = xn;
       if (!pw) {
-        if (nt == 1)
-          parallel_for(0, g.C, 1, [&](int64_t c0, int64_t c1) { im2col(xn, g, c0, c1, cols.data()); });
-        else
-          im2col(xn, g, 0, g.C, cols.data());
+        over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { im2col(xn, g, c0, c1, cols.data()); });
         cn = cols.data();
       }
       for (int64_t gi = 0; gi < G; ++gi) {  // y_g (Og, L) = w_g (Og, Kg) @ cols_g (Kg, L) + b_g
@@ -180,7 +505,7 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
   const int64_t L = g.OH * g.OW, G = g.groups, Cg = g.C / G, Og = g.O / G;
   const int64_t Kg = Cg * g.kH * g.kW;
   const int64_t wsize = g.O * Kg;
-  const bool pw = is_pointwise(g);
+  const bool pw = is_pointwise(g), direct = use_direct(g), wide = !direct && use_wide(g);
   const int nt = batch_threads(g.N);
   // Per-thread accumulators for dw and db, summed in thread order afterwards (deterministic).
   std::vector<std::vector<T>> dw_acc(nt > 1 && dw ? nt : 0), db_acc(nt > 1 && db ? nt : 0);
@@ -195,6 +520,8 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
+    if (direct) return conv2d_backward_direct(g, x, w, dy, dx, dwt, dbt, lo, hi);
+    if (wide) return conv2d_backward_wide(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
     std::vector<T> cols((!pw && (dw || dx)) ? size_t(G * Kg * L) : 0);  // (C*kH*kW, L)
     for (int64_t n = lo; n < hi; ++n) {
       const T* xn = x + n * g.C * g.H * g.W;
@@ -202,10 +529,7 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (dw) {
         const T* cn = xn;
         if (!pw) {
-          if (nt == 1)
-            parallel_for(0, g.C, 1, [&](int64_t c0, int64_t c1) { im2col(xn, g, c0, c1, cols.data()); });
-          else
-            im2col(xn, g, 0, g.C, cols.data());
+          over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { im2col(xn, g, c0, c1, cols.data()); });
           cn = cols.data();
         }
         for (int64_t gi = 0; gi < G; ++gi) {  // dw_g (Og, Kg) += dy_g (Og, L) @ cols_g^T (L, Kg)
@@ -226,10 +550,7 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
         }
         if (!pw) {
           std::fill(dxn, dxn + g.C * g.H * g.W, T(0));
-          if (nt == 1)
-            parallel_for(0, g.C, 1, [&](int64_t c0, int64_t c1) { col2im_add(dc, g, c0, c1, dxn); });
-          else
-            col2im_add(dc, g, 0, g.C, dxn);
+          over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { col2im_add(dc, g, c0, c1, dxn); });
         }
       }
     }
@@ -335,10 +656,69 @@ void max_pool_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict y
       });
 }
 
+/// kB windows of 2x2 max pooling, stride 2: window j covers r0[2j, 2j+2) and r1[2j, 2j+2),
+/// scanned in the generic kernel's order (same winner on ties and NaN); y[j] gets the max
+/// and idx[j] = base + offset of the winner (r1 is r0 + W). Fixed trip count and restrict
+/// pointers: the four-way select vectorises (not inlined: inlined into the row loop, GCC
+/// unrolls the block before its vectoriser sees it and emits scalar branches).
+template <class T, int64_t kB>
+[[gnu::noinline]] void max_2x2_block(const T* __restrict r0, const T* __restrict r1, int32_t W, int64_t base,
+                                     T* __restrict y, int64_t* __restrict idx) {
+  T best[kB];
+  int32_t bi[kB];
+  for (int64_t j = 0; j < kB; ++j) {
+    T m = r0[2 * j];
+    int32_t k = 0;
+    max_step(r0[2 * j + 1], int32_t(1), m, k);
+    max_step(r1[2 * j], W, m, k);
+    max_step(r1[2 * j + 1], W + 1, m, k);
+    best[j] = m;
+    bi[j] = k;
+  }
+  for (int64_t j = 0; j < kB; ++j) {
+    y[j] = best[j];
+    idx[j] = base + 2 * j + bi[j];
+  }
+}
+
+/// One plane of 2x2 max pooling with stride 2 and no padding (LeNet's and most CNNs'), in
+/// blocks of kB windows (the generic loop runs scalar, with branches, on planes narrower
+/// than a vector). Rows narrower than a block are copied into a padded buffer first.
+template <class T>
+void max_pool_2x2_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict yp, int64_t* __restrict ip) {
+  constexpr int64_t kB = 8;
+  const int64_t W = g.W, OW = g.OW;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const T* r0 = xp + 2 * oh * W;  // the windows' two input rows
+    T* yr = yp + oh * OW;
+    int64_t* ir = ip + oh * OW;
+    const int64_t base = 2 * oh * W;
+    if (OW < kB) {  // rows (r0 | r1) in one buffer, padded; only OW results are kept
+      T buf[4 * kB] = {};
+      T yb[kB];
+      int64_t ib[kB];
+      std::copy(r0, r0 + 2 * OW, buf);
+      std::copy(r0 + W, r0 + W + 2 * OW, buf + 2 * kB);
+      max_2x2_block<T, kB>(buf, buf + 2 * kB, int32_t(W), base, yb, ib);
+      std::copy(yb, yb + OW, yr);
+      std::copy(ib, ib + OW, ir);
+      continue;
+    }
+    int64_t ow0 = 0;
+    for (; ow0 + kB <= OW; ow0 += kB)
+      max_2x2_block<T, kB>(r0 + 2 * ow0, r0 + W + 2 * ow0, int32_t(W), base + 2 * ow0, yr + ow0, ir + ow0);
+    if (ow0 < OW) {  // overlapping tail block (recomputes a few windows, same values)
+      ow0 = OW - kB;
+      max_2x2_block<T, kB>(r0 + 2 * ow0, r0 + W + 2 * ow0, int32_t(W), base + 2 * ow0, yr + ow0, ir + ow0);
+    }
+  }
+}
+
 template <class T>
 void max_pool_forward_t(const Pool2dGeom& g, const T* x, T* y, int64_t* idx) {
   auto plane = &max_pool_plane<T, 0, 0, 0>;
-  if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
+  if (g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0) plane = &max_pool_2x2_plane<T>;
+  else if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
   else if (g.kH == 3 && g.kW == 3 && g.sW == 2) plane = &max_pool_plane<T, 3, 3, 2>;
   else if (g.kH == 3 && g.kW == 3) plane = &max_pool_plane<T, 3, 3, 0>;
   parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {

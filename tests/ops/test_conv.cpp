@@ -8,6 +8,7 @@
 #include "gradcheck.h"
 
 using namespace kiln;
+using kiln::test::allclose;
 using kiln::test::f64;
 using kiln::test::gradcheck;
 using kiln::test::max_abs_diff;
@@ -209,6 +210,45 @@ TEST_CASE("conv2d: gradcheck") {
       {randn({2, 2, 4, 5}, f64), randn({3, 2, 3, 3}, f64), randn({3}, f64)}));
   CHECK(gradcheck([](std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {.stride = {2, 2}}); },
                   {randn({2, 5, 5}, f64), randn({2, 2, 2, 2}, f64)}));
+}
+
+TEST_CASE("conv2d: backward against the naive forward at sizes that take every CPU path") {
+  // conv2d is bilinear, so for any upstream gradient g: <g, conv(x, w)> = <dx, x> = <dw, w>,
+  // and db = the sums of g per channel. With the forward from the naive loops this checks
+  // the backward of the kernel's fast paths (direct first-layer conv, the wide stride-1
+  // layout over uneven sample groups, dense im2col for strided convs) at realistic batches.
+  manual_seed(12);
+  std::vector<ConvCase> cases = {
+      {{19, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}, true},                     // lenet conv1: direct
+      {{17, 6, 14, 14}, {16, 6, 5, 5}, {}, true},                                      // lenet conv2: wide
+      {{16, 1, 28, 28}, {32, 1, 3, 3}, {.padding = {1, 1}}, false},                    // convnet conv1
+      {{5, 32, 14, 14}, {64, 32, 3, 3}, {.padding = {1, 1}}, false},                   // convnet conv3: wide
+      {{18, 3, 11, 10}, {8, 3, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}}, true},  // "same", dilated
+      {{17, 4, 9, 9}, {8, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},      // strided: im2col
+      {{16, 4, 8, 8}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},           // grouped
+  };
+  for (const auto& c : cases) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(shape_str(c.w));
+    for (DType dt : {DType::float64, DType::float32}) {
+      CAPTURE(dtype_name(dt));
+      const double tol = dt == DType::float64 ? 1e-10 : 2e-4;
+      Tensor x = randn(c.x, {.dtype = dt}).requires_grad_(), w = randn(c.w, {.dtype = dt}).requires_grad_();
+      Tensor b = c.bias ? randn({c.w[0]}, {.dtype = dt}).requires_grad_() : Tensor();
+      Tensor y = conv2d(x, w, b, c.args);
+      Tensor g = randn(y.shape(), {.dtype = dt});
+      sum(y * g).backward();
+      const Tensor x64 = x.detach().to(DType::float64), w64 = w.detach().to(DType::float64),
+                   g64 = g.to(DType::float64);
+      const double ref = sum(ref_conv2d(x64, w64, Tensor(), c.args) * g64).item();
+      const double via_dx = sum(x.grad().to(DType::float64) * x64).item();
+      const double via_dw = sum(w.grad().to(DType::float64) * w64).item();
+      const double scale = std::sqrt(double(g.numel())) * std::sqrt(double(c.w[1] * c.w[2] * c.w[3]));
+      CHECK(std::fabs(via_dx - ref) <= tol * scale);
+      CHECK(std::fabs(via_dw - ref) <= tol * scale);
+      if (c.bias) CHECK(allclose(b.grad().to(DType::float64), sum(g64, {0, 2, 3}), tol * 10, tol * 10));
+    }
+  }
 }
 
 TEST_CASE("conv2d: 16-bit floats compute in float32 and round") {
