@@ -214,7 +214,8 @@ Tensor sin(const Tensor& x) { check_floating("sin", x); return unary_x(Op::sin, 
 Tensor cos(const Tensor& x) { check_floating("cos", x); return unary_x(Op::cos, x); }
 Tensor tanh(const Tensor& x) { check_floating("tanh", x); return unary_y(Op::tanh, x); }
 Tensor sigmoid(const Tensor& x) { check_floating("sigmoid", x); return unary_y(Op::sigmoid, x); }
-Tensor relu(const Tensor& x) { check_floating("relu", x); return unary_x(Op::relu, x); }
+// relu saves its output (relu'(x) == relu'(relu(x))): the input, often a BatchNorm output, is freed.
+Tensor relu(const Tensor& x) { check_floating("relu", x); return unary_y(Op::relu, x); }
 Tensor leaky_relu(const Tensor& x, double s) { check_floating("leaky_relu", x); return unary_x(Op::leaky_relu, x, s); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check_floating("gelu", x);

@@ -78,7 +78,7 @@ void unary_backward(Op op, const UnaryArgs& a) {
     case Op::cos: return unary_grad_loop<T>(op, a, false, CosD<C>{});
     case Op::tanh: return unary_grad_loop<T>(op, a, true, TanhD<C>{});
     case Op::sigmoid: return unary_grad_loop<T>(op, a, true, SigmoidD<C>{});
-    case Op::relu: return unary_grad_loop<T>(op, a, false, ReluD<C>{});
+    case Op::relu: return unary_grad_loop<T>(op, a, a.x == nullptr, ReluD<C>{});  // from x or from y
     case Op::leaky_relu: return unary_grad_loop<T>(op, a, false, LeakyReluD<C>{p0});
     case Op::gelu: return unary_grad_loop<T>(op, a, false, GeluD<C>{});
     case Op::gelu_tanh: return unary_grad_loop<T>(op, a, false, GeluTanhD<C>{});
