@@ -7,7 +7,9 @@
 #
 # Usage: scripts/bench.sh [--smoke] [workload ...]      (default: all five workloads)
 # Env:   BUILD_DIR (build-bench), THREADS (2), ROUNDS (3), DEVICES (cpu),
-#        OUT (out/bench/<UTC date-time>), JOBS (nproc), KILN_CUDA (AUTO),
+#        OUT (out/bench/<UTC date-time>), JOBS (nproc), KILN_CUDA (OFF for DEVICES=cpu:
+#        Debian's libtorch is CPU-only, and a CUDA build loads cuBLASLt at start-up, ~210 MiB
+#        of RSS a CPU comparison should not carry; AUTO when DEVICES names cuda),
 #        SKIP_DEPS=1 (do not install packages), SKIP_BUILD=1 (use the binaries already in
 #        BUILD_DIR), EXTRA_ARGS (passed to both benches, e.g. "--batch 32").
 set -euo pipefail
@@ -42,7 +44,8 @@ echo "[bench] libblas.so.3 -> $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so
 
 # ---- build ----
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA="${KILN_CUDA:-AUTO}" \
+  case ",${DEVICES:-cpu}," in *,cuda,*) CUDA_DEFAULT=AUTO ;; *) CUDA_DEFAULT=OFF ;; esac
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA="${KILN_CUDA:-$CUDA_DEFAULT}" \
     -DCMAKE_CUDA_ARCHITECTURES="${KILN_CUDA_ARCHS:-80}" -DKILN_BENCH_LIBTORCH=ON >/dev/null
   cmake --build "$BUILD_DIR" -j "$JOBS" --target kiln_cli bench_libtorch
 fi
