@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 #include "gradcheck.h"
+#include "parity.h"
 
 using namespace kiln;
+using kiln::test::kGpu;
+using kiln::test::kNoGpu;
 
 namespace {
-
-const bool kNoGpu = !cuda::is_available();
-const Device kGpu = Device::cuda(0);
 
 std::mt19937& rng() {
   static std::mt19937 r(4242);
@@ -25,25 +25,9 @@ std::mt19937& rng() {
 }
 int64_t rand_in(int64_t lo, int64_t hi) { return lo + int64_t(rng()() % uint32_t(hi - lo + 1)); }
 
-/// "" when got (cuda) matches ref (cpu) within rtol of the largest |ref| (sums of many
-/// terms are compared against their scale), else the worst element.
+// compare relative to the largest |ref| (tests/cuda/parity.h)
 std::string compare(const Tensor& got, const Tensor& ref, double rtol) {
-  if (!got.defined() || !ref.defined()) return got.defined() == ref.defined() ? "" : "one side is undefined";
-  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + " vs " + shape_str(ref.shape());
-  if (got.dtype() != ref.dtype())
-    return std::string("dtype ") + dtype_name(got.dtype()) + " vs " + dtype_name(ref.dtype());
-  if (!got.device().is_cuda()) return "the result is not on the GPU";
-  auto g = got.to_vector<double>(), r = ref.to_vector<double>();
-  double scale = 1e-6;
-  for (double v : r)
-    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (std::isnan(g[i]) && std::isnan(r[i])) continue;
-    if (!(std::fabs(g[i] - r[i]) <= rtol * scale))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(g[i]) + " vs cpu " + std::to_string(r[i]) +
-             " (scale " + std::to_string(scale) + ")";
-  }
-  return "";
+  return test::compare(got, ref, rtol, test::Scale::max);
 }
 
 double rtol_for(DType dt) {

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 #include "gradcheck.h"
+#include "parity.h"
 
 using namespace kiln;
+using kiln::test::kGpu;
+using kiln::test::kNoGpu;
 
 namespace {
-
-const bool kNoGpu = !cuda::is_available();
-const Device kGpu = Device::cuda(0);
 
 struct Tol {
   double rtol, atol;

@@ -9,13 +9,14 @@
 #include <tuple>
 #include <vector>
 #include "gradcheck.h"
+#include "parity.h"
 
 using namespace kiln;
+using kiln::test::kGpu;
+using kiln::test::kNoGpu;
+using kiln::test::compare;
 
 namespace {
-
-const bool kNoGpu = !cuda::is_available();
-const Device kGpu = Device::cuda(0);
 
 double tol_for(DType dt) {
   switch (dt) {
@@ -24,22 +25,6 @@ double tol_for(DType dt) {
     case DType::bfloat16: return 1e-2;
     default: return 1e-5;
   }
-}
-
-// "" when got (on the GPU) equals ref (CPU) within rtol (relative, with an absolute floor
-// of rtol), else the first mismatch.
-std::string compare(const Tensor& got, const Tensor& ref, double rtol) {
-  if (!got.defined() || !ref.defined()) return got.defined() == ref.defined() ? "" : "one side is undefined";
-  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + " vs " + shape_str(ref.shape());
-  if (got.dtype() != ref.dtype()) return std::string("dtype ") + dtype_name(got.dtype()) + " vs " + dtype_name(ref.dtype());
-  if (!got.device().is_cuda()) return "the result is not on the GPU";
-  const std::vector<double> g = got.to_vector<double>(), r = ref.to_vector<double>();
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (std::isnan(g[i]) && std::isnan(r[i])) continue;
-    if (!(std::fabs(g[i] - r[i]) <= rtol * (1.0 + std::fabs(r[i]))))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(g[i]) + " vs cpu " + std::to_string(r[i]);
-  }
-  return "";
 }
 
 // Bitwise equality of the values (as doubles; every dtype here converts exactly).

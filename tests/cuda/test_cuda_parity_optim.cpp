@@ -7,29 +7,21 @@
 #include <memory>
 #include <string>
 #include "gradcheck.h"
+#include "parity.h"
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
 
 using namespace kiln;
+using kiln::test::kGpu;
+using kiln::test::kNoGpu;
 
 namespace {
 
-const bool kNoGpu = !cuda::is_available();
-const Device kGpu = Device::cuda(0);
-
-// "" when got (cuda) matches ref (cpu) to rtol relative to ref's largest magnitude.
+// compare relative to the largest |ref| (tests/cuda/parity.h)
 std::string compare(const Tensor& got, const Tensor& ref, double rtol) {
-  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + " vs " + shape_str(ref.shape());
-  if (!got.device().is_cuda()) return "the result is not on the GPU";
-  auto g = got.to_vector<double>(), r = ref.to_vector<double>();
-  double scale = 1e-6;
-  for (double v : r) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < r.size(); ++i)
-    if (!(std::fabs(g[i] - r[i]) <= rtol * scale))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(g[i]) + " vs cpu " + std::to_string(r[i]);
-  return "";
+  return test::compare(got, ref, rtol, test::Scale::max);
 }
 
 // Odd sizes: smaller than a block, one chunk plus a bit, several chunks.

@@ -7,9 +7,13 @@
 #include <string>
 #include <vector>
 #include "gradcheck.h"
+#include "parity.h"
 #include "ops/cuda/reduce_index.h"
 
 using namespace kiln;
+using kiln::test::kGpu;
+using kiln::test::kNoGpu;
+using kiln::test::compare;
 
 TEST_CASE("cuda reduce index math: every element of every row visited once, sums equal the CPU's") {
   manual_seed(3);
@@ -41,21 +45,6 @@ TEST_CASE("cuda reduce index math: every element of every row visited once, sums
 }
 
 namespace {
-
-const bool kNoGpu = !cuda::is_available();
-const Device kGpu = Device::cuda(0);
-
-std::string compare(const Tensor& got, const Tensor& ref, double rtol) {
-  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + " vs " + shape_str(ref.shape());
-  if (!got.device().is_cuda()) return "the result is not on the GPU";
-  auto g = got.to_vector<double>(), r = ref.to_vector<double>();
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (std::isnan(r[i]) && std::isnan(g[i])) continue;
-    if (!(std::fabs(g[i] - r[i]) <= rtol * (1.0 + std::fabs(r[i]))))
-      return "element " + std::to_string(i) + ": cuda " + std::to_string(g[i]) + " vs cpu " + std::to_string(r[i]);
-  }
-  return "";
-}
 
 }  // namespace
 

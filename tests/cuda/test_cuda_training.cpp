@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 #include "gradcheck.h"
+#include "parity.h"
 
 using namespace kiln;
+using kiln::test::kGpu;
+using kiln::test::kNoGpu;
 using kiln::test::allclose;
 
 namespace {
-
-const bool kNoGpu = !cuda::is_available();
-const Device kGpu = Device::cuda(0);
 
 using StepFn = std::function<Tensor(nn::Module&, const Tensor& x, const Tensor& y)>;
 
