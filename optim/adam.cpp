@@ -83,31 +83,16 @@ bool AdamBase::step_group_multi(size_t group, const std::vector<size_t>& idx, co
   const AdamScalars s{.lr = o.lr, .beta1 = o.betas.first, .beta2 = o.betas.second, .eps = o.eps,
                       .weight_decay = o.weight_decay, .step_size = 0, .bias_correction2_sqrt = 1,
                       .decoupled = decoupled_, .amsgrad = o.amsgrad};
-  std::vector<Tensor> keep;  // contiguous gradients, alive until the launch is queued
-  for (DType dt : {DType::float32, DType::float64}) {
-    std::vector<TensorSlot> slots;
-    for (size_t k2 = 0; k2 < idx.size(); ++k2) {
-      Tensor& p = groups_[group][idx[k2]];
-      if (p.dtype() != dt) continue;
-      ParamState& st = state_[group][idx[k2]];
-      Tensor& m = buffer(st, "exp_avg", p);
-      Tensor& v = buffer(st, "exp_avg_sq", p);
-      Tensor* vmax = o.amsgrad ? &buffer(st, "max_exp_avg_sq", p) : nullptr;
-      ++st.step;
-      keep.push_back(grads[k2].contiguous());
-      TensorSlot sl;
-      sl.p = p.raw_data();
-      sl.g = keep.back().raw_data();
-      sl.b0 = m.raw_data();
-      sl.b1 = v.raw_data();
-      sl.b2 = vmax ? vmax->raw_data() : nullptr;
-      sl.n = p.numel();
-      sl.step = st.step;
-      sl.skipped = skip_counter(group, idx[k2], found_inf != nullptr);
-      slots.push_back(sl);
-    }
-    if (!slots.empty()) k(dt, slots.data(), int64_t(slots.size()), s, found_inf, nullptr);
-  }
+  launch_group_slots(
+      group, idx, grads, found_inf,
+      [&](const Tensor& p, ParamState& st, TensorSlot& sl) {
+        sl.b0 = buffer(st, "exp_avg", p).raw_data();
+        sl.b1 = buffer(st, "exp_avg_sq", p).raw_data();
+        sl.b2 = o.amsgrad ? buffer(st, "max_exp_avg_sq", p).raw_data() : nullptr;
+      },
+      [&](DType dt, const std::vector<TensorSlot>& slots) {
+        k(dt, slots.data(), int64_t(slots.size()), s, found_inf, nullptr);
+      });
   return true;
 }
 

@@ -114,6 +114,33 @@ class Optimizer {
   /// Device counter of skipped steps of parameter i of a group (created, zeroed, when
   /// `create`), or nullptr when none exists.
   float* skip_counter(size_t group, size_t i, bool create);
+  /// The common part of step_group_multi: per dtype (float32, then float64), one slot per
+  /// parameter of idx with p, its contiguous gradient, n, the counted step and the skip
+  /// counter; fill(p, state, slot) adds the optimizer's buffers; then launch(dtype, slots).
+  template <class Fill, class Launch>
+  void launch_group_slots(size_t group, const std::vector<size_t>& idx, const std::vector<Tensor>& grads,
+                          const float* found_inf, Fill&& fill, Launch&& launch) {
+    std::vector<Tensor> keep;  // contiguous gradients, alive until the launches are queued
+    for (DType dt : {DType::float32, DType::float64}) {
+      std::vector<TensorSlot> slots;
+      for (size_t k = 0; k < idx.size(); ++k) {
+        Tensor& p = groups_[group][idx[k]];
+        if (p.dtype() != dt) continue;
+        ParamState& st = state_[group][idx[k]];
+        TensorSlot sl;
+        fill(p, st, sl);
+        ++st.step;
+        keep.push_back(grads[k].contiguous());
+        sl.p = p.raw_data();
+        sl.g = keep.back().raw_data();
+        sl.n = p.numel();
+        sl.step = st.step;
+        sl.skipped = skip_counter(group, idx[k], found_inf != nullptr);
+        slots.push_back(sl);
+      }
+      if (!slots.empty()) launch(dt, slots);
+    }
+  }
 
   /// Hyperparameters of a group by name (for state_dict) and their restore.
   virtual std::map<std::string, double> group_hparams(size_t group) const = 0;

@@ -58,29 +58,16 @@ bool SGD::step_group_multi(size_t group, const std::vector<size_t>& idx, const s
   const SGDOptions& o = opts_[group];
   const SgdScalars s{.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening, .weight_decay = o.weight_decay,
                      .nesterov = o.nesterov, .first = false};
-  std::vector<Tensor> keep;  // contiguous gradients, alive until the launch is queued
-  for (DType dt : {DType::float32, DType::float64}) {
-    std::vector<TensorSlot> slots;
-    for (size_t k2 = 0; k2 < idx.size(); ++k2) {
-      Tensor& p = groups_[group][idx[k2]];
-      if (p.dtype() != dt) continue;
-      ParamState& st = state_[group][idx[k2]];
-      bool first = false;
-      Tensor* buf = o.momentum != 0 ? &buffer(st, "momentum_buffer", p, &first) : nullptr;
-      ++st.step;
-      keep.push_back(grads[k2].contiguous());
-      TensorSlot sl;
-      sl.p = p.raw_data();
-      sl.g = keep.back().raw_data();
-      sl.b0 = buf ? buf->raw_data() : nullptr;
-      sl.n = p.numel();
-      sl.step = st.step;
-      sl.first = first ? 1 : 0;
-      sl.skipped = skip_counter(group, idx[k2], found_inf != nullptr);
-      slots.push_back(sl);
-    }
-    if (!slots.empty()) k(dt, slots.data(), int64_t(slots.size()), s, found_inf, nullptr);
-  }
+  launch_group_slots(
+      group, idx, grads, found_inf,
+      [&](const Tensor& p, ParamState& st, TensorSlot& sl) {
+        bool first = false;
+        if (o.momentum != 0) sl.b0 = buffer(st, "momentum_buffer", p, &first).raw_data();
+        sl.first = first ? 1 : 0;
+      },
+      [&](DType dt, const std::vector<TensorSlot>& slots) {
+        k(dt, slots.data(), int64_t(slots.size()), s, found_inf, nullptr);
+      });
   return true;
 }
 

@@ -61,6 +61,17 @@ __device__ __forceinline__ int64_t keys_seen(int64_t i, int64_t Tk, bool causal)
   return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
 }
 
+// log sum_j<n exp(row[j]) over one row, by the whole block (every thread gets it).
+template <class T>
+__device__ T row_logsumexp(const T* row, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmax(m, row[j]);
+  m = block_max(m);
+  T sum = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += math::fast_exp(row[j] - m);
+  return m + log(block_sum(sum));
+}
+
 // One block per row k = b * Tq + i of the scores s (B, Tq, Tk) (already scaled): masks the
 // keys row i does not see, turns the row into probabilities in place, saves lse.
 template <class T>
@@ -68,15 +79,9 @@ __global__ void attention_softmax_kernel(T* s, T* lse, int64_t rows, int64_t Tq,
   for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
     T* row = s + k * Tk;  // (Tk)
     const int64_t ni = keys_seen(k % Tq, Tk, causal);
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) m = fmax(m, row[j]);
-    m = block_max(m);
-    T sum = 0;
-    for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) sum += math::fast_exp(row[j] - m);
-    sum = block_sum(sum);
-    const T inv = T(1) / sum;
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - m) * inv : T(0);
-    if (threadIdx.x == 0) lse[k] = m + log(sum);
+    const T l = row_logsumexp(row, ni);
+    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - l) : T(0);
+    if (threadIdx.x == 0) lse[k] = l;
   }
 }
 
@@ -88,18 +93,7 @@ __global__ void attention_probs_kernel(T* s, const T* lse, int64_t rows, int64_t
   for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
     T* row = s + k * Tk;
     const int64_t ni = keys_seen(k % Tq, Tk, causal);
-    T l;
-    if (lse) {
-      l = lse[k];
-    } else {
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) m = fmax(m, row[j]);
-      m = block_max(m);
-      T sum = 0;
-      for (int64_t j = threadIdx.x; j < ni; j += blockDim.x) sum += math::fast_exp(row[j] - m);
-      sum = block_sum(sum);
-      l = m + log(sum);
-    }
+    const T l = lse ? lse[k] : row_logsumexp(row, ni);
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - l) : T(0);
   }
 }
