@@ -1,15 +1,18 @@
 // CPU kernels of the linalg op family and their registration in the dispatch table.
-// GEMM goes through Eigen: Eigen::Map over raw row-major buffers, transposes folded into
-// the Map's storage order; big tall products split into one block of rows per thread,
-// other big products on Eigen's own OpenMP threading.
+// float32 GEMM runs kiln's packed AVX-512 kernel (ops/cpu/sgemm.cpp) where the build has
+// it; float64, and float32 without AVX-512, go through Eigen: Eigen::Map over raw row-major
+// buffers, transposes folded into the Map's storage order; big tall products split into
+// one block of rows per thread, other big products on Eigen's own OpenMP threading.
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"  // same Eigen AVX-512 code at -O1
 #include <Eigen/Core>
 #include <algorithm>
+#include <type_traits>
 #include <omp.h>
 #include "core/parallel.h"
 #include "ops/cpu/linalg_kernels.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -71,6 +74,15 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T 
 template <class T>
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_packed_available()) {
+      // Products under ~2M multiply-adds (~20 us on one core) stay on the calling thread.
+      const bool small = double(M) * double(N) * double(K) < double(1 << 21);
+      sgemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                   omp_in_parallel() || small ? 1 : get_num_threads());
+      return;
+    }
+  }
   // Tall products (a training step's activations: M = batch x tokens rows, N and K the
   // layer widths) run as one block of rows of C per thread, each a serial Eigen GEMM: no
   // synchronisation inside the product, where Eigen's own threading waits for the other

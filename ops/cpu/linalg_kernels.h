@@ -25,9 +25,10 @@ using MatmulKernel = void(DType dtype, bool trans_a, bool trans_b, int64_t batch
 using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx,
                           const void* w, const void* bias, void* y);
 
-/// Single row-major GEMM through Eigen (instantiated for float and double):
-/// C (M, N) = alpha * op(A) @ op(B) + beta * C. Transposes are folded into Eigen::Map's
-/// storage order. Uses Eigen's OpenMP threads unless called inside a parallel region.
+/// Single row-major GEMM (instantiated for float and double):
+/// C (M, N) = alpha * op(A) @ op(B) + beta * C. float runs sgemm_packed (ops/cpu/sgemm.h)
+/// when the build has AVX-512, everything else Eigen, transposes folded into Eigen::Map's
+/// storage order. Multi-threaded unless called inside a parallel region.
 template <class T>
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
               const T* B, int64_t ldb, T beta, T* C, int64_t ldc);

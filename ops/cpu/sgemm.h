@@ -1,0 +1,21 @@
+// kiln's own float32 GEMM for x86 CPUs with AVX-512: the GotoBLAS / BLIS scheme in one
+// file (ops/cpu/sgemm.cpp). gemm_cpu<float> calls it when it is compiled in; everything
+// else (float64, CPUs without AVX-512) stays on Eigen. See docs/architecture.md.
+#pragma once
+#include <cstdint>
+
+namespace kiln {
+
+/// True when this build contains the packed AVX-512 kernel (compiled with -march=native
+/// on an AVX-512 CPU, or -mavx512f).
+bool sgemm_packed_available();
+
+/// Row-major C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, with the same
+/// conventions as gemm_cpu: op(A) = A (M, K) with row stride lda, or A stored (K, M) and
+/// read transposed when trans_a; the same for B. beta == 0 never reads C. Runs on
+/// `threads` OpenMP threads (1 inside a parallel region). Throws kiln::Error when the
+/// kernel is not compiled in.
+void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads);
+
+}  // namespace kiln
