@@ -49,6 +49,7 @@ constexpr int MR = 12;         // rows of the C tile held in registers
 constexpr int NR = 32;         // columns: two 16-float zmm vectors
 constexpr int64_t KC = 256;    // depth of one packed slice: a B panel is KC x NR x 4 B = 32 KiB (L1)
 constexpr int64_t MC = 192;    // rows of a packed A block: MC x KC x 4 B = 192 KiB (L2)
+constexpr int64_t kDirectBRows = 24;  // C at most two tiles tall reads a row-major B in place
 constexpr int64_t NC = 512;    // columns of a packed B block: KC x NC x 4 B = 512 KiB (L2)
 
 /// A 64-byte aligned float buffer that only grows (one per thread and role, kept between calls).
@@ -159,12 +160,16 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t nc, f
   }
 }
 
-/// C tile (mr x nr, row stride ldc) = alpha * Ap panel @ Bp panel + beta * C, for
+/// C tile (mr x nr, row stride ldc) = alpha * Ap panel @ B panel + beta * C, for
 /// mr <= ROWS <= MR (a panel's last rows run the 8- or 4-row variant instead of computing
-/// zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in registers.
+/// zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in registers. The B
+/// panel's rows are ldbp apart: NR when packed, or B's own row stride when it is read in
+/// place (masked loads keep the reads inside its nr columns).
 template <int ROWS>
-void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp, float* C, int64_t ldc,
-                  int mr, int nr, float alpha, float beta) {
+void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp, int64_t ldbp, float* C,
+                  int64_t ldc, int mr, int nr, float alpha, float beta) {
+  const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   __m512 c0[ROWS], c1[ROWS];
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
@@ -175,7 +180,7 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, Bp), b1 = _mm512_maskz_loadu_ps(m1, Bp + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < ROWS; ++i) {
       const __m512 a = _mm512_set1_ps(Ap[i]);
@@ -183,10 +188,8 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
       c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
     }
     Ap += MR;
-    Bp += NR;
+    Bp += ldbp;
   }
-  const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
@@ -202,17 +205,19 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
   }
 }
 
-/// C block (mc x nc) from packed Ap (mc rows) and Bp (nc columns), depth kc.
-void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
-                  float alpha, float beta) {
+/// C block (mc x nc) from packed Ap (mc rows) and B (nc columns), depth kc: B packed in
+/// NR-column panels (ldb == 0), or read in place, row-major with row stride ldb.
+void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const float* B, int64_t ldb, float* C,
+                  int64_t ldc, float alpha, float beta) {
   auto tile = [&](int64_t i0, int64_t j0) {
     const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
     const float* a = Ap + i0 * kc;
-    const float* b = Bp + j0 * kc;
+    const float* b = ldb ? B + j0 : B + j0 * kc;
+    const int64_t ldbp = ldb ? ldb : NR;
     float* c = C + i0 * ldc + j0;
-    if (mr > 8) micro_kernel<MR>(kc, a, b, c, ldc, mr, nr, alpha, beta);
-    else if (mr > 4) micro_kernel<8>(kc, a, b, c, ldc, mr, nr, alpha, beta);
-    else micro_kernel<4>(kc, a, b, c, ldc, mr, nr, alpha, beta);
+    if (mr > 8) micro_kernel<MR>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta);
+    else if (mr > 4) micro_kernel<8>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta);
+    else micro_kernel<4>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta);
   };
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 ...
     for (int64_t i0 = 0; i0 < mc; i0 += MR) tile(i0, j0);  // ... while the A panels pass
@@ -226,18 +231,22 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
   // one pass over the C tiles, a short one would pay it for little work).
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
-  float* Bp = tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kcmax);
+  // A short C (a convolution's 16 or 32 output channels) uses each B panel for a tile or
+  // two: packing would copy B for less than it saves, so a row-major B is read in place.
+  const bool direct_b = !trans_b && M <= kDirectBRows;
+  float* Bp = direct_b ? nullptr : tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kcmax);
   float* Ap = tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kcmax);
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcmax) {
       const int64_t kc = std::min(kcmax, K - pc);
-      pack_b(trans_b, trans_b ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, kc, nc, Bp);
+      const float* Bc = trans_b ? B + jc * ldb + pc : B + pc * ldb + jc;
+      if (!direct_b) pack_b(trans_b, Bc, ldb, kc, nc, Bp);
       const float b = pc == 0 ? beta : 1.f;  // later slices add to what the first wrote
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
-        macro_kernel(mc, nc, kc, Ap, Bp, C + ic * ldc + jc, ldc, alpha, b);
+        macro_kernel(mc, nc, kc, Ap, direct_b ? Bc : Bp, direct_b ? ldb : 0, C + ic * ldc + jc, ldc, alpha, b);
       }
     }
   }

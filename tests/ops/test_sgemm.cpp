@@ -74,6 +74,7 @@ std::vector<Case> cases() {
       out.push_back({bool(ta), bool(tb), 37, 530, 47, -0.5f, 1.f, 2});
       out.push_back({bool(ta), bool(tb), 64, 96, 300, 2.f, 0.5f, 1});
       out.push_back({bool(ta), bool(tb), 390, 33, 17, 1.f, 0.f, 2});
+      out.push_back({bool(ta), bool(tb), 20, 700, 300, 1.f, 0.5f, 2});  // short C: B read in place
     }
   return out;
 }
