@@ -2,7 +2,6 @@
 #include "nn/attention.h"
 #include <sstream>
 #include "ops/nn_functional.h"
-#include "ops/shape_ops.h"
 
 namespace kiln::nn {
 
@@ -21,11 +20,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   KILN_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention(embed_dim=", embed_dim,
              ", num_heads=", num_heads, "): expected input of shape (B, T, ", embed_dim, "), got ",
              x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  const int64_t B = x.size(0), T = x.size(1), C = embed_dim, H = num_heads, hd = C / H;
-  std::vector<Tensor> parts = split(qkv(x), C, 2);  // 3 x (B, T, C)
-  auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, hd}).transpose(1, 2); };  // (B, H, T, hd)
-  Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), options.causal);
-  y = y.transpose(1, 2).reshape({B, T, C});  // (B, T, C)
+  // qkv(x) is (B, T, 3C): the heads of q, k and v side by side; y (B, T, C) the heads' outputs.
+  Tensor y = scaled_dot_product_attention_packed(qkv(x), num_heads, options.causal);
   return dropout(proj(y), options.dropout, is_training());
 }
 

@@ -9,6 +9,7 @@
 #include "ops/cpu/nn_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
+#include "ops/shape_ops.h"
 
 namespace kiln {
 
@@ -157,6 +158,56 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         ->backward(dt, qd.raw_data(), kd.raw_data(), vd.raw_data(), od.raw_data(), lse.raw_data(), gc.raw_data(),
                    p(dq), p(dk), p(dv), B, Tq, Tk, E, Ev, scale, causal);
     return {cast_back(dq, xdt), cast_back(dk, xdt), cast_back(dv, xdt)};
+  });
+}
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads, bool causal) {
+  if (auto r = autocast_op(
+          AutocastTo::low,
+          [&](const Tensor& c) { return scaled_dot_product_attention_packed(c, num_heads, causal); }, qkv))
+    return *r;  // autocast: the op ran on the cast input
+  const char* op = "scaled_dot_product_attention_packed";
+  KILN_CHECK(qkv.defined(), op, ": qkv is undefined");
+  check_floating(op, qkv, "qkv");
+  KILN_CHECK(num_heads > 0, op, ": num_heads must be positive, got ", num_heads);
+  KILN_CHECK(qkv.dim() == 3 && qkv.size(2) > 0 && qkv.size(2) % (3 * num_heads) == 0, op,
+             ": expected qkv of shape (B, T, 3 * C) with C divisible by num_heads = ", num_heads, ", got ",
+             shape_str(qkv.shape()));
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, H = num_heads, d = C / H;
+  const AttentionKernels* ker = kernel<AttentionKernels>(Op::scaled_dot_product_attention, qkv.device());
+  if (!ker->forward_strided || B * T == 0) {  // no strided kernels here: split, move heads, attend, merge
+    std::vector<Tensor> parts = split(qkv, C, 2);
+    auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, d}).transpose(1, 2); };  // (B, H, T, d)
+    Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), causal);
+    return y.transpose(1, 2).reshape({B, T, C});
+  }
+  // Batch entry b = (sample, head) reads its rows in place: q of head h at columns
+  // [h d, (h + 1) d) of qkv, k C columns later, v 2C later; the output goes straight to
+  // (B, T, C) with the heads side by side, and the backward writes d(qkv) the same way.
+  const AttnLayout lin{H, T * 3 * C, d, 3 * C}, lout{H, T * C, d, C};
+  const double scale = 1.0 / std::sqrt(double(d));
+  const DType dt = compute_dtype(qkv), xdt = qkv.dtype();
+  const int64_t third = C * int64_t(dtype_size(dt));  // bytes from q to k, k to v
+  auto part = [third](const Tensor& t, int i) { return static_cast<char*>(t.raw_data()) + i * third; };
+  Tensor xc, outc, lse, out;
+  {
+    NoGradGuard ng;
+    xc = as_compute(qkv, dt);
+    outc = Tensor::empty({B, T, C}, dt, qkv.device());
+    lse = Tensor::empty({B * H, T}, dt, qkv.device());
+    ker->forward_strided(dt, part(xc, 0), lin, part(xc, 1), lin, part(xc, 2), lin, outc.raw_data(), lout,
+                         lse.raw_data(), B * H, T, T, d, d, scale, causal);
+    out = cast_back(outc, xdt);
+  }
+  if (!any_requires_grad({qkv})) return out;
+  Tensor xd = xc.detach(), od = outc.detach();
+  return record(out, op, {qkv}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    Tensor gc = as_compute(g, dt);
+    Tensor dx = Tensor::empty({B, T, 3 * C}, dt, gc.device());  // every element is written
+    ker->backward_strided(dt, part(xd, 0), lin, part(xd, 1), lin, part(xd, 2), lin, od.raw_data(), lout,
+                          lse.raw_data(), gc.raw_data(), lout, part(dx, 0), lin, part(dx, 1), lin, part(dx, 2), lin,
+                          B * H, T, T, d, d, scale, causal);
+    return {cast_back(dx, xdt)};
   });
 }
 

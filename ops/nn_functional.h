@@ -15,4 +15,13 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
 /// softmax(q k^T / sqrt(d) [+ causal mask]) v for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false);
 
+/// Multi-head self-attention over a packed projection, what nn::MultiheadAttention runs:
+/// qkv (B, T, 3C) holds q, k and v side by side on the last dim, each C = num_heads x d
+/// with head h in columns [h d, (h + 1) d). Returns (B, T, C), the heads' outputs side by
+/// side. The same values as splitting qkv, moving the heads to (B, H, T, d), calling
+/// scaled_dot_product_attention and merging back; on the CPU one kernel reads the heads in
+/// place and writes d(qkv) directly (no split, no transposed copies, no zero-filled slice
+/// gradients); on other devices it runs that composition.
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads, bool causal = false);
+
 }  // namespace kiln

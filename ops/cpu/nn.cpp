@@ -1,6 +1,6 @@
 // CPU kernels of the nn op family (dropout, embedding, fused scaled dot-product attention
 // forward/backward) and their registration in the dispatch table. Attention works on
-// blocks of rows (flash-attention style, small Eigen GEMMs), never a T x T matrix.
+// blocks of rows (flash-attention style, small GEMMs), never a T x T matrix.
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"  // same Eigen AVX-512 code at -O1
@@ -11,6 +11,7 @@
 #include <vector>
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "ops/cpu/linalg_kernels.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/nn_math.h"
@@ -104,17 +105,15 @@ void embedding_backward(DType dt, const int64_t* idx, const void* g, void* dw, i
 //
 // Flash-attention style on the CPU: work units are blocks of kRows query rows (forward,
 // dq) or key rows (dk, dv) of one batch entry; each unit holds at most kRows x T scores
-// (never a T x T matrix) and turns its products into small Eigen GEMMs. Units are fixed
-// by the shapes, so results do not depend on the thread count.
+// (never a T x T matrix) and turns its products into small GEMMs (gemm_cpu, serial inside
+// the unit's thread). Units are fixed by the shapes, so results do not depend on the
+// thread count. Operands are addressed through AttnLayout, so the heads of a packed qkv
+// tensor are read in place and the gradients written in place.
 
 constexpr int64_t kRows = 32;
 
 template <class T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using CMap = Eigen::Map<const RowMat<T>>;
-template <class T>
-using MMap = Eigen::Map<RowMat<T>>;
 
 // Row prefix to run exp over: the seen length ni rounded up to whole 16-lane packets
 // (within the n computed columns), so Eigen's vectorised exp has no scalar tail.
@@ -123,9 +122,16 @@ inline int64_t exp_width(int64_t ni, int64_t n) { return std::min(n, (ni + 15) /
 // Number of keys query row i sees: j <= i when causal (top-left aligned, like PyTorch).
 inline int64_t keys_seen(int64_t i, int64_t Tk, bool causal) { return causal ? std::min(i + 1, Tk) : Tk; }
 
+/// Row t of batch entry b of an operand.
 template <class T>
-void attention_forward_t(const T* q, const T* k, const T* v, T* out, T* lse, int64_t B, int64_t Tq, int64_t Tk,
-                         int64_t E, int64_t Ev, T scale, bool causal) {
+inline T* row_of(T* base, const AttnLayout& l, int64_t b, int64_t t) {
+  return base + l.offset(b) + t * l.st;
+}
+
+template <class T>
+void attention_forward_t(const T* q, AttnLayout lq, const T* k, AttnLayout lk, const T* v, AttnLayout lv, T* out,
+                         AttnLayout lo, T* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, T scale,
+                         bool causal) {
   const int64_t nblk = (Tq + kRows - 1) / kRows;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(kRows * Tk * (E + Ev), 1));
   parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
@@ -133,10 +139,10 @@ void attention_forward_t(const T* q, const T* k, const T* v, T* out, T* lse, int
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
       const int64_t n = keys_seen(i0 + r - 1, Tk, causal);  // keys any row of the block sees
-      CMap<T> Q(q + (b * Tq + i0) * E, r, E), K(k + b * Tk * E, n, E), V(v + b * Tk * Ev, n, Ev);
-      MMap<T> O(out + (b * Tq + i0) * Ev, r, Ev);
+      // S (r, n) = Q_block K^T
+      gemm_cpu<T>(false, true, r, n, E, T(1), row_of(q, lq, b, i0), lq.st, row_of(k, lk, b, 0), lk.st, T(0),
+                  S.data(), Tk);
       auto Sb = S.topLeftCorner(r, n);
-      Sb.noalias() = Q * K.transpose();
       for (int64_t rr = 0; rr < r; ++rr) {
         const int64_t ni = keys_seen(i0 + rr, Tk, causal);
         auto row = Sb.row(rr);
@@ -149,20 +155,24 @@ void attention_forward_t(const T* q, const T* k, const T* v, T* out, T* lse, int
         row.head(ni) *= T(1) / sum;  // probabilities
         lse[b * Tq + i0 + rr] = m + std::log(sum);
       }
-      O.noalias() = Sb * V;
+      // O_block (r, Ev) = P V
+      gemm_cpu<T>(false, false, r, Ev, n, T(1), S.data(), Tk, row_of(v, lv, b, 0), lv.st, T(0),
+                  row_of(out, lo, b, i0), lo.st);
     }
   });
 }
 
 template <class T>
-void attention_backward_t(const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout, T* dq,
-                          T* dk, T* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, T scale,
-                          bool causal) {
+void attention_backward_t(const T* q, AttnLayout lq, const T* k, AttnLayout lk, const T* v, AttnLayout lv,
+                          const T* out, AttnLayout lo, const T* lse, const T* dout, AttnLayout lg, T* dq,
+                          AttnLayout ldq, T* dk, AttnLayout ldk, T* dv, AttnLayout ldv, int64_t B, int64_t Tq,
+                          int64_t Tk, int64_t E, int64_t Ev, T scale, bool causal) {
   // Dsum_i = dout_i . out_i (the softmax backward's row term)
   std::vector<T> dsum(size_t(B * Tq));
   parallel_for(0, B * Tq, std::max<int64_t>(1, 16384 / std::max<int64_t>(Ev, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> o(out + r * Ev, Ev), g(dout + r * Ev, Ev);
+      const int64_t b = r / Tq, t = r % Tq;
+      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> o(row_of(out, lo, b, t), Ev), g(row_of(dout, lg, b, t), Ev);
       dsum[size_t(r)] = o.dot(g);
     }
   });
@@ -177,12 +187,12 @@ void attention_backward_t(const T* q, const T* k, const T* v, const T* out, cons
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
         const int64_t n = keys_seen(i0 + r - 1, Tk, causal);
-        CMap<T> Q(q + (b * Tq + i0) * E, r, E), G(dout + (b * Tq + i0) * Ev, r, Ev);
-        CMap<T> K(k + b * Tk * E, n, E), V(v + b * Tk * Ev, n, Ev);
+        const T* K = row_of(k, lk, b, 0);
+        gemm_cpu<T>(false, true, r, n, E, T(1), row_of(q, lq, b, i0), lq.st, K, lk.st, T(0), P.data(), Tk);
+        gemm_cpu<T>(false, true, r, n, Ev, T(1), row_of(dout, lg, b, i0), lg.st, row_of(v, lv, b, 0), lv.st, T(0),
+                    dP.data(), Tk);
         auto Pb = P.topLeftCorner(r, n);
         auto dPb = dP.topLeftCorner(r, n);
-        Pb.noalias() = Q * K.transpose();
-        dPb.noalias() = G * V.transpose();
         for (int64_t rr = 0; rr < r; ++rr) {
           const int64_t i = b * Tq + i0 + rr, ni = keys_seen(i0 + rr, Tk, causal);
           const int64_t w = exp_width(ni, n);
@@ -191,9 +201,8 @@ void attention_backward_t(const T* q, const T* k, const T* v, const T* out, cons
           dPb.row(rr).tail(n - ni).setZero();
           dPb.row(rr).head(ni).array() = p.head(ni) * (dPb.row(rr).head(ni).array() - dsum[size_t(i)]);
         }
-        MMap<T> dQ(dq + (b * Tq + i0) * E, r, E);
-        dQ.noalias() = dPb * K;
-        dQ *= scale;
+        // dQ_block (r, E) = scale dS K
+        gemm_cpu<T>(false, false, r, E, n, scale, dP.data(), Tk, K, lk.st, T(0), row_of(dq, ldq, b, i0), ldq.st);
       }
     });
   }
@@ -205,17 +214,17 @@ void attention_backward_t(const T* q, const T* k, const T* v, const T* out, cons
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / nblk, j0 = (u % nblk) * kRows, r = std::min(kRows, Tk - j0);
         const int64_t i0 = causal ? std::min(j0, Tq) : 0, m = Tq - i0;
-        MMap<T> dK(dk ? dk + (b * Tk + j0) * E : nullptr, dk ? r : 0, E);
-        MMap<T> dV(dv ? dv + (b * Tk + j0) * Ev : nullptr, dv ? r : 0, Ev);
-        if (m == 0) {
-          dK.setZero();
-          dV.setZero();
+        if (m == 0) {  // no query sees these keys
+          for (int64_t rr = 0; rr < r; ++rr) {
+            if (dk) std::fill_n(row_of(dk, ldk, b, j0 + rr), E, T(0));
+            if (dv) std::fill_n(row_of(dv, ldv, b, j0 + rr), Ev, T(0));
+          }
           continue;
         }
-        CMap<T> K(k + (b * Tk + j0) * E, r, E), V(v + (b * Tk + j0) * Ev, r, Ev);
-        CMap<T> Q(q + (b * Tq + i0) * E, m, E), G(dout + (b * Tq + i0) * Ev, m, Ev);
+        const T* Q = row_of(q, lq, b, i0);
+        const T* G = row_of(dout, lg, b, i0);
+        gemm_cpu<T>(false, true, r, m, E, T(1), row_of(k, lk, b, j0), lk.st, Q, lq.st, T(0), P.data(), Tq);
         auto Pb = P.topLeftCorner(r, m);
-        Pb.noalias() = K * Q.transpose();
         Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> L(lse + b * Tq + i0, m);
         for (int64_t rr = 0; rr < r; ++rr) {
           // key j = j0 + rr is seen by query rows i >= j: the first (j - i0) columns are masked
@@ -224,42 +233,63 @@ void attention_backward_t(const T* q, const T* k, const T* v, const T* out, cons
           auto p = Pb.row(rr).tail(m - skip).array();
           p = (p * scale - L.tail(m - skip)).exp();
         }
-        if (dv) dV.noalias() = Pb * G;
+        if (dv)  // dV_block (r, Ev) = P^T dout
+          gemm_cpu<T>(false, false, r, Ev, m, T(1), P.data(), Tq, G, lg.st, T(0), row_of(dv, ldv, b, j0), ldv.st);
         if (dk) {
+          gemm_cpu<T>(false, true, r, m, Ev, T(1), row_of(v, lv, b, j0), lv.st, G, lg.st, T(0), dP.data(), Tq);
           auto dPb = dP.topLeftCorner(r, m);
-          dPb.noalias() = V * G.transpose();
           Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> D(dsum.data() + b * Tq + i0, m);
           for (int64_t rr = 0; rr < r; ++rr) dPb.row(rr).array() = Pb.row(rr).array() * (dPb.row(rr).array() - D);
-          dK.noalias() = dPb * Q;
-          dK *= scale;
+          // dK_block (r, E) = scale dS^T Q
+          gemm_cpu<T>(false, false, r, E, m, scale, dP.data(), Tq, Q, lq.st, T(0), row_of(dk, ldk, b, j0), ldk.st);
         }
       }
     });
   }
 }
 
+void attention_forward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
+                               AttnLayout lv, void* out, AttnLayout lo, void* lse, int64_t B, int64_t Tq,
+                               int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
+  KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention", [&]<class T>() {
+    attention_forward_t<T>(static_cast<const T*>(q), lq, static_cast<const T*>(k), lk, static_cast<const T*>(v), lv,
+                           static_cast<T*>(out), lo, static_cast<T*>(lse), B, Tq, Tk, E, Ev, T(scale), causal);
+  });
+}
+
+void attention_backward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
+                                AttnLayout lv, const void* out, AttnLayout lo, const void* lse, const void* dout,
+                                AttnLayout lg, void* dq, AttnLayout ldq, void* dk, AttnLayout ldk, void* dv,
+                                AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,
+                                double scale, bool causal) {
+  KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
+    attention_backward_t<T>(static_cast<const T*>(q), lq, static_cast<const T*>(k), lk, static_cast<const T*>(v), lv,
+                            static_cast<const T*>(out), lo, static_cast<const T*>(lse), static_cast<const T*>(dout),
+                            lg, static_cast<T*>(dq), ldq, static_cast<T*>(dk), ldk, static_cast<T*>(dv), ldv, B, Tq,
+                            Tk, E, Ev, T(scale), causal);
+  });
+}
+
 void attention_forward(DType dt, const void* q, const void* k, const void* v, void* out, void* lse, int64_t B,
                        int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
-  KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention", [&]<class T>() {
-    attention_forward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-                           static_cast<T*>(out), static_cast<T*>(lse), B, Tq, Tk, E, Ev, T(scale), causal);
-  });
+  const AttnLayout lq = AttnLayout::contiguous(Tq, E), lk = AttnLayout::contiguous(Tk, E),
+                   lv = AttnLayout::contiguous(Tk, Ev), lo = AttnLayout::contiguous(Tq, Ev);
+  attention_forward_strided(dt, q, lq, k, lk, v, lv, out, lo, lse, B, Tq, Tk, E, Ev, scale, causal);
 }
 
 void attention_backward(DType dt, const void* q, const void* k, const void* v, const void* out, const void* lse,
                         const void* dout, void* dq, void* dk, void* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E,
                         int64_t Ev, double scale, bool causal) {
-  KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
-    attention_backward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-                            static_cast<const T*>(out), static_cast<const T*>(lse), static_cast<const T*>(dout),
-                            static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), B, Tq, Tk, E, Ev,
-                            T(scale), causal);
-  });
+  const AttnLayout lq = AttnLayout::contiguous(Tq, E), lk = AttnLayout::contiguous(Tk, E),
+                   lv = AttnLayout::contiguous(Tk, Ev), lo = AttnLayout::contiguous(Tq, Ev);
+  attention_backward_strided(dt, q, lq, k, lk, v, lv, out, lo, lse, dout, lo, dq, lq, dk, lk, dv, lv, B, Tq, Tk, E,
+                             Ev, scale, causal);
 }
 
 const DropoutKernels kDropoutCpu{&dropout_apply};
 const EmbeddingKernels kEmbeddingCpu{&embedding_forward, &embedding_backward};
-const AttentionKernels kAttentionCpu{&attention_forward, &attention_backward};
+const AttentionKernels kAttentionCpu{&attention_forward, &attention_backward, &attention_forward_strided,
+                                     &attention_backward_strided};
 
 }  // namespace
 

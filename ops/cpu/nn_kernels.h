@@ -1,7 +1,8 @@
 // Kernel types of the nn family (dropout, embedding, scaled dot-product attention). One
 // table entry per op holds a struct of kernel pointers, registered per device type:
 //   kernel<AttentionKernels>(Op::scaled_dot_product_attention, q.device())->forward(...)
-// Buffers are contiguous; `dt` is the compute dtype (float32 or float64 on the CPU).
+// Buffers are contiguous unless a kernel takes layouts; `dt` is the compute dtype
+// (float32 or float64 on the CPU).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,17 @@ struct EmbeddingKernels {
                    void* dweight /* (V, D) */, int64_t n, int64_t D, int64_t padding_idx);
 };
 
+/// Where the rows of one attention operand live: row t of batch entry b = bb * H + h
+/// starts at element bb * sb + h * sh + t * st, and the row itself is contiguous. A
+/// contiguous (B, T, E) tensor is contiguous(T, E); the query third of a packed (B', T, 3C)
+/// qkv tensor with H heads of width d = C / H is {H, T * 3C, d, 3C} (keys: the same
+/// layout starting C elements later, values 2C later).
+struct AttnLayout {
+  int64_t H = 1, sb = 0, sh = 0, st = 0;
+  int64_t offset(int64_t b) const { return (b / H) * sb + (b % H) * sh; }
+  static AttnLayout contiguous(int64_t T, int64_t E) { return {1, T * E, 0, E}; }
+};
+
 struct AttentionKernels {
   /// For every batch b and query row i: s_j = scale q_i . k_j (j <= i when causal),
   /// p = softmax(s), out_i = sum_j p_j v_j; saves lse_i = log sum_j exp(s_j).
@@ -40,6 +52,16 @@ struct AttentionKernels {
                    const void* dout /* (B, Tq, Ev) */, void* dq /* (B, Tq, E) */, void* dk /* (B, Tk, E) */,
                    void* dv /* (B, Tk, Ev) */, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,
                    double scale, bool causal);
+  /// The same over operands with their own layouts (lse stays contiguous (B, Tq)); null on
+  /// devices without them, where callers make the operands contiguous instead.
+  void (*forward_strided)(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
+                          AttnLayout lv, void* out, AttnLayout lout, void* lse, int64_t B, int64_t Tq, int64_t Tk,
+                          int64_t E, int64_t Ev, double scale, bool causal) = nullptr;
+  void (*backward_strided)(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
+                           AttnLayout lv, const void* out, AttnLayout lout, const void* lse, const void* dout,
+                           AttnLayout ldout, void* dq, AttnLayout ldq, void* dk, AttnLayout ldk, void* dv,
+                           AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale,
+                           bool causal) = nullptr;
 };
 
 }  // namespace kiln

@@ -276,7 +276,7 @@ void attention_backward(DType dt, const void* q, const void* k, const void* v, c
 
 const DropoutKernels kDropoutCuda{&dropout_apply};
 const EmbeddingKernels kEmbeddingCuda{&embedding_forward, &embedding_backward};
-const AttentionKernels kAttentionCuda{&attention_forward, &attention_backward};
+const AttentionKernels kAttentionCuda{&attention_forward, &attention_backward, nullptr, nullptr};  // no strided kernels yet
 
 }  // namespace
 

@@ -1,11 +1,13 @@
 // nn functions: dropout (Philox mask: repeatable, keep rate, exact scaling, backward),
 // embedding (values, scatter-add backward, padding_idx, index errors) and fused scaled
-// dot-product attention (values vs composed ops, causal, Tq != Tk, gradchecks, errors).
+// dot-product attention (values vs composed ops, causal, Tq != Tk, gradchecks, errors),
+// also over a packed qkv tensor (scaled_dot_product_attention_packed).
 #include <doctest/doctest.h>
 #include <cmath>
 #include <limits>
 #include "gradcheck.h"
 #include "ops/nn_math.h"
+#include "ops/shape_ops.h"
 
 using namespace kiln;
 using kiln::test::allclose;
@@ -256,6 +258,73 @@ TEST_CASE("scaled_dot_product_attention: 16-bit and errors") {
   CHECK_THROWS_AS(scaled_dot_product_attention(q, k.to(DType::float64), v), kiln::Error);
   CHECK_THROWS_AS(scaled_dot_product_attention(q, randn({2, 0, 8}), randn({2, 0, 8})), kiln::Error);
   CHECK_THROWS_AS(scaled_dot_product_attention(q.to(DType::int64), k, v), kiln::Error);
+}
+
+namespace {
+/// scaled_dot_product_attention_packed as the composition it replaces.
+Tensor packed_ref(const Tensor& qkv, int64_t H, bool causal) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, d = C / H;
+  std::vector<Tensor> parts = split(qkv, C, 2);
+  auto heads = [&](const Tensor& t) { return t.reshape({B, T, H, d}).transpose(1, 2); };
+  Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), causal);
+  return y.transpose(1, 2).reshape({B, T, C});
+}
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention_packed: matches split + heads + attention + merge") {
+  manual_seed(24);
+  struct Case { int64_t B, T, H, d; };
+  // T around the kernel's 32-row blocks; one head and several; float64 and float32.
+  for (Case c : {Case{2, 5, 1, 4}, Case{1, 37, 3, 4}, Case{2, 70, 2, 8}, Case{1, 1, 2, 3}}) {
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      CAPTURE(c.T);
+      CAPTURE(c.H);
+      Tensor x = randn({c.B, c.T, 3 * c.H * c.d}, f64);
+      Tensor xa = x.clone().requires_grad_(), xb = x.clone().requires_grad_();
+      Tensor y = scaled_dot_product_attention_packed(xa, c.H, causal), ref = packed_ref(xb, c.H, causal);
+      CHECK(y.shape() == Shape{c.B, c.T, c.H * c.d});
+      CHECK(max_abs_diff(y, ref) < 1e-12);
+      Tensor g = randn(y.shape(), f64);
+      y.backward(g);
+      ref.backward(g);
+      CHECK(max_abs_diff(xa.grad(), xb.grad()) < 1e-10);
+      Tensor x32 = x.to(DType::float32).requires_grad_();
+      Tensor y32 = scaled_dot_product_attention_packed(x32, c.H, causal);
+      y32.backward(g.to(DType::float32));
+      CHECK(y32.dtype() == DType::float32);
+      CHECK(max_abs_diff(y32, y) < 1e-5);
+      CHECK(max_abs_diff(x32.grad(), xa.grad()) < 1e-4);
+    }
+  }
+  // A strided input (a transposed view) is read correctly.
+  Tensor xt = randn({6, 3, 2}, f64);  // viewed as (2, 3, 6)
+  CHECK(max_abs_diff(scaled_dot_product_attention_packed(xt.permute({2, 1, 0}), 2, true),
+                     packed_ref(xt.permute({2, 1, 0}).contiguous(), 2, true)) < 1e-12);
+}
+
+TEST_CASE("scaled_dot_product_attention_packed: gradcheck, 16-bit and errors") {
+  manual_seed(25);
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    CHECK(gradcheck([=](auto& in) { return scaled_dot_product_attention_packed(in[0], 2, causal); },
+                    {randn({2, 4, 12}, f64)}));
+    CHECK(gradcheck([=](auto& in) { return scaled_dot_product_attention_packed(in[0], 1, causal); },
+                    {randn({1, 3, 6}, f64)}));
+  }
+  Tensor x = randn({2, 4, 24});
+  Tensor yb = scaled_dot_product_attention_packed(x.to(DType::bfloat16), 2, true);
+  CHECK(yb.dtype() == DType::bfloat16);
+  CHECK(max_abs_diff(yb, scaled_dot_product_attention_packed(x, 2, true)) < 0.1);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_packed(randn({2, 4, 20}), 2),
+                       doctest::Contains("[2, 4, 20]"), kiln::Error);  // 20 is not 3 x (2 heads x d)
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_packed(randn({4, 24}), 2), doctest::Contains("(B, T, 3 * C)"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention_packed(x, 0), doctest::Contains("num_heads"), kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention_packed(x.to(DType::int64), 2), kiln::Error);
+  CHECK_THROWS_AS(scaled_dot_product_attention_packed(Tensor(), 2), kiln::Error);
+  // empty batch or sequence: an empty result, no kernel call
+  CHECK(scaled_dot_product_attention_packed(randn({0, 4, 24}), 2).shape() == Shape{0, 4, 8});
 }
 
 TEST_CASE("nn functions: larger inputs, thread count does not change results") {
