@@ -69,6 +69,13 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T 
   else run(ColMap(A, M, K, Stride(lda)), ColMap(B, K, N, Stride(ldb)));
 }
 
+/// Threads for sgemm_packed: one inside a parallel region or for products under ~2M
+/// multiply-adds (~20 us on one core, less than a fork/join would save), else all.
+int sgemm_threads(int64_t M, int64_t N, int64_t K) {
+  const bool small = double(M) * double(N) * double(K) < double(1 << 21);
+  return omp_in_parallel() || small ? 1 : get_num_threads();
+}
+
 }  // namespace
 
 template <class T>
@@ -76,10 +83,7 @@ void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alp
               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
     if (sgemm_packed_available()) {
-      // Products under ~2M multiply-adds (~20 us on one core) stay on the calling thread.
-      const bool small = double(M) * double(N) * double(K) < double(1 << 21);
-      sgemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                   omp_in_parallel() || small ? 1 : get_num_threads());
+      sgemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sgemm_threads(M, N, K));
       return;
     }
   }
@@ -142,6 +146,13 @@ void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int
                 const void* bias, void* y) {
   KILN_DISPATCH_FLOATING(dtype, "linear", [&]<class T>() {
     T* yp = static_cast<T*>(y);  // (M, O)
+    if constexpr (std::is_same_v<T, float>) {
+      if (sgemm_packed_available()) {  // the bias is added as each tile of y is stored
+        sgemm_packed(false, true, M, O, I, 1.f, static_cast<const float*>(x), ldx, static_cast<const float*>(w), I,
+                     0.f, yp, O, sgemm_threads(M, O, I), static_cast<const float*>(bias));
+        return;
+      }
+    }
     T beta = T(0);
     if (bias) {
       const T* bp = static_cast<const T*>(bias);  // (O)

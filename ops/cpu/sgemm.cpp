@@ -164,10 +164,11 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t nc, f
 /// mr <= ROWS <= MR (a panel's last rows run the 8- or 4-row variant instead of computing
 /// zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in registers. The B
 /// panel's rows are ldbp apart: NR when packed, or B's own row stride when it is read in
-/// place (masked loads keep the reads inside its nr columns).
+/// place (masked loads keep the reads inside its nr columns). A non-null bias (nr values)
+/// is added to every row: the linear layer's bias without a separate pass over C.
 template <int ROWS>
 void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp, int64_t ldbp, float* C,
-                  int64_t ldc, int mr, int nr, float alpha, float beta) {
+                  int64_t ldc, int mr, int nr, float alpha, float beta, const float* bias) {
   const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   __m512 c0[ROWS], c1[ROWS];
@@ -191,11 +192,13 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
     Bp += ldbp;
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
     if (i >= mr) break;
     float* c = C + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, c0[i]), r1 = _mm512_mul_ps(va, c1[i]);
+    __m512 r0 = _mm512_fmadd_ps(va, c0[i], bias0), r1 = _mm512_fmadd_ps(va, c1[i], bias1);
     if (beta != 0.f) {
       r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
       r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
@@ -208,16 +211,16 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
 /// C block (mc x nc) from packed Ap (mc rows) and B (nc columns), depth kc: B packed in
 /// NR-column panels (ldb == 0), or read in place, row-major with row stride ldb.
 void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const float* B, int64_t ldb, float* C,
-                  int64_t ldc, float alpha, float beta) {
+                  int64_t ldc, float alpha, float beta, const float* bias) {
   auto tile = [&](int64_t i0, int64_t j0) {
     const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
     const float* a = Ap + i0 * kc;
     const float* b = ldb ? B + j0 : B + j0 * kc;
     const int64_t ldbp = ldb ? ldb : NR;
     float* c = C + i0 * ldc + j0;
-    if (mr > 8) micro_kernel<MR>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta);
-    else if (mr > 4) micro_kernel<8>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta);
-    else micro_kernel<4>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta);
+    if (mr > 8) micro_kernel<MR>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta, bias ? bias + j0 : nullptr);
+    else if (mr > 4) micro_kernel<8>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta, bias ? bias + j0 : nullptr);
+    else micro_kernel<4>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta, bias ? bias + j0 : nullptr);
   };
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 ...
     for (int64_t i0 = 0; i0 < mc; i0 += MR) tile(i0, j0);  // ... while the A panels pass
@@ -227,7 +230,7 @@ thread_local Buffer tls_a, tls_b;
 
 /// The whole loop nest on the calling thread, with its own packing buffers.
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
   // one pass over the C tiles, a short one would pay it for little work).
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
@@ -246,7 +249,8 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
-        macro_kernel(mc, nc, kc, Ap, direct_b ? Bc : Bp, direct_b ? ldb : 0, C + ic * ldc + jc, ldc, alpha, b);
+        macro_kernel(mc, nc, kc, Ap, direct_b ? Bc : Bp, direct_b ? ldb : 0, C + ic * ldc + jc, ldc, alpha, b,
+                     pc == 0 && bias ? bias + jc : nullptr);
       }
     }
   }
@@ -255,11 +259,13 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 }  // namespace
 
 void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads) {
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
+                  const float* bias) {
   if (M <= 0 || N <= 0) return;
-  if (K <= 0 || alpha == 0.f) {  // C = beta * C (beta == 0 writes zeros, never reads C)
+  if (K <= 0 || alpha == 0.f) {  // C = beta * C + bias (beta == 0 never reads C)
     for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+      for (int64_t j = 0; j < N; ++j)
+        C[i * ldc + j] = (beta == 0.f ? 0.f : beta * C[i * ldc + j]) + (bias ? bias[j] : 0.f);
     return;
   }
   // Threads take independent blocks of C: rows (in multiples of 4) when C is at least as
@@ -270,7 +276,7 @@ void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const int64_t unit = by_rows ? 4 : NR, units = ((by_rows ? M : N) + unit - 1) / unit;
   const int nt = int(std::min<int64_t>(omp_in_parallel() ? 1 : std::max(1, threads), units));
   if (nt == 1) {
-    sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     return;
   }
 #pragma omp parallel num_threads(nt)
@@ -281,10 +287,10 @@ void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     if (n > 0) {
       if (by_rows)  // rows [lo, lo + n) of op(A) and C
         sgemm_serial(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
-                     C + lo * ldc, ldc);
+                     C + lo * ldc, ldc, bias);
       else  // columns [lo, lo + n) of op(B) and C
         sgemm_serial(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
-                     C + lo, ldc);
+                     C + lo, ldc, bias ? bias + lo : nullptr);
     }
   }
 }
@@ -294,7 +300,7 @@ void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 bool sgemm_packed_available() { return false; }
 
 void sgemm_packed(bool, bool, int64_t M, int64_t N, int64_t K, float, const float*, int64_t, const float*, int64_t,
-                  float, float*, int64_t, int) {
+                  float, float*, int64_t, int, const float*) {
   KILN_FAIL("matmul (cpu sgemm): the packed AVX-512 float32 GEMM is not compiled into this build (no AVX-512); ",
             "called for M=", M, " N=", N, " K=", K);
 }

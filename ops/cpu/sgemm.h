@@ -12,10 +12,11 @@ bool sgemm_packed_available();
 
 /// Row-major C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, with the same
 /// conventions as gemm_cpu: op(A) = A (M, K) with row stride lda, or A stored (K, M) and
-/// read transposed when trans_a; the same for B. beta == 0 never reads C. Runs on
-/// `threads` OpenMP threads (1 inside a parallel region). Throws kiln::Error when the
-/// kernel is not compiled in.
+/// read transposed when trans_a; the same for B. beta == 0 never reads C. A non-null
+/// bias (N values) is added to every row of C. Runs on `threads` OpenMP threads (1 inside
+/// a parallel region). Throws kiln::Error when the kernel is not compiled in.
 void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads);
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
+                  const float* bias = nullptr);
 
 }  // namespace kiln

@@ -1,6 +1,6 @@
 // kiln's packed AVX-512 float32 GEMM (ops/cpu/sgemm.cpp) against a float64 reference:
 // every transpose, edge sizes around the 12 x 32 tile and the 256 / 192 / 512 blocking,
-// row strides wider than the matrix, alpha and beta, one and two threads.
+// row strides wider than the matrix, alpha and beta, a row bias, one and two threads.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,6 +20,7 @@ struct Case {
   int64_t M, N, K;
   float alpha, beta;
   int threads;
+  bool bias = false;  // a row bias (N values) added to every row of C
 };
 
 /// Runs one case through `gemm` and checks every element against a float64 product.
@@ -34,20 +35,24 @@ void check_case(const Case& c, const Gemm& gemm) {
   for (auto& x : B) x = nd(g);
   // beta == 0 must not read C: fill it with NaN, which any read would carry into the result.
   for (auto& x : C) x = c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
+  std::vector<float> bias(c.bias ? c.N : 0);
+  for (auto& x : bias) x = nd(g);
   const std::vector<float> C0 = C;
-  gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, c.threads);
+  gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, c.threads,
+       c.bias ? bias.data() : nullptr);
   double worst = 0;
   for (int64_t i = 0; i < c.M; ++i)
     for (int64_t j = 0; j < c.N; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < c.K; ++k)
         acc += double(c.ta ? A[k * lda + i] : A[i * lda + k]) * double(c.tb ? B[j * ldb + k] : B[k * ldb + j]);
-      double want = c.alpha * acc + (c.beta == 0.f ? 0.0 : c.beta * double(C0[i * ldc + j]));
+      double want = c.alpha * acc + (c.beta == 0.f ? 0.0 : c.beta * double(C0[i * ldc + j])) +
+                    (c.bias ? double(bias[j]) : 0.0);
       double err = std::abs(double(C[i * ldc + j]) - want) / (1.0 + std::abs(want));
       if (!(err <= worst)) worst = err;  // NaN-safe: a NaN makes worst NaN
     }
   INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " alpha=", c.alpha, " beta=", c.beta,
-       " threads=", c.threads);
+       " threads=", c.threads, " bias=", c.bias);
   CHECK(worst < 1e-5 * std::sqrt(double(c.K) + 1.0));
   // The padding columns past N in each row of C are never written.
   for (int64_t i = 0; i < c.M; ++i)
@@ -75,6 +80,10 @@ std::vector<Case> cases() {
       out.push_back({bool(ta), bool(tb), 64, 96, 300, 2.f, 0.5f, 1});
       out.push_back({bool(ta), bool(tb), 390, 33, 17, 1.f, 0.f, 2});
       out.push_back({bool(ta), bool(tb), 20, 700, 300, 1.f, 0.5f, 2});  // short C: B read in place
+      // the linear layer's bias in the store: K slices, N blocks, both thread splits, edges
+      out.push_back({bool(ta), bool(tb), 45, 600, 300, 1.f, 0.f, 2, true});
+      out.push_back({bool(ta), bool(tb), 200, 33, 40, 0.5f, 1.f, 2, true});
+      out.push_back({bool(ta), bool(tb), 7, 19, 5, 1.f, 0.f, 1, true});
     }
   return out;
 }
@@ -92,10 +101,10 @@ TEST_CASE("sgemm_packed: against a float64 reference") {
 TEST_CASE("gemm_cpu<float>: against a float64 reference, with or without the packed kernel") {
   // gemm_cpu picks the kernel (and its threads) itself; `threads` is not passed on.
   auto via_gemm_cpu = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int) {
-    gemm_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  };
-  for (const Case& c : cases()) check_case(c, via_gemm_cpu);
+                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int,
+                         const float*) { gemm_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); };
+  for (const Case& c : cases())
+    if (!c.bias) check_case(c, via_gemm_cpu);
 }
 
 TEST_CASE("sgemm_packed: K = 0 or alpha = 0 scales C by beta; empty C is a no-op") {
