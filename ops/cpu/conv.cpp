@@ -1,6 +1,7 @@
 // CPU kernels of the conv op family and their registration in the dispatch table.
-// conv2d: im2col + GEMM (gemm_cpu, Eigen); stride 1 in the "wide" layout with several
-// samples per GEMM, first layers with few channels directly (both below). Threads over
+// conv2d: im2col + GEMM (gemm_cpu); stride 1 in the "wide" layout, whose GEMMs read the
+// im2col rows in place (gemm_rows_cpu), first layers with few channels directly (both
+// below). Threads over
 // the batch with per-thread scratch and per-thread weight-gradient accumulators reduced in
 // a fixed order. Pooling: loops over N*C planes in parallel (2x2/2 max pooling vectorised).
 #include <algorithm>
@@ -171,9 +172,11 @@ inline T sum_lanes(const T* r, int64_t n) {
 // A stride-1 convolution is computed over "wide" rows: with the input padded to
 // (C, Hp, Wp), output pixel (oh, ow) sits at oh*Wp + ow of a row of length
 // L2 = (OH-1)*Wp + OW, and the im2col row of kernel tap (c, kh, kw) is then ONE contiguous
-// slice of the padded plane (start c*Hp*Wp + kh*dH*Wp + kw*dW, length L2), and col2im
-// one contiguous add: no per-output-row copies, which dominate at LeNet's 10-28-pixel
-// rows. The columns ow >= OW of a wide row are junk in the forward output (dropped) and
+// slice of the padded plane (start c*Hp*Wp + kh*dH*Wp + kw*dW, length L2): the GEMMs of
+// the forward and the weight gradient read those slices through a table of offsets, so
+// the im2col matrix (C*kH*kW times the input) is never written, and col2im is one
+// contiguous add per tap. No per-output-row copies, which dominate at LeNet's
+// 10-28-pixel rows. The columns ow >= OW of a wide row are junk in the forward output (dropped) and
 // zero in the wide output gradient (so they add nothing to dw and dx; an inf or NaN in the
 // input can still reach dw through 0 * inf, where the dense layout would skip it). The GEMMs grow by
 // about Wp/OW, and the output (gradient) is copied between the wide and the dense layout
@@ -195,15 +198,6 @@ inline Wide wide_of(const Conv2dGeom& g) {
   return {Hp, Wp, (g.OH - 1) * Wp + g.OW, g.pH > 0 || g.pW > 0};
 }
 
-/// Samples per GEMM in the wide layout: the sub-batch's columns (C*kH*kW, nb*L2) stay
-/// within about 1 MiB (L2-sized), so LeNet's small convolutions run as a few larger GEMMs
-/// instead of one small GEMM per sample.
-template <class T>
-inline int64_t wide_batch(const Conv2dGeom& g, const Wide& v, int64_t n) {
-  const int64_t per_sample = g.C * g.kH * g.kW * v.L2 * int64_t(sizeof(T));
-  return std::clamp<int64_t>((int64_t(1) << 20) / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(n, 1));
-}
-
 /// Interior of xpad (C, Hp, Wp) = x (C, H, W) for channels [c0, c1); the border is left as is (zero).
 template <class T>
 void pad_channels(const T* x, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* xpad) {
@@ -212,14 +206,16 @@ void pad_channels(const T* x, const Conv2dGeom& g, const Wide& v, int64_t c0, in
       std::memcpy(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, x + (c * g.H + h) * g.W, size_t(g.W) * sizeof(T));
 }
 
-/// cols (C*kH*kW, L2), row stride ld, for channels [c0, c1) of the padded sample xpad (C, Hp, Wp).
-template <class T>
-void im2col_wide(const T* xpad, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* cols, int64_t ld) {
-  for (int64_t c = c0; c < c1; ++c)
+/// The im2col matrix of the wide layout without the copy: row (c, kh, kw) is the slice of
+/// the padded sample (C, Hp, Wp) starting at c*Hp*Wp + kh*dH*Wp + kw*dW (length L2), so
+/// the GEMMs read their columns through this table of offsets (gemm_rows_cpu).
+inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
+  std::vector<int64_t> rows(size_t(g.C * g.kH * g.kW));
+  for (int64_t c = 0; c < g.C; ++c)
     for (int64_t kh = 0; kh < g.kH; ++kh)
       for (int64_t kw = 0; kw < g.kW; ++kw)
-        std::memcpy(cols + ((c * g.kH + kh) * g.kW + kw) * ld, xpad + c * v.Hp * v.Wp + kh * g.dH * v.Wp + kw * g.dW,
-                    size_t(v.L2) * sizeof(T));
+        rows[size_t((c * g.kH + kh) * g.kW + kw)] = c * v.Hp * v.Wp + kh * g.dH * v.Wp + kw * g.dW;
+  return rows;
 }
 
 /// dxpad (C, Hp, Wp) += col2im(dcols (C*kH*kW, L2), row stride ld) for channels [c0, c1).
@@ -243,61 +239,48 @@ inline void over_channels(int nt, int64_t C, const F& f) {
   else f(int64_t(0), C);
 }
 
-/// Per-thread scratch of the wide layout for sub-batches of nb samples. Columns of sample
-/// i of a sub-batch start at i*L2 in rows of stride ld = nb*L2 (fixed, so the junk columns
-/// of dyw, zeroed once, stay zero).
+/// Per-thread scratch of the wide layout (one sample at a time).
 template <class T>
 struct WideScratch {
-  int64_t nb, ld;
-  std::unique_ptr<T[]> cols;  // (C*kH*kW, ld), uninitialised
-  std::vector<T> xpad;        // (C, Hp, Wp), zero border (padded convolutions only)
-  std::unique_ptr<T[]> out;   // (O, ld): forward output (uninitialised) or output gradient (zeroed)
-  std::unique_ptr<T[]> dxpad; // (C, Hp, Wp) (backward to the input of a padded convolution)
-  WideScratch(const Conv2dGeom& g, const Wide& v, int64_t nb_, bool need_cols, bool need_xpad, bool need_dxpad,
-              bool zero_out)
-      : nb(nb_), ld(nb_ * v.L2) {
-    const size_t plane = size_t(g.C * v.Hp * v.Wp);
-    if (need_cols) cols.reset(new T[size_t(g.C * g.kH * g.kW * ld)]);
-    xpad.resize(need_xpad && v.padded ? plane : 0);
-    out.reset(zero_out ? new T[size_t(g.O * ld)]() : new T[size_t(g.O * ld)]);
-    if (need_dxpad && v.padded) dxpad.reset(new T[plane]);
-  }
-  /// im2col of samples [n0, n0 + m) of x (N, C, H, W) into cols.
-  void fill_cols(int nt, const Conv2dGeom& g, const Wide& v, const T* x, int64_t n0, int64_t m) {
-    for (int64_t i = 0; i < m; ++i) {
-      const T* xn = x + (n0 + i) * g.C * g.H * g.W;
-      const T* xp = xn;
-      if (v.padded) {
-        over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { pad_channels(xn, g, v, c0, c1, xpad.data()); });
-        xp = xpad.data();
-      }
-      over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { im2col_wide(xp, g, v, c0, c1, cols.get() + i * v.L2, ld); });
-    }
+  std::vector<T> xpad;   // (C, Hp, Wp), zero border (padded convolutions only)
+  std::vector<T> out;    // (O, L2): forward output, or output gradient with zero junk columns
+  std::vector<T> dcols;  // (C*kH*kW, L2): columns of the input gradient
+  std::vector<T> dxpad;  // (C, Hp, Wp) (backward to the input of a padded convolution)
+  WideScratch(const Conv2dGeom& g, const Wide& v, bool need_xpad, bool need_dx)
+      : xpad(need_xpad && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0),
+        out(size_t(g.O * v.L2)),
+        dcols(need_dx ? size_t(g.C * g.kH * g.kW * v.L2) : 0),
+        dxpad(need_dx && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0) {}
+  /// The padded plane (C, Hp, Wp) of sample xn (C, H, W): xn itself when there is no padding.
+  const T* padded(int nt, const Conv2dGeom& g, const Wide& v, const T* xn) {
+    if (!v.padded) return xn;
+    over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { pad_channels(xn, g, v, c0, c1, xpad.data()); });
+    return xpad.data();
   }
 };
 
-/// Forward over samples [lo, hi) in the wide layout.
+/// Forward over samples [lo, hi) in the wide layout, one GEMM per sample and group whose
+/// columns are read from the padded input through the tap table.
 template <class T>
 void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
                          int64_t hi) {
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
-  WideScratch<T> s(g, v, wide_batch<T>(g, v, hi - lo), true, true, false, false);
-  for (int64_t n0 = lo; n0 < hi; n0 += s.nb) {
-    const int64_t m = std::min(s.nb, hi - n0);
-    s.fill_cols(nt, g, v, x, n0, m);
-    for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, m*L2) = w_g (Og, Kg) @ cols_g (Kg, m*L2)
-      gemm_cpu<T>(false, false, Og, m * v.L2, Kg, T(1), w + gi * Og * Kg, Kg, s.cols.get() + gi * Kg * s.ld, s.ld,
-                  T(0), s.out.get() + gi * Og * s.ld, s.ld);
-    for (int64_t i = 0; i < m; ++i)  // keep the OW real columns of each wide row, adding the bias
-      for (int64_t o = 0; o < g.O; ++o) {
-        const T b = bias ? bias[o] : T(0);
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          const T* __restrict src = s.out.get() + o * s.ld + i * v.L2 + oh * v.Wp;
-          T* __restrict d = y + ((n0 + i) * g.O + o) * L + oh * g.OW;
-          for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
-        }
+  const std::vector<int64_t> rows = tap_rows(g, v);
+  WideScratch<T> s(g, v, true, false);
+  for (int64_t n = lo; n < hi; ++n) {
+    const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
+    for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
+      gemm_rows_cpu<T>(false, false, Og, v.L2, Kg, T(1), w + gi * Og * Kg, Kg, xp, rows.data() + gi * Kg, T(0),
+                       s.out.data() + gi * Og * v.L2, v.L2);
+    for (int64_t o = 0; o < g.O; ++o) {  // keep the OW real columns of each wide row, adding the bias
+      const T b = bias ? bias[o] : T(0);
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const T* __restrict src = s.out.data() + o * v.L2 + oh * v.Wp;
+        T* __restrict d = y + (n * g.O + o) * L + oh * g.OW;
+        for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
       }
+    }
   }
 }
 
@@ -307,41 +290,36 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
                           int64_t lo, int64_t hi) {
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
-  WideScratch<T> s(g, v, wide_batch<T>(g, v, hi - lo), dw || dx, dw != nullptr, dx != nullptr, true);
-  T* dyw = s.out.get();  // (O, ld); the junk columns stay zero
-  for (int64_t n0 = lo; n0 < hi; n0 += s.nb) {
-    const int64_t m = std::min(s.nb, hi - n0), mL = m * v.L2;
-    for (int64_t i = 0; i < m; ++i) {
-      const T* dyn = dy + (n0 + i) * g.O * L;  // (O, L)
-      for (int64_t o = 0; o < g.O; ++o) {
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          std::memcpy(dyw + o * s.ld + i * v.L2 + oh * v.Wp, dyn + o * L + oh * g.OW, size_t(g.OW) * sizeof(T));
-        if (db) db[o] += sum_lanes(dyn + o * L, L);
-      }
+  const std::vector<int64_t> rows = tap_rows(g, v);
+  WideScratch<T> s(g, v, dw != nullptr, dx != nullptr);
+  T* dyw = s.out.data();  // (O, L2); the junk columns stay zero
+  for (int64_t n = lo; n < hi; ++n) {
+    const T* dyn = dy + n * g.O * L;  // (O, L)
+    for (int64_t o = 0; o < g.O; ++o) {
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        std::memcpy(dyw + o * v.L2 + oh * v.Wp, dyn + o * L + oh * g.OW, size_t(g.OW) * sizeof(T));
+      if (db) db[o] += sum_lanes(dyn + o * L, L);
     }
     if (dw) {
-      s.fill_cols(nt, g, v, x, n0, m);
-      for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, m*L2) @ cols_g^T (m*L2, Kg)
-        gemm_cpu<T>(false, true, Og, Kg, mL, T(1), dyw + gi * Og * s.ld, s.ld, s.cols.get() + gi * Kg * s.ld, s.ld,
-                    T(1), dw + gi * Og * Kg, Kg);
+      const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
+      for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
+        gemm_rows_cpu<T>(false, true, Og, Kg, v.L2, T(1), dyw + gi * Og * v.L2, v.L2, xp, rows.data() + gi * Kg,
+                         T(1), dw + gi * Og * Kg, Kg);
     }
     if (dx) {
-      T* dc = s.cols.get();  // dcols (C*kH*kW, ld)
-      for (int64_t gi = 0; gi < G; ++gi)  // dcols_g (Kg, m*L2) = w_g^T (Kg, Og) @ dy_g (Og, m*L2)
-        gemm_cpu<T>(true, false, Kg, mL, Og, T(1), w + gi * Og * Kg, Kg, dyw + gi * Og * s.ld, s.ld, T(0),
-                    dc + gi * Kg * s.ld, s.ld);
-      for (int64_t i = 0; i < m; ++i) {
-        T* dxn = dx + (n0 + i) * g.C * g.H * g.W;
-        T* dxp = v.padded ? s.dxpad.get() : dxn;  // (C, Hp, Wp)
-        std::fill(dxp, dxp + g.C * v.Hp * v.Wp, T(0));
-        over_channels(nt, g.C,
-                      [&](int64_t c0, int64_t c1) { col2im_wide_add(dc + i * v.L2, s.ld, g, v, c0, c1, dxp); });
-        if (v.padded)  // the interior is dx
-          for (int64_t c = 0; c < g.C; ++c)
-            for (int64_t h = 0; h < g.H; ++h)
-              std::memcpy(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW,
-                          size_t(g.W) * sizeof(T));
-      }
+      T* dc = s.dcols.data();  // dcols (C*kH*kW, L2)
+      for (int64_t gi = 0; gi < G; ++gi)  // dcols_g (Kg, L2) = w_g^T (Kg, Og) @ dy_g (Og, L2)
+        gemm_cpu<T>(true, false, Kg, v.L2, Og, T(1), w + gi * Og * Kg, Kg, dyw + gi * Og * v.L2, v.L2, T(0),
+                    dc + gi * Kg * v.L2, v.L2);
+      T* dxn = dx + n * g.C * g.H * g.W;
+      T* dxp = v.padded ? s.dxpad.data() : dxn;  // (C, Hp, Wp)
+      std::fill(dxp, dxp + g.C * v.Hp * v.Wp, T(0));
+      over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { col2im_wide_add(dc, v.L2, g, v, c0, c1, dxp); });
+      if (v.padded)  // the interior is dx
+        for (int64_t c = 0; c < g.C; ++c)
+          for (int64_t h = 0; h < g.H; ++h)
+            std::memcpy(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW,
+                        size_t(g.W) * sizeof(T));
     }
   }
 }

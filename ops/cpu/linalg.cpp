@@ -9,6 +9,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 #include <omp.h>
 #include "core/parallel.h"
 #include "ops/cpu/linalg_kernels.h"
@@ -108,10 +109,30 @@ void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alp
   gemm_serial<T>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+template <class T>
+void gemm_rows_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                   const T* B, const int64_t* b_rows, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_packed_available()) {
+      sgemm_packed_rows(trans_a, trans_b, M, N, K, alpha, A, lda, B, b_rows, beta, C, ldc, sgemm_threads(M, N, K));
+      return;
+    }
+  }
+  // Without the packed kernel: gather the rows (the im2col copy), then the plain GEMM.
+  const int64_t rows = trans_b ? N : K, len = trans_b ? K : N;
+  std::vector<T> dense(size_t(std::max<int64_t>(rows * len, 0)));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(B + b_rows[r], len, dense.data() + r * len);
+  gemm_cpu<T>(trans_a, trans_b, M, N, K, alpha, A, lda, dense.data(), len, beta, C, ldc);
+}
+
 template void gemm_cpu<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                               int64_t, float, float*, int64_t);
 template void gemm_cpu<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                const double*, int64_t, double, double*, int64_t);
+template void gemm_rows_cpu<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                                   const int64_t*, float, float*, int64_t);
+template void gemm_rows_cpu<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                                    const double*, const int64_t*, double, double*, int64_t);
 
 namespace {
 

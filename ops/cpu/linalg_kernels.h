@@ -33,6 +33,14 @@ template <class T>
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
               const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+/// gemm_cpu with B's stored rows found through a table: row r (r < K when !trans_b,
+/// r < N when trans_b) starts at B + b_rows[r], so a convolution's im2col matrix is read
+/// where its rows already lie (its input plane at each tap's offset). float with the
+/// packed kernel reads them in place; otherwise they are gathered first.
+template <class T>
+void gemm_rows_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+                   const T* B, const int64_t* b_rows, T beta, T* C, int64_t ldc);
+
 /// Makes Eigen's GEMM use kiln::get_num_threads() threads (call outside parallel regions).
 void sync_eigen_threads();
 

@@ -68,6 +68,18 @@ struct Buffer {
   }
 };
 
+/// How an operand's stored rows are found: row r starts at base + r * ld, or at
+/// base + rows[r] when a row table is given (an im2col without the copy: a convolution's
+/// input plane at each tap's offset).
+struct Rows {
+  const float* base;
+  int64_t ld;
+  const int64_t* rows = nullptr;
+  const float* row(int64_t r) const { return rows ? base + rows[r] : base + r * ld; }
+  Rows from_row(int64_t r) const { return rows ? Rows{base, ld, rows + r} : Rows{base + r * ld, ld, nullptr}; }
+  Rows from_col(int64_t c) const { return {base + c, ld, rows}; }
+};
+
 /// Transposes the 16 x 16 block held in r[0..15] (r[i] = row i) in place: afterwards r[j]
 /// is column j. Three rounds of shuffles: pairs of floats, then quadruples, then 128-bit lanes.
 inline void transpose16(__m512 r[16]) {
@@ -98,22 +110,24 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-/// Writes the transpose of `rows` rows of a row-major matrix (src, row stride ld) over
-/// depth [0, kc) into dst[k * step + i] (i < rows <= 16; lanes past `rows` are not written):
-/// the packing of a transposed operand, 16 x 16 blocks at a time.
-void pack_transposed(const float* src, int64_t ld, int rows, int64_t kc, float* dst, int64_t step) {
+/// Writes the transpose of stored rows [0, rows) of src over depth [0, kc) into
+/// dst[k * step + i] (i < rows <= 16; lanes past `rows` are not written): the packing of a
+/// transposed operand, 16 x 16 blocks at a time.
+void pack_transposed(const Rows& src, int rows, int64_t kc, float* dst, int64_t step) {
   const __mmask16 keep = __mmask16((1u << rows) - 1);
+  const float* s[16];
+  for (int i = 0; i < 16; ++i) s[i] = src.row(std::min(i, rows - 1));
   int64_t k = 0;
   for (; k + 16 <= kc; k += 16) {
     __m512 r[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(src + i * ld + k) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(s[i] + k) : _mm512_setzero_ps();
     transpose16(r);
 #pragma GCC unroll 16
     for (int kk = 0; kk < 16; ++kk) _mm512_mask_storeu_ps(dst + (k + kk) * step, keep, r[kk]);
   }
   for (; k < kc; ++k)
-    for (int i = 0; i < rows; ++i) dst[k * step + i] = src[i * ld + k];
+    for (int i = 0; i < rows; ++i) dst[k * step + i] = s[i][k];
 }
 
 /// Packs op(A) rows [0, mc) x depth [0, kc) (A already offset to the block's corner) into
@@ -126,7 +140,7 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t mc, int64_t kc, f
       for (int64_t k = 0; k < kc; ++k)  // MR = 12 lanes of one masked copy, zeros past mr
         _mm512_mask_storeu_ps(Ap + k * MR, 0x0FFF, _mm512_maskz_loadu_ps(keep, A + k * lda + i0));
     } else {  // A stored (M, K): transpose MR rows
-      pack_transposed(A + i0 * lda, lda, mr, kc, Ap, MR);
+      pack_transposed(Rows{A + i0 * lda, lda}, mr, kc, Ap, MR);
       if (mr < MR)
         for (int64_t k = 0; k < kc; ++k)
           for (int i = mr; i < MR; ++i) Ap[k * MR + i] = 0.f;
@@ -134,24 +148,24 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t mc, int64_t kc, f
   }
 }
 
-/// Packs op(B) depth [0, kc) x columns [0, nc) (B already offset to the block's corner)
+/// Packs op(B) depth [0, kc) x columns [0, nc) (B already moved to the block's corner)
 /// into NR-column panels: Bp[panel][k][j] = op(B)(k, panel * NR + j), zero past nc.
-void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t nc, float* Bp) {
+void pack_b(bool trans_b, const Rows& B, int64_t kc, int64_t nc, float* Bp) {
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     const int nr = int(std::min<int64_t>(NR, nc - j0));
     float* d = Bp + j0 * kc;
-    if (!trans_b) {  // B stored (K, N): each k's NR values are contiguous
+    if (!trans_b) {  // stored row k holds op(B)'s row k: each k's NR values are contiguous
       const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
       const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
       for (int64_t k = 0; k < kc; ++k) {
-        const float* s = B + k * ldb + j0;
+        const float* s = B.row(k) + j0;
         _mm512_store_ps(d + k * NR, _mm512_maskz_loadu_ps(m0, s));
         _mm512_store_ps(d + k * NR + 16, _mm512_maskz_loadu_ps(m1, s + 16));
       }
-    } else {  // B stored (N, K): column j of op(B) is row j of storage; transpose 16 at a time
+    } else {  // stored row j holds op(B)'s column j: transpose 16 at a time
       for (int h = 0; h < NR; h += 16) {
         const int rows = std::clamp(nr - h, 0, 16);
-        if (rows > 0) pack_transposed(B + (j0 + h) * ldb, ldb, rows, kc, d + h, NR);
+        if (rows > 0) pack_transposed(B.from_row(j0 + h), rows, kc, d + h, NR);
         if (rows < 16)
           for (int64_t k = 0; k < kc; ++k)
             for (int j = h + rows; j < h + 16; ++j) d[k * NR + j] = 0.f;
@@ -163,12 +177,13 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t nc, f
 /// C tile (mr x nr, row stride ldc) = alpha * Ap panel @ B panel + beta * C, for
 /// mr <= ROWS <= MR (a panel's last rows run the 8- or 4-row variant instead of computing
 /// zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in registers. The B
-/// panel's rows are ldbp apart: NR when packed, or B's own row stride when it is read in
-/// place (masked loads keep the reads inside its nr columns). A non-null bias (nr values)
-/// is added to every row: the linear layer's bias without a separate pass over C.
-template <int ROWS>
-void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restrict Bp, int64_t ldbp, float* C,
-                  int64_t ldc, int mr, int nr, float alpha, float beta, const float* bias) {
+/// panel's rows are Bp.ld apart (NR when packed, B's own row stride when it is read in
+/// place), or found in a row table (kTable); masked loads keep the reads inside its nr
+/// columns. A non-null bias (nr values) is added to every row: the linear layer's bias
+/// without a separate pass over C.
+template <int ROWS, bool kTable>
+void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, float* C, int64_t ldc, int mr, int nr,
+                  float alpha, float beta, const float* bias) {
   const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   __m512 c0[ROWS], c1[ROWS];
@@ -180,8 +195,10 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
     }
   }
+  const float* b = Bp.base;
   for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, Bp), b1 = _mm512_maskz_loadu_ps(m1, Bp + 16);
+    if constexpr (kTable) b = Bp.base + Bp.rows[k];
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < ROWS; ++i) {
       const __m512 a = _mm512_set1_ps(Ap[i]);
@@ -189,7 +206,7 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
       c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
     }
     Ap += MR;
-    Bp += ldbp;
+    if constexpr (!kTable) b += Bp.ld;
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
@@ -209,28 +226,32 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, const float* __restric
 }
 
 /// C block (mc x nc) from packed Ap (mc rows) and B (nc columns), depth kc: B packed in
-/// NR-column panels (ldb == 0), or read in place, row-major with row stride ldb.
-void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const float* B, int64_t ldb, float* C,
+/// NR-column panels (packed), or read in place (rows of op(B), by stride or table).
+void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Rows& B, bool packed, float* C,
                   int64_t ldc, float alpha, float beta, const float* bias) {
-  auto tile = [&](int64_t i0, int64_t j0) {
+  auto tile = [&]<bool kTable>(int64_t i0, int64_t j0) {
     const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
     const float* a = Ap + i0 * kc;
-    const float* b = ldb ? B + j0 : B + j0 * kc;
-    const int64_t ldbp = ldb ? ldb : NR;
+    const Rows b = packed ? Rows{B.base + j0 * kc, NR} : B.from_col(j0);
     float* c = C + i0 * ldc + j0;
-    if (mr > 8) micro_kernel<MR>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta, bias ? bias + j0 : nullptr);
-    else if (mr > 4) micro_kernel<8>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta, bias ? bias + j0 : nullptr);
-    else micro_kernel<4>(kc, a, b, ldbp, c, ldc, mr, nr, alpha, beta, bias ? bias + j0 : nullptr);
+    const float* bi = bias ? bias + j0 : nullptr;
+    if (mr > 8) micro_kernel<MR, kTable>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
+    else if (mr > 4) micro_kernel<8, kTable>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
+    else micro_kernel<4, kTable>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
   };
+  const bool table = !packed && B.rows;
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 ...
-    for (int64_t i0 = 0; i0 < mc; i0 += MR) tile(i0, j0);  // ... while the A panels pass
+    for (int64_t i0 = 0; i0 < mc; i0 += MR) {  // ... while the A panels pass
+      if (table) tile.template operator()<true>(i0, j0);
+      else tile.template operator()<false>(i0, j0);
+    }
 }
 
 thread_local Buffer tls_a, tls_b;
 
 /// The whole loop nest on the calling thread, with its own packing buffers.
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+                  int64_t lda, const Rows& B, float beta, float* C, int64_t ldc, const float* bias) {
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
   // one pass over the C tiles, a short one would pay it for little work).
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
@@ -243,24 +264,22 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcmax) {
       const int64_t kc = std::min(kcmax, K - pc);
-      const float* Bc = trans_b ? B + jc * ldb + pc : B + pc * ldb + jc;
-      if (!direct_b) pack_b(trans_b, Bc, ldb, kc, nc, Bp);
+      const Rows Bc = trans_b ? B.from_row(jc).from_col(pc) : B.from_row(pc).from_col(jc);
+      if (!direct_b) pack_b(trans_b, Bc, kc, nc, Bp);
       const float b = pc == 0 ? beta : 1.f;  // later slices add to what the first wrote
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
-        macro_kernel(mc, nc, kc, Ap, direct_b ? Bc : Bp, direct_b ? ldb : 0, C + ic * ldc + jc, ldc, alpha, b,
+        macro_kernel(mc, nc, kc, Ap, direct_b ? Bc : Rows{Bp, NR}, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
                      pc == 0 && bias ? bias + jc : nullptr);
       }
     }
   }
 }
 
-}  // namespace
-
-void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
-                  const float* bias) {
+/// sgemm_packed over B given by Rows (a stride or a row table).
+void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const Rows& B, float beta, float* C, int64_t ldc, int threads, const float* bias) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || alpha == 0.f) {  // C = beta * C + bias (beta == 0 never reads C)
     for (int64_t i = 0; i < M; ++i)
@@ -276,7 +295,7 @@ void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const int64_t unit = by_rows ? 4 : NR, units = ((by_rows ? M : N) + unit - 1) / unit;
   const int nt = int(std::min<int64_t>(omp_in_parallel() ? 1 : std::max(1, threads), units));
   if (nt == 1) {
-    sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, beta, C, ldc, bias);
     return;
   }
 #pragma omp parallel num_threads(nt)
@@ -286,13 +305,27 @@ void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const int64_t lo = std::min(total, t * per), n = std::min(total, lo + per) - lo;
     if (n > 0) {
       if (by_rows)  // rows [lo, lo + n) of op(A) and C
-        sgemm_serial(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta,
-                     C + lo * ldc, ldc, bias);
+        sgemm_serial(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, beta, C + lo * ldc,
+                     ldc, bias);
       else  // columns [lo, lo + n) of op(B) and C
-        sgemm_serial(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta,
+        sgemm_serial(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B.from_row(lo) : B.from_col(lo), beta,
                      C + lo, ldc, bias ? bias + lo : nullptr);
     }
   }
+}
+
+}  // namespace
+
+void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
+                  const float* bias) {
+  sgemm_rows(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, ldb}, beta, C, ldc, threads, bias);
+}
+
+void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                       int threads) {
+  sgemm_rows(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, 0, b_rows}, beta, C, ldc, threads, nullptr);
 }
 
 #else  // no AVX-512 in this build: gemm_cpu stays on Eigen
@@ -302,6 +335,12 @@ bool sgemm_packed_available() { return false; }
 void sgemm_packed(bool, bool, int64_t M, int64_t N, int64_t K, float, const float*, int64_t, const float*, int64_t,
                   float, float*, int64_t, int, const float*) {
   KILN_FAIL("matmul (cpu sgemm): the packed AVX-512 float32 GEMM is not compiled into this build (no AVX-512); ",
+            "called for M=", M, " N=", N, " K=", K);
+}
+
+void sgemm_packed_rows(bool, bool, int64_t M, int64_t N, int64_t K, float, const float*, int64_t, const float*,
+                       const int64_t*, float, float*, int64_t, int) {
+  KILN_FAIL("conv2d (cpu sgemm): the packed AVX-512 float32 GEMM is not compiled into this build (no AVX-512); ",
             "called for M=", M, " N=", N, " K=", K);
 }
 

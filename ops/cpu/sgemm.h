@@ -19,4 +19,11 @@ void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
                   const float* bias = nullptr);
 
+/// sgemm_packed with B's stored rows found through a table: row r (r < K when !trans_b,
+/// r < N when trans_b) starts at B + b_rows[r]. A convolution passes its input plane and
+/// each tap's offset, and the GEMM reads the im2col matrix without it being built.
+void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                       int threads);
+
 }  // namespace kiln

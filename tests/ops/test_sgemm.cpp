@@ -20,7 +20,8 @@ struct Case {
   int64_t M, N, K;
   float alpha, beta;
   int threads;
-  bool bias = false;  // a row bias (N values) added to every row of C
+  bool bias = false;   // a row bias (N values) added to every row of C
+  bool table = false;  // B's stored rows found through a row table (repeating, unaligned)
 };
 
 /// Runs one case through `gemm` and checks every element against a float64 product.
@@ -37,22 +38,28 @@ void check_case(const Case& c, const Gemm& gemm) {
   for (auto& x : C) x = c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
   std::vector<float> bias(c.bias ? c.N : 0);
   for (auto& x : bias) x = nd(g);
+  // Row r of the stored B: r * ldb, or through a table that repeats rows and shifts every
+  // other one by an element (a convolution's taps overlap and are not aligned).
+  const int64_t stored = c.tb ? c.N : c.K;
+  std::vector<int64_t> rows(c.table ? stored : 0);
+  for (int64_t r = 0; r < int64_t(rows.size()); ++r) rows[r] = (r * 7 + 3) % stored * ldb + r % 2;
+  auto brow = [&](int64_t r) { return B.data() + (c.table ? rows[r] : r * ldb); };
   const std::vector<float> C0 = C;
-  gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, c.threads,
-       c.bias ? bias.data() : nullptr);
+  gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.table ? rows.data() : nullptr, c.beta,
+       C.data(), ldc, c.threads, c.bias ? bias.data() : nullptr);
   double worst = 0;
   for (int64_t i = 0; i < c.M; ++i)
     for (int64_t j = 0; j < c.N; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < c.K; ++k)
-        acc += double(c.ta ? A[k * lda + i] : A[i * lda + k]) * double(c.tb ? B[j * ldb + k] : B[k * ldb + j]);
+        acc += double(c.ta ? A[k * lda + i] : A[i * lda + k]) * double(c.tb ? brow(j)[k] : brow(k)[j]);
       double want = c.alpha * acc + (c.beta == 0.f ? 0.0 : c.beta * double(C0[i * ldc + j])) +
                     (c.bias ? double(bias[j]) : 0.0);
       double err = std::abs(double(C[i * ldc + j]) - want) / (1.0 + std::abs(want));
       if (!(err <= worst)) worst = err;  // NaN-safe: a NaN makes worst NaN
     }
   INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " alpha=", c.alpha, " beta=", c.beta,
-       " threads=", c.threads, " bias=", c.bias);
+       " threads=", c.threads, " bias=", c.bias, " table=", c.table);
   CHECK(worst < 1e-5 * std::sqrt(double(c.K) + 1.0));
   // The padding columns past N in each row of C are never written.
   for (int64_t i = 0; i < c.M; ++i)
@@ -84,6 +91,10 @@ std::vector<Case> cases() {
       out.push_back({bool(ta), bool(tb), 45, 600, 300, 1.f, 0.f, 2, true});
       out.push_back({bool(ta), bool(tb), 200, 33, 40, 0.5f, 1.f, 2, true});
       out.push_back({bool(ta), bool(tb), 7, 19, 5, 1.f, 0.f, 1, true});
+      // B through a row table (a convolution's implicit im2col): direct and packed, K slices
+      out.push_back({bool(ta), bool(tb), 16, 136, 150, 1.f, 0.f, 1, false, true});
+      out.push_back({bool(ta), bool(tb), 64, 222, 576, 1.f, 1.f, 2, false, true});
+      out.push_back({bool(ta), bool(tb), 300, 45, 37, 1.f, 0.f, 2, false, true});
     }
   return out;
 }
@@ -95,14 +106,23 @@ TEST_CASE("sgemm_packed: against a float64 reference") {
     MESSAGE("skipped: this build has no AVX-512 (the float32 GEMM is Eigen's, tested through matmul)");
     return;
   }
-  for (const Case& c : cases()) check_case(c, sgemm_packed);
+  auto run = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, const int64_t* rows, float beta, float* C, int64_t ldc, int threads,
+                const float* bias) {
+    if (rows) sgemm_packed_rows(ta, tb, M, N, K, alpha, A, lda, B, rows, beta, C, ldc, threads);
+    else sgemm_packed(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads, bias);
+  };
+  for (const Case& c : cases()) check_case(c, run);
 }
 
-TEST_CASE("gemm_cpu<float>: against a float64 reference, with or without the packed kernel") {
+TEST_CASE("gemm_cpu<float>, gemm_rows_cpu<float>: against a float64 reference, with or without the packed kernel") {
   // gemm_cpu picks the kernel (and its threads) itself; `threads` is not passed on.
   auto via_gemm_cpu = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int,
-                         const float*) { gemm_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); };
+                         int64_t lda, const float* B, int64_t ldb, const int64_t* rows, float beta, float* C,
+                         int64_t ldc, int, const float*) {
+    if (rows) gemm_rows_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, rows, beta, C, ldc);
+    else gemm_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  };
   for (const Case& c : cases())
     if (!c.bias) check_case(c, via_gemm_cpu);
 }
@@ -124,5 +144,7 @@ TEST_CASE("sgemm_packed: K = 0 or alpha = 0 scales C by beta; empty C is a no-op
 TEST_CASE("sgemm_packed: a build without AVX-512 says so") {
   if (sgemm_packed_available()) return;
   CHECK_THROWS_WITH_AS(sgemm_packed(false, false, 2, 2, 2, 1.f, nullptr, 2, nullptr, 2, 0.f, nullptr, 2, 1),
+                       doctest::Contains("not compiled into this build"), Error);
+  CHECK_THROWS_WITH_AS(sgemm_packed_rows(false, false, 2, 2, 2, 1.f, nullptr, 2, nullptr, nullptr, 0.f, nullptr, 2, 1),
                        doctest::Contains("not compiled into this build"), Error);
 }
