@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 #include <omp.h>
 #include "core/error.h"
 
@@ -287,13 +288,41 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
         C[i * ldc + j] = (beta == 0.f ? 0.f : beta * C[i * ldc + j]) + (bias ? bias[j] : 0.f);
     return;
   }
-  // Threads take independent blocks of C: rows (in multiples of 4) when C is at least as
-  // tall as wide, else columns (in whole NR panels). Each packs what its block needs in
-  // its own buffers, so no thread waits for another and every panel a thread reads sits
-  // in its own core's caches; the price is packing the shared operand once per thread.
+  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
+  // A deep product with a small C (a weight gradient: C = dY^T X over 2048 tokens) splits
+  // K instead: each thread packs its own share of both operands (a split of C would have
+  // every thread pack all of one) into its own partial C, summed in thread order after.
+  if (want > 1 && K >= 2 * std::max(M, N) && K >= 512 * want && M * N <= (int64_t(1) << 18)) {
+    const int nt = int(std::min<int64_t>(want, K / 256));
+    std::vector<float> part(size_t((nt - 1) * M * N));  // threads 1.. write here, thread 0 into C
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t per = (K + T - 1) / T, k0 = std::min(K, t * per), kn = std::min(K, k0 + per) - k0;
+      const float* At = trans_a ? A + k0 * lda : A + k0;
+      const Rows Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
+      if (t == 0) sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
+      else if (kn > 0) sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part.data() + (t - 1) * M * N, N, nullptr);
+      else std::fill_n(part.data() + (t - 1) * M * N, M * N, 0.f);
+#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < M; ++i)
+        for (int u = 1; u < T; ++u) {
+          const float* p = part.data() + (u - 1) * M * N + i * N;
+          float* c = C + i * ldc;
+          for (int64_t j = 0; j < N; ++j) c[j] += p[j];
+        }
+    }
+    return;
+  }
+  // Otherwise threads take independent blocks of C: rows (in multiples of 4) when C is at
+  // least as tall as wide, else columns (in whole NR panels). Each packs what its block
+  // needs in its own buffers, so no thread waits for another and every panel a thread
+  // reads sits in its own core's caches; the price is packing the shared operand once per
+  // thread.
   const bool by_rows = M >= N;
   const int64_t unit = by_rows ? 4 : NR, units = ((by_rows ? M : N) + unit - 1) / unit;
-  const int nt = int(std::min<int64_t>(omp_in_parallel() ? 1 : std::max(1, threads), units));
+  const int nt = int(std::min<int64_t>(want, units));
   if (nt == 1) {
     sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, beta, C, ldc, bias);
     return;

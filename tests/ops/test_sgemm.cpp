@@ -91,6 +91,9 @@ std::vector<Case> cases() {
       out.push_back({bool(ta), bool(tb), 45, 600, 300, 1.f, 0.f, 2, true});
       out.push_back({bool(ta), bool(tb), 200, 33, 40, 0.5f, 1.f, 2, true});
       out.push_back({bool(ta), bool(tb), 7, 19, 5, 1.f, 0.f, 1, true});
+      // deep and narrow (a weight gradient): the threads split K and sum their partial C
+      out.push_back({bool(ta), bool(tb), 64, 48, 1501, 1.f, 0.5f, 2, true});
+      out.push_back({bool(ta), bool(tb), 20, 40, 1100, -1.f, 0.f, 2, false, true});
       // B through a row table (a convolution's implicit im2col): direct and packed, K slices
       out.push_back({bool(ta), bool(tb), 16, 136, 150, 1.f, 0.f, 1, false, true});
       out.push_back({bool(ta), bool(tb), 64, 222, 576, 1.f, 1.f, 2, false, true});
