@@ -1,6 +1,8 @@
-// bench_matmul: times kiln::matmul against Eigen's own sgemm (MatrixXf product) side by
-// side, interleaved A B A B, on square float32 matrices; prints median ms, GFLOP/s and
-// the kiln/Eigen throughput ratio.   Usage: bench_matmul [threads]
+// bench_matmul: times kiln::matmul against Eigen's own sgemm (an Eigen matrix product)
+// side by side, interleaved A B A B, on square float32 matrices and on the GEMM shapes of
+// the workloads' training steps (transposed operands as views, as the backward passes
+// them); prints median ms, GFLOP/s and the kiln/Eigen throughput ratio.
+// Usage: bench_matmul [threads]
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"  // same Eigen AVX-512 code at -O1
@@ -39,20 +41,47 @@ int main(int argc, char** argv) {
   }
   const int threads = kiln::get_num_threads();
   Eigen::setNbThreads(threads);
-  const int warmup = 2, reps = 10;
-  std::printf("bench_matmul: float32 C = A @ B, %d threads, %d warm-up + %d timed runs each, interleaved\n",
-              threads, warmup, reps);
-  std::printf("%6s  %12s %12s  %12s %12s  %12s\n", "n", "kiln ms", "kiln GF/s", "eigen ms", "eigen GF/s",
-              "kiln/eigen");
+  const int warmup = 2;
+  std::printf("bench_matmul: float32, %d threads, %d warm-up + 10-100 timed runs each (more for small products), "
+              "interleaved, medians\n", threads, warmup);
+  std::printf("%-22s %12s %12s  %12s %12s  %11s\n", "C = op(A) op(B)", "kiln ms", "kiln GF/s", "eigen ms",
+              "eigen GF/s", "kiln/eigen");
   kiln::manual_seed(0);
-  for (int64_t n : {256, 1024, 2048}) {
-    kiln::Tensor a = kiln::randn({n, n}), b = kiln::randn({n, n});
-    // The same values in Eigen's own (column-major) matrices.
-    Eigen::MatrixXf ea = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-        a.data<float>(), n, n);
-    Eigen::MatrixXf eb = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-        b.data<float>(), n, n);
-    Eigen::MatrixXf ec(n, n);
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  struct Shape {
+    const char* name;
+    int64_t M, N, K;
+    bool ta, tb;  // A stored (K, M) / B stored (N, K), passed transposed
+  };
+  const Shape shapes[] = {
+      {"square 256", 256, 256, 256, false, false},
+      {"square 1024", 1024, 1024, 1024, false, false},
+      {"square 2048", 2048, 2048, 2048, false, false},
+      {"gpt qkv x W^T", 2048, 384, 128, false, true},     // linear forward
+      {"gpt qkv dY W", 2048, 128, 384, false, false},     // input gradient
+      {"gpt qkv dY^T x", 384, 128, 2048, true, false},    // weight gradient
+      {"gpt fc2 dY^T x", 128, 512, 2048, true, false},
+      {"convnet W cols", 64, 1568, 576, false, false},    // 32 -> 64 channels at 14x14
+      {"convnet dY cols^T", 64, 576, 1568, false, true},  // its weight gradient
+      {"convnet W^T dY", 576, 1568, 64, true, false},     // its input gradient (columns)
+      {"lenet W cols", 16, 1600, 150, false, false},      // 6 -> 16 channels, 5x5
+  };
+  for (const Shape& sh : shapes) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K;
+    kiln::Tensor a = sh.ta ? kiln::randn({K, M}) : kiln::randn({M, K});
+    kiln::Tensor b = sh.tb ? kiln::randn({N, K}) : kiln::randn({K, N});
+    // The same values in Eigen matrices, multiplied with the same transposes.
+    RowMat ea = Eigen::Map<const RowMat>(a.data<float>(), a.size(0), a.size(1));
+    RowMat eb = Eigen::Map<const RowMat>(b.data<float>(), b.size(0), b.size(1));
+    RowMat ec(M, N);
+    auto eigen_product = [&] {
+      if (sh.ta && sh.tb) ec.noalias() = ea.transpose() * eb.transpose();
+      else if (sh.ta) ec.noalias() = ea.transpose() * eb;
+      else if (sh.tb) ec.noalias() = ea * eb.transpose();
+      else ec.noalias() = ea * eb;
+    };
+    const double flop = 2.0 * double(M) * double(N) * double(K);
+    const int reps = std::clamp(int(4e9 / flop), 10, 100);
     kiln::Tensor c;
     std::vector<double> tk, te;
     for (int i = 0; i < warmup + reps; ++i) {
@@ -61,9 +90,9 @@ int main(int argc, char** argv) {
       // while the last result is still alive.
       c = kiln::Tensor();
       double t0 = now_ms();
-      c = kiln::matmul(a, b);
+      c = kiln::matmul(sh.ta ? a.t() : a, sh.tb ? b.t() : b);
       double t1 = now_ms();
-      ec.noalias() = ea * eb;
+      eigen_product();
       double t2 = now_ms();
       if (i >= warmup) {
         tk.push_back(t1 - t0);
@@ -73,13 +102,12 @@ int main(int argc, char** argv) {
     // sanity: both products agree
     const float* cp = c.data<float>();
     double maxdiff = 0;
-    for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 64))
-      for (int64_t j = 0; j < n; ++j) maxdiff = std::max(maxdiff, double(std::fabs(cp[i * n + j] - ec(i, j))));
+    for (int64_t i = 0; i < M; i += std::max<int64_t>(1, M / 64))
+      for (int64_t j = 0; j < N; ++j) maxdiff = std::max(maxdiff, double(std::fabs(cp[i * N + j] - ec(i, j))));
     const double mk = median(tk), me = median(te);
-    const double flop = 2.0 * double(n) * double(n) * double(n);
     const double gk = flop / (mk * 1e6), ge = flop / (me * 1e6);
-    std::printf("%6lld  %12.3f %12.1f  %12.3f %12.1f  %11.1f%%%s\n", static_cast<long long>(n), mk, gk, me, ge,
-                100.0 * gk / ge, maxdiff > 1e-2 * std::sqrt(double(n)) ? "  (RESULTS DIFFER)" : "");
+    std::printf("%-22s %12.3f %12.1f  %12.3f %12.1f  %10.1f%%%s\n", sh.name, mk, gk, me, ge, 100.0 * gk / ge,
+                maxdiff > 1e-2 * std::sqrt(double(K)) ? "  (RESULTS DIFFER)" : "");
   }
   return 0;
 }

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/plot.h"
 #include "core/error.h"
+#include "ops/cpu/sgemm.h"
 
 namespace kiln::cli {
 
@@ -312,7 +313,8 @@ int cmd_bench(int argc, char** argv, int first) {
   bench::Report rep;
   rep.framework = "kiln";
   rep.version = "0.1.0";
-  rep.backend = "Eigen GEMM, own kernels";
+  rep.backend = sgemm_packed_available() ? "own AVX-512 sgemm, Eigen for float64, own kernels"
+                                          : "Eigen GEMM, own kernels";
   rep.date = bench::iso_date_utc();
   rep.cpu_model = bench::cpu_model_name();
   rep.threads = int(threads);
