@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 #include "bench/workloads.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -177,6 +178,19 @@ struct Side {
   double median() const { return median_of(medians); }
 };
 
+/// Lowest and highest kiln/reference ratio of one round (the runs in file order, which
+/// scripts/bench.sh interleaves); NaN unless both sides have the same number of runs.
+std::pair<double, double> round_ratio_range(const Side& a, const Side& b) {
+  if (a.medians.empty() || a.medians.size() != b.medians.size()) return {NAN, NAN};
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < a.medians.size(); ++i) {
+    const double r = a.medians[i] / b.medians[i];
+    lo = std::min(lo, r);
+    hi = std::max(hi, r);
+  }
+  return {lo, hi};
+}
+
 int run_compare(const Args& a) {
   const std::vector<std::string> files = bench::split_list(a.str("compare"));
   KILN_CHECK(!files.empty(), "kiln bench --compare: expected a comma-separated list of CSV files");
@@ -202,9 +216,10 @@ int run_compare(const Args& a) {
   // the reference: libtorch (C++, scripts/bench.sh), else PyTorch (Python, scripts/gpu_check.sh)
   const std::string A = "kiln", B = frameworks.count("libtorch") || !frameworks.count("pytorch") ? "libtorch" : "pytorch";
   std::vector<std::vector<std::string>> rows = {{"workload", "device", "prec", "batch", "kiln ms", B + " ms",
-                                                 "kiln/" + B, "rounds", "kiln alloc MiB", "torch alloc MiB",
+                                                 "kiln/" + B, "per round", "rounds", "kiln alloc MiB", "torch alloc MiB",
                                                  "kiln RSS MiB", "torch RSS MiB"}};
-  std::string csv = "workload,device,precision,shapes,batch,kiln_median_ms," + B + "_median_ms,ratio,rounds_kiln,rounds_" +
+  std::string csv = "workload,device,precision,shapes,batch,kiln_median_ms," + B +
+                    "_median_ms,ratio,ratio_min,ratio_max,rounds_kiln,rounds_" +
                     B + ",kiln_alloc_peak_bytes," + B + "_alloc_peak_bytes,kiln_rss_peak_bytes," + B + "_rss_peak_bytes\n";
   std::ostringstream js;
   js << "{\n  \"schema\": \"kiln-bench-compare/1\",\n  \"files\": " << files.size() << ",\n  \"rows\": [";
@@ -218,6 +233,7 @@ int run_compare(const Args& a) {
     const Side ka = table[keys[i]].count(A) ? table[keys[i]][A] : Side{};
     const Side kb = table[keys[i]].count(B) ? table[keys[i]][B] : Side{};
     const double ma = ka.median(), mb = kb.median(), ratio = ma / mb;
+    const auto [rmin, rmax] = round_ratio_range(ka, kb);
     bench::WorkloadConfig c;
     c.name = r.at("workload");
     c.batch = std::atoll(r.at("batch").c_str());
@@ -226,18 +242,21 @@ int run_compare(const Args& a) {
     auto ms = [](double v) { return std::isfinite(v) ? bench::fmt("%.2f", v) : std::string("-"); };
     rows.push_back({c.name, r.at("device"), r.at("precision"), label, ms(ma), ms(mb),
                     std::isfinite(ratio) ? bench::fmt("%.2f", ratio) : "-",
+                    std::isfinite(rmin) ? bench::fmt("%.2f", rmin) + "-" + bench::fmt("%.2f", rmax) : "-",
                     std::to_string(ka.medians.size()) + "/" + std::to_string(kb.medians.size()),
                     bench::mib(ka.alloc_peak), bench::mib(kb.alloc_peak), bench::mib(ka.rss_peak),
                     bench::mib(kb.rss_peak)});
     csv += c.name + "," + r.at("device") + "," + r.at("precision") + "," + r.at("shapes") + "," + r.at("batch") + "," +
-           num(ma) + "," + num(mb) + "," + num(ratio) + "," + std::to_string(ka.medians.size()) + "," +
+           num(ma) + "," + num(mb) + "," + num(ratio) + "," + num(rmin) + "," + num(rmax) + "," +
+           std::to_string(ka.medians.size()) + "," +
            std::to_string(kb.medians.size()) + "," + std::to_string(ka.alloc_peak) + "," +
            std::to_string(kb.alloc_peak) + "," + std::to_string(ka.rss_peak) + "," + std::to_string(kb.rss_peak) + "\n";
     js << (i ? ",\n" : "\n") << "    {\"workload\": " << bench::json_str(c.name) << ", \"device\": "
        << bench::json_str(r.at("device")) << ", \"precision\": " << bench::json_str(r.at("precision"))
        << ", \"shapes\": " << bench::json_str(r.at("shapes")) << ", \"batch\": " << c.batch
        << ", \"kiln_median_ms\": " << bench::json_num(ma) << ", \"" << B << "_median_ms\": " << bench::json_num(mb)
-       << ", \"ratio\": " << bench::json_num(ratio) << ", \"rounds_kiln\": " << ka.medians.size()
+       << ", \"ratio\": " << bench::json_num(ratio) << ", \"ratio_min\": " << bench::json_num(rmin)
+       << ", \"ratio_max\": " << bench::json_num(rmax) << ", \"rounds_kiln\": " << ka.medians.size()
        << ", \"rounds_" << B << "\": " << kb.medians.size() << ", \"kiln_alloc_peak_bytes\": " << ka.alloc_peak
        << ", \"" << B << "_alloc_peak_bytes\": " << kb.alloc_peak << ", \"kiln_rss_peak_bytes\": " << ka.rss_peak
        << ", \"" << B << "_rss_peak_bytes\": " << kb.rss_peak << "}";
@@ -261,6 +280,7 @@ int run_compare(const Args& a) {
   js << "\n  ]\n}\n";
   std::cout << bench::format_columns(rows, 4) << bench::format_speedup(merged)
             << "kiln ms, " << B << " ms: median over rounds of each run's median step; ratio < 1: kiln faster; "
+               "per round: lowest-highest ratio of one round's two runs; "
                "peaks: highest over rounds (RSS: per-process VmHWM, see each run's rss_scope)\n";
   for (const auto& fw : frameworks)
     if (fw != A && fw != B) std::cout << "note: framework '" << fw << "' is not compared (only kiln and " << B << ")\n";

@@ -185,6 +185,8 @@ TEST_CASE("bench: kiln bench writes parseable JSON and CSV, and --compare merges
   REQUIRE(m.at("rows").size() == 2);
   for (const auto& r : m.at("rows").as_array()) {
     CHECK(r.at("ratio").as_number() == doctest::Approx(0.5).epsilon(1e-6));
+    CHECK(r.at("ratio_min").as_number() == doctest::Approx(0.5).epsilon(1e-6));  // both rounds: 0.5
+    CHECK(r.at("ratio_max").as_number() == doctest::Approx(0.5).epsilon(1e-6));
     CHECK(r.at("rounds_kiln").as_int() == 2);
     CHECK(r.at("libtorch_alloc_peak_bytes").as_int() > 0);
   }
