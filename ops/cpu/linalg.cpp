@@ -118,9 +118,11 @@ void gemm_rows_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       return;
     }
   }
-  // Without the packed kernel: gather the rows (the im2col copy), then the plain GEMM.
+  // Without the packed kernel: gather the rows (the im2col copy, into a per-thread buffer
+  // kept between calls), then the plain GEMM.
   const int64_t rows = trans_b ? N : K, len = trans_b ? K : N;
-  std::vector<T> dense(size_t(std::max<int64_t>(rows * len, 0)));
+  thread_local std::vector<T> dense;
+  dense.resize(size_t(std::max<int64_t>(rows * len, 0)));
   for (int64_t r = 0; r < rows; ++r) std::copy_n(B + b_rows[r], len, dense.data() + r * len);
   gemm_cpu<T>(trans_a, trans_b, M, N, K, alpha, A, lda, dense.data(), len, beta, C, ldc);
 }
