@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#if defined(__AVX512F__) || defined(__AVX__)
+#if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -251,7 +251,8 @@ inline bool reset_peak_rss() {
 }
 
 /// The CPU's measured FLOP ceiling: `threads` OpenMP threads each run 12 independent
-/// chains of vector FMAs (AVX-512, else AVX2+FMA, else scalar) from registers for about
+/// chains of vector FMAs (AVX-512, else AVX2+FMA, else SSE2 multiply-adds, else scalar:
+/// the widest vectors this build's own kernels can use) from registers for about
 /// `seconds`; the best of 5 rounds. This is the hardware's reachable fp32 peak at the
 /// current clocks, independent of any GEMM library, so kiln and libtorch share it.
 inline double measure_cpu_peak_gflops(int threads, double seconds = 0.05) {
@@ -275,6 +276,18 @@ inline double measure_cpu_peak_gflops(int threads, double seconds = 0.05) {
   auto sum = [](V v) {
     float f[8];
     _mm256_storeu_ps(f, v);
+    double s = 0.0;
+    for (float x : f) s += x;
+    return s;
+  };
+#elif defined(__SSE2__)  // any x86-64 build without -march: 4 lanes, multiply then add
+  using V = __m128;
+  constexpr int kLanes = 4;
+  auto fma = [](V a, V b, V c) { return _mm_add_ps(_mm_mul_ps(a, b), c); };
+  auto splat = [](float x) { return _mm_set1_ps(x); };
+  auto sum = [](V v) {
+    float f[4];
+    _mm_storeu_ps(f, v);
     double s = 0.0;
     for (float x : f) s += x;
     return s;
