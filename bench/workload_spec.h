@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -261,44 +262,29 @@ inline double measure_cpu_peak_gflops(int threads, double seconds = 0.05) {
   constexpr int kLanes = 16;
   auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
   auto splat = [](float x) { return _mm512_set1_ps(x); };
-  auto sum = [](V v) {
-    float f[16];
-    _mm512_storeu_ps(f, v);
-    double s = 0.0;
-    for (float x : f) s += x;
-    return s;
-  };
 #elif defined(__AVX2__) && defined(__FMA__)
   using V = __m256;
   constexpr int kLanes = 8;
   auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
   auto splat = [](float x) { return _mm256_set1_ps(x); };
-  auto sum = [](V v) {
-    float f[8];
-    _mm256_storeu_ps(f, v);
-    double s = 0.0;
-    for (float x : f) s += x;
-    return s;
-  };
 #elif defined(__SSE2__)  // any x86-64 build without -march: 4 lanes, multiply then add
   using V = __m128;
   constexpr int kLanes = 4;
   auto fma = [](V a, V b, V c) { return _mm_add_ps(_mm_mul_ps(a, b), c); };
   auto splat = [](float x) { return _mm_set1_ps(x); };
-  auto sum = [](V v) {
-    float f[4];
-    _mm_storeu_ps(f, v);
-    double s = 0.0;
-    for (float x : f) s += x;
-    return s;
-  };
 #else
   using V = float;
   constexpr int kLanes = 1;
   auto fma = [](V a, V b, V c) { return a * b + c; };
   auto splat = [](float x) { return x; };
-  auto sum = [](V v) { return double(v); };
 #endif
+  auto sum = [](V v) {  // the lanes of v, added in double
+    float f[kLanes];
+    std::memcpy(f, &v, sizeof f);
+    double s = 0.0;
+    for (float x : f) s += x;
+    return s;
+  };
   constexpr int kChains = 12;
   auto run = [&](int64_t iters) {  // seconds for iters x kChains FMAs per thread
     double sink = 0.0;
