@@ -1,9 +1,9 @@
 // CPU kernels of the conv op family and their registration in the dispatch table.
 // conv2d: im2col + GEMM (gemm_cpu); stride 1 in the "wide" layout, whose GEMMs read the
 // im2col rows in place (gemm_rows_cpu), first layers with few channels directly (both
-// below). Threads over
-// the batch with per-thread scratch and per-thread weight-gradient accumulators reduced in
-// a fixed order. Pooling: loops over N*C planes in parallel (2x2/2 max pooling vectorised).
+// below). Threads over the batch with per-thread scratch and per-thread weight-gradient
+// accumulators reduced in a fixed order. Pooling: loops over N*C planes in parallel (2x2/2
+// max pooling vectorised).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -176,13 +176,12 @@ inline T sum_lanes(const T* r, int64_t n) {
 // the forward and the weight gradient read those slices through a table of offsets, so
 // the im2col matrix (C*kH*kW times the input) is never written, and col2im is one
 // contiguous add per tap. No per-output-row copies, which dominate at LeNet's
-// 10-28-pixel rows. The columns ow >= OW of a wide row are junk in the forward output (dropped) and
-// zero in the wide output gradient (so they add nothing to dw and dx; an inf or NaN in the
-// input can still reach dw through 0 * inf, where the dense layout would skip it). The GEMMs grow by
-// about Wp/OW, and the output (gradient) is copied between the wide and the dense layout
-// once per pass: O*OH row copies against the C*kH*kW*OH of the dense im2col, so the wide
-// layout is used when the GEMM depth is at least the number of outputs (not for
-// 1 -> 32 channels with a 3x3 kernel).
+// 10-28-pixel rows. The columns ow >= OW of a wide row are junk in the forward output
+// (dropped) and zero in the wide output gradient (so they add nothing to dw and dx; an
+// inf or NaN in the input can still reach dw through 0 * inf, where the dense layout would
+// skip it). The GEMMs grow by about Wp/OW, and the output (gradient) is copied between the
+// wide and the dense layout once per pass, so the wide layout is used when the GEMM depth
+// is at least the number of outputs (not for 1 -> 32 channels with a 3x3 kernel).
 
 struct Wide {
   int64_t Hp, Wp, L2;
@@ -329,22 +328,12 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
 // A stride-1 convolution of 1-4 input channels to at most 16 outputs (a first layer such
 // as LeNet's 1 -> 6; ConvNet's 1 -> 32 is faster as a GEMM) runs directly on the padded
 // plane in the wide layout: each kernel row is one vectorised pass of multiply-adds over
-// a wide output row, the weight gradient one dot product per tap. im2col would copy the
-// input C*kH*kW times (25x for a 5x5 kernel) for a GEMM of depth 25 and 6 outputs.
+// a wide output row (im2col would copy the input C*kH*kW times, 25x for a 5x5 kernel, for
+// a GEMM of depth 25 and 6 outputs). The backward is the wide layout's, whose GEMMs read
+// the taps in place.
 
 inline bool use_direct(const Conv2dGeom& g) {
   return g.sH == 1 && g.sW == 1 && g.groups == 1 && g.C <= 4 && g.O <= 16 && !is_pointwise(g);
-}
-
-/// sum a[i] * b[i], i < n, with kLanes partial sums (vectorises; fixed order).
-template <class T>
-inline T dot_lanes(const T* __restrict a, const T* __restrict b, int64_t n) {
-  T acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; ++i) acc[0] += a[i] * b[i];
-  return reduce_lanes(acc);
 }
 
 /// r[j] += sum over kw < KW of a[kw] * s[j + kw*dW], j < n: one kernel row of taps per pass
@@ -396,52 +385,6 @@ void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T*
       for (int64_t oh = 0; oh < g.OH; ++oh)  // keep the OW real columns of each wide row
         std::memcpy(y + (n * g.O + o) * L + oh * g.OW, r + oh * v.Wp, size_t(g.OW) * sizeof(T));
     }
-  }
-}
-
-/// Backward over samples [lo, hi); accumulates into dw (O, C, kH, kW) and db (O).
-template <class T>
-void conv2d_backward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
-                            int64_t lo, int64_t hi) {
-  const Wide v = wide_of(g);
-  const int64_t L = g.OH * g.OW, P = v.Hp * v.Wp, taps = g.kH * g.kW;
-  std::vector<T> xpad(v.padded && dw ? size_t(g.C * P) : 0);    // (C, Hp, Wp), zero border
-  std::vector<T> dxpad(v.padded && dx ? size_t(g.C * P) : 0);   // (C, Hp, Wp)
-  std::vector<T> row(size_t(v.L2));                             // (L2): dy of one channel, junk columns 0
-  for (int64_t n = lo; n < hi; ++n) {
-    const T* xn = x + n * g.C * g.H * g.W;
-    const T* dyn = dy + n * g.O * L;  // (O, L)
-    const T* xp = xn;
-    if (dw && v.padded) {
-      pad_channels(xn, g, v, 0, g.C, xpad.data());
-      xp = xpad.data();
-    }
-    T* dxn = dx ? dx + n * g.C * g.H * g.W : nullptr;
-    T* dxp = v.padded ? dxpad.data() : dxn;  // (C, Hp, Wp)
-    if (dx) std::fill(dxp, dxp + g.C * P, T(0));
-    for (int64_t o = 0; o < g.O; ++o) {
-      if (db) db[o] += sum_lanes(dyn + o * L, L);
-      if (!dw && !dx) continue;
-      T* __restrict r = row.data();
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        std::memcpy(r + oh * v.Wp, dyn + o * L + oh * g.OW, size_t(g.OW) * sizeof(T));
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t kh = 0; kh < g.kH; ++kh) {
-          const int64_t off = c * P + kh * g.dH * v.Wp, k = (o * g.C + c) * taps + kh * g.kW;  // tap (kh, 0)
-          if (dw)
-            for (int64_t kw = 0; kw < g.kW; ++kw) dw[k + kw] += dot_lanes(r, xp + off + kw * g.dW, v.L2);
-          if (dx)
-            for (int64_t kw = 0; kw < g.kW; ++kw) {
-              const T a = w[k + kw];
-              T* __restrict d = dxp + off + kw * g.dW;
-              for (int64_t j = 0; j < v.L2; ++j) d[j] += a * r[j];
-            }
-        }
-    }
-    if (dx && v.padded)  // the interior is dx
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t h = 0; h < g.H; ++h)
-          std::memcpy(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW, size_t(g.W) * sizeof(T));
   }
 }
 
@@ -498,8 +441,9 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
-    if (direct) return conv2d_backward_direct(g, x, w, dy, dx, dwt, dbt, lo, hi);
-    if (wide) return conv2d_backward_wide(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
+    // A direct (first-layer) convolution's backward is the wide layout's: its weight
+    // gradient is one GEMM over the tap table.
+    if (direct || wide) return conv2d_backward_wide(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
     std::vector<T> cols((!pw && (dw || dx)) ? size_t(G * Kg * L) : 0);  // (C*kH*kW, L)
     for (int64_t n = lo; n < hi; ++n) {
       const T* xn = x + n * g.C * g.H * g.W;
