@@ -81,12 +81,19 @@ int sgemm_threads(int64_t M, int64_t N, int64_t K) {
 
 template <class T>
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc, const T* bias) {
   if constexpr (std::is_same_v<T, float>) {
-    if (sgemm_packed_available()) {
-      sgemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sgemm_threads(M, N, K));
+    if (sgemm_packed_available()) {  // the bias is added as each tile of C is stored
+      sgemm_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, sgemm_threads(M, N, K), bias);
       return;
     }
+  }
+  if (bias && M > 0) {  // Eigen: C = beta * C + bias first, then accumulate the product
+    parallel_for(0, M, std::max<int64_t>(1, 32768 / std::max<int64_t>(N, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t m = lo; m < hi; ++m)
+        for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = (beta == T(0) ? T(0) : beta * C[m * ldc + n]) + bias[n];
+    });
+    beta = T(1);
   }
   // Tall products (a training step's activations: M = batch x tokens rows, N and K the
   // layer widths) run as one block of rows of C per thread, each a serial Eigen GEMM: no
@@ -128,9 +135,9 @@ void gemm_rows_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 }
 
 template void gemm_cpu<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                              int64_t, float, float*, int64_t);
+                              int64_t, float, float*, int64_t, const float*);
 template void gemm_cpu<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                               const double*, int64_t, double, double*, int64_t);
+                               const double*, int64_t, double, double*, int64_t, const double*);
 template void gemm_rows_cpu<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                                    const int64_t*, float, float*, int64_t);
 template void gemm_rows_cpu<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
@@ -168,27 +175,10 @@ void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t 
 void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
                 const void* bias, void* y) {
   KILN_DISPATCH_FLOATING(dtype, "linear", [&]<class T>() {
-    T* yp = static_cast<T*>(y);  // (M, O)
-    if constexpr (std::is_same_v<T, float>) {
-      if (sgemm_packed_available()) {  // the bias is added as each tile of y is stored
-        sgemm_packed(false, true, M, O, I, 1.f, static_cast<const float*>(x), ldx, static_cast<const float*>(w), I,
-                     0.f, yp, O, sgemm_threads(M, O, I), static_cast<const float*>(bias));
-        return;
-      }
-    }
-    T beta = T(0);
-    if (bias) {
-      const T* bp = static_cast<const T*>(bias);  // (O)
-      parallel_for(0, M, std::max<int64_t>(1, 32768 / std::max<int64_t>(O, 1)), [&](int64_t lo, int64_t hi) {
-        for (int64_t m = lo; m < hi; ++m)
-          for (int64_t o = 0; o < O; ++o) yp[m * O + o] = bp[o];
-      });
-      beta = T(1);
-    }
     sync_eigen_threads();
     // W (O, I) row-major read transposed as (I, O): trans_b with ldb = I.
-    gemm_cpu<T>(false, true, M, O, I, T(1), static_cast<const T*>(x), ldx, static_cast<const T*>(w), I, beta,
-                yp, O);
+    gemm_cpu<T>(false, true, M, O, I, T(1), static_cast<const T*>(x), ldx, static_cast<const T*>(w), I, T(0),
+                static_cast<T*>(y), O, static_cast<const T*>(bias));
   });
 }
 

@@ -26,12 +26,13 @@ using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const vo
                           const void* w, const void* bias, void* y);
 
 /// Single row-major GEMM (instantiated for float and double):
-/// C (M, N) = alpha * op(A) @ op(B) + beta * C. float runs sgemm_packed (ops/cpu/sgemm.h)
-/// when the build has AVX-512, everything else Eigen, transposes folded into Eigen::Map's
-/// storage order. Multi-threaded unless called inside a parallel region.
+/// C (M, N) = alpha * op(A) @ op(B) + beta * C [+ bias (N values) on every row]. float
+/// runs sgemm_packed (ops/cpu/sgemm.h) when the build has AVX-512, everything else Eigen,
+/// transposes folded into Eigen::Map's storage order. Multi-threaded unless called inside
+/// a parallel region.
 template <class T>
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-              const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc, const T* bias = nullptr);
 
 /// gemm_cpu with B's stored rows found through a table: row r (r < K when !trans_b,
 /// r < N when trans_b) starts at B + b_rows[r], so a convolution's im2col matrix is read

@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
-#include <vector>
 #include <omp.h>
 #include "core/error.h"
 
@@ -248,7 +247,7 @@ void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Row
     }
 }
 
-thread_local Buffer tls_a, tls_b;
+thread_local Buffer tls_a, tls_b, tls_part;  // packed A, packed B, the K split's partial C's
 
 /// The whole loop nest on the calling thread, with its own packing buffers.
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -294,21 +293,21 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   // every thread pack all of one) into its own partial C, summed in thread order after.
   if (want > 1 && K >= 2 * std::max(M, N) && K >= 512 * want && M * N <= (int64_t(1) << 18)) {
     const int nt = int(std::min<int64_t>(want, K / 256));
-    std::vector<float> part(size_t((nt - 1) * M * N));  // threads 1.. write here, thread 0 into C
+    float* part = tls_part.get((nt - 1) * M * N);  // threads 1.. write here, thread 0 into C
 #pragma omp parallel num_threads(nt)
     {
+      // K >= 512 T: every thread's share is at least 256 deep
       const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      const int64_t per = (K + T - 1) / T, k0 = std::min(K, t * per), kn = std::min(K, k0 + per) - k0;
+      const int64_t per = (K + T - 1) / T, k0 = t * per, kn = std::min(K, k0 + per) - k0;
       const float* At = trans_a ? A + k0 * lda : A + k0;
       const Rows Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
       if (t == 0) sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
-      else if (kn > 0) sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part.data() + (t - 1) * M * N, N, nullptr);
-      else std::fill_n(part.data() + (t - 1) * M * N, M * N, 0.f);
+      else sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part + (t - 1) * M * N, N, nullptr);
 #pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < M; ++i)
         for (int u = 1; u < T; ++u) {
-          const float* p = part.data() + (u - 1) * M * N + i * N;
+          const float* p = part + (u - 1) * M * N + i * N;
           float* c = C + i * ldc;
           for (int64_t j = 0; j < N; ++j) c[j] += p[j];
         }

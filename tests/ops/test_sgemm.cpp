@@ -122,12 +122,11 @@ TEST_CASE("gemm_cpu<float>, gemm_rows_cpu<float>: against a float64 reference, w
   // gemm_cpu picks the kernel (and its threads) itself; `threads` is not passed on.
   auto via_gemm_cpu = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                          int64_t lda, const float* B, int64_t ldb, const int64_t* rows, float beta, float* C,
-                         int64_t ldc, int, const float*) {
+                         int64_t ldc, int, const float* bias) {
     if (rows) gemm_rows_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, rows, beta, C, ldc);
-    else gemm_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else gemm_cpu<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
   };
-  for (const Case& c : cases())
-    if (!c.bias) check_case(c, via_gemm_cpu);
+  for (const Case& c : cases()) check_case(c, via_gemm_cpu);
 }
 
 TEST_CASE("sgemm_packed: K = 0 or alpha = 0 scales C by beta; empty C is a no-op") {
