@@ -47,6 +47,58 @@ inline void zero_run(T* d, int64_t n) {
     if (i < n) d[i] = T(0);
 }
 
+// Vectors as wide as the target's registers (64 bytes with AVX-512), as GCC vector
+// extensions: the same code serves float and double and any x86 build.
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+#else
+constexpr int kVecBytes = 16;
+#endif
+
+template <class T>
+struct VecOf {
+  typedef T type __attribute__((vector_size(kVecBytes)));
+};
+template <class T>
+using vec_t = typename VecOf<T>::type;
+template <class T>
+constexpr int64_t kVecLanes = kVecBytes / int64_t(sizeof(T));
+
+template <class T>
+inline vec_t<T> load_vec(const T* p) {
+  vec_t<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void store_vec(T* p, const vec_t<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+/// Sum of a vector's lanes, pairwise in a fixed order.
+template <class T>
+inline T reduce_vec_lanes(T* a) {
+  for (int64_t w = kVecLanes<T> / 2; w >= 1; w /= 2)
+    for (int64_t i = 0; i < w; ++i) a[i] += a[i + w];
+  return a[0];
+}
+
+/// d[0, n) = s[0, n) for the short rows of images (10-32 pixels), where a memcpy call costs
+/// more than the copy: whole vectors, the last one overlapping the one before. (The empty
+/// asm keeps GCC from recognising the loop as a copy and calling memcpy after all.)
+template <class T>
+inline void copy_row(T* __restrict d, const T* __restrict s, int64_t n) {
+  constexpr int64_t VL = kVecLanes<T>;
+  if (n < VL) return copy_run(d, s, n);
+  for (int64_t i = 0; i + VL <= n; i += VL) {
+    vec_t<T> v = load_vec(s + i);
+    asm("" : "+v"(v));
+    store_vec(d + i, v);
+  }
+  if (n % VL) store_vec(d + n - VL, load_vec(s + n - VL));
+}
+
 /// First output index o in [0, n) with o*s + off >= 0, and first with o*s + off >= lim
 /// (so o*s + off lies in [0, lim) for o in [lo, hi)).
 inline void valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t& lo, int64_t& hi) {
@@ -202,7 +254,7 @@ template <class T>
 void pad_channels(const T* x, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* xpad) {
   for (int64_t c = c0; c < c1; ++c)
     for (int64_t h = 0; h < g.H; ++h)
-      std::memcpy(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, x + (c * g.H + h) * g.W, size_t(g.W) * sizeof(T));
+      copy_row(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, x + (c * g.H + h) * g.W, g.W);
 }
 
 /// The im2col matrix of the wide layout without the copy: row (c, kh, kw) is the slice of
@@ -296,7 +348,7 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
     const T* dyn = dy + n * g.O * L;  // (O, L)
     for (int64_t o = 0; o < g.O; ++o) {
       for (int64_t oh = 0; oh < g.OH; ++oh)
-        std::memcpy(dyw + o * v.L2 + oh * v.Wp, dyn + o * L + oh * g.OW, size_t(g.OW) * sizeof(T));
+        copy_row(dyw + o * v.L2 + oh * v.Wp, dyn + o * L + oh * g.OW, g.OW);
       if (db) db[o] += sum_lanes(dyn + o * L, L);
     }
     if (dw) {
@@ -317,75 +369,183 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
       if (v.padded)  // the interior is dx
         for (int64_t c = 0; c < g.C; ++c)
           for (int64_t h = 0; h < g.H; ++h)
-            std::memcpy(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW,
-                        size_t(g.W) * sizeof(T));
+            copy_row(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW, g.W);
     }
   }
 }
 
 // ------------------------------------------------------------------ direct, few input channels
 //
-// A stride-1 convolution of 1-4 input channels to at most 16 outputs (a first layer such
-// as LeNet's 1 -> 6; ConvNet's 1 -> 32 is faster as a GEMM) runs directly on the padded
-// plane in the wide layout: each kernel row is one vectorised pass of multiply-adds over
-// a wide output row (im2col would copy the input C*kH*kW times, 25x for a 5x5 kernel, for
-// a GEMM of depth 25 and 6 outputs). The backward is the wide layout's, whose GEMMs read
-// the taps in place.
+// A stride-1 convolution of 1-4 input channels (a first layer such as LeNet's 1 -> 6 or
+// ConvNet's 1 -> 32) runs directly on the padded plane in the wide layout, in vector
+// registers: the forward (up to 16 outputs) keeps a block of output channels times two
+// vectors of a wide output row in accumulators and adds each tap's shifted input vectors
+// times a broadcast weight; the weight gradient keeps a block of (output channel, tap)
+// pairs, each a vector of partial sums over the wide positions, for ALL the thread's
+// samples, and sums the lanes once at the end. im2col would copy the input C*kH*kW times
+// (25x for a 5x5 kernel) for a GEMM of depth 25 and 6 outputs, and the weight-gradient
+// GEMM (6 x 25, K = the wide row) spends its time transposing the 25 tap rows into the
+// packed layout: measured 3x slower for LeNet's conv1, 2.5x for ConvNet's. The input gradient
+// (only when the input needs one) is the wide layout's GEMM.
 
-inline bool use_direct(const Conv2dGeom& g) {
-  return g.sH == 1 && g.sW == 1 && g.groups == 1 && g.C <= 4 && g.O <= 16 && !is_pointwise(g);
+#if defined(__AVX512F__)
+constexpr int kDirectOut = 8;   // output channels per forward block (2 x 8 accumulators)
+constexpr int kDirectWOut = 4;  // output channels per weight-gradient block (4 x 4 accumulators)
+#else  // 16 vector registers
+constexpr int kDirectOut = 6;
+constexpr int kDirectWOut = 2;
+#endif
+constexpr int kDirectWTaps = 4;  // taps per weight-gradient block
+
+/// The weight gradient is computed directly for any stride-1 convolution of few input
+/// channels; the forward only up to 16 outputs (ConvNet's 1 -> 32 forward is faster as a
+/// GEMM, which writes the output in place instead of through a wide row).
+inline bool use_direct_wgrad(const Conv2dGeom& g) {
+  return g.sH == 1 && g.sW == 1 && g.groups == 1 && g.C <= 4 && !is_pointwise(g);
 }
+inline bool use_direct(const Conv2dGeom& g) { return use_direct_wgrad(g) && g.O <= 16; }
 
-/// r[j] += sum over kw < KW of a[kw] * s[j + kw*dW], j < n: one kernel row of taps per pass
-/// over r (KW > 0 fixed at compile time; KW = 0 reads kW).
-template <class T, int KW>
-inline void taps_row(T* __restrict r, const T* __restrict s, const T* a, int64_t kW, int64_t dW, int64_t n) {
-  if constexpr (KW > 0) {
-    T ak[KW];
-    for (int k = 0; k < KW; ++k) ak[k] = a[k];
-    for (int64_t j = 0; j < n; ++j) {
-      T acc = r[j];
-      for (int k = 0; k < KW; ++k) acc += ak[k] * s[j + k * dW];
-      r[j] = acc;
+/// Sizes of the direct kernels' per-thread buffers: the wide row rounded up to two vectors
+/// (Lr), and the padded input with a zero tail that the last vectors of every tap may read.
+template <class T>
+struct DirectPlan {
+  Wide v;
+  int64_t P, Lr, xlen, ntaps;
+  std::vector<int64_t> taps;  // offset of tap (c, kh, kw) in the padded planes
+  explicit DirectPlan(const Conv2dGeom& g) : v(wide_of(g)) {
+    P = v.Hp * v.Wp;
+    Lr = (v.L2 + 2 * kVecLanes<T> - 1) / (2 * kVecLanes<T>) * (2 * kVecLanes<T>);
+    taps = tap_rows(g, v);
+    ntaps = int64_t(taps.size());
+    xlen = std::max(g.C * P, taps.back() + Lr);
+  }
+  /// The padded sample in xpad (whose border and tail stay zero from its allocation).
+  const T* pad(const Conv2dGeom& g, const T* xn, std::vector<T>& xpad) const {
+    pad_channels(xn, g, v, 0, g.C, xpad.data());
+    return xpad.data();
+  }
+};
+
+/// out rows [o0, o0 + OB) (O, Lr) = bias + sum over taps t of wt[t][o] * xp[taps[t] + j].
+template <class T, int OB>
+void direct_forward_block(const T* xp, const DirectPlan<T>& d, const T* wt, int64_t O, int64_t o0, const T* bias,
+                          T* out) {
+  using V = vec_t<T>;
+  constexpr int64_t VL = kVecLanes<T>;
+  for (int64_t j = 0; j < d.Lr; j += 2 * VL) {
+    V a0[OB], a1[OB];
+    for (int i = 0; i < OB; ++i) {
+      a0[i] = V{} + (bias ? bias[o0 + i] : T(0));
+      a1[i] = a0[i];
     }
-  } else {
-    for (int64_t kw = 0; kw < kW; ++kw)
-      for (int64_t j = 0; j < n; ++j) r[j] += a[kw] * s[j + kw * dW];
+    for (int64_t t = 0; t < d.ntaps; ++t) {
+      const T* s = xp + d.taps[size_t(t)] + j;
+      const V x0 = load_vec(s), x1 = load_vec(s + VL);
+      const T* wr = wt + t * O + o0;
+      for (int i = 0; i < OB; ++i) {
+        a0[i] += wr[i] * x0;
+        a1[i] += wr[i] * x1;
+      }
+    }
+    for (int i = 0; i < OB; ++i) {
+      store_vec(out + (o0 + i) * d.Lr + j, a0[i]);
+      store_vec(out + (o0 + i) * d.Lr + j + VL, a1[i]);
+    }
   }
 }
 
-template <class T>
-inline void taps_row_any(T* r, const T* s, const T* a, int64_t kW, int64_t dW, int64_t n) {
-  if (kW == 5) taps_row<T, 5>(r, s, a, kW, dW, n);
-  else if (kW == 3) taps_row<T, 3>(r, s, a, kW, dW, n);
-  else taps_row<T, 0>(r, s, a, kW, dW, n);
+template <class T, int OB = kDirectOut>
+void direct_forward_rows(const T* xp, const DirectPlan<T>& d, const T* wt, int64_t O, int64_t o0, const T* bias,
+                         T* out) {
+  if constexpr (OB > 0) {
+    if (O - o0 >= OB) return direct_forward_block<T, OB>(xp, d, wt, O, o0, bias, out);
+    direct_forward_rows<T, OB - 1>(xp, d, wt, O, o0, bias, out);
+  }
 }
 
-/// Forward over samples [lo, hi): y (O, OH, OW) per sample, through one wide row per output channel.
+/// Forward over samples [lo, hi): y (O, OH, OW) per sample.
 template <class T>
 void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
                            int64_t hi) {
-  const Wide v = wide_of(g);
-  const int64_t L = g.OH * g.OW, P = v.Hp * v.Wp, taps = g.kH * g.kW;
-  std::vector<T> xpad(v.padded ? size_t(g.C * P) : 0);  // (C, Hp, Wp), zero border
-  std::vector<T> row(size_t(v.L2));                      // (L2): one output channel, wide
+  const DirectPlan<T> d(g);
+  const int64_t L = g.OH * g.OW;
+  std::vector<T> wt(size_t(d.ntaps * g.O));  // (taps, O): a tap's weights side by side
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t t = 0; t < d.ntaps; ++t) wt[size_t(t * g.O + o)] = w[o * d.ntaps + t];
+  std::vector<T> xpad(size_t(d.xlen)), out(size_t(g.O * d.Lr));
   for (int64_t n = lo; n < hi; ++n) {
-    const T* xn = x + n * g.C * g.H * g.W;
-    const T* xp = xn;
-    if (v.padded) {
-      pad_channels(xn, g, v, 0, g.C, xpad.data());
-      xp = xpad.data();
-    }
-    for (int64_t o = 0; o < g.O; ++o) {
-      T* __restrict r = row.data();
-      std::fill(r, r + v.L2, bias ? bias[o] : T(0));
-      for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t kh = 0; kh < g.kH; ++kh)
-          taps_row_any(r, xp + c * P + kh * g.dH * v.Wp, w + (o * g.C + c) * taps + kh * g.kW, g.kW, g.dW, v.L2);
-      for (int64_t oh = 0; oh < g.OH; ++oh)  // keep the OW real columns of each wide row
-        std::memcpy(y + (n * g.O + o) * L + oh * g.OW, r + oh * v.Wp, size_t(g.OW) * sizeof(T));
+    const T* xp = d.pad(g, x + n * g.C * g.H * g.W, xpad);
+    for (int64_t o0 = 0; o0 < g.O; o0 += kDirectOut)
+      direct_forward_rows<T>(xp, d, wt.data(), g.O, o0, bias, out.data());
+    for (int64_t o = 0; o < g.O; ++o)  // keep the OW real columns of each wide row
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        copy_row(y + (n * g.O + o) * L + oh * g.OW, out.data() + o * d.Lr + oh * d.v.Wp, g.OW);
+  }
+}
+
+/// acc[o][t] += dyw[o][j] * xp[taps[t] + j] (vectors over j) for o in [o0, o0 + OB) and
+/// taps [t0, t0 + kDirectWTaps) (the tap list is padded to a multiple with dummy taps).
+template <class T, int OB>
+void direct_wgrad_block(const T* xp, const DirectPlan<T>& d, const int64_t* taps, int64_t ntp, const T* dyw,
+                        int64_t o0, int64_t t0, vec_t<T>* acc) {
+  using V = vec_t<T>;
+  constexpr int TB = kDirectWTaps;
+  constexpr int64_t VL = kVecLanes<T>;
+  V a[OB][TB];
+  for (int i = 0; i < OB; ++i)
+    for (int k = 0; k < TB; ++k) a[i][k] = acc[(o0 + i) * ntp + t0 + k];
+  const T* s[TB];
+  for (int k = 0; k < TB; ++k) s[k] = xp + taps[t0 + k];
+  for (int64_t j = 0; j < d.Lr; j += VL) {
+    V xv[TB];
+    for (int k = 0; k < TB; ++k) xv[k] = load_vec(s[k] + j);
+    for (int i = 0; i < OB; ++i) {
+      const V dv = load_vec(dyw + (o0 + i) * d.Lr + j);
+      for (int k = 0; k < TB; ++k) a[i][k] += dv * xv[k];
     }
   }
+  for (int i = 0; i < OB; ++i)
+    for (int k = 0; k < TB; ++k) acc[(o0 + i) * ntp + t0 + k] = a[i][k];
+}
+
+template <class T, int OB = kDirectWOut>
+void direct_wgrad_rows(const T* xp, const DirectPlan<T>& d, const int64_t* taps, int64_t ntp, const T* dyw,
+                       int64_t O, int64_t o0, int64_t t0, vec_t<T>* acc) {
+  if constexpr (OB > 0) {
+    if (O - o0 >= OB) return direct_wgrad_block<T, OB>(xp, d, taps, ntp, dyw, o0, t0, acc);
+    direct_wgrad_rows<T, OB - 1>(xp, d, taps, ntp, dyw, O, o0, t0, acc);
+  }
+}
+
+/// Weight (and bias) gradient over samples [lo, hi), added to dw (O, C*kH*kW) and db (O).
+template <class T>
+void conv2d_wgrad_direct(const Conv2dGeom& g, const T* x, const T* dy, T* dw, T* db, int64_t lo, int64_t hi) {
+  const DirectPlan<T> d(g);
+  const int64_t L = g.OH * g.OW, ntp = (d.ntaps + kDirectWTaps - 1) / kDirectWTaps * kDirectWTaps;
+  std::vector<int64_t> taps(d.taps);
+  taps.resize(size_t(ntp), 0);  // dummy taps: read the plane's start, their sums are dropped
+  std::vector<vec_t<T>> acc(size_t(g.O * ntp), vec_t<T>{});
+  std::vector<T> xpad(size_t(d.xlen)), dyw(size_t(g.O * d.Lr));  // zero junk columns and tail
+  for (int64_t n = lo; n < hi; ++n) {
+    const T* dyn = dy + n * g.O * L;
+    for (int64_t o = 0; o < g.O; ++o) {
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        copy_row(dyw.data() + o * d.Lr + oh * d.v.Wp, dyn + o * L + oh * g.OW, g.OW);
+      if (db) db[o] += sum_lanes(dyn + o * L, L);
+    }
+    if (!dw) continue;
+    const T* xp = d.pad(g, x + n * g.C * g.H * g.W, xpad);
+    for (int64_t o0 = 0; o0 < g.O; o0 += kDirectWOut)
+      for (int64_t t0 = 0; t0 < ntp; t0 += kDirectWTaps)
+        direct_wgrad_rows<T>(xp, d, taps.data(), ntp, dyw.data(), g.O, o0, t0, acc.data());
+  }
+  if (dw)
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t t = 0; t < d.ntaps; ++t) {
+        T lanes[kVecLanes<T>];
+        std::memcpy(lanes, &acc[size_t(o * ntp + t)], sizeof lanes);
+        dw[o * d.ntaps + t] += reduce_vec_lanes(lanes);
+      }
 }
 
 // ------------------------------------------------------------------ conv2d
@@ -426,7 +586,7 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
   const int64_t L = g.OH * g.OW, G = g.groups, Cg = g.C / G, Og = g.O / G;
   const int64_t Kg = Cg * g.kH * g.kW;
   const int64_t wsize = g.O * Kg;
-  const bool pw = is_pointwise(g), direct = use_direct(g), wide = !direct && use_wide(g);
+  const bool pw = is_pointwise(g), direct = use_direct_wgrad(g), wide = !direct && use_wide(g);
   const int nt = batch_threads(g.N);
   // Per-thread accumulators for dw and db, summed in thread order afterwards (deterministic).
   std::vector<std::vector<T>> dw_acc(nt > 1 && dw ? nt : 0), db_acc(nt > 1 && db ? nt : 0);
@@ -441,9 +601,12 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
-    // A direct (first-layer) convolution's backward is the wide layout's: its weight
-    // gradient is one GEMM over the tap table.
-    if (direct || wide) return conv2d_backward_wide(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
+    if (direct) {  // weight and bias gradients in registers; the input gradient as in the wide layout
+      conv2d_wgrad_direct(g, x, dy, dwt, dbt, lo, hi);
+      if (dx) conv2d_backward_wide<T>(nt, g, x, w, dy, dx, nullptr, nullptr, lo, hi);
+      return;
+    }
+    if (wide) return conv2d_backward_wide(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
     std::vector<T> cols((!pw && (dw || dx)) ? size_t(G * Kg * L) : 0);  // (C*kH*kW, L)
     for (int64_t n = lo; n < hi; ++n) {
       const T* xn = x + n * g.C * g.H * g.W;

@@ -192,6 +192,7 @@ TEST_CASE("conv2d: gradcheck") {
       {{2, 4, 4, 4}, {4, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},
       {{3, 4, 3, 3}, {2, 4, 1, 1}, {}, true},
       {{2, 2, 5, 5}, {4, 1, 3, 3}, {.stride = {2, 1}, .groups = 2}, false},
+      {{2, 3, 6, 7}, {5, 3, 2, 3}, {.padding = {2, 1}, .dilation = {2, 1}}, true},  // direct, dilated
   };
   for (const auto& c : cases) {
     CAPTURE(shape_str(c.x));
