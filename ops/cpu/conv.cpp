@@ -84,19 +84,33 @@ inline T reduce_vec_lanes(T* a) {
   return a[0];
 }
 
-/// d[0, n) = s[0, n) for the short rows of images (10-32 pixels), where a memcpy call costs
-/// more than the copy: whole vectors, the last one overlapping the one before. (The empty
-/// asm keeps GCC from recognising the loop as a copy and calling memcpy after all.)
-template <class T>
+/// d[0, n) = s[0, n) for the short rows of images (10-32 pixels), where a memcpy call (or
+/// the `rep movs` GCC inlines for short lengths) costs more than the copy: whole vectors,
+/// the last one overlapping the one before; rows shorter than a vector take half-width
+/// vectors. (The empty asm keeps GCC from recognising the loop as a copy and calling
+/// memcpy after all.)
+template <class T, int VB = kVecBytes>
 inline void copy_row(T* __restrict d, const T* __restrict s, int64_t n) {
-  constexpr int64_t VL = kVecLanes<T>;
-  if (n < VL) return copy_run(d, s, n);
-  for (int64_t i = 0; i + VL <= n; i += VL) {
-    vec_t<T> v = load_vec(s + i);
-    asm("" : "+v"(v));
-    store_vec(d + i, v);
+  typedef T V __attribute__((vector_size(VB)));
+  constexpr int64_t L = VB / int64_t(sizeof(T));
+  if (n >= L) {
+    for (int64_t i = 0; i + L <= n; i += L) {
+      V v;
+      std::memcpy(&v, s + i, VB);
+      asm("" : "+v"(v));
+      std::memcpy(d + i, &v, VB);
+    }
+    if (n % L) {
+      V v;
+      std::memcpy(&v, s + n - L, VB);
+      std::memcpy(d + n - L, &v, VB);
+    }
+  } else if constexpr (VB > 16) {
+    copy_row<T, VB / 2>(d, s, n);
+  } else {
+    for (int64_t i = 0; i < L; ++i)
+      if (i < n) d[i] = s[i];
   }
-  if (n % VL) store_vec(d + n - VL, load_vec(s + n - VL));
 }
 
 /// First output index o in [0, n) with o*s + off >= 0, and first with o*s + off >= lim
