@@ -71,6 +71,27 @@ TEST_CASE("unary ops: values") {
   CHECK(abs(from_vector<int64_t>({-3})).to_vector<int64_t>()[0] == 3);
 }
 
+TEST_CASE("tanh-GELU in float32 against the tanh formula in double, values and gradient") {
+  // The CPU computes it as x sigmoid(2u); the reference is GPT-2's 0.5 x (1 + tanh u).
+  std::vector<float> xs;
+  for (int i = -2400; i <= 2400; ++i) xs.push_back(float(i) / 200.f);  // [-12, 12]
+  for (float big : {-100.f, -30.f, 30.f, 100.f}) xs.push_back(big);
+  Tensor x = from_vector<float>(xs).requires_grad_();
+  Tensor y = gelu(x, GeluApprox::tanh);
+  y.backward(ones_like(y));
+  const std::vector<float> yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
+  double worst_y = 0, worst_g = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double t = xs[i], c = std::sqrt(2 / M_PI), u = c * (t + 0.044715 * t * t * t), th = std::tanh(u);
+    const double ref_y = 0.5 * t * (1 + th);
+    const double ref_g = 0.5 * (1 + th) + 0.5 * t * (1 - th * th) * c * (1 + 3 * 0.044715 * t * t);
+    worst_y = std::max(worst_y, std::fabs(yv[i] - ref_y) / std::max(1e-3, std::fabs(ref_y)));
+    worst_g = std::max(worst_g, std::fabs(gv[i] - ref_g) / std::max(1e-3, std::fabs(ref_g)));
+  }
+  CHECK(worst_y < 1e-5);
+  CHECK(worst_g < 5e-5);  // the worst is at the gradient's zero (x = -0.755): 2e-8 absolute
+}
+
 TEST_CASE("comparisons, where and masked_fill") {
   Tensor a = T({1, 2, 3}, {3});
   Tensor b = T({3, 2, 1}, {3});
