@@ -103,11 +103,11 @@ void embedding_backward(DType dt, const int64_t* idx, const void* g, void* dw, i
 
 // ---------------------------------------------------------------- attention
 //
-// Flash-attention style on the CPU: work units are blocks of kRows query rows (forward,
-// dq) or key rows (dk, dv) of one batch entry; each unit holds at most kRows x T scores
-// (never a T x T matrix) and turns its products into small GEMMs (gemm_cpu, serial inside
-// the unit's thread). Units are fixed by the shapes, so results do not depend on the
-// thread count. Operands are addressed through AttnLayout, so the heads of a packed qkv
+// Flash-attention style on the CPU: the forward's work units are blocks of kRows query
+// rows of one batch entry, the backward's whole batch entries (walked in blocks of kRows
+// query rows); a block holds at most kRows x T scores (never a T x T matrix) and turns its
+// products into small GEMMs (gemm_cpu, serial inside the unit's thread). Units are fixed
+// by the shapes, so results do not depend on the thread count. Operands are addressed through AttnLayout, so the heads of a packed qkv
 // tensor are read in place and the gradients written in place.
 
 constexpr int64_t kRows = 32;
@@ -167,85 +167,48 @@ void attention_backward_t(const T* q, AttnLayout lq, const T* k, AttnLayout lk, 
                           const T* out, AttnLayout lo, const T* lse, const T* dout, AttnLayout lg, T* dq,
                           AttnLayout ldq, T* dk, AttnLayout ldk, T* dv, AttnLayout ldv, int64_t B, int64_t Tq,
                           int64_t Tk, int64_t E, int64_t Ev, T scale, bool causal) {
-  // Dsum_i = dout_i . out_i (the softmax backward's row term)
-  std::vector<T> dsum(size_t(B * Tq));
-  parallel_for(0, B * Tq, std::max<int64_t>(1, 16384 / std::max<int64_t>(Ev, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / Tq, t = r % Tq;
-      Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> o(row_of(out, lo, b, t), Ev), g(row_of(dout, lg, b, t), Ev);
-      dsum[size_t(r)] = o.dot(g);
-    }
-  });
-  // With s_ij = scale q_i . k_j and p_ij = exp(s_ij - lse_i) (0 where masked):
+  // With s_ij = scale q_i . k_j and p_ij = exp(s_ij - lse_i) (0 where masked), Dsum_i = dout_i . out_i:
   //   ds_ij = p_ij (dout_i . v_j - Dsum_i), dq_i = scale sum_j ds_ij k_j,
   //   dv_j = sum_i p_ij dout_i, dk_j = scale sum_i ds_ij q_i.
-  if (dq) {  // blocks of query rows
-    const int64_t nblk = (Tq + kRows - 1) / kRows;
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kRows * Tk * (E + Ev), 1));
-    parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
-      RowMat<T> P(kRows, Tk), dP(kRows, Tk);
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
-        const int64_t n = keys_seen(i0 + r - 1, Tk, causal);
-        const T* K = row_of(k, lk, b, 0);
-        gemm_cpu<T>(false, true, r, n, E, T(1), row_of(q, lq, b, i0), lq.st, K, lk.st, T(0), P.data(), Tk);
-        gemm_cpu<T>(false, true, r, n, Ev, T(1), row_of(dout, lg, b, i0), lg.st, row_of(v, lv, b, 0), lv.st, T(0),
-                    dP.data(), Tk);
-        auto Pb = P.topLeftCorner(r, n);
-        auto dPb = dP.topLeftCorner(r, n);
-        for (int64_t rr = 0; rr < r; ++rr) {
-          const int64_t i = b * Tq + i0 + rr, ni = keys_seen(i0 + rr, Tk, causal);
-          const int64_t w = exp_width(ni, n);
-          auto p = Pb.row(rr).head(w).array();
-          p = (p * scale - lse[i]).exp();  // masked lanes are multiplied by the zeroed dP
-          dPb.row(rr).tail(n - ni).setZero();
-          dPb.row(rr).head(ni).array() = p.head(ni) * (dPb.row(rr).head(ni).array() - dsum[size_t(i)]);
-        }
-        // dQ_block (r, E) = scale dS K
-        gemm_cpu<T>(false, false, r, E, n, scale, dP.data(), Tk, K, lk.st, T(0), row_of(dq, ldq, b, i0), ldq.st);
+  // One pass per batch entry over blocks of query rows: each block recomputes its P and
+  // dS once (kRows x the keys it sees) and adds its share to dk and dv, which the unit owns
+  // (five GEMMs per block; a pass for dq and another for dk, dv would recompute P and dP).
+  // Units are whole batch entries, so the order of the sums does not depend on the threads.
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
+    RowMat<T> P(kRows, Tk), dS(kRows, Tk);
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t j = 0; j < Tk; ++j) {  // dk and dv accumulate over the query blocks
+        if (dk) std::fill_n(row_of(dk, ldk, b, j), E, T(0));
+        if (dv) std::fill_n(row_of(dv, ldv, b, j), Ev, T(0));
       }
-    });
-  }
-  if (dk || dv) {  // blocks of key rows; query rows i >= j see key j when causal
-    const int64_t nblk = (Tk + kRows - 1) / kRows;
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(kRows * Tq * (E + Ev), 1));
-    parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
-      RowMat<T> P(kRows, Tq), dP(kRows, Tq);  // transposed: (key rows, query rows)
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t b = u / nblk, j0 = (u % nblk) * kRows, r = std::min(kRows, Tk - j0);
-        const int64_t i0 = causal ? std::min(j0, Tq) : 0, m = Tq - i0;
-        if (m == 0) {  // no query sees these keys
-          for (int64_t rr = 0; rr < r; ++rr) {
-            if (dk) std::fill_n(row_of(dk, ldk, b, j0 + rr), E, T(0));
-            if (dv) std::fill_n(row_of(dv, ldv, b, j0 + rr), Ev, T(0));
-          }
-          continue;
-        }
+      const T* K = row_of(k, lk, b, 0);
+      const T* V = row_of(v, lv, b, 0);
+      for (int64_t i0 = 0; i0 < Tq; i0 += kRows) {
+        const int64_t r = std::min(kRows, Tq - i0), n = keys_seen(i0 + r - 1, Tk, causal);
         const T* Q = row_of(q, lq, b, i0);
         const T* G = row_of(dout, lg, b, i0);
-        gemm_cpu<T>(false, true, r, m, E, T(1), row_of(k, lk, b, j0), lk.st, Q, lq.st, T(0), P.data(), Tq);
-        auto Pb = P.topLeftCorner(r, m);
-        Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> L(lse + b * Tq + i0, m);
+        gemm_cpu<T>(false, true, r, n, E, T(1), Q, lq.st, K, lk.st, T(0), P.data(), Tk);             // Q K^T
+        gemm_cpu<T>(false, true, r, n, Ev, T(1), G, lg.st, V, lv.st, T(0), dS.data(), Tk);            // dP = G V^T
         for (int64_t rr = 0; rr < r; ++rr) {
-          // key j = j0 + rr is seen by query rows i >= j: the first (j - i0) columns are masked
-          const int64_t skip = causal ? std::min(j0 + rr - i0, m) : 0;
-          Pb.row(rr).head(skip).setZero();
-          auto p = Pb.row(rr).tail(m - skip).array();
-          p = (p * scale - L.tail(m - skip)).exp();
+          const int64_t i = i0 + rr, ni = keys_seen(i, Tk, causal), w = exp_width(ni, n);
+          Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> o(row_of(out, lo, b, i), Ev), g(G + rr * lg.st, Ev);
+          const T dsum = o.dot(g);
+          auto p = P.row(rr).head(w).array();
+          p = (p * scale - lse[b * Tq + i]).exp();
+          P.row(rr).segment(ni, n - ni).setZero();  // masked keys
+          dS.row(rr).segment(ni, n - ni).setZero();
+          dS.row(rr).head(ni).array() = P.row(rr).head(ni).array() * (dS.row(rr).head(ni).array() - dsum);
         }
-        if (dv)  // dV_block (r, Ev) = P^T dout
-          gemm_cpu<T>(false, false, r, Ev, m, T(1), P.data(), Tq, G, lg.st, T(0), row_of(dv, ldv, b, j0), ldv.st);
-        if (dk) {
-          gemm_cpu<T>(false, true, r, m, Ev, T(1), row_of(v, lv, b, j0), lv.st, G, lg.st, T(0), dP.data(), Tq);
-          auto dPb = dP.topLeftCorner(r, m);
-          Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>> D(dsum.data() + b * Tq + i0, m);
-          for (int64_t rr = 0; rr < r; ++rr) dPb.row(rr).array() = Pb.row(rr).array() * (dPb.row(rr).array() - D);
-          // dK_block (r, E) = scale dS^T Q
-          gemm_cpu<T>(false, false, r, E, m, scale, dP.data(), Tq, Q, lq.st, T(0), row_of(dk, ldk, b, j0), ldk.st);
-        }
+        if (dq)  // dQ_block (r, E) = scale dS K
+          gemm_cpu<T>(false, false, r, E, n, scale, dS.data(), Tk, K, lk.st, T(0), row_of(dq, ldq, b, i0), ldq.st);
+        if (dk)  // dK[0, n) (n, E) += scale dS^T Q_block
+          gemm_cpu<T>(true, false, n, E, r, scale, dS.data(), Tk, Q, lq.st, T(1), row_of(dk, ldk, b, 0), ldk.st);
+        if (dv)  // dV[0, n) (n, Ev) += P^T dout_block
+          gemm_cpu<T>(true, false, n, Ev, r, T(1), P.data(), Tk, G, lg.st, T(1), row_of(dv, ldv, b, 0), ldv.st);
       }
-    });
-  }
+    }
+  });
 }
 
 void attention_forward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
