@@ -388,6 +388,43 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
   }
 }
 
+// The input gradient of a stride-1 convolution is itself a stride-1 convolution: dx =
+// conv(dy padded by d (k - 1) - p, w with input and output channels swapped and the kernel
+// turned by 180 degrees). Run as the wide layout's forward, it reads dy's taps in place,
+// one GEMM per sample of depth O kH kW, and writes dx directly, where the GEMM
+// w^T (C kH kW x O) @ dy has depth O (16-64: every tile of C reloaded after a few steps),
+// writes C kH kW x L2 columns and adds them back with col2im.
+
+/// The convolution whose forward is the input gradient of g, when its padding is >= 0.
+inline bool transposed_geom(const Conv2dGeom& g, Conv2dGeom& t) {
+  const int64_t pH = g.dH * (g.kH - 1) - g.pH, pW = g.dW * (g.kW - 1) - g.pW;
+  if (g.sH != 1 || g.sW != 1 || pH < 0 || pW < 0) return false;
+  t = g;
+  t.C = g.O;
+  t.H = g.OH;
+  t.W = g.OW;
+  t.O = g.C;
+  t.pH = pH;
+  t.pW = pW;
+  t.OH = g.H;
+  t.OW = g.W;
+  return true;
+}
+
+/// Weight of the transposed convolution: wt (C, O/groups, kH, kW), wt[c][o][i][j] = w[o][c][kH-1-i][kW-1-j]
+/// within each group.
+template <class T>
+std::vector<T> transposed_weight(const Conv2dGeom& g, const T* w) {
+  const int64_t G = g.groups, Cg = g.C / G, Og = g.O / G, taps = g.kH * g.kW;
+  std::vector<T> wt(size_t(g.C * Og * taps));
+  for (int64_t gi = 0; gi < G; ++gi)
+    for (int64_t cl = 0; cl < Cg; ++cl)
+      for (int64_t ol = 0; ol < Og; ++ol)
+        for (int64_t t = 0; t < taps; ++t)
+          wt[size_t((((gi * Cg + cl) * Og + ol) * taps) + t)] = w[((gi * Og + ol) * Cg + cl) * taps + (taps - 1 - t)];
+  return wt;
+}
+
 // ------------------------------------------------------------------ direct, few input channels
 //
 // A stride-1 convolution of 1-4 input channels (a first layer such as LeNet's 1 -> 6 or
@@ -602,6 +639,11 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
   const int64_t wsize = g.O * Kg;
   const bool pw = is_pointwise(g), direct = use_direct_wgrad(g), wide = !direct && use_wide(g);
   const int nt = batch_threads(g.N);
+  // The input gradient as the forward of the transposed convolution when its GEMMs have at
+  // least a register tile of rows (input channels per group): LeNet's 6 would run 6 of 8.
+  Conv2dGeom gt{};
+  const bool dx_transposed = dx && (direct || wide) && Cg >= 12 && transposed_geom(g, gt);
+  const std::vector<T> wt = dx_transposed ? transposed_weight(g, w) : std::vector<T>();
   // Per-thread accumulators for dw and db, summed in thread order afterwards (deterministic).
   std::vector<std::vector<T>> dw_acc(nt > 1 && dw ? nt : 0), db_acc(nt > 1 && db ? nt : 0);
   if (nt == 1) {
@@ -615,12 +657,14 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
-    if (direct) {  // weight and bias gradients in registers; the input gradient as in the wide layout
-      conv2d_wgrad_direct(g, x, dy, dwt, dbt, lo, hi);
-      if (dx) conv2d_backward_wide<T>(nt, g, x, w, dy, dx, nullptr, nullptr, lo, hi);
+    if (direct || wide) {
+      if (direct) conv2d_wgrad_direct(g, x, dy, dwt, dbt, lo, hi);  // in registers
+      T* dx_gemm = dx_transposed ? nullptr : dx;                    // else: GEMM + col2im
+      if (direct ? dx_gemm != nullptr : dwt || dbt || dx_gemm)
+        conv2d_backward_wide<T>(nt, g, x, w, dy, dx_gemm, direct ? nullptr : dwt, direct ? nullptr : dbt, lo, hi);
+      if (dx_transposed) conv2d_forward_wide<T>(nt, gt, dy, wt.data(), nullptr, dx, lo, hi);
       return;
     }
-    if (wide) return conv2d_backward_wide(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
     std::vector<T> cols((!pw && (dw || dx)) ? size_t(G * Kg * L) : 0);  // (C*kH*kW, L)
     for (int64_t n = lo; n < hi; ++n) {
       const T* xn = x + n * g.C * g.H * g.W;

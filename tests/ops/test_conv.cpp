@@ -193,6 +193,12 @@ TEST_CASE("conv2d: gradcheck") {
       {{3, 4, 3, 3}, {2, 4, 1, 1}, {}, true},
       {{2, 2, 5, 5}, {4, 1, 3, 3}, {.stride = {2, 1}, .groups = 2}, false},
       {{2, 3, 6, 7}, {5, 3, 2, 3}, {.padding = {2, 1}, .dilation = {2, 1}}, true},  // direct, dilated
+      // >= 12 input channels: the input gradient as a transposed convolution
+      {{1, 12, 4, 5}, {3, 12, 3, 3}, {.padding = {1, 1}}, true},
+      {{1, 24, 5, 5}, {4, 12, 2, 3}, {.padding = {1, 2}, .dilation = {2, 1}, .groups = 2}, false},
+      // padding > dilation (kernel - 1): no transposed convolution, GEMM + col2im
+      {{1, 2, 4, 5}, {3, 2, 3, 3}, {.padding = {3, 1}}, false},  // direct
+      {{1, 12, 4, 4}, {2, 12, 3, 3}, {.padding = {3, 3}}, true},  // wide
   };
   for (const auto& c : cases) {
     CAPTURE(shape_str(c.x));
