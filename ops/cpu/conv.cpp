@@ -97,7 +97,9 @@ inline void copy_row(T* __restrict d, const T* __restrict s, int64_t n) {
     for (int64_t i = 0; i + L <= n; i += L) {
       V v;
       std::memcpy(&v, s + i, VB);
+#if defined(__x86_64__) || defined(__i386__)
       asm("" : "+v"(v));
+#endif
       std::memcpy(d + i, &v, VB);
     }
     if (n % L) {

@@ -105,10 +105,12 @@ void embedding_backward(DType dt, const int64_t* idx, const void* g, void* dw, i
 //
 // Flash-attention style on the CPU: the forward's work units are blocks of kRows query
 // rows of one batch entry, the backward's whole batch entries (walked in blocks of kRows
-// query rows); a block holds at most kRows x T scores (never a T x T matrix) and turns its
-// products into small GEMMs (gemm_cpu, serial inside the unit's thread). Units are fixed
-// by the shapes, so results do not depend on the thread count. Operands are addressed through AttnLayout, so the heads of a packed qkv
-// tensor are read in place and the gradients written in place.
+// query rows; so a backward with fewer batch entries than threads leaves threads idle); a
+// block holds at most kRows x T scores (never a T x T matrix) and turns its products into
+// small GEMMs (gemm_cpu, serial inside the unit's thread). Units are fixed by the shapes,
+// so results do not depend on the thread count. Operands are addressed through
+// AttnLayout, so the heads of a packed qkv tensor are read in place and the gradients
+// written in place.
 
 constexpr int64_t kRows = 32;
 
