@@ -285,6 +285,34 @@ inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
   return rows;
 }
 
+/// One sample's output gradient dy (O, OH, OW) into wide rows (O, row stride ld, width Wp):
+/// the junk columns are not written (the caller keeps them zero); db (O) += its sums.
+template <class T>
+void dense_to_wide(const T* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
+  const int64_t L = g.OH * g.OW;
+  for (int64_t o = 0; o < g.O; ++o) {
+    for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, dyn + o * L + oh * g.OW, g.OW);
+    if (db) db[o] += sum_lanes(dyn + o * L, L);
+  }
+}
+
+/// One sample's output y (O, OH, OW) = the OW real columns of each wide row of out (O,
+/// row stride ld, width Wp), plus bias (O) when given.
+template <class T>
+void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, T* yn) {
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const T* __restrict src = out + o * ld + oh * Wp;
+      T* __restrict d = yn + (o * g.OH + oh) * g.OW;
+      if (!bias) {
+        copy_row(d, src, g.OW);
+        continue;
+      }
+      const T b = bias[o];
+      for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
+    }
+}
+
 /// dxpad (C, Hp, Wp) += col2im(dcols (C*kH*kW, L2), row stride ld) for channels [c0, c1).
 template <class T>
 void col2im_wide_add(const T* dcols, int64_t ld, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1,
@@ -340,14 +368,7 @@ void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, co
     for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
       gemm_rows_cpu<T>(false, false, Og, v.L2, Kg, T(1), w + gi * Og * Kg, Kg, xp, rows.data() + gi * Kg, T(0),
                        s.out.data() + gi * Og * v.L2, v.L2);
-    for (int64_t o = 0; o < g.O; ++o) {  // keep the OW real columns of each wide row, adding the bias
-      const T b = bias ? bias[o] : T(0);
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        const T* __restrict src = s.out.data() + o * v.L2 + oh * v.Wp;
-        T* __restrict d = y + (n * g.O + o) * L + oh * g.OW;
-        for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
-      }
-    }
+    wide_to_dense(s.out.data(), g, v.Wp, v.L2, bias, y + n * g.O * L);
   }
 }
 
@@ -361,12 +382,7 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
   WideScratch<T> s(g, v, dw != nullptr, dx != nullptr);
   T* dyw = s.out.data();  // (O, L2); the junk columns stay zero
   for (int64_t n = lo; n < hi; ++n) {
-    const T* dyn = dy + n * g.O * L;  // (O, L)
-    for (int64_t o = 0; o < g.O; ++o) {
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        copy_row(dyw + o * v.L2 + oh * v.Wp, dyn + o * L + oh * g.OW, g.OW);
-      if (db) db[o] += sum_lanes(dyn + o * L, L);
-    }
+    dense_to_wide(dy + n * g.O * L, g, v.Wp, v.L2, dyw, db);
     if (dw) {
       const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
       for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
@@ -530,9 +546,7 @@ void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T*
     const T* xp = d.pad(g, x + n * g.C * g.H * g.W, xpad);
     for (int64_t o0 = 0; o0 < g.O; o0 += kDirectOut)
       direct_forward_rows<T>(xp, d, wt.data(), g.O, o0, bias, out.data());
-    for (int64_t o = 0; o < g.O; ++o)  // keep the OW real columns of each wide row
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        copy_row(y + (n * g.O + o) * L + oh * g.OW, out.data() + o * d.Lr + oh * d.v.Wp, g.OW);
+    wide_to_dense(out.data(), g, d.v.Wp, d.Lr, static_cast<const T*>(nullptr), y + n * g.O * L);
   }
 }
 
@@ -580,12 +594,7 @@ void conv2d_wgrad_direct(const Conv2dGeom& g, const T* x, const T* dy, T* dw, T*
   std::vector<vec_t<T>> acc(size_t(g.O * ntp), vec_t<T>{});
   std::vector<T> xpad(size_t(d.xlen)), dyw(size_t(g.O * d.Lr));  // zero junk columns and tail
   for (int64_t n = lo; n < hi; ++n) {
-    const T* dyn = dy + n * g.O * L;
-    for (int64_t o = 0; o < g.O; ++o) {
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        copy_row(dyw.data() + o * d.Lr + oh * d.v.Wp, dyn + o * L + oh * g.OW, g.OW);
-      if (db) db[o] += sum_lanes(dyn + o * L, L);
-    }
+    dense_to_wide(dy + n * g.O * L, g, d.v.Wp, d.Lr, dyw.data(), db);
     if (!dw) continue;
     const T* xp = d.pad(g, x + n * g.C * g.H * g.W, xpad);
     for (int64_t o0 = 0; o0 < g.O; o0 += kDirectWOut)
@@ -660,10 +669,12 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
     if (direct || wide) {
-      if (direct) conv2d_wgrad_direct(g, x, dy, dwt, dbt, lo, hi);  // in registers
-      T* dx_gemm = dx_transposed ? nullptr : dx;                    // else: GEMM + col2im
-      if (direct ? dx_gemm != nullptr : dwt || dbt || dx_gemm)
-        conv2d_backward_wide<T>(nt, g, x, w, dy, dx_gemm, direct ? nullptr : dwt, direct ? nullptr : dbt, lo, hi);
+      if (direct) conv2d_wgrad_direct(g, x, dy, dwt, dbt, lo, hi);  // dw, db in registers
+      // What is left for the wide layout's GEMMs (dx: GEMM + col2im unless transposed)
+      T* dw_gemm = direct ? nullptr : dwt;
+      T* db_gemm = direct ? nullptr : dbt;
+      T* dx_gemm = dx_transposed ? nullptr : dx;
+      if (dw_gemm || db_gemm || dx_gemm) conv2d_backward_wide<T>(nt, g, x, w, dy, dx_gemm, dw_gemm, db_gemm, lo, hi);
       if (dx_transposed) conv2d_forward_wide<T>(nt, gt, dy, wt.data(), nullptr, dx, lo, hi);
       return;
     }
