@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+#include <cstdlib>
 #include "core/error.h"
 
 namespace kiln {
@@ -78,13 +81,35 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, std::span<const std::string_view>(&bytes, 1));
 }
 
-void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces) {
+namespace {
+
+constexpr const char* kTempMarker = ".tmp.";  // path + ".tmp.<pid>.<n>"
+
+// Makes a rename or a new link in `dir` durable: fsync of the folder itself.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // not every file system lets a folder be opened; the rename still happened
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string kept_file_path(const std::string& path, int k) {
+  const fs::path p(path);
+  const std::string ext = p.extension().string(), k_str = std::string(".").append(std::to_string(k));
+  if (ext.empty()) return path + k_str;
+  return (p.parent_path() / (p.stem().string() + k_str + ext)).string();
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces, int keep) {
   static std::atomic<uint64_t> counter{0};
+  KILN_CHECK(keep >= 1, "cannot write '", path, "': keep must be at least 1 (the file itself), got ", keep);
   fs::path target(path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
   KILN_CHECK(fs::is_directory(dir, ec), "cannot write '", path, "': folder '", dir.string(), "' does not exist");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string tmp = path + kTempMarker + std::to_string(::getpid()) + "." + std::to_string(counter++);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   KILN_CHECK(f != nullptr, "cannot write '", path, "': cannot create temporary file '", tmp, "': ",
              std::strerror(errno));
@@ -98,11 +123,41 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
     std::remove(tmp.c_str());
     KILN_FAIL("cannot write '", path, "': writing '", tmp, "' failed: ", std::strerror(saved ? saved : errno));
   }
+  // Older copies move down one place (the oldest is overwritten), then the current file is
+  // linked (or copied) as copy 1 before the new one replaces it: a kill at any point
+  // leaves `path` complete, at worst with a duplicate among the older copies.
+  if (keep > 1 && fs::exists(target, ec)) {
+    for (int k = keep - 1; k >= 2; --k)
+      if (fs::exists(kept_file_path(path, k - 1), ec)) fs::rename(kept_file_path(path, k - 1), kept_file_path(path, k), ec);
+    const std::string link_tmp = tmp + ".keep";
+    if (::link(path.c_str(), link_tmp.c_str()) != 0) fs::copy_file(target, link_tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) fs::rename(link_tmp, kept_file_path(path, 1), ec);
+    if (ec) std::remove(link_tmp.c_str());  // keeping a copy is best effort; the new file is not
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     std::remove(tmp.c_str());
     KILN_FAIL("cannot write '", path, "': renaming '", tmp, "' failed: ", std::strerror(e));
   }
+  fsync_dir(dir);
+}
+
+int remove_stale_temp_files(const std::string& path) {
+  const fs::path target(path);
+  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = target.filename().string() + kTempMarker;
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    // name = prefix + "<pid>.<n>[.keep]": remove it unless that process still runs
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && pid != long(::getpid()) && ::kill(pid_t(pid), 0) == 0) continue;
+    if (pid == long(::getpid())) continue;  // our own write in progress (another thread)
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace kiln

@@ -18,7 +18,20 @@ std::vector<uint8_t> read_file_bytes(const std::string& path);
 /// existing file is replaced only when the write succeeded.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 /// Same, with the content given as consecutive pieces (written in order, never joined).
-void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces);
+/// The file is fsync'd before the rename and its folder after it, so once this returns
+/// the new content survives a power loss. With keep > 1 the file it replaces is kept as
+/// kept_file_path(path, 1), that one as kept_file_path(path, 2), and so on up to keep - 1
+/// older copies; `path` itself always holds a complete file, old or new, at every moment.
+void write_file_atomic(const std::string& path, std::span<const std::string_view> pieces, int keep = 1);
+
+/// The k-th older copy of `path` kept by write_file_atomic (k >= 1):
+/// "run.safetensors" -> "run.1.safetensors"; "data" -> "data.1".
+std::string kept_file_path(const std::string& path, int k);
+
+/// Removes the temporary files of writes to `path` that were interrupted (their writing
+/// process no longer runs): what a kill during write_file_atomic leaves behind. Returns
+/// how many were removed.
+int remove_stale_temp_files(const std::string& path);
 
 /// Sequential reader over a plain or gzip-compressed file (zlib tells them apart).
 class FileReader {

@@ -13,6 +13,12 @@
 #include <vector>
 #include "core/file_io.h"
 
+#define XXH_INLINE_ALL  // header-only use of Debian's xxHash (libxxhash-dev)
+#if defined(__AVX512F__)
+#define XXH_VECTOR 2    // its AVX2 path: GCC 12 warns inside the AVX-512 one, and AVX2 is plenty here
+#endif
+#include <xxhash.h>
+
 namespace kiln {
 
 static_assert(std::endian::native == std::endian::little, "kiln's checkpoint files assume a little-endian host");
@@ -39,6 +45,13 @@ Tensor host_contiguous(const Tensor& t) { return t.detach().to(Device::cpu()).co
 
 std::string_view bytes_of(const Tensor& t) {
   return {static_cast<const char*>(t.raw_data()), size_t(t.numel()) * t.element_size()};
+}
+
+// The integrity check of a tensor's bytes: XXH3-64 as 16 hex digits.
+std::string checksum_hex(const void* data, size_t n) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(data, n)));
+  return buf;
 }
 
 // ---- base64 (RFC 4648, with '=' padding)
@@ -157,19 +170,22 @@ Shape shape_from_json(const json::Value& v) {
 
 // ---------------------------------------------------------------- safetensors
 
-void save(const nn::StateDict& tensors, const std::string& path, const std::map<std::string, std::string>& metadata) {
-  json::Value header = json::Value::object();
-  if (!metadata.empty()) {
-    json::Value& md = header["__metadata__"] = json::Value::object();
-    for (const auto& [k, v] : metadata) md[k] = v;
-  }
+void save(const nn::StateDict& tensors, const std::string& path, const std::map<std::string, std::string>& metadata,
+          int keep) {
+  json::Value header = json::Value::object(), md = json::Value::object();
+  header["__metadata__"] = json::Value::object();  // first in the header; filled in below
+  for (const auto& [k, v] : metadata) md[k] = v;
+  KILN_CHECK(!metadata.count(kChecksumKey), "save: '", path, "': metadata key \"", kChecksumKey, "\" is kiln's own");
+  json::Value checksums = json::Value::object();
   std::vector<Tensor> host;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     KILN_CHECK(name != "__metadata__", "save: '", path, "': \"__metadata__\" is reserved and cannot name a tensor");
     KILN_CHECK(t.defined(), "save: '", path, "': tensor '", name, "' is undefined");
     host.push_back(host_contiguous(t));
-    const uint64_t nbytes = bytes_of(host.back()).size();
+    const std::string_view bytes = bytes_of(host.back());
+    const uint64_t nbytes = bytes.size();
+    checksums[name] = checksum_hex(bytes.data(), bytes.size());
     json::Value& e = header[name] = json::Value::object();
     e["dtype"] = st_code(t.dtype());
     e["shape"] = json::Value::array();
@@ -179,18 +195,25 @@ void save(const nn::StateDict& tensors, const std::string& path, const std::map<
     e["data_offsets"].push_back(offset + nbytes);
     offset += nbytes;
   }
+  md[kChecksumKey] = checksums.dump();
+  header["__metadata__"] = std::move(md);
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the buffer starts 8-byte aligned
   char len[8];
   for (int k = 0; k < 8; ++k) len[k] = char(uint64_t(text.size()) >> (8 * k));
   std::vector<std::string_view> pieces{std::string_view(len, 8), text};
   for (const Tensor& t : host) pieces.push_back(bytes_of(t));
-  write_file_atomic(path, pieces);
+  write_file_atomic(path, pieces, keep);
 }
 
 nn::StateDict load(const std::string& path) {
   Header h = read_header(path);
-  metadata_of(h, path);  // validates it
+  const auto metadata = metadata_of(h, path);  // validates it
+  json::Value checksums;  // files kiln wrote carry one per tensor; others have none
+  if (auto it = metadata.find(kChecksumKey); it != metadata.end()) {
+    checksums = json::parse(it->second, "load: '" + path + "': metadata \"" + kChecksumKey + "\"");
+    KILN_CHECK(checksums.is_object(), "load: '", path, "': metadata \"", kChecksumKey, "\" must be a JSON object");
+  }
   struct Entry {
     std::string name;
     DType dtype;
@@ -240,6 +263,13 @@ nn::StateDict load(const std::string& path) {
     const size_t n = size_t(e.end - e.begin);
     KILN_CHECK(std::fread(t.raw_data(), 1, n, h.file.get()) == n, "load: '", path, "': read error in tensor '", e.name,
                "' (was the file changed while reading?)");
+    if (checksums.is_object()) {
+      KILN_CHECK(checksums.contains(e.name) && checksums.at(e.name).is_string(), "load: '", path, "': tensor '", e.name,
+                 "' has no checksum in \"", kChecksumKey, "\"");
+      const std::string want = checksums.at(e.name).as_string(), got = checksum_hex(t.raw_data(), n);
+      KILN_CHECK(want == got, "load: '", path, "': tensor '", e.name, "' does not match its checksum (stored ", want,
+                 ", computed ", got, "): the file is damaged");
+    }
     if (e.dtype == DType::bool_) {  // any byte other than 0/1 is not a valid C++ bool
       const uint8_t* p = static_cast<const uint8_t*>(t.raw_data());
       KILN_CHECK(std::all_of(p, p + n, [](uint8_t b) { return b <= 1; }), "load: '", path, "': BOOL tensor '", e.name,

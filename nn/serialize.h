@@ -15,8 +15,9 @@
 //   model.load_state_dict(kiln::load("model.safetensors"));
 //   std::string side = kiln::tensors_to_json(opt.state_dict()).dump(1);  // write_file_atomic it
 //   opt.load_state_dict(kiln::tensors_from_json(json::parse(side, "opt.json"), "opt.json"));
-// Files are written atomically (temp file + rename); loading validates every field and
-// throws kiln::Error naming the file and the problem, never reading out of bounds.
+// Files are written atomically (temp file + fsync + rename) with an XXH3 checksum per
+// tensor; loading validates every field and each checksum and throws kiln::Error naming
+// the file and the problem, never reading out of bounds.
 #pragma once
 #include <map>
 #include <string>
@@ -26,13 +27,20 @@
 
 namespace kiln {
 
-/// Writes `tensors` as a safetensors file, atomically. Tensors on any device/contiguity
-/// (copied to CPU contiguous); dtypes F32, F64, F16, BF16, I64, I32, U8, BOOL. `metadata`
-/// goes into "__metadata__" (string -> string).
-void save(const nn::StateDict& tensors, const std::string& path,
-          const std::map<std::string, std::string>& metadata = {});
+/// The "__metadata__" key of the per-tensor checksums: a JSON object, tensor name -> XXH3-64
+/// of its bytes in 16 hex digits.
+inline constexpr const char* kChecksumKey = "kiln.xxh3";
 
-/// Reads a safetensors file: tensors on the CPU, in file order.
+/// Writes `tensors` as a safetensors file, atomically (see write_file_atomic, which also
+/// keeps `keep` - 1 older copies). Tensors on any device/contiguity (copied to CPU
+/// contiguous); dtypes F32, F64, F16, BF16, I64, I32, U8, BOOL. `metadata` goes into
+/// "__metadata__" (string -> string), with each tensor's checksum under kChecksumKey.
+void save(const nn::StateDict& tensors, const std::string& path,
+          const std::map<std::string, std::string>& metadata = {}, int keep = 1);
+
+/// Reads a safetensors file: tensors on the CPU, in file order. A file with checksums
+/// (every file kiln writes) has each tensor verified: a flipped bit is an error naming
+/// the tensor, not silently wrong weights.
 nn::StateDict load(const std::string& path);
 
 /// The "__metadata__" of a safetensors file (empty when it has none); reads only the header.

@@ -20,21 +20,23 @@ need /usr/include/doctest/doctest.h doctest-dev
 need /usr/include/stb/stb_image.h libstb-dev
 need /usr/include/spdlog/spdlog.h libspdlog-dev
 need /usr/include/fmt/format.h libfmt-dev
+need /usr/include/xxhash.h libxxhash-dev
 need /usr/include/zlib.h zlib1g-dev
 ZLIB_A=$(ls /usr/lib/*-linux-gnu/libz.a /usr/lib/libz.a 2>/dev/null | head -n1 || true)
 need "${ZLIB_A:-/usr/lib/x86_64-linux-gnu/libz.a}" zlib1g-dev
 
 rm -rf "$DEST.tmp"
-mkdir -p "$DEST.tmp/stb" "$DEST.tmp/doctest" "$DEST.tmp/zlib/include" "$DEST.tmp/zlib/lib"
+mkdir -p "$DEST.tmp/stb" "$DEST.tmp/xxhash" "$DEST.tmp/doctest" "$DEST.tmp/zlib/include" "$DEST.tmp/zlib/lib"
 cp -r /usr/include/eigen3/Eigen "$DEST.tmp/"                      # -> .deps/Eigen/Core
 cp /usr/include/doctest/doctest.h "$DEST.tmp/doctest/"            # -> .deps/doctest/doctest.h
 cp /usr/include/stb/*.h "$DEST.tmp/stb/"                          # -> .deps/stb/stb_image.h
+cp /usr/include/xxhash.h "$DEST.tmp/xxhash/"                      # -> .deps/xxhash/xxhash.h
 cp -r /usr/include/spdlog /usr/include/fmt "$DEST.tmp/"           # -> .deps/spdlog, .deps/fmt
 cp /usr/include/zlib.h /usr/include/zconf.h "$DEST.tmp/zlib/include/"
 cp "$ZLIB_A" "$DEST.tmp/zlib/lib/libz.a"
 {
   echo "Collected by scripts/collect_deps.sh on $(date -u +%Y-%m-%d) from Debian packages:"
-  dpkg-query -W -f='  ${Package} ${Version}\n' libeigen3-dev doctest-dev libstb-dev libspdlog-dev libfmt-dev \
+  dpkg-query -W -f='  ${Package} ${Version}\n' libeigen3-dev doctest-dev libstb-dev libxxhash-dev libspdlog-dev libfmt-dev \
     zlib1g-dev 2>/dev/null || true
   echo "spdlog is used header-only (SPDLOG_HEADER_ONLY) over fmt header-only (FMT_HEADER_ONLY)."
 } > "$DEST.tmp/README.txt"

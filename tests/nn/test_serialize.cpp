@@ -105,7 +105,11 @@ TEST_CASE("safetensors: every dtype, views and 0-d tensors round-trip bitwise, i
   CHECK(header.at("bool").at("dtype").as_string() == "BOOL");
   CHECK(header.at("scalar").at("shape").size() == 0);
   CHECK(header.at("f32").at("data_offsets").as_array()[0].as_int() == 0);
-  CHECK_FALSE(header.contains("__metadata__"));
+  // the only metadata is the per-tensor checksums
+  REQUIRE(header.contains("__metadata__"));
+  CHECK(header.at("__metadata__").items().size() == 1);
+  const json::Value sums = json::parse(header.at("__metadata__").at(kChecksumKey).as_string());
+  CHECK(sums.items().size() == sd.size());
 
   nn::StateDict back = load(path);
   CHECK(back.keys() == sd.keys());
@@ -147,10 +151,13 @@ TEST_CASE("safetensors: metadata round trip, and names that cannot be saved") {
   const std::map<std::string, std::string> md = {
       {"step", "1200"}, {"format", "pt"}, {"note", "quote \" backslash \\ newline \n caf\xC3\xA9"}, {"", "empty key"}};
   save({{"w", ones({2})}}, tmp / "m.safetensors", md);
-  CHECK(load_metadata(tmp / "m.safetensors") == md);
+  auto back = load_metadata(tmp / "m.safetensors");
+  CHECK(back.erase(kChecksumKey) == 1);  // kiln's own entry beside the caller's
+  CHECK(back == md);
   CHECK(load(tmp / "m.safetensors").keys() == std::vector<std::string>{"w"});
   save({{"w", ones({2})}}, tmp / "plain.safetensors");
-  CHECK(load_metadata(tmp / "plain.safetensors").empty());
+  CHECK(load_metadata(tmp / "plain.safetensors").size() == 1);
+  CHECK(has(error_of([&] { save({{"w", ones({2})}}, tmp / "x.safetensors", {{kChecksumKey, "x"}}); }), "kiln's own"));
 
   CHECK(has(error_of([&] { save({{"__metadata__", ones({1})}}, tmp / "x.safetensors"); }), "reserved"));
   CHECK(has(error_of([&] { save({{"u", Tensor()}}, tmp / "x.safetensors"); }), "'u' is undefined"));
@@ -238,6 +245,15 @@ TEST_CASE("safetensors: truncated and corrupted files throw kiln::Error naming t
     }
   }
   CHECK(errors > int(8 + n));  // most changes are caught
+
+  // every changed bit in the tensor data is caught by the tensor's checksum (it used to
+  // load silently: issue #13)
+  for (size_t i = 8 + n; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = char(bad[i] ^ (1 << (i % 8)));
+    const std::string e = load_error(bad);
+    CHECK_MESSAGE(has(e, "does not match its checksum"), i, ": ", e);
+  }
 
   // hand-made headers, one problem each
   const std::string data(16, '\0');
