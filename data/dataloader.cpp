@@ -173,6 +173,12 @@ std::vector<int64_t> DataLoader::epoch_order(int64_t e) const {
   return order;
 }
 
+void DataLoader::set_start_batch(int64_t k) {
+  KILN_CHECK(k >= 0 && k <= size(), "DataLoader::set_start_batch: batch ", k, " is outside the epoch's ", size(),
+             " batches");
+  start_batch_ = k;
+}
+
 DataLoader::Iterator DataLoader::begin() {
   const int64_t e = epoch_++;
   auto run = std::make_shared<detail::EpochRun>();
@@ -182,6 +188,8 @@ DataLoader::Iterator DataLoader::begin() {
   run->key = epoch_key(seed_, e);
   run->order = epoch_order(e);
   run->num_batches = size();
+  run->next_consume = run->next_claim = start_batch_;
+  start_batch_ = 0;
   const int W = int(std::min<int64_t>(options_.workers, run->num_batches));
   run->window = int64_t(std::max(W, 1)) * options_.prefetch;
   for (int w = 0; w < W; ++w) run->threads.emplace_back([r = run.get()] { r->worker(); });

@@ -89,6 +89,10 @@ class DataLoader {
   int64_t epoch() const { return epoch_; }
   /// Sets the epoch the next begin() runs (its shuffle order and transform draws).
   void set_epoch(int64_t e) { epoch_ = e; }
+  /// Makes the next begin() start at batch k of its epoch (the batches before it are not
+  /// produced): with set_epoch, the data position a checkpoint saved mid-epoch resumes at.
+  /// Batch k is the same as in an epoch started at 0. Applies to one begin() only.
+  void set_start_batch(int64_t k);
   /// The seed in use (given, or drawn at construction).
   uint64_t seed() const { return seed_; }
   const DataLoaderOptions& options() const { return options_; }
@@ -101,6 +105,7 @@ class DataLoader {
   DataLoaderOptions options_;
   uint64_t seed_ = 0;
   int64_t epoch_ = 0;
+  int64_t start_batch_ = 0;
 };
 
 }  // namespace kiln::data

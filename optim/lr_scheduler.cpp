@@ -71,6 +71,12 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
   last_epoch_ = int64_t(le.item());
   base_lrs_ = std::move(base);
   last_lr_ = std::move(last);
+  // Write the restored lrs into the optimizer (PyTorch leaves that to the optimizer's own
+  // state_dict): then the order of construction and restore cannot matter. A scheduler
+  // built after the optimizer's state was loaded would otherwise leave its epoch-0 lr
+  // (0 for a warm-up) in place until the next step().
+  for (size_t g = 0; g < last_lr_.size(); ++g) opt_.set_lr(g, last_lr_[g]);
+  apply_extra(last_epoch_);
 }
 
 // ---------------------------------------------------------------- StepLR

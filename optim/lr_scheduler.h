@@ -30,8 +30,8 @@ class LRScheduler {
 
   /// last_epoch, base_lrs, last_lr and the schedule's settings (0-dim tensors).
   virtual StateDict state_dict() const;
-  /// Restores a state_dict() (like PyTorch, it does not write the optimizer's lr: restore
-  /// the optimizer's own state_dict too).
+  /// Restores a state_dict() and writes its last lrs (and OneCycle's momentum) into the
+  /// optimizer, so restoring before or after the optimizer's own state gives the same lrs.
   virtual void load_state_dict(const StateDict& sd);
 
  protected:

@@ -1,0 +1,43 @@
+// DivergenceGuard (see divergence_guard.h).
+#include "optim/divergence_guard.h"
+#include <cmath>
+#include "core/error.h"
+#include "optim/grad_scaler.h"
+
+namespace kiln::optim {
+
+DivergenceGuard::DivergenceGuard(DivergenceGuardOptions options) : o_(options) {
+  KILN_CHECK(o_.max_consecutive_skips >= 1, "DivergenceGuard: max_consecutive_skips must be >= 1, got ",
+             o_.max_consecutive_skips);
+}
+
+bool DivergenceGuard::check(double loss, const std::vector<Tensor>& params) {
+  if (!std::isfinite(loss)) {
+    record(true, "loss " + std::to_string(loss));
+    return false;
+  }
+  // One fused pass over the gradients (GradScaler's inf check, multiplying by 1): a
+  // gradient holds an inf or NaN exactly when their joint norm is not finite.
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const bool ok = !found_inf_and_unscale_(grads, 1.0f);
+  record(!ok, ok ? "" : "an inf/NaN gradient");
+  return ok;
+}
+
+void DivergenceGuard::record(bool skipped, const std::string& reason) {
+  if (!skipped) {
+    consecutive_ = 0;
+    return;
+  }
+  ++skipped_;
+  ++consecutive_;
+  last_reason_ = reason;
+  KILN_CHECK(consecutive_ < o_.max_consecutive_skips, "training diverged: ", consecutive_,
+             " steps in a row were skipped (the last for ", reason, "), ", skipped_,
+             " in all; no step with a finite loss and gradients came back. Lower the learning rate, "
+             "add warm-up or gradient clipping, or check the data");
+}
+
+}  // namespace kiln::optim

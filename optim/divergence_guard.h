@@ -1,0 +1,47 @@
+// DivergenceGuard: skips optimizer steps whose loss or gradient norm is not finite, counts
+// them, and stops a run (kiln::Error) after too many in a row, so a diverging run neither
+// trains on NaN nor goes on silently. GradScaler's own skips (fp16) are counted too.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "core/tensor.h"
+
+namespace kiln::optim {
+
+struct DivergenceGuardOptions {
+  /// Consecutive skipped steps after which check()/record() throw. fp16 loss scaling skips
+  /// a few steps at the start while its scale comes down (about one per halving from
+  /// 2^16), so the default leaves room for that.
+  int64_t max_consecutive_skips = 25;
+};
+
+/// Usage, once per optimizer step, after backward:
+///   if (guard.check(loss.item(), model.parameters())) opt.step();   // else the step is skipped
+///   opt.zero_grad();
+/// With a GradScaler, let the scaler decide and report what it did:
+///   scaler.step(opt); scaler.update(); guard.record(scaler.last_step_skipped(), "inf/NaN gradients (GradScaler)");
+class DivergenceGuard {
+ public:
+  explicit DivergenceGuard(DivergenceGuardOptions options = {});
+
+  /// True when `loss` and every gradient of `params` are finite (so is their norm): take
+  /// the step. False: skip it (counted). Throws kiln::Error once max_consecutive_skips
+  /// steps in a row were skipped.
+  bool check(double loss, const std::vector<Tensor>& params);
+  /// Records a step the caller took (skipped = false) or skipped, with the reason.
+  void record(bool skipped, const std::string& reason = "");
+
+  int64_t skipped() const { return skipped_; }             ///< skipped steps in all
+  int64_t consecutive() const { return consecutive_; }     ///< skipped steps since the last good one
+  const std::string& last_reason() const { return last_reason_; }
+  /// Restores the total count (e.g. from a checkpoint); the run of consecutive skips restarts.
+  void set_skipped(int64_t n) { skipped_ = n; }
+
+ private:
+  DivergenceGuardOptions o_;
+  int64_t skipped_ = 0, consecutive_ = 0;
+  std::string last_reason_;
+};
+
+}  // namespace kiln::optim
