@@ -2,6 +2,7 @@
 // image classifier, or validation loss of a GPT, from a checkpoint). A checkpoint's
 // safetensors metadata holds the run's configuration (and the GPT's vocabulary), so the
 // weights file alone rebuilds the model.
+#include <cmath>
 #include <cstdio>
 #include <spdlog/spdlog.h>
 #include "cli/args.h"
@@ -13,7 +14,7 @@
 #include "data/dataloader.h"
 #include "data/transforms.h"
 #include "data/vision.h"
-#include "nn/serialize.h"
+#include "optim/run_checkpoint.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
 
@@ -32,28 +33,44 @@ std::vector<double> numbers_of(const std::map<std::string, std::string>& meta, c
   KILN_CHECK(it != meta.end(), file, ": metadata has no '", key, "' (not written by kiln train?)");
   std::vector<double> out;
   const json::Value values = json::parse(it->second, file + " metadata " + key);
-  for (const auto& v : values.as_array()) out.push_back(v.as_number());
+  KILN_CHECK(values.is_array(), file, ": metadata '", key, "' must be an array of numbers");
+  for (const auto& v : values.as_array()) {
+    KILN_CHECK(v.is_number(), file, ": metadata '", key, "' must be an array of numbers");
+    out.push_back(v.as_number());
+  }
   return out;
 }
 
 /// Rebuilds the model a checkpoint was trained as, with its weights, on `device`.
-Loaded load_checkpoint(const std::string& path, Device device) {
+Loaded load_trained(const std::string& path, Device device) {
   Loaded l;
-  l.meta = kiln::load_metadata(path);
-  auto it = l.meta.find("kiln.config");
-  KILN_CHECK(it != l.meta.end(), path, ": no 'kiln.config' metadata: not a checkpoint written by kiln train");
-  l.cfg = config_from_json(json::parse(it->second, path + " metadata kiln.config"), path);
+  const Checkpoint ck = Checkpoint::open(path);
+  for (const std::string& why : ck.passed_over()) spdlog::warn("warning: passed over a damaged checkpoint: {}", why);
+  l.meta = ck.metadata();
+  const TrainingState& s = ck.state();
+  KILN_CHECK(s.extra.contains("config"), path, ": no run configuration: not a checkpoint written by kiln train");
+  l.cfg = config_from_json(s.extra.at("config"), "'" + ck.path() + "': config");
   l.cfg.checkpoint_activations = false;
   if (l.cfg.task == "gpt") {
     l.model = make_model(l.cfg, 0, 0, int64_t(numbers_of(l.meta, "kiln.vocab", path).size()));
   } else {
     const int64_t channels = int64_t(numbers_of(l.meta, "kiln.normalize_mean", path).size());
-    l.model = make_model(l.cfg, channels, std::stoll(l.meta.at("kiln.image_size")), 0);
+    auto it = l.meta.find("kiln.image_size");
+    KILN_CHECK(it != l.meta.end() && !it->second.empty() && it->second.size() < 6 &&
+                   it->second.find_first_not_of("0123456789") == std::string::npos,
+               path, ": metadata 'kiln.image_size' must be a positive integer");
+    l.model = make_model(l.cfg, channels, std::stoll(it->second), 0);
   }
-  l.model.module->load_state_dict(kiln::load(path));
+  ck.restore({.model = l.model.module.get(), .rng = false});
   l.model.module->to(device);
   l.model.module->eval();
   return l;
+}
+
+int threads_flag(const Args& a) {
+  const long long n = a.integer("threads");
+  KILN_CHECK(n >= 1 && n <= 4096, "--threads ", n, " is out of range (expected 1 to 4096)");
+  return int(n);
 }
 
 data::CharVocab vocab_of(const Loaded& l, const std::string& path) {
@@ -75,8 +92,8 @@ int cmd_generate(int argc, char** argv, int first) {
   };
   Args a = parse_args("generate", specs, argc, argv, first);
   const std::string path = a.str("checkpoint");
-  if (a.has("threads")) set_num_threads(int(a.integer("threads")));
-  Loaded l = load_checkpoint(path, pick_device(a.str("device")));
+  if (a.has("threads")) set_num_threads(threads_flag(a));
+  Loaded l = load_trained(path, pick_device(a.str("device")));
   KILN_CHECK(l.model.gpt != nullptr, "kiln generate: ", path, " holds a '", l.cfg.model,
              "' model; generate needs a GPT checkpoint (kiln train gpt --save F)");
   const data::CharVocab vocab = vocab_of(l, path);
@@ -88,10 +105,14 @@ int cmd_generate(int argc, char** argv, int first) {
   } catch (const Error& e) {
     KILN_CHECK(false, "kiln generate: the prompt has a character the model never saw: ", e.what());
   }
-  const int64_t top_k = a.integer("top-k");
-  manual_seed(uint64_t(a.integer("seed")));
+  const int64_t top_k = a.integer("top-k"), tokens = a.integer("tokens"), seed = a.integer("seed");
+  const double temperature = a.number("temperature");
+  KILN_CHECK(std::isfinite(temperature) && temperature >= 0, "kiln generate: --temperature must be a finite number "
+             ">= 0 (0: greedy), got ", a.str("temperature"));
+  KILN_CHECK(top_k >= 0 && tokens >= 0 && seed >= 0, "kiln generate: --top-k, --tokens and --seed must be >= 0");
+  manual_seed(uint64_t(seed));
   Tensor idx = from_vector(ids, {1, int64_t(ids.size())}).to(l.model.module->parameters()[0].device());
-  Tensor out = l.model.gpt->generate(idx, a.integer("tokens"), a.number("temperature"),
+  Tensor out = l.model.gpt->generate(idx, tokens, temperature,
                                      top_k > 0 ? std::optional<int64_t>(top_k) : std::nullopt);
   std::printf("%s\n", vocab.decode(out.select(0, 0).to(Device::cpu())).c_str());
   return 0;
@@ -108,9 +129,9 @@ int cmd_eval(int argc, char** argv, int first) {
   };
   Args a = parse_args("eval", specs, argc, argv, first);
   const std::string path = a.str("checkpoint");
-  if (a.has("threads")) set_num_threads(int(a.integer("threads")));
+  if (a.has("threads")) set_num_threads(threads_flag(a));
   const Device device = pick_device(a.str("device"));
-  Loaded l = load_checkpoint(path, device);
+  Loaded l = load_trained(path, device);
   NoGradGuard no_grad;
   if (l.cfg.task == "gpt") {
     const std::string text_path = a.str("text", l.cfg.data);
@@ -141,6 +162,7 @@ int cmd_eval(int argc, char** argv, int first) {
 
 int cmd_train(int argc, char** argv, int first) {
   TrainResult r = run_training(parse_train_config(argc, argv, first));
+  if (r.signal) return 128 + r.signal;  // as if the signal had ended it, after the checkpoint
   return r.losses.empty() && r.accuracy < 0 && r.val_loss < 0 ? 1 : 0;
 }
 

@@ -13,8 +13,11 @@ namespace kiln::cli {
 
 namespace {
 
+// The header of logs written before the "skipped" column (read as skipped = 0).
+constexpr const char* kMetricsHeaderV1 = "step,epoch,loss,lr,samples_per_s,accuracy,val_loss";
+
 std::string num(double v) {
-  if (std::isnan(v)) return "";
+  if (std::isnan(v)) return "nan";  // %g would print "-nan" for some NaNs
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
@@ -27,7 +30,7 @@ bool parse_row(const std::string& line, MetricsRow& row) {
     if (c == ',') f.emplace_back();
     else if (c != '\r') f.back() += c;
   }
-  if (f.size() != 7) return false;
+  if (f.size() != 7 && f.size() != 8) return false;
   auto integer = [](const std::string& s, int64_t& out) {
     char* end = nullptr;
     errno = 0;
@@ -40,15 +43,23 @@ bool parse_row(const std::string& line, MetricsRow& row) {
     out = std::strtod(s.c_str(), &end);
     return *end == '\0';
   };
+  auto optional = [&](const std::string& s, std::optional<double>& out) {
+    double v = NAN;
+    if (!real(s, v)) return false;
+    if (!s.empty()) out = v;
+    return true;
+  };
   return integer(f[0], row.step) && integer(f[1], row.epoch) && real(f[2], row.loss) && real(f[3], row.lr) &&
-         real(f[4], row.items_per_s) && real(f[5], row.accuracy) && real(f[6], row.val_loss);
+         real(f[4], row.items_per_s) && optional(f[5], row.accuracy) && optional(f[6], row.val_loss) &&
+         (f.size() == 7 || integer(f[7], row.skipped));
 }
 
 }  // namespace
 
 std::string format_metrics_row(const MetricsRow& r) {
   return std::to_string(r.step) + "," + std::to_string(r.epoch) + "," + num(r.loss) + "," + num(r.lr) + "," +
-         num(r.items_per_s) + "," + num(r.accuracy) + "," + num(r.val_loss);
+         num(r.items_per_s) + "," + (r.accuracy ? num(*r.accuracy) : "") + "," + (r.val_loss ? num(*r.val_loss) : "") +
+         "," + std::to_string(r.skipped);
 }
 
 std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
@@ -62,7 +73,7 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     pos = nl == std::string::npos ? text.size() : nl + 1;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1) {
-      KILN_CHECK(line == kMetricsHeader, "metrics: '", path, "' is not a kiln metrics log: its header is '",
+      KILN_CHECK(line == kMetricsHeader || line == kMetricsHeaderV1, "metrics: '", path, "' is not a kiln metrics log: its header is '",
                  line.substr(0, 120), "', expected '", kMetricsHeader, "'");
       continue;
     }
@@ -82,8 +93,8 @@ std::vector<Panel> metrics_panels(const std::vector<MetricsRow>& rows) {
   // Only measured points go in (evaluations are sparse), so the curves join them.
   for (const MetricsRow& r : rows) {
     if (std::isfinite(r.loss)) train.x.push_back(double(r.step)), train.y.push_back(r.loss);
-    if (std::isfinite(r.val_loss)) val.x.push_back(double(r.step)), val.y.push_back(r.val_loss);
-    if (std::isfinite(r.accuracy)) acc.x.push_back(double(r.step)), acc.y.push_back(100 * r.accuracy);
+    if (r.val_loss && std::isfinite(*r.val_loss)) val.x.push_back(double(r.step)), val.y.push_back(*r.val_loss);
+    if (r.accuracy && std::isfinite(*r.accuracy)) acc.x.push_back(double(r.step)), acc.y.push_back(100 * *r.accuracy);
   }
   std::vector<Panel> panels(1);
   panels[0] = {"loss", "step", "loss", {train}};

@@ -4,27 +4,30 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 #include "cli/plot.h"
 
 namespace kiln::cli {
 
-/// One CSV row. NaN fields are written as empty fields (e.g. accuracy between evaluations).
+/// One CSV row. A NaN is written as "nan" (a diverged value is never hidden); an absent
+/// accuracy or validation loss (between evaluations) as an empty field.
 struct MetricsRow {
   int64_t step = 0;
   int64_t epoch = 0;
-  double loss = NAN;
+  double loss = NAN;         // mean training loss of the steps taken since the last row
   double lr = NAN;
   double items_per_s = NAN;  // column samples_per_s
-  double accuracy = NAN;     // a fraction in [0, 1]; the plot shows it as a percentage
-  double val_loss = NAN;
+  std::optional<double> accuracy = std::nullopt;  // a fraction in [0, 1]; the plot shows it as a percentage
+  std::optional<double> val_loss = std::nullopt;
+  int64_t skipped = 0;       // steps skipped since the last row (non-finite loss or gradients)
 };
 
 /// The CSV header every metrics log starts with.
-inline constexpr const char* kMetricsHeader = "step,epoch,loss,lr,samples_per_s,accuracy,val_loss";
+inline constexpr const char* kMetricsHeader = "step,epoch,loss,lr,samples_per_s,accuracy,val_loss,skipped";
 
-/// One CSV line (no newline) of `row`: integers, then %.6g numbers, NaN as "".
+/// One CSV line (no newline) of `row`: integers, then %.6g numbers ("nan", "inf").
 std::string format_metrics_row(const MetricsRow& row);
 /// Reads a metrics CSV; kiln::Error naming the file (and line) for another header or a
 /// malformed row. An unfinished last line (no newline: a run killed mid-write) is ignored.

@@ -1,51 +1,38 @@
-// A training run's checkpoint: the model's weights in a safetensors file (which Python's
-// safetensors opens) and, beside it, a JSON side file (x.state.json) with everything else
-// a resumed run needs to continue bit for bit: the run's configuration, epoch and step,
-// the RNG state, and the optimizer, LR-scheduler and GradScaler state dicts.
+// What `kiln train` keeps in a checkpoint besides the tensors (optim/run_checkpoint.h
+// holds the rest): the run's configuration as JSON, checked value by value when read back,
+// and the rules by which a resumed run's command line may (or may not) change it.
 #pragma once
-#include <map>
 #include <string>
 #include <vector>
 #include "cli/train.h"
 #include "core/json.h"
-#include "core/rng.h"
 #include "data/text.h"
-#include "nn/module.h"
-#include "optim/grad_scaler.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
 
 namespace kiln::cli {
 
-/// The side file's content (plus the weights' path).
-struct RunState {
-  TrainConfig config;
-  int64_t epoch = 0;   ///< completed epochs (vision) / evaluations (gpt)
-  int64_t step = 0;    ///< completed optimizer steps
-  RngState rng{};      ///< kiln's global generator when saved
-  json::Value optimizer, scheduler, scaler;  ///< tensors_to_json of the state dicts
-  json::Value extra = json::Value::object(); ///< task data (gpt: "vocab")
-  std::string weights; ///< the .safetensors path
-};
+/// Checks every value of a configuration the way its flag is checked (ranges, finite
+/// numbers, known names); `where` starts the message ("kiln train", or the checkpoint
+/// file), which names the value by its flag (from_flags) or by its saved key.
+void validate_config(const TrainConfig& c, const std::string& where, bool from_flags);
 
-/// Writes the weights (metadata: task, model, step and `metadata`) and the side file, each
-/// atomically. The side file is written last and names the weights' step, so a crash
-/// between the two is detected by load_run_state.
-void save_run(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
-              const optim::LRScheduler* sched, const amp::GradScaler& scaler, const RunState& rs,
-              const std::map<std::string, std::string>& metadata, const json::Value& extra);
-/// Reads a checkpoint's side file (and checks the weights file matches it).
-RunState load_run_state(const std::string& path);
-/// Loads the weights into `model` and the state into the optimizer, scheduler, scaler and
-/// kiln's generator; sets epoch and step.
-void restore_run(const RunState& rs, nn::Module& model, optim::Optimizer& opt, optim::LRScheduler* sched,
-                 amp::GradScaler& scaler, int64_t& epoch, int64_t& step);
-/// The saved run's configuration, with what may change on resume taken from `cmdline`
-/// (epochs, steps, max-minutes, stop-at, device, threads, workers, files, progress, sampling).
-TrainConfig merge_resumed_config(const TrainConfig& saved, const TrainConfig& cmdline);
-
+/// The saved fields of a configuration (not `given` / `override_saved`).
 json::Value config_to_json(const TrainConfig& c);
-TrainConfig config_from_json(const json::Value& v, const std::string& what);
+/// Inverse of config_to_json; a missing key or a value of the wrong type or range is a
+/// kiln::Error naming `where` and the key.
+TrainConfig config_from_json(const json::Value& v, const std::string& where);
+
+/// The configuration of a resumed run: the saved one, with what this command line gave.
+/// How far and where the run goes (--epochs, --steps, --device, --threads, --workers,
+/// --save, --metrics, --keep, --save-every, --max-skips, sampling) may always change (and
+/// stay as saved when not given); --stop-at, --max-minutes and --no-progress are this
+/// command line's alone. A flag that contradicts a training setting of the saved run
+/// is an error unless cmdline.override_saved (--override); the model's shape, the task,
+/// --schedule and --limit never change. `notes` receives one line per value changed.
+TrainConfig merge_resumed_config(const TrainConfig& saved, const TrainConfig& cmdline, std::vector<std::string>& notes);
+
+/// One line naming the settings that define a run (for the log of a resumed run).
+std::string describe_config(const TrainConfig& c);
+
 json::Value json_array(const std::vector<double>& values);
 /// A vocabulary saved as an array of code points.
 data::CharVocab vocab_from_json(const json::Value& v, const std::string& what);

@@ -5,7 +5,11 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstring>
+#include <limits>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -13,6 +17,7 @@
 #include "cli/metrics.h"
 #include "cli/progress.h"
 #include "cli/run_state.h"
+#include "cli/signals.h"
 #include "core/cuda.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -28,7 +33,10 @@
 #include "optim/adam.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "optim/divergence_guard.h"
+#include "optim/run_checkpoint.h"
 #include "optim/sgd.h"
+#include "core/file_io.h"
 
 namespace kiln::cli {
 namespace {
@@ -67,8 +75,12 @@ const std::vector<FlagSpec>& train_flags() {
       {"prompt", true, "", "gpt: prompt of the sample printed at the end (default: a newline)"},
       {"sample-tokens", true, "300", "gpt: characters sampled at the end"},
       {"stop-at", true, "0", "end this run after epoch N (vision) or step N (gpt) as if interrupted; --resume continues it"},
-      {"save", true, "", "checkpoint file (.safetensors; a .state.json side file goes beside it)"},
-      {"resume", true, "", "continue the run saved in this checkpoint"},
+      {"save", true, "", "checkpoint file (.safetensors): written after every epoch / evaluation, and on SIGTERM/SIGINT"},
+      {"save-every", true, "0", "also save every N steps, or every N minutes with an m suffix (e.g. 500 or 10m; 0: no)"},
+      {"keep", true, "2", "checkpoints kept: the --save file and keep-1 older ones (run.1.safetensors, ...)"},
+      {"max-skips", true, "25", "stop the run after this many consecutive steps skipped for a non-finite loss or gradients"},
+      {"resume", true, "", "continue the run saved in this checkpoint (its configuration; --save defaults to it)"},
+      {"override", false, "", "with --resume: flags that contradict the saved run's settings change them instead of being an error"},
       {"metrics", true, "", "metrics CSV (a PNG plot is written beside it); default runs/TASK-MODEL.csv"},
       {"log", true, "", "also write the log to this file"},
       {"no-progress", false, "", "no progress bar or progress lines, only the per-epoch log"},
@@ -118,6 +130,58 @@ Model make_model(const TrainConfig& cfg, int64_t in_channels, int64_t image_size
 
 namespace {
 
+/// What a run has done within its current epoch (vision) or evaluation interval (gpt):
+/// saved as a checkpoint's data position, so a run saved mid-epoch resumes exactly.
+struct Tally {
+  int64_t micro = 0;       // micro-batches consumed (vision: the loader's position)
+  int64_t done = 0;        // optimizer steps
+  double loss_sum = 0;     // of the finite losses
+  int64_t loss_n = 0, skipped = 0;
+  double window_loss = 0;  // since the last CSV row
+  int64_t window_loss_n = 0, window_n = 0, window_skipped = 0;
+
+  void add(double loss, bool took) {
+    ++done;
+    ++window_n;
+    if (!took) ++skipped, ++window_skipped;
+    if (std::isfinite(loss)) loss_sum += loss, ++loss_n, window_loss += loss, ++window_loss_n;
+  }
+  double mean_loss() const { return loss_n ? loss_sum / double(loss_n) : NAN; }
+  /// The CSV row of the window since the last one (and starts a new window).
+  MetricsRow take_window(int64_t step, int64_t epoch, double lr, double rate) {
+    MetricsRow r;
+    r.step = step, r.epoch = epoch, r.lr = lr, r.items_per_s = rate, r.skipped = window_skipped;
+    r.loss = window_loss_n ? window_loss / double(window_loss_n) : NAN;
+    window_loss = 0;
+    window_loss_n = window_n = window_skipped = 0;
+    return r;
+  }
+  json::Value to_json() const {
+    json::Value j = json::Value::object();
+    j["micro"] = micro, j["done"] = done, j["loss_sum"] = loss_sum, j["loss_n"] = loss_n, j["skipped"] = skipped;
+    j["window_loss"] = window_loss, j["window_loss_n"] = window_loss_n, j["window_n"] = window_n;
+    j["window_skipped"] = window_skipped;
+    return j;
+  }
+  static Tally from_json(const json::Value& j, const std::string& where) {
+    Tally t;
+    auto count = [&](const char* k) {
+      KILN_CHECK(j.contains(k) && j.at(k).is_int() && j.at(k).as_int() >= 0, where, ": data position \"", k,
+                 "\" must be a non-negative integer");
+      return j.at(k).as_int();
+    };
+    auto number = [&](const char* k) {
+      KILN_CHECK(j.contains(k) && j.at(k).is_number() && std::isfinite(j.at(k).as_number()), where,
+                 ": data position \"", k, "\" must be a finite number");
+      return j.at(k).as_number();
+    };
+    t.micro = count("micro"), t.done = count("done"), t.loss_sum = number("loss_sum"), t.loss_n = count("loss_n");
+    t.skipped = count("skipped"), t.window_loss = number("window_loss"), t.window_loss_n = count("window_loss_n");
+    t.window_n = count("window_n"), t.window_skipped = count("window_skipped");
+    return t;
+  }
+};
+
 /// Everything that changes as a run goes and that a checkpoint must restore.
 struct Trainer {
   TrainConfig cfg;
@@ -126,8 +190,15 @@ struct Trainer {
   std::unique_ptr<optim::Optimizer> opt;
   std::unique_ptr<optim::LRScheduler> sched;
   std::unique_ptr<amp::GradScaler> scaler;
+  std::unique_ptr<optim::DivergenceGuard> guard;
   int64_t epoch = 0;  // completed epochs (vision) or evaluations (gpt)
   int64_t step = 0;   // completed optimizer steps
+  // checkpoint contents besides the tensors
+  std::map<std::string, std::string> metadata;  // what inference needs (normalisation, vocabulary)
+  json::Value extra = json::Value::object();
+  Clock::time_point last_save = Clock::now();
+  int64_t saved_step = -1;     // step of the last checkpoint written or resumed from (-1: none)
+  std::string saved_path;      // and its file
 
   void make_optimizer(int64_t total_steps) {
     auto params = model.module->parameters();
@@ -141,9 +212,37 @@ struct Trainer {
           *opt, optim::WarmupCosineLROptions{.warmup_steps = std::max<int64_t>(1, total_steps / 20),
                                              .total_steps = std::max<int64_t>(2, total_steps),
                                              .min_lr = cfg.lr * 0.1});
-    else
-      KILN_CHECK(cfg.schedule == "constant", "kiln train: --schedule must be constant or cosine, got '", cfg.schedule, "'");
     scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+    guard = std::make_unique<optim::DivergenceGuard>(optim::DivergenceGuardOptions{.max_consecutive_skips = cfg.max_skips});
+  }
+
+  /// Restores a checkpoint into the model, optimizer, scheduler, scaler and RNG, applies
+  /// the settings --override changed, and returns the data position.
+  Tally restore(const Checkpoint& ck) {
+    ck.restore({.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(), .scaler = scaler.get()});
+    const TrainingState& s = ck.state();
+    epoch = s.epoch;
+    step = s.step;
+    saved_step = step;
+    saved_path = ck.path();
+    const std::string where = "'" + ck.path() + "'";
+    KILN_CHECK(s.extra.contains("skipped") && s.extra.at("skipped").is_int() && s.extra.at("skipped").as_int() >= 0,
+               where, ": \"skipped\" must be a non-negative integer");
+    guard->set_skipped(s.extra.at("skipped").as_int());
+    // hyperparameters live in the optimizer's state: an override is written over them
+    auto set_hparam = [&](const char* flag, const char* name, double v) {
+      if (!cfg.changed.count(flag)) return;
+      optim::StateDict sd = opt->state_dict();
+      for (auto& [k, t] : sd)
+        if (k.rfind("param_groups.", 0) == 0 && k.size() > std::strlen(name) &&
+            k.compare(k.size() - std::strlen(name) - 1, std::string::npos, std::string(".") + name) == 0)
+          t = scalar_tensor(v, {.dtype = DType::float64});
+      opt->load_state_dict(sd);
+    };
+    set_hparam("lr", "lr", cfg.lr);
+    if (cfg.task != "gpt") set_hparam("momentum", "momentum", cfg.momentum);
+    set_hparam("weight-decay", "weight_decay", cfg.weight_decay);
+    return s.data.contains("epoch") ? Tally::from_json(s.data.at("epoch"), where) : Tally{};
   }
 
   /// One forward + backward of a micro-batch; returns its (unscaled) loss.
@@ -160,29 +259,72 @@ struct Trainer {
     return loss.item();
   }
 
-  /// The optimizer step closing a group of cfg.accum micro-batches.
-  void optimizer_step() {
-    scaler->step(*opt);
-    scaler->update();
+  /// The optimizer step closing a group of cfg.accum micro-batches whose mean loss is
+  /// `loss`. Skipped (and counted) when the loss or a gradient is not finite; throws once
+  /// --max-skips steps in a row were skipped. Returns whether the step was taken.
+  bool optimizer_step(double loss) {
+    bool took = false;
+    try {
+      if (scaler->is_enabled()) {  // fp16: the scaler checks the gradients and skips
+        scaler->step(*opt);
+        scaler->update();
+        took = !scaler->last_step_skipped() && std::isfinite(loss);
+        guard->record(!took, std::isfinite(loss) ? "inf/NaN gradients under fp16 loss scaling (scale now " +
+                                                       std::to_string(scaler->get_scale()) + ")"
+                                                 : "loss " + std::to_string(loss));
+      } else if ((took = guard->check(loss, opt->all_params()))) {
+        opt->step();
+      }
+    } catch (const Error& e) {
+      KILN_FAIL(e.what(), saved_step >= 0 ? "; the last checkpoint, " + saved_path + " (step " +
+                                                std::to_string(saved_step) + "), was kept"
+                                          : std::string());
+    }
     opt->zero_grad();
     if (sched) sched->step();
     ++step;
+    return took;
   }
 
-  void save(const std::map<std::string, std::string>& extra_metadata, const json::Value& extra_state) {
+  /// Whether --save-every asks for a checkpoint now.
+  bool save_due() const {
+    if (cfg.save.empty()) return false;
+    if (cfg.save_every_steps > 0 && step % cfg.save_every_steps == 0) return true;
+    return cfg.save_every_minutes > 0 && seconds_since(last_save) >= 60 * cfg.save_every_minutes;
+  }
+
+  /// Writes the checkpoint (when --save is set) with the data position within the epoch.
+  void save(const Tally& tally) {
     if (cfg.save.empty()) return;
-    RunState rs;
-    rs.config = cfg;
-    rs.epoch = epoch;
-    rs.step = step;
-    save_run(cfg.save, *model.module, *opt, sched.get(), *scaler, rs, extra_metadata, extra_state);
+    std::map<std::string, std::string> meta = metadata;
+    meta["kiln.task"] = cfg.task;
+    meta["kiln.model"] = cfg.model;
+    meta["kiln.step"] = std::to_string(step);
+    meta["kiln.config"] = config_to_json(cfg).dump();
+    TrainingState s{.step = step, .epoch = epoch};
+    s.data["epoch"] = tally.to_json();
+    s.extra = extra;
+    s.extra["config"] = config_to_json(cfg);
+    s.extra["skipped"] = guard->skipped();
+    save_checkpoint(cfg.save, {.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(),
+                               .scaler = scaler.get()},
+                    s, {.keep = int(cfg.keep), .metadata = meta});
+    last_save = Clock::now();
+    saved_step = step;
+    saved_path = cfg.save;
+  }
+
+  /// After a step: saves when due or when a signal asks the run to stop; returns the signal.
+  int checkpoint_point(const Tally& tally) {
+    const int sig = stop_requested();
+    if ((sig || save_due()) && step != saved_step) save(tally);
+    if (sig)
+      spdlog::info("stopping after step {} ({}): {}", step, sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                   cfg.save.empty() ? std::string("nothing saved (no --save)")
+                                    : "saved " + cfg.save + "; --resume " + cfg.save + " continues");
+    return sig;
   }
 };
-
-void check_amp(const std::string& amp) {
-  KILN_CHECK(amp == "off" || amp == "bf16" || amp == "fp16", "kiln train: --amp must be off, bf16 or fp16, got '",
-             amp, "'");
-}
 
 std::string default_metrics_path(const TrainConfig& cfg) { return "runs/" + cfg.task + "-" + cfg.model + ".csv"; }
 
@@ -238,7 +380,17 @@ double evaluate_accuracy(Trainer& t, const VisionData& d) {
   return acc;
 }
 
-TrainResult run_vision(Trainer& t, const std::optional<RunState>& resumed) {
+/// Logs how a resumed run stands against its schedule (planned when the run started): a
+/// cosine schedule that has ended keeps its final lr for steps added by --epochs / --steps.
+void note_schedule(const Trainer& t) {
+  if (!t.sched) return;
+  const int64_t total = int64_t(t.sched->state_dict().at("settings.total_steps").item());
+  if (t.step >= total)
+    spdlog::info("note: the cosine schedule of this run ended at step {}; the remaining steps run at its final lr {:g}",
+                 total, t.opt->lr());
+}
+
+TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
   TrainConfig& cfg = t.cfg;
   VisionData d = load_vision(cfg);
   spdlog::info("data: {} training / {} test images of {}x{}x{} from {}", d.train->size(), d.test->size(), d.channels,
@@ -258,73 +410,90 @@ TrainResult run_vision(Trainer& t, const std::optional<RunState>& resumed) {
   const int64_t micro_per_epoch = loader.size(), steps_per_epoch = micro_per_epoch / cfg.accum;
   KILN_CHECK(steps_per_epoch >= 1, "kiln train: ", micro_per_epoch, " batches of ", cfg.batch_size,
              " per epoch are fewer than --accum ", cfg.accum);
-  t.make_optimizer(steps_per_epoch * cfg.epochs);
-  if (resumed) restore_run(*resumed, *t.model.module, *t.opt, t.sched.get(), *t.scaler, t.epoch, t.step);
-  spdlog::info("model: {} ({} parameters) on {}, {} epochs of {} steps, batch {} x {} accumulated, lr {}, amp {}",
+  t.make_optimizer(steps_per_epoch * cfg.epochs);  // a resumed run restores its planned schedule
+  t.metadata = {{"kiln.normalize_mean", json_array(d.mean).dump()},
+                {"kiln.normalize_std", json_array(d.std).dump()},
+                {"kiln.image_size", std::to_string(d.size)},
+                {"kiln.channels", std::to_string(d.channels)}};
+  Tally tally;
+  if (resumed) {
+    tally = t.restore(*resumed);
+    KILN_CHECK(tally.micro == 0 || !cfg.given.count("batch-size"), "--resume ", resumed->path(),
+               ": it was saved in the middle of an epoch, so --batch-size cannot change (resume from a checkpoint "
+               "saved at the end of an epoch)");
+    KILN_CHECK(tally.done <= steps_per_epoch && tally.micro <= micro_per_epoch, "--resume ", resumed->path(),
+               ": its data position (", tally.micro, " batches into epoch ", t.epoch + 1, ") is past this run's ",
+               micro_per_epoch, " batches per epoch");
+    note_schedule(t);
+  }
+  spdlog::info("model: {} ({} parameters) on {}, {} epochs of {} steps, batch {} x {} accumulated, lr {:g} ({}, "
+               "now {:g}), amp {}",
                cfg.model, t.model.module->num_parameters(), t.device.str(), cfg.epochs, steps_per_epoch,
-               cfg.batch_size, cfg.accum, cfg.lr, cfg.amp);
+               cfg.batch_size, cfg.accum, cfg.lr, cfg.schedule, t.opt->lr(), cfg.amp);
 
   const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
   MetricsLog metrics(csv, resumed.has_value(), t.step);
   TrainResult result;
   result.first_step = t.step;
-  const std::map<std::string, std::string> meta = {
-      {"kiln.normalize_mean", json_array(d.mean).dump()}, {"kiln.normalize_std", json_array(d.std).dump()},
-      {"kiln.image_size", std::to_string(d.size)}, {"kiln.channels", std::to_string(d.channels)}};
   double accuracy = -1;
   for (; t.epoch < cfg.epochs; ) {
     loader.set_epoch(t.epoch);
+    loader.set_start_batch(tally.micro);  // 0, or where a checkpoint saved mid-epoch stopped
     ProgressBar bar("epoch " + std::to_string(t.epoch + 1) + "/" + std::to_string(cfg.epochs), steps_per_epoch);
     const auto start = Clock::now();
-    double window_loss = 0, epoch_loss = 0, group_loss = 0;
-    int64_t window_n = 0, micro = 0, done = 0;
+    const int64_t first_done = tally.done;
+    double group_loss = 0;
     auto window_start = Clock::now();
     for (auto& batch : loader) {
-      if (done == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
+      if (tally.done == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
       group_loss += t.micro_step(batch.input.to(t.device), batch.target.to(t.device));
-      if (++micro % cfg.accum) continue;
+      if (++tally.micro % cfg.accum) continue;
       const double lr = t.opt->lr();
-      t.optimizer_step();
       const double loss = group_loss / double(cfg.accum);
       group_loss = 0;
+      const bool took = t.optimizer_step(loss);
       result.losses.push_back(loss);
-      epoch_loss += loss;
-      window_loss += loss;
-      ++window_n;
-      ++done;
-      const double rate = double(done * cfg.batch_size * cfg.accum) / seconds_since(start);
-      if (cfg.progress) bar.update(done, loss, rate);
-      if (window_n == 50 && done < steps_per_epoch) {  // a row per 50 steps; the epoch's last below
-        const double wrate = double(window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
-        metrics.append({t.step, t.epoch + 1, window_loss / double(window_n), lr, wrate});
-        window_loss = 0;
-        window_n = 0;
+      tally.add(loss, took);
+      const double rate = double((tally.done - first_done) * cfg.batch_size * cfg.accum) / seconds_since(start);
+      if (cfg.progress) bar.update(tally.done, loss, rate);
+      if (tally.window_n == 50 && tally.done < steps_per_epoch) {  // a row per 50 steps; the epoch's last below
+        const double wrate = double(tally.window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
+        metrics.append(tally.take_window(t.step, t.epoch + 1, lr, wrate));
         window_start = Clock::now();
       }
+      if (tally.done < steps_per_epoch && (result.signal = t.checkpoint_point(tally))) break;
     }
     if (cfg.progress) bar.finish();
+    if (result.signal) break;
     const double secs = seconds_since(start);
-    const double window_rate = double(window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
+    const double window_rate = double(tally.window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
     accuracy = evaluate_accuracy(t, d);
     ++t.epoch;
-    spdlog::info("epoch {}/{}  train loss {:.4f}  test accuracy {:.2f}%  {:.0f} samples/s  {:.1f} s", t.epoch,
-                 cfg.epochs, epoch_loss / double(std::max<int64_t>(done, 1)), 100 * accuracy,
-                 double(done * cfg.batch_size * cfg.accum) / secs, secs);
+    spdlog::info("epoch {}/{}  train loss {:.4f}  test accuracy {:.2f}%  {:.0f} samples/s  {:.1f} s{}", t.epoch,
+                 cfg.epochs, tally.mean_loss(), 100 * accuracy,
+                 double((tally.done - first_done) * cfg.batch_size * cfg.accum) / secs, secs,
+                 tally.skipped ? "  (" + std::to_string(tally.skipped) + " steps skipped: non-finite loss or gradients)"
+                               : std::string());
     // The epoch's last row: the loss of its last window of steps, and the test accuracy.
-    MetricsRow row{t.step, t.epoch, window_n ? window_loss / double(window_n) : NAN, t.opt->lr(), window_rate};
+    MetricsRow row = tally.take_window(t.step, t.epoch, t.opt->lr(), window_rate);
     row.accuracy = accuracy;
     metrics.append(row);
     metrics.write_plot(cfg.task + " " + cfg.model);
-    t.save(meta, json::Value::object());
+    tally = Tally{};
+    t.save(tally);
+    if ((result.signal = t.checkpoint_point(tally))) break;
     if (cfg.stop_at > 0 && t.epoch >= cfg.stop_at && t.epoch < cfg.epochs) {
       spdlog::info("stopping after epoch {} (--stop-at); --resume {} continues", t.epoch, cfg.save);
       break;
     }
   }
+  result.skipped = t.guard->skipped();
+  if (result.signal) return result;
   if (accuracy < 0) accuracy = evaluate_accuracy(t, d);  // resumed a finished run
   result.accuracy = accuracy;
-  spdlog::info("final test accuracy: {:.2f}%  (metrics: {})", 100 * accuracy, csv);
-  if (!cfg.save.empty()) spdlog::info("saved {} and {}", cfg.save, side_file_path(cfg.save));
+  spdlog::info("final test accuracy: {:.2f}%  (metrics: {}{})", 100 * accuracy, csv,
+               result.skipped ? ", " + std::to_string(result.skipped) + " steps skipped" : std::string());
+  if (!cfg.save.empty()) spdlog::info("saved {}", cfg.save);
   return result;
 }
 
@@ -345,31 +514,43 @@ double estimate_loss(Trainer& t, const data::TokenDataset& split) {
   return total / double(std::max<int64_t>(t.cfg.eval_batches, 1));
 }
 
-TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
+TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   TrainConfig& cfg = t.cfg;
   KILN_CHECK(!cfg.data.empty(), "kiln train gpt: --text FILE is required (for example a file of "
              "/usr/share/games/fortunes, or scripts/fortunes_corpus.sh's output)");
   data::CharTextOptions topt{.context = cfg.context, .val_fraction = 0.1};
-  if (resumed) topt.vocab = vocab_from_json(resumed->extra.at("vocab"), side_file_path(cfg.resume));
+  if (resumed) {
+    KILN_CHECK(resumed->state().extra.contains("vocab"), "'", resumed->path(), "': no \"vocab\" in its state");
+    topt.vocab = vocab_from_json(resumed->state().extra.at("vocab"), "'" + resumed->path() + "': vocab");
+  }
   data::CharText text(cfg.data, topt);
   KILN_CHECK(text.val().num_tokens() > cfg.context + 1, "kiln train gpt: ", cfg.data, " is too short for context ",
              cfg.context, " (", text.tokens().numel(), " characters)");
+  // The sample's prompt is checked now, not after hours of training.
+  std::vector<int64_t> prompt_ids;
+  try {
+    prompt_ids = text.vocab().encode(cfg.prompt);
+  } catch (const Error& e) {
+    KILN_FAIL("kiln train gpt: --prompt has a character that is not in the text's vocabulary: ", e.what());
+  }
   spdlog::info("data: {} characters ({} train / {} validation), vocabulary of {} from {}", text.tokens().numel(),
                text.train().num_tokens(), text.val().num_tokens(), text.vocab().size(), cfg.data);
   t.model = make_model(cfg, 0, 0, text.vocab().size());
   t.model.module->to(t.device);
-  t.make_optimizer(cfg.steps);
-  if (resumed) restore_run(*resumed, *t.model.module, *t.opt, t.sched.get(), *t.scaler, t.epoch, t.step);
-  spdlog::info("model: gpt {} layers x {} wide, {} heads, context {} ({} parameters) on {}, {} steps of batch {} x {} "
-               "accumulated, AdamW lr {}, amp {}",
-               cfg.layers, cfg.width, cfg.heads, cfg.context, t.model.module->num_parameters(), t.device.str(),
-               cfg.steps, cfg.batch_size, cfg.accum, cfg.lr, cfg.amp);
-
+  t.make_optimizer(cfg.steps);  // a resumed run restores its planned schedule
   std::vector<double> vocab_cp;
   for (char32_t c : text.vocab().code_points()) vocab_cp.push_back(double(c));
-  const std::map<std::string, std::string> meta = {{"kiln.vocab", json_array(vocab_cp).dump()}};
-  json::Value extra = json::Value::object();
-  extra["vocab"] = json_array(vocab_cp);
+  t.metadata = {{"kiln.vocab", json_array(vocab_cp).dump()}};
+  t.extra["vocab"] = json_array(vocab_cp);
+  Tally tally;
+  if (resumed) {
+    tally = t.restore(*resumed);
+    note_schedule(t);
+  }
+  spdlog::info("model: gpt {} layers x {} wide, {} heads, context {} ({} parameters) on {}, {} steps of batch {} x {} "
+               "accumulated, AdamW lr {:g} ({}, now {:g}), amp {}",
+               cfg.layers, cfg.width, cfg.heads, cfg.context, t.model.module->num_parameters(), t.device.str(),
+               cfg.steps, cfg.batch_size, cfg.accum, cfg.lr, cfg.schedule, t.opt->lr(), cfg.amp);
 
   const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
   MetricsLog metrics(csv, resumed.has_value(), t.step);
@@ -380,11 +561,10 @@ TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
   const int64_t n_evals = (cfg.steps + cfg.eval_every - 1) / cfg.eval_every;
   double val = -1;
   while (t.step < cfg.steps) {
-    const int64_t end = std::min(cfg.steps, t.step + cfg.eval_every), first = t.step;
-    ProgressBar bar("eval " + std::to_string(t.epoch + 1) + "/" + std::to_string(n_evals), end - first);
+    // evaluations at multiples of --eval-every (a run resumed mid-interval finishes it)
+    const int64_t end = std::min(cfg.steps, (t.step / cfg.eval_every + 1) * cfg.eval_every), first = t.step;
+    ProgressBar bar("train " + std::to_string(t.epoch + 1) + "/" + std::to_string(n_evals), end - first);
     const auto start = Clock::now();
-    double interval_loss = 0, window_loss = 0;
-    int64_t window_n = 0;
     while (t.step < end) {
       const double lr = t.opt->lr();
       double loss = 0;
@@ -394,33 +574,34 @@ TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
         data::Batch b = text.train().get_batch(cfg.batch_size, cfg.context, rng);
         loss += t.micro_step(b.input.to(t.device), b.target.to(t.device));
       }
-      t.optimizer_step();
       loss /= double(cfg.accum);
+      const bool took = t.optimizer_step(loss);
       result.losses.push_back(loss);
-      interval_loss += loss;
+      tally.add(loss, took);
       const double rate = double((t.step - first) * tokens_per_step) / seconds_since(start);
       if (cfg.progress) bar.update(t.step - first, loss, rate, "tokens/s");
-      window_loss += loss;
-      if (++window_n == 50 && t.step != end) {  // a row per 50 steps, loss averaged over them
-        metrics.append({t.step, t.epoch + 1, window_loss / double(window_n), lr, rate});
-        window_loss = 0;
-        window_n = 0;
-      }
+      if (tally.window_n == 50 && t.step != end)  // a row per 50 steps, loss averaged over them
+        metrics.append(tally.take_window(t.step, t.epoch + 1, lr, rate));
+      if (t.step != end && (result.signal = t.checkpoint_point(tally))) break;
     }
     if (cfg.progress) bar.finish();
+    if (result.signal) break;
     const double secs = seconds_since(start);
     val = estimate_loss(t, text.val());
     ++t.epoch;
     const double minutes = seconds_since(run_start) / 60.0;
-    spdlog::info("step {}/{}  train loss {:.4f}  val loss {:.4f}  {:.0f} tokens/s  {:.1f} min", t.step, cfg.steps,
-                 interval_loss / double(end - first), val, double((end - first) * tokens_per_step) / secs, minutes);
+    spdlog::info("step {}/{}  train loss {:.4f}  val loss {:.4f}  {:.0f} tokens/s  {:.1f} min{}", t.step, cfg.steps,
+                 tally.mean_loss(), val, double((end - first) * tokens_per_step) / secs, minutes,
+                 tally.skipped ? "  (" + std::to_string(tally.skipped) + " steps skipped: non-finite loss or gradients)"
+                               : std::string());
     // The interval's last row: the loss of its last window of steps, and the validation loss.
-    MetricsRow row{t.step, t.epoch, window_n ? window_loss / double(window_n) : NAN, t.opt->lr(),
-                   double((end - first) * tokens_per_step) / secs};
+    MetricsRow row = tally.take_window(t.step, t.epoch, t.opt->lr(), double((end - first) * tokens_per_step) / secs);
     row.val_loss = val;
     metrics.append(row);
     metrics.write_plot("gpt on " + std::filesystem::path(cfg.data).filename().string());
-    t.save(meta, extra);
+    tally = Tally{};
+    t.save(tally);
+    if ((result.signal = t.checkpoint_point(tally))) break;
     if (cfg.stop_at > 0 && t.step >= cfg.stop_at && t.step < cfg.steps) {
       spdlog::info("stopping after step {} (--stop-at); --resume {} continues", t.step, cfg.save);
       break;
@@ -430,15 +611,17 @@ TrainResult run_gpt(Trainer& t, const std::optional<RunState>& resumed) {
       break;
     }
   }
+  result.skipped = t.guard->skipped();
+  if (result.signal) return result;
   if (val < 0) val = estimate_loss(t, text.val());
   result.val_loss = val;
   // A sample, so the student sees what the numbers mean.
   t.model.module->eval();
-  std::vector<int64_t> ids = text.vocab().encode(cfg.prompt);
-  Tensor idx = from_vector(ids, {1, int64_t(ids.size())}).to(t.device);
+  Tensor idx = from_vector(prompt_ids, {1, int64_t(prompt_ids.size())}).to(t.device);
   Tensor out = t.model.gpt->generate(idx, cfg.sample_tokens, 0.8, 20);
   result.sample = text.vocab().decode(out.select(0, 0).to(Device::cpu()));
-  spdlog::info("final validation loss: {:.4f} nats/char (metrics: {})", val, csv);
+  spdlog::info("final validation loss: {:.4f} nats/char (metrics: {}{})", val, csv,
+               result.skipped ? ", " + std::to_string(result.skipped) + " steps skipped" : std::string());
   std::printf("---- sample (temperature 0.8, top-k 20) ----\n%s\n--------------------------------------------\n",
               result.sample.c_str());
   std::fflush(stdout);
@@ -482,13 +665,6 @@ Device pick_device(const std::string& name) {
   return d;
 }
 
-std::string side_file_path(const std::string& checkpoint) {
-  const std::string ext = ".safetensors";
-  if (checkpoint.size() > ext.size() && checkpoint.compare(checkpoint.size() - ext.size(), ext.size(), ext) == 0)
-    return checkpoint.substr(0, checkpoint.size() - ext.size()) + ".state.json";
-  return checkpoint + ".state.json";
-}
-
 void setup_logging(const std::string& log_file) {
   std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stdout_sink_mt>()};
   if (!log_file.empty()) {
@@ -504,6 +680,30 @@ void setup_logging(const std::string& log_file) {
   spdlog::set_default_logger(logger);
 }
 
+namespace {
+
+/// An integer flag that must lie in [lo, hi] (checked before it is narrowed).
+int64_t ranged(const Args& a, const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) {
+  const long long v = a.integer(flag, fallback);
+  KILN_CHECK(v >= lo && v <= hi, "kiln train: --", flag, " ", v, " is out of range (expected ", lo, " to ", hi, ")");
+  return v;
+}
+
+/// --save-every: "N" steps or "Nm" minutes.
+void parse_save_every(const std::string& v, TrainConfig& c) {
+  const bool minutes = !v.empty() && v.back() == 'm';
+  const std::string num = minutes ? v.substr(0, v.size() - 1) : v;
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(num.c_str(), &end);
+  KILN_CHECK(!num.empty() && *end == '\0' && errno == 0 && std::isfinite(x) && x >= 0 && (minutes || x == std::floor(x)),
+             "kiln train: --save-every '", v, "' must be a number of steps (500) or of minutes with an m suffix (10m)");
+  if (minutes) c.save_every_minutes = x;
+  else c.save_every_steps = int64_t(x);
+}
+
+}  // namespace
+
 TrainConfig parse_train_config(int argc, char** argv, int first) {
   KILN_CHECK(first < argc, "kiln train: expected a task: mnist, cifar10 or gpt");
   TrainConfig c;
@@ -513,12 +713,15 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   Args a = parse_args("train " + c.task, train_flags(), argc, argv, first + 1);
   KILN_CHECK(a.positional.empty(), "kiln train ", c.task, ": unexpected argument '",
              a.positional.empty() ? "" : a.positional[0], "'");
+  // Args fills in defaults: the flags given are the ones on the command line.
+  for (int i = first + 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    arg = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    if (a.has(arg)) c.given.insert(arg);
+  }
   const bool gpt = c.task == "gpt";
   c.model = a.str("model", gpt ? "gpt" : c.task == "cifar10" ? "resnet20" : "convnet");
-  KILN_CHECK(gpt ? c.model == "gpt"
-                 : (c.task == "mnist" ? (c.model == "convnet" || c.model == "lenet" || c.model == "mlp")
-                                      : (c.model == "resnet20" || c.model == "convnet")),
-             "kiln train ", c.task, ": unknown --model '", c.model, "'");
   c.data = gpt ? a.str("text", "") : a.str("data", c.task == "mnist" ? "/usr/share/datasets/fashion-mnist" : "");
   KILN_CHECK(gpt || !a.has("text"), "kiln train ", c.task, ": --text is for gpt; use --data DIR");
   KILN_CHECK(!gpt || !a.has("data"), "kiln train gpt: use --text FILE");
@@ -531,12 +734,12 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.momentum = a.number("momentum");
   c.weight_decay = a.number("weight-decay", gpt ? 0.01 : 0.0);
   c.schedule = a.str("schedule", gpt ? "cosine" : "constant");
-  c.threads = int(a.integer("threads", 0));
-  c.workers = int(a.integer("workers"));
+  c.threads = int(ranged(a, "threads", 0, 0, 4096));
+  c.workers = int(ranged(a, "workers", 1, 0, 256));
   c.amp = a.str("amp");
   c.accum = a.integer("accum");
   c.checkpoint_activations = a.flag("checkpoint-activations");
-  c.seed = uint64_t(a.integer("seed"));
+  c.seed = uint64_t(ranged(a, "seed", 0, 0, std::numeric_limits<long long>::max()));
   c.limit = a.integer("limit");
   c.steps = a.integer("steps");
   c.max_minutes = a.number("max-minutes");
@@ -554,22 +757,31 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.resume = a.str("resume", "");
   c.metrics = a.str("metrics", "");
   c.progress = !a.flag("no-progress");
+  c.keep = a.integer("keep");
+  c.max_skips = a.integer("max-skips");
+  parse_save_every(a.str("save-every"), c);
+  c.override_saved = a.flag("override");
+  KILN_CHECK(!c.override_saved || !c.resume.empty(), "kiln train: --override is for --resume");
   const std::string log = a.str("log", "");
   if (!log.empty()) setup_logging(log);
-  check_amp(c.amp);
-  KILN_CHECK(c.epochs >= 1 && c.batch_size >= 1 && c.accum >= 1 && c.steps >= 1 && c.eval_every >= 1 &&
-                 c.eval_batches >= 1 && c.threads >= 0 && c.workers >= 0 && c.limit >= 0 && c.lr > 0,
-             "kiln train: --epochs, --batch-size, --accum, --steps, --eval-every, --eval-batches and --lr must be "
-             "positive, --threads, --workers and --limit non-negative");
+  validate_config(c, "kiln train " + c.task, true);
   return c;
 }
 
 TrainResult run_training(TrainConfig cfg) {
-  std::optional<RunState> resumed;
+  std::optional<Checkpoint> resumed;
   if (!cfg.resume.empty()) {
-    resumed = load_run_state(cfg.resume);
-    cfg = merge_resumed_config(resumed->config, cfg);
-    spdlog::info("resuming {} from {}: epoch {}, step {}", cfg.task, cfg.resume, resumed->epoch, resumed->step);
+    resumed = Checkpoint::open(cfg.resume);
+    for (const std::string& why : resumed->passed_over())
+      spdlog::warn("warning: passed over a damaged checkpoint: {}", why);
+    const TrainingState& s = resumed->state();
+    KILN_CHECK(s.extra.contains("config"), "--resume ", resumed->path(), ": no run configuration in its state (was it "
+               "written by kiln train?)");
+    const TrainConfig saved = config_from_json(s.extra.at("config"), "'" + resumed->path() + "': config");
+    std::vector<std::string> notes;
+    cfg = merge_resumed_config(saved, cfg, notes);
+    spdlog::info("resuming from {} (epoch {}, step {}): {}", resumed->path(), s.epoch, s.step, describe_config(cfg));
+    for (const std::string& n : notes) spdlog::info("  {}", n);
   }
   if (cfg.threads > 0) set_num_threads(cfg.threads);
   manual_seed(cfg.seed);
@@ -580,11 +792,13 @@ TrainResult run_training(TrainConfig cfg) {
     const auto dir = std::filesystem::path(cfg.save).parent_path();
     KILN_CHECK(dir.empty() || std::filesystem::is_directory(dir), "--save ", cfg.save, ": folder ", dir.string(),
                " does not exist");
+    if (int n = remove_stale_temp_files(cfg.save))
+      spdlog::info("removed {} temporary file(s) of an interrupted save of {}", n, cfg.save);
   }
   const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
   if (auto dir = std::filesystem::path(csv).parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
-  TrainResult r = cfg.task == "gpt" ? run_gpt(t, resumed) : run_vision(t, resumed);
-  return r;
+  install_stop_handlers();
+  return cfg.task == "gpt" ? run_gpt(t, resumed) : run_vision(t, resumed);
 }
 
 }  // namespace kiln::cli

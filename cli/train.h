@@ -1,11 +1,12 @@
 // The training jobs behind `kiln train`: image classification (mnist, cifar10) and the
-// character-level GPT, with checkpoints (safetensors weights + a JSON side file with the
-// optimizer, scheduler, GradScaler, RNG and step) that a later run resumes exactly.
+// character-level GPT, with one-file checkpoints (weights, optimizer, scheduler, GradScaler,
+// RNG, step and data position: optim/run_checkpoint.h) that a later run resumes exactly.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 #include <memory>
+#include <set>
 #include "core/device.h"
 #include "data/dataset.h"
 #include "data/vision.h"
@@ -49,6 +50,14 @@ struct TrainConfig {
   std::string resume;          ///< checkpoint to continue from
   std::string metrics;         ///< CSV path (PNG beside it); default runs/<task>-<model>.csv
   bool progress = true;        ///< live progress bar / plain progress lines
+  int64_t keep = 2;            ///< checkpoints kept: --save's file and keep - 1 older ones
+  int64_t save_every_steps = 0;    ///< also save every N optimizer steps (0: no)
+  double save_every_minutes = 0;   ///< also save when this much time passed since the last save (0: no)
+  int64_t max_skips = 25;      ///< consecutive skipped (non-finite) steps that stop the run
+  // not saved: how this command line relates to a resumed run
+  std::set<std::string> given; ///< flags given on the command line (e.g. "lr")
+  bool override_saved = false; ///< --override: given flags may change a resumed run's configuration
+  std::set<std::string> changed; ///< flags whose values --override changed on resume
 };
 
 /// What a run produced (used by tests and by the command's exit status).
@@ -58,6 +67,8 @@ struct TrainResult {
   double accuracy = -1;            ///< final test accuracy in [0, 1] (vision), else -1
   double val_loss = -1;            ///< final validation loss (gpt), else -1
   std::string sample;              ///< generated text (gpt)
+  int64_t skipped = 0;             ///< steps skipped for a non-finite loss or gradients
+  int signal = 0;                  ///< SIGTERM/SIGINT that ended the run early (after saving), else 0
 };
 
 /// A network built from a TrainConfig (cfg.model), as a Module handle; `gpt` is set too
@@ -84,8 +95,6 @@ double test_accuracy(nn::Module& model, const std::shared_ptr<const data::Datase
                      const std::vector<double>& mean, const std::vector<double>& std);
 /// "cpu", "cuda", "cuda:1" or "auto" -> a Device; cuda without a usable GPU is an error.
 Device pick_device(const std::string& name);
-/// The side file of a checkpoint: x.safetensors -> x.state.json.
-std::string side_file_path(const std::string& checkpoint);
 /// Sends spdlog's output to the terminal and, when `log_file` is not empty, to that file.
 void setup_logging(const std::string& log_file);
 

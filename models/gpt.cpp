@@ -64,6 +64,8 @@ Tensor GPT::forward(const Tensor& idx) {
 }
 
 Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature, std::optional<int64_t> top_k) {
+  KILN_CHECK(std::isfinite(temperature) && temperature >= 0, "GPT::generate: temperature must be a finite number >= 0 "
+             "(0: greedy), got ", temperature);
   KILN_CHECK(idx.defined() && idx.dim() == 2 && idx.size(1) >= 1, "GPT::generate: expected idx (B, T) with T >= 1, got ",
              idx.defined() ? shape_str(idx.shape()) : std::string("undefined"));
   KILN_CHECK(max_new_tokens >= 0, "GPT::generate: max_new_tokens must be >= 0, got ", max_new_tokens);

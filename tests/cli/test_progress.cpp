@@ -178,23 +178,28 @@ TEST_CASE("ProgressBar terminal mode: redraws one line with \\r, ends it on fini
   CHECK(contains(o2, "20000/20000"));
 }
 
-TEST_CASE("MetricsLog: CSV header and rows, NaN as empty fields, read back") {
+TEST_CASE("MetricsLog: CSV header and rows, absent values as empty fields, NaN as nan, read back") {
   TempDir dir;
   const std::string path = dir / "metrics.csv";
   {
     MetricsLog log(path);
     log.append({10, 1, 0.5, 0.001, 1234.5});
     log.append({20, 1, 0.25, 0.001, 1500, 0.875, 0.375});
-    CHECK(log.rows().size() == 2);
-    CHECK(read_text(path) == "step,epoch,loss,lr,samples_per_s,accuracy,val_loss\n"
-                             "10,1,0.5,0.001,1234.5,,\n"
-                             "20,1,0.25,0.001,1500,0.875,0.375\n");  // flushed while still open
+    log.append({30, 1, NAN, 0.001, 1500, std::nullopt, NAN, 3});  // a window of skipped steps
+    CHECK(log.rows().size() == 3);
+    CHECK(read_text(path) == "step,epoch,loss,lr,samples_per_s,accuracy,val_loss,skipped\n"
+                             "10,1,0.5,0.001,1234.5,,,0\n"
+                             "20,1,0.25,0.001,1500,0.875,0.375,0\n"
+                             "30,1,nan,0.001,1500,,nan,3\n");  // flushed while still open
   }
   const std::vector<MetricsRow> rows = read_metrics_csv(path);
-  REQUIRE(rows.size() == 2);
+  REQUIRE(rows.size() == 3);
+  CHECK(std::isnan(rows[2].loss));
+  CHECK(std::isnan(*rows[2].val_loss));
+  CHECK(rows[2].skipped == 3);
   CHECK(rows[0].step == 10);
-  CHECK(std::isnan(rows[0].accuracy));
-  CHECK(std::isnan(rows[0].val_loss));
+  CHECK(!rows[0].accuracy.has_value());
+  CHECK(!rows[0].val_loss.has_value());
   CHECK(rows[1].accuracy == 0.875);
   CHECK(rows[1].items_per_s == 1500);
   MetricsLog fresh(path);  // not appending: starts over

@@ -9,61 +9,7 @@
 #include <iterator>
 #include <string>
 #include <vector>
-#include "cli/commands.h"
-#include "cli/run_state.h"
-#include "cli/train.h"
-#include "data/data_test_util.h"
-#include "gradcheck.h"
-#include "kiln/kiln.h"
-#include "nn/serialize.h"
-
-using namespace kiln;
-using namespace kiln::cli;
-using kiln::test::error_of;
-using kiln_test::idx_bytes;
-using kiln_test::TempDir;
-
-namespace {
-
-/// n 28x28 images: class c is a bright 6x6 square at a class-dependent place, plus noise.
-void write_tiny_mnist(const std::string& dir, const std::string& prefix, uint32_t n, uint64_t seed) {
-  data::Rng rng(seed);
-  std::vector<uint8_t> px(size_t(n) * 784), lab(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    const int c = int(rng.below(10));
-    lab[i] = uint8_t(c);
-    for (int p = 0; p < 784; ++p) px[i * 784 + p] = uint8_t(rng.below(60));
-    const int r0 = 2 + (c / 5) * 12, c0 = 2 + (c % 5) * 5;
-    for (int r = r0; r < r0 + 6; ++r)
-      for (int q = c0; q < c0 + 4; ++q) px[i * 784 + r * 28 + q] = 250;
-  }
-  kiln_test::write_bytes(dir + "/" + prefix + "-images-idx3-ubyte", idx_bytes(0x803, {n, 28, 28}, px));
-  kiln_test::write_bytes(dir + "/" + prefix + "-labels-idx1-ubyte", idx_bytes(0x801, {n}, lab));
-}
-
-TrainResult train(std::vector<std::string> args) {
-  args.insert(args.begin(), {"kiln", "train"});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return run_training(parse_train_config(int(argv.size()), argv.data(), 2));
-}
-
-int command(int (*fn)(int, char**, int), std::vector<std::string> args) {
-  args.insert(args.begin(), {"kiln", "cmd"});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return fn(int(argv.size()), argv.data(), 2);
-}
-
-void check_bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("step " << i);
-    CHECK(std::memcmp(&a[i], &b[i], sizeof(double)) == 0);
-  }
-}
-
-}  // namespace
+#include "cli/train_test_util.h"
 
 TEST_CASE("kiln train mnist: resume is bitwise equal to an uninterrupted run; eval reloads the model") {
   TempDir tmp;
@@ -91,7 +37,8 @@ TEST_CASE("kiln train mnist: resume is bitwise equal to an uninterrupted run; ev
   check_bitwise_equal(full.losses, joined);
   CHECK(full.accuracy == part2.accuracy);
   CHECK(std::filesystem::exists(tmp / "full.png"));
-  CHECK(std::filesystem::exists(tmp / "full.state.json"));
+  CHECK(!std::filesystem::exists(tmp / "full.state.json"));  // one file holds the whole checkpoint
+  CHECK(std::filesystem::exists(tmp / "full.1.safetensors"));  // --keep 2: the previous one is kept
 
   // The weights file alone rebuilds the model: metadata carries the configuration.
   auto meta = kiln::load_metadata(tmp / "full.safetensors");
@@ -144,7 +91,6 @@ TEST_CASE("kiln train: bad input is a clear kiln::Error") {
   CHECK(error_of([&] { train({"mnist", "--data", tmp / "nothing", "--no-progress"}); }).find("nothing") !=
         std::string::npos);
   CHECK(error_of([&] { train({"mnist", "--device", "cuda:3"}); }).find("cuda") != std::string::npos);
-  // --resume without a side file names both files.
   write_tiny_mnist(tmp.path.string(), "train", 64, 1);
   write_tiny_mnist(tmp.path.string(), "t10k", 16, 2);
   TrainResult fp16 = train({"mnist", "--model", "mlp", "--data", tmp.path.string(), "--epochs", "1", "--batch-size",
@@ -156,11 +102,13 @@ TEST_CASE("kiln train: bad input is a clear kiln::Error") {
   CHECK(log_text.find("final test accuracy") != std::string::npos);  // --log gets the log lines (flushed on info)
   kiln::cli::setup_logging("");
   for (double l : fp16.losses) CHECK(std::isfinite(l));
-  std::filesystem::remove(tmp / "m.state.json");
-  const std::string e = error_of([&] { train({"mnist", "--resume", tmp / "m.safetensors"}); });
-  CHECK(e.find("m.state.json") != std::string::npos);
-  CHECK(error_of([&] { train({"gpt", "--resume", tmp / "m.safetensors"}); }).find("m.state.json") !=
+  CHECK(error_of([&] { train({"gpt", "--resume", tmp / "m.safetensors"}); }).find("'mnist' run") !=
         std::string::npos);
+  // a plain weights file is not a training checkpoint: the error says so and names the file
+  kiln::save(kiln::load(tmp / "m.safetensors"), tmp / "w.safetensors");
+  const std::string e = error_of([&] { train({"mnist", "--resume", tmp / "w.safetensors"}); });
+  CHECK(e.find("w.safetensors") != std::string::npos);
+  CHECK(e.find("not a kiln training checkpoint") != std::string::npos);
 }
 
 TEST_CASE("kiln train cifar10: ResNet20 with augmentation, bf16 autocast and checkpointing runs and saves") {

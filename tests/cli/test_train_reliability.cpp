@@ -1,0 +1,195 @@
+// Regression tests of issue #13's reproductions for `kiln train`: honest resume (saved
+// data, configuration and save path; contradicting flags; --override), a run resumed from
+// a checkpoint saved mid-epoch is bitwise equal, values read back are validated, the
+// divergence guard stops a run and keeps the last good checkpoint, and bad flags.
+#include <doctest/doctest.h>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+#include "cli/metrics.h"
+#include "cli/train_test_util.h"
+#include "optim/run_checkpoint.h"
+
+namespace {
+
+struct TinyMnist {
+  TempDir tmp;
+  TinyMnist() {
+    write_tiny_mnist(tmp.path.string(), "train", 320, 1);
+    write_tiny_mnist(tmp.path.string(), "t10k", 64, 2);
+  }
+  // lenet, 10 steps of batch 32 per epoch
+  std::vector<std::string> args(std::vector<std::string> extra) const {
+    std::vector<std::string> v = {"mnist", "--model", "lenet", "--data", tmp.path.string(), "--batch-size", "32",
+                                  "--threads", "2", "--no-progress", "--workers", "0", "--lr", "0.05"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  }
+};
+
+// The checkpoint's state with one value of its run configuration replaced, written as a
+// new checkpoint (valid checksums) at `out`.
+void rewrite_config(const std::string& in, const std::string& out, const std::string& key, json::Value v) {
+  auto meta = kiln::load_metadata(in);
+  json::Value s = json::parse(meta.at("kiln.state"), "test");
+  s["extra"]["config"][key] = std::move(v);
+  meta["kiln.state"] = s.dump();
+  meta.erase(kChecksumKey);
+  kiln::save(kiln::load(in), out, meta);
+}
+
+}  // namespace
+
+TEST_CASE("resume restores the saved run: its data, its configuration, and it saves where it was resumed from") {
+  TinyMnist d;
+  const std::string ck = d.tmp / "run.safetensors";
+  train(d.args({"--epochs", "2", "--stop-at", "1", "--save", ck, "--metrics", d.tmp / "run.csv"}));
+  CHECK(Checkpoint::open(ck).state().step == 10);
+  // No --data (the default folder does not exist here), no --lr, no --save: all from the checkpoint.
+  TrainResult r = train({"mnist", "--resume", ck, "--no-progress", "--metrics", d.tmp / "run.csv"});
+  CHECK(r.first_step == 10);
+  CHECK(r.losses.size() == 10);
+  CHECK(Checkpoint::open(ck).state().step == 20);  // saved to the --resume file
+  // A flag that contradicts the saved run is an error naming it ...
+  const std::string e = error_of([&] { train({"mnist", "--resume", ck, "--lr", "0.5", "--epochs", "3"}); });
+  CHECK(e.find("--lr 0.5 contradicts the checkpoint's 0.05") != std::string::npos);
+  CHECK(e.find("--override") != std::string::npos);
+  // ... the model's shape never changes ...
+  CHECK(error_of([&] { train({"mnist", "--resume", ck, "--model", "mlp", "--override"}); }).find("cannot change") !=
+        std::string::npos);
+  // ... and --override applies it: the optimizer steps with the new lr.
+  TrainResult o = train({"mnist", "--resume", ck, "--lr", "0.02", "--override", "--epochs", "3", "--no-progress",
+                         "--metrics", d.tmp / "run.csv"});
+  CHECK(o.losses.size() == 10);
+  const auto rows = read_metrics_csv(d.tmp / "run.csv");
+  CHECK(rows.back().lr == doctest::Approx(0.02));
+  CHECK(config_from_json(Checkpoint::open(ck).state().extra.at("config"), "t").lr == 0.02);
+  CHECK(error_of([&] { train(d.args({"--override"})); }).find("--override is for --resume") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint saved mid-epoch (--save-every) resumes bitwise equal") {
+  TinyMnist d;
+  const auto common = d.args({"--epochs", "2", "--accum", "2", "--schedule", "cosine"});
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = common;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  // 5 steps per epoch; saves at steps 2, 4, 5 (epoch end), 6, 8, 10: all kept
+  TrainResult full = train(with({"--save", d.tmp / "f.safetensors", "--save-every", "2", "--keep", "10", "--metrics",
+                                 d.tmp / "f.csv"}));
+  REQUIRE(full.losses.size() == 10);
+  std::string mid;
+  for (int k = 1; k <= 9; ++k) {
+    const std::string p = kept_file_path(d.tmp / "f.safetensors", k);
+    if (std::filesystem::exists(p) && Checkpoint::open(p).state().step == 4) mid = p;
+  }
+  REQUIRE(!mid.empty());
+  CHECK(Checkpoint::open(mid).state().epoch == 0);
+  std::filesystem::copy_file(mid, d.tmp / "mid.safetensors");
+  // the data position counts batches: their size cannot change mid-epoch
+  CHECK(error_of([&] { train({"mnist", "--resume", d.tmp / "mid.safetensors", "--batch-size", "16", "--override"}); })
+            .find("middle of an epoch") != std::string::npos);
+  TrainResult rest = train({"mnist", "--resume", d.tmp / "mid.safetensors", "--no-progress", "--metrics", d.tmp / "m.csv"});
+  REQUIRE(rest.first_step == 4);
+  std::vector<double> tail(full.losses.begin() + 4, full.losses.end());
+  check_bitwise_equal(tail, rest.losses);
+  CHECK(rest.accuracy == full.accuracy);
+  CHECK(Checkpoint::open(d.tmp / "mid.safetensors").state().step == 10);  // saved back where it was resumed from
+}
+
+TEST_CASE("values read back from a checkpoint are validated; errors name the file and the key") {
+  TinyMnist d;
+  const std::string ck = d.tmp / "run.safetensors";
+  train(d.args({"--epochs", "1", "--save", ck, "--metrics", d.tmp / "run.csv"}));
+  auto resume_error = [&](const std::string& key, json::Value v) {
+    rewrite_config(ck, d.tmp / "bad.safetensors", key, std::move(v));
+    return error_of([&] { train({"mnist", "--resume", d.tmp / "bad.safetensors", "--epochs", "2"}); });
+  };
+  for (auto [key, value] : std::vector<std::pair<std::string, json::Value>>{
+           {"accum", json::Value(0)}, {"eval_every", json::Value(0)}, {"eval_batches", json::Value(-1)},
+           {"lr", json::Value("fast")}, {"threads", json::Value(int64_t(4294967297))}, {"seed", json::Value("-1")},
+           {"batch_size", json::Value(1.5)}}) {
+    const std::string e = resume_error(key, value);
+    INFO(key << ": " << e);
+    CHECK(e.find("bad.safetensors") != std::string::npos);
+    CHECK(e.find(key == "batch_size" ? "batch" : key.substr(0, 4)) != std::string::npos);
+  }
+  const std::string missing = [&] {
+    auto meta = kiln::load_metadata(ck);
+    json::Value s = json::parse(meta.at("kiln.state"), "test");
+    json::Value cfg = json::Value::object();
+    for (const auto& [k, v] : s.at("extra").at("config").items())
+      if (k != "momentum") cfg[k] = v;
+    s["extra"]["config"] = cfg;
+    meta["kiln.state"] = s.dump();
+    meta.erase(kChecksumKey);
+    kiln::save(kiln::load(ck), d.tmp / "bad.safetensors", meta);
+    return error_of([&] { train({"mnist", "--resume", d.tmp / "bad.safetensors"}); });
+  }();
+  CHECK(missing.find("\"momentum\": missing") != std::string::npos);
+  // eval and generate read the same checks
+  rewrite_config(ck, d.tmp / "bad.safetensors", "model", json::Value("vgg"));
+  CHECK(error_of([&] { command(cmd_eval, {"--checkpoint", d.tmp / "bad.safetensors"}); }).find("model") !=
+        std::string::npos);
+}
+
+TEST_CASE("divergence guard: a diverging run stops by itself, reports skipped steps and keeps the last good checkpoint") {
+  TinyMnist d;
+  const std::string ck = d.tmp / "run.safetensors";
+  train(d.args({"--epochs", "1", "--save", ck, "--metrics", d.tmp / "run.csv"}));
+  const int64_t good_step = Checkpoint::open(ck).state().step;
+  const std::string e = error_of([&] {
+    train({"mnist", "--resume", ck, "--lr", "1e4", "--override", "--epochs", "30", "--max-skips", "5", "--no-progress",
+           "--metrics", d.tmp / "run.csv"});
+  });
+  CHECK(e.find("training diverged") != std::string::npos);
+  CHECK(e.find("was kept") != std::string::npos);
+  const Checkpoint after = Checkpoint::open(ck, {.fallback = 0});  // finite weights, never NaN ones
+  CHECK(after.state().step >= good_step);
+  for (const auto& [name, t] : after.model_state()) CHECK(std::isfinite(sum(t).item()));
+  // fp16 loss scaling that skips every step is counted and stops the run too
+  const std::string e16 = error_of([&] {
+    train(d.args({"--model", "mlp", "--amp", "fp16", "--lr", "1e4", "--epochs", "30", "--max-skips", "30",
+                  "--metrics", d.tmp / "fp16.csv"}));
+  });
+  CHECK(e16.find("training diverged") != std::string::npos);
+  // skipped steps reach the CSV, with NaN written as nan
+  bool any_skipped = false;
+  for (const auto& r : read_metrics_csv(d.tmp / "fp16.csv")) any_skipped = any_skipped || r.skipped > 0;
+  CHECK(any_skipped);
+}
+
+TEST_CASE("bad flags of train and generate are errors, found before any training") {
+  TinyMnist d;
+  CHECK(error_of([&] { train(d.args({"--lr", "inf"})); }).find("lr") != std::string::npos);
+  CHECK(error_of([&] { train(d.args({"--lr", "nan"})); }).find("lr") != std::string::npos);
+  CHECK(error_of([&] { train(d.args({"--threads", "4294967297"})); }).find("--threads 4294967297 is out of range") !=
+        std::string::npos);
+  CHECK(error_of([&] { train(d.args({"--max-minutes", "nan"})); }).find("max-minutes") != std::string::npos);
+  CHECK(error_of([&] { train(d.args({"--save-every", "5x"})); }).find("--save-every") != std::string::npos);
+  CHECK(error_of([&] { train(d.args({"--keep", "0"})); }).find("keep") != std::string::npos);
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the quick brown fox jumps over the lazy dog\n";
+  kiln_test::write_text(d.tmp / "t.txt", text);
+  const std::vector<std::string> gpt = {"gpt", "--text", d.tmp / "t.txt", "--layers", "1", "--width", "16", "--heads",
+                                        "2", "--context", "16", "--batch-size", "2", "--steps", "4", "--eval-every",
+                                        "2", "--eval-batches", "1", "--no-progress", "--sample-tokens", "5",
+                                        "--metrics", d.tmp / "g.csv"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = gpt;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  const std::string p = error_of([&] { train(with({"--prompt", "Z"})); });
+  CHECK(p.find("--prompt") != std::string::npos);
+  train(with({"--save", d.tmp / "g.safetensors"}));
+  for (const char* t : {"-1", "nan", "inf"})
+    CHECK(error_of([&] {
+            command(cmd_generate, {"--checkpoint", d.tmp / "g.safetensors", "--temperature", t, "--tokens", "3"});
+          }).find("--temperature") != std::string::npos);
+  CHECK(error_of([&] { command(cmd_generate, {"--checkpoint", d.tmp / "g.safetensors", "--threads", "4294967297"}); })
+            .find("--threads") != std::string::npos);
+  CHECK(command(cmd_generate, {"--checkpoint", d.tmp / "g.safetensors", "--temperature", "0", "--tokens", "3"}) == 0);
+}
