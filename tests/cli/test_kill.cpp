@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -86,6 +87,8 @@ void check_same_final(const std::string& a, const std::string& b) {
 }  // namespace
 
 TEST_CASE("kill -9 at 50 random moments: a checkpoint always loads, and the resumed run ends bitwise equal") {
+  // KILN_KILLS=N runs more (docs/reliability.md's measurement); CI runs 50
+  const int target = std::getenv("KILN_KILLS") ? std::atoi(std::getenv("KILN_KILLS")) : 50;
   KillSetup s;
   // The uninterrupted reference, timed: when its first checkpoint appears and when it ends.
   const std::string ref = s.tmp / "ref.safetensors";
@@ -105,7 +108,7 @@ TEST_CASE("kill -9 at 50 random moments: a checkpoint always loads, and the resu
   std::uniform_real_distribution<double> moment(0.7 * first_save, total);
   const std::string ck = s.tmp / "run.safetensors";
   int kills = 0, during_save = 0, chains = 0;
-  while (kills < 50) {
+  while (kills < target) {
     ++chains;
     for (const auto& e : fs::directory_iterator(s.tmp.path))  // a new chain starts from nothing
       if (e.path().filename().string().rfind("run.", 0) == 0) fs::remove(e.path());
@@ -126,7 +129,7 @@ TEST_CASE("kill -9 at 50 random moments: a checkpoint always loads, and the resu
     check_same_final(ref, ck);
   }
   MESSAGE(kills << " kills in " << chains << " chains, " << during_save << " during a save");
-  CHECK(kills >= 50);
+  CHECK(kills >= target);
 }
 
 TEST_CASE("SIGTERM: the run finishes its step, saves, exits 143, and resumes bitwise equal") {
