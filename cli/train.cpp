@@ -195,7 +195,6 @@ struct Trainer {
   int64_t step = 0;   // completed optimizer steps
   // checkpoint contents besides the tensors
   std::map<std::string, std::string> metadata;  // what inference needs (normalisation, vocabulary)
-  json::Value extra = json::Value::object();
   Clock::time_point last_save = Clock::now();
   int64_t saved_step = -1;     // step of the last checkpoint written or resumed from (-1: none)
   std::string saved_path;      // and its file
@@ -233,10 +232,9 @@ struct Trainer {
     auto set_hparam = [&](const char* flag, const char* name, double v) {
       if (!cfg.changed.count(flag)) return;
       optim::StateDict sd = opt->state_dict();
-      for (auto& [k, t] : sd)
-        if (k.rfind("param_groups.", 0) == 0 && k.size() > std::strlen(name) &&
-            k.compare(k.size() - std::strlen(name) - 1, std::string::npos, std::string(".") + name) == 0)
-          t = scalar_tensor(v, {.dtype = DType::float64});
+      for (size_t g = 0; g < opt->num_groups(); ++g)
+        if (auto it = sd.find("param_groups." + std::to_string(g) + "." + name); it != sd.end())
+          it->second = scalar_tensor(v, {.dtype = DType::float64});
       opt->load_state_dict(sd);
     };
     set_hparam("lr", "lr", cfg.lr);
@@ -300,10 +298,8 @@ struct Trainer {
     meta["kiln.task"] = cfg.task;
     meta["kiln.model"] = cfg.model;
     meta["kiln.step"] = std::to_string(step);
-    meta["kiln.config"] = config_to_json(cfg).dump();
     TrainingState s{.step = step, .epoch = epoch};
     s.data["epoch"] = tally.to_json();
-    s.extra = extra;
     s.extra["config"] = config_to_json(cfg);
     s.extra["skipped"] = guard->skipped();
     save_checkpoint(cfg.save, {.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(),
@@ -520,8 +516,10 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
              "/usr/share/games/fortunes, or scripts/fortunes_corpus.sh's output)");
   data::CharTextOptions topt{.context = cfg.context, .val_fraction = 0.1};
   if (resumed) {
-    KILN_CHECK(resumed->state().extra.contains("vocab"), "'", resumed->path(), "': no \"vocab\" in its state");
-    topt.vocab = vocab_from_json(resumed->state().extra.at("vocab"), "'" + resumed->path() + "': vocab");
+    auto it = resumed->metadata().find("kiln.vocab");
+    const std::string where = "'" + resumed->path() + "': metadata \"kiln.vocab\"";
+    KILN_CHECK(it != resumed->metadata().end(), where, " is missing");
+    topt.vocab = vocab_from_json(json::parse(it->second, where), where);
   }
   data::CharText text(cfg.data, topt);
   KILN_CHECK(text.val().num_tokens() > cfg.context + 1, "kiln train gpt: ", cfg.data, " is too short for context ",
@@ -541,7 +539,6 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   std::vector<double> vocab_cp;
   for (char32_t c : text.vocab().code_points()) vocab_cp.push_back(double(c));
   t.metadata = {{"kiln.vocab", json_array(vocab_cp).dump()}};
-  t.extra["vocab"] = json_array(vocab_cp);
   Tally tally;
   if (resumed) {
     tally = t.restore(*resumed);
