@@ -147,6 +147,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   KILN_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be >= 1, got ", options_.batch_size);
   KILN_CHECK(options_.workers >= 0, "DataLoader: workers must be >= 0, got ", options_.workers);
   KILN_CHECK(options_.prefetch >= 1, "DataLoader: prefetch must be >= 1, got ", options_.prefetch);
+  KILN_CHECK(!(options_.shuffle && options_.sampler), "DataLoader: shuffle and a sampler exclude each other (the "
+             "sampler decides the order)");
   if (options_.seed) {
     seed_ = *options_.seed;
   } else {
@@ -157,13 +159,22 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size(), B = options_.batch_size;
+  const int64_t n = options_.sampler ? options_.sampler->count(dataset_->size()) : dataset_->size();
+  const int64_t B = options_.batch_size;
   return options_.drop_last ? n / B : (n + B - 1) / B;
 }
 
 std::vector<int64_t> DataLoader::epoch_order(int64_t e) const {
   const int64_t n = dataset_->size();
   KILN_CHECK(n >= 0, "DataLoader: dataset reports a negative size ", n);
+  if (options_.sampler) {
+    std::vector<int64_t> order = options_.sampler->indices(e, n);
+    KILN_CHECK(int64_t(order.size()) == options_.sampler->count(n), "DataLoader: the sampler gave ", order.size(),
+               " indices for epoch ", e, " but promised ", options_.sampler->count(n));
+    for (int64_t i : order)
+      KILN_CHECK(i >= 0 && i < n, "DataLoader: the sampler gave index ", i, " of a dataset of ", n);
+    return order;
+  }
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t(0));
   if (options_.shuffle) {

@@ -14,11 +14,24 @@
 
 namespace kiln::data {
 
+/// Chooses which dataset indices an epoch visits, and in which order (e.g. one rank's
+/// share of the data: dist::DistributedSampler). Must be thread-safe (const).
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  /// The indices epoch `epoch` visits, for a dataset of `n` examples.
+  virtual std::vector<int64_t> indices(int64_t epoch, int64_t n) const = 0;
+  /// How many indices every epoch has for a dataset of `n` examples.
+  virtual int64_t count(int64_t n) const = 0;
+};
+
 /// Options of DataLoader (an aggregate: `{.batch_size = 64, .shuffle = true, .workers = 2}`).
 struct DataLoaderOptions {
   int64_t batch_size = 1;
   /// Visit examples in a random order, a new permutation each epoch.
   bool shuffle = false;
+  /// Which indices each epoch visits, in order (replaces `shuffle`; the sampler shuffles).
+  std::shared_ptr<const Sampler> sampler = nullptr;
   /// Seed of the shuffle order and of the per-batch Rng given to `transform`. Unset:
   /// drawn from kiln's global generator when the loader is built (so kiln::manual_seed
   /// makes runs repeatable).

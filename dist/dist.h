@@ -1,0 +1,51 @@
+// kiln::dist: the process group of data-parallel training. Processes are started by
+// mpirun; MPI carries CPU tensors and the bootstrap, NCCL carries CUDA tensors (rank 0
+// makes the ncclUniqueId, MPI broadcasts it, as llm.c does). Outside mpirun, or in a
+// build without MPI, the group is this one process and every collective is the identity.
+//
+//   kiln::dist::init();                                   // once, at the start of main
+//   kiln::dist::all_reduce(grad, kiln::dist::ReduceOp::avg);
+//   if (kiln::dist::rank() == 0) save(...);
+#pragma once
+#include <string>
+#include "core/tensor.h"
+
+namespace kiln::dist {
+
+enum class ReduceOp { sum, avg, max };
+const char* reduce_op_name(ReduceOp op);
+
+/// Joins the job mpirun started (MPI_Init_thread), or makes a one-process group when the
+/// process was not started by mpirun or the build has no MPI. Idempotent; MPI is
+/// finalized at exit.
+void init();
+bool is_initialized();
+/// Whether this build has MPI (KILN_MPI) and NCCL (KILN_NCCL).
+bool built_with_mpi();
+bool built_with_nccl();
+
+/// This process's rank in [0, world_size()), the number of processes, and its rank among
+/// the processes of its node (the GPU it uses). 0, 1, 0 before init().
+int rank();
+int world_size();
+int local_rank();
+
+/// In place: every rank ends with the element-wise sum / mean / max of all ranks' `t`.
+/// Same shape and dtype on every rank. CPU tensors go through MPI, CUDA ones through NCCL
+/// on kiln's current stream. float16 / bfloat16 are reduced in float32 on the CPU; avg
+/// needs a floating dtype, sum of bool is refused. Non-contiguous tensors are handled.
+void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+/// In place: every rank ends with root's `t`.
+void broadcast(Tensor& t, int root = 0);
+/// The ranks' tensors concatenated along dim 0, in rank order: (world * N, ...).
+Tensor all_gather(const Tensor& t);
+/// Reduces `t` (world * N, ...) over ranks and returns this rank's N rows of the result.
+Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::sum);
+/// Waits until every rank has reached it.
+void barrier();
+
+/// Prints `message` (with the rank) and ends every process of the job with exit status 1:
+/// an error on one rank never leaves the others waiting in a collective.
+[[noreturn]] void abort(const std::string& message);
+
+}  // namespace kiln::dist
