@@ -1,6 +1,7 @@
 // The backward engine: reverse topological walk with explicit stacks (no recursion),
 // gradient summation across edges, accumulation into leaves, graph release.
 #include "core/autograd.h"
+#include <atomic>
 #include <unordered_map>
 #include "core/autocast.h"
 #include "core/copy.h"
@@ -67,6 +68,55 @@ Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
   return out;
 }
 
+Tensor GradHooks::apply(Tensor g) const {
+  for (const auto& [id, fn] : grad) {
+    Tensor r = fn(g);
+    if (r.defined()) {
+      KILN_CHECK(r.shape() == g.shape() && r.dtype() == g.dtype() && r.device() == g.device(), "gradient hook ", id,
+                 " returned a ", dtype_name(r.dtype()), " ", shape_str(r.shape()), " tensor on ", r.device().str(),
+                 " for a ", dtype_name(g.dtype()), " ", shape_str(g.shape()), " gradient on ", g.device().str(),
+                 ": expected the same shape, dtype and device");
+      g = r;
+    }
+  }
+  return g;
+}
+
+namespace {
+std::atomic<int64_t> g_next_hook_id{1};
+}
+
+int64_t Tensor::register_hook(std::function<Tensor(const Tensor&)> fn) const {
+  KILN_CHECK(requires_grad(), "register_hook: the tensor of shape ", shape_str(shape()), " does not require grad");
+  const int64_t id = g_next_hook_id++;
+  if (grad_fn()) {
+    grad_fn()->hooks.grad.emplace_back(id, std::move(fn));
+  } else {
+    if (!impl().hooks) impl().hooks = std::make_shared<GradHooks>();
+    impl().hooks->grad.emplace_back(id, std::move(fn));
+  }
+  return id;
+}
+
+int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const {
+  KILN_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: expected a leaf that requires grad "
+             "(a parameter), got a ", is_leaf() ? "leaf without requires_grad" : "non-leaf", " tensor of shape ",
+             shape_str(shape()));
+  const int64_t id = g_next_hook_id++;
+  if (!impl().hooks) impl().hooks = std::make_shared<GradHooks>();
+  impl().hooks->post_accumulate.emplace_back(id, std::move(fn));
+  return id;
+}
+
+void Tensor::remove_hook(int64_t id) const {
+  auto drop = [id](auto& v) { std::erase_if(v, [id](const auto& h) { return h.first == id; }); };
+  if (grad_fn()) drop(grad_fn()->hooks.grad);
+  if (impl().hooks) {
+    drop(impl().hooks->grad);
+    drop(impl().hooks->post_accumulate);
+  }
+}
+
 namespace {
 
 // Adds g into a leaf's .grad. The first gradient is stored as is when nothing else can
@@ -93,6 +143,15 @@ Tensor add_grads(const Tensor& a, const Tensor& b) {
   return s;
 }
 
+// A leaf's whole gradient of this backward: its grad hooks, the accumulation into .grad,
+// then its post-accumulate hooks.
+void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+  const std::shared_ptr<GradHooks> hooks = leaf->hooks;  // a hook may remove hooks
+  accumulate_leaf(*leaf, hooks ? hooks->apply(g) : g);
+  if (hooks)
+    for (const auto& [id, fn] : std::vector(hooks->post_accumulate)) fn(Tensor(leaf));
+}
+
 }  // namespace
 
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
@@ -101,6 +160,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   // 1. Count, for every node reachable from the roots, how many edges point at it.
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, Tensor> pending;  // summed gradient waiting at each node
+  // Leaves: edges still to deliver, and the gradient summed so far (a leaf's hooks and
+  // accumulation run once, when its last edge has delivered).
+  std::unordered_map<TensorImpl*, int> leaf_deps;
+  std::unordered_map<TensorImpl*, Tensor> leaf_pending;
   std::vector<Node*> stack;
   for (size_t r = 0; r < roots.size(); ++r) {
     const Tensor& root = roots[r];
@@ -119,7 +182,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                  " but tensor on ", root.device().str());
     }
     if (!root.grad_fn()) {  // a leaf: its gradient is the seed
-      accumulate_leaf(root.impl(), seed);
+      finish_leaf(root.impl_ptr(), seed);
       continue;
     }
     Node* n = root.grad_fn().get();
@@ -133,6 +196,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       Node* cur = stack.back();
       stack.pop_back();
       for (auto& e : cur->next) {
+        if (e.leaf) ++leaf_deps[e.leaf.get()];
         if (!e.node) continue;
         auto [it2, fresh] = deps.try_emplace(e.node.get(), 0);
         ++it2->second;
@@ -140,6 +204,21 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       }
     }
   }
+  // A gradient (or, undefined, none) for a leaf along one of its edges.
+  auto deliver_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& gi) {
+    TensorImpl* key = leaf.get();
+    if (gi.defined()) {
+      auto it = leaf_pending.find(key);
+      if (it == leaf_pending.end()) leaf_pending.emplace(key, gi);
+      else it->second = add_grads(it->second, gi);
+    }
+    if (--leaf_deps[key] > 0) return;
+    auto it = leaf_pending.find(key);
+    if (it == leaf_pending.end()) return;  // no gradient reached this leaf
+    Tensor g = std::move(it->second);
+    leaf_pending.erase(it);
+    finish_leaf(leaf, g);
+  };
   // 2. Process nodes whose every consumer has delivered its gradient (Kahn's order).
   std::vector<Node*> ready;
   for (auto& [n, _] : pending)
@@ -152,6 +231,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                "first backward() if you need to call it twice");
     Tensor g = std::move(pending[n]);
     pending.erase(n);
+    if (!n->hooks.grad.empty()) g = n->hooks.apply(g);
     std::vector<bool> needs(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) needs[i] = n->next[i].valid();
     std::vector<Tensor> in_grads = n->backward(g, needs);
@@ -169,7 +249,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
         KILN_CHECK(gi.shape() == n->input_shapes[i], "backward of '", n->name, "': gradient for input ", i,
                    " has shape ", shape_str(gi.shape()), ", expected ", shape_str(n->input_shapes[i]));
       if (e.leaf) {
-        if (gi.defined()) accumulate_leaf(*e.leaf, gi);
+        deliver_leaf(e.leaf, gi);
         continue;
       }
       Node* m = e.node.get();
@@ -186,11 +266,13 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
           while (!skip.empty()) {
             Node* s = skip.back();
             skip.pop_back();
-            for (auto& se : s->next)
+            for (auto& se : s->next) {
+              if (se.leaf) deliver_leaf(se.leaf, Tensor());
               if (se.node && --deps[se.node.get()] == 0) {
                 if (pending.count(se.node.get())) ready.push_back(se.node.get());
                 else skip.push_back(se.node.get());
               }
+            }
           }
         }
       }

@@ -23,8 +23,18 @@ struct Edge {
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output,
                                                      const std::vector<bool>& needs)>;
 
+/// A tensor's gradient hooks (Tensor::register_hook, register_post_accumulate_grad_hook),
+/// each with the id remove_hook takes.
+struct GradHooks {
+  std::vector<std::pair<int64_t, std::function<Tensor(const Tensor&)>>> grad;
+  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> post_accumulate;
+  /// g after every grad hook (a hook returning an undefined Tensor keeps g).
+  Tensor apply(Tensor g) const;
+};
+
 struct Node {
   std::string name;             // op name, used in error messages
+  GradHooks hooks;              // hooks on the gradient of this node's output (non-leaf tensors)
   std::vector<Edge> next;       // one per input, in the op's input order
   std::vector<Shape> input_shapes;
   std::vector<DType> input_dtypes;

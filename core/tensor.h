@@ -4,6 +4,7 @@
 // Views (reshape, permute, narrow, ...) make new handles over the same Storage.
 #pragma once
 #include <initializer_list>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -16,6 +17,7 @@ namespace kiln {
 
 using Shape = std::vector<int64_t>;
 struct Node;
+struct GradHooks;
 class Tensor;
 
 /// The shared state behind a Tensor handle. Users go through Tensor.
@@ -29,6 +31,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf
   std::shared_ptr<Node> grad_fn;     // the node that produced this tensor (null for leaves)
+  std::shared_ptr<GradHooks> hooks;  // a leaf's gradient hooks (core/autograd.h), null when none
 };
 
 /// Row-major (C-order) strides for a shape.
@@ -82,6 +85,17 @@ class Tensor {
   void set_grad(const Tensor& g) const;
   const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
   bool is_leaf() const { return impl().grad_fn == nullptr; }
+  /// Calls fn on the gradient backward computes for this tensor, before it is used (for a
+  /// leaf: summed over all its uses in the graph, before it is added to grad()). fn may
+  /// return a replacement gradient, or an undefined Tensor to keep it. Returns an id for
+  /// remove_hook. The tensor must require grad.
+  int64_t register_hook(std::function<Tensor(const Tensor&)> fn) const;
+  /// On a leaf: calls fn(leaf) once per backward, after all of that backward's gradient was
+  /// added into grad() (PyTorch's register_post_accumulate_grad_hook; data-parallel
+  /// training starts a bucket's all-reduce from it). Returns an id for remove_hook.
+  int64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  /// Removes a hook registered on this tensor (an unknown id is ignored).
+  void remove_hook(int64_t id) const;
   /// Reverse-mode differentiation from this tensor. Without `grad`, the tensor must have
   /// one element and the seed is 1. Gradients accumulate into leaves' .grad.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
