@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/train.h"
 #include "core/error.h"
+#include "dist/dist.h"
 
 namespace {
 
@@ -31,7 +32,14 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  // Under mpirun: an error on one rank ends every rank with its message (never a hang).
+  auto fail = [&](const char* what) {
+    if (kiln::dist::world_size() > 1) kiln::dist::abort("kiln " + cmd + ": " + what);
+    std::fprintf(stderr, "kiln %s: error: %s\n", cmd.c_str(), what);
+    return 2;
+  };
   try {
+    kiln::dist::init();  // joins the job when started by mpirun; a no-op otherwise
     kiln::cli::setup_logging("");
     if (cmd == "train") return kiln::cli::cmd_train(argc, argv, 2);
     if (cmd == "generate") return kiln::cli::cmd_generate(argc, argv, 2);
@@ -39,11 +47,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return kiln::cli::cmd_bench(argc, argv, 2);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
-  } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "kiln %s: error: %s\n", cmd.c_str(), e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kiln %s: error: %s\n", cmd.c_str(), e.what());
-    return 2;
+  } catch (const std::exception& e) {  // kiln::Error and the rest
+    return fail(e.what());
   }
 }

@@ -107,6 +107,7 @@ std::vector<Panel> metrics_panels(const std::vector<MetricsRow>& rows) {
 }
 
 MetricsLog::MetricsLog(std::string csv_path, bool append, int64_t resume_step) : path_(std::move(csv_path)) {
+  if (path_.empty()) return;  // a log that keeps its rows but writes nothing
   std::error_code ec;
   const bool exists = std::filesystem::exists(path_, ec) && std::filesystem::file_size(path_, ec) > 0 && !ec;
   if (append && exists) {
@@ -132,10 +133,11 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::append(const MetricsRow& row) {
+  rows_.push_back(row);
+  if (path_.empty()) return;
   const std::string line = format_metrics_row(row) + "\n";
   const bool ok = std::fputs(line.c_str(), file_) >= 0 && std::fflush(file_) == 0;
   KILN_CHECK(ok, "metrics: cannot write to '", path_, "': ", std::strerror(errno));
-  rows_.push_back(row);
 }
 
 std::string MetricsLog::plot_path() const {
@@ -145,6 +147,7 @@ std::string MetricsLog::plot_path() const {
 }
 
 std::string MetricsLog::write_plot(const std::string& title) const {
+  if (path_.empty()) return "";
   const std::vector<Panel> panels = metrics_panels(rows_);
   const std::string png = plot_path();
   const Image img = render_panels(panels, 540 * int(panels.size()), 420, title);

@@ -42,7 +42,8 @@ class MetricsLog {
   /// Creates `csv_path` (truncating it) with the header. With `append` (a resumed run)
   /// an existing log is continued instead: its rows with step > resume_step are dropped
   /// (the file is rewritten atomically), so steps redone after the resume point are not
-  /// duplicated; resume_step 0 keeps nothing. A missing or empty file is created.
+  /// duplicated; resume_step 0 keeps nothing. A missing or empty file is created. An empty
+  /// path keeps the rows in memory only (the ranks other than 0 of a data-parallel run).
   /// kiln::Error naming the file when it has another header or cannot be opened.
   MetricsLog(std::string csv_path, bool append = false, int64_t resume_step = 0);
   ~MetricsLog();

@@ -25,6 +25,9 @@
 #include "data/text.h"
 #include "data/transforms.h"
 #include "data/vision.h"
+#include "dist/ddp.h"
+#include "dist/dist.h"
+#include "dist/sampler.h"
 #include "models/models.h"
 #include "nn/serialize.h"
 #include "ops/dispatch.h"
@@ -139,6 +142,7 @@ struct Tally {
   int64_t loss_n = 0, skipped = 0;
   double window_loss = 0;  // since the last CSV row
   int64_t window_loss_n = 0, window_n = 0, window_skipped = 0;
+  int64_t world = dist::world_size();  // ranks whose batches `micro` counts
 
   void add(double loss, bool took) {
     ++done;
@@ -161,6 +165,7 @@ struct Tally {
     j["micro"] = micro, j["done"] = done, j["loss_sum"] = loss_sum, j["loss_n"] = loss_n, j["skipped"] = skipped;
     j["window_loss"] = window_loss, j["window_loss_n"] = window_loss_n, j["window_n"] = window_n;
     j["window_skipped"] = window_skipped;
+    j["world"] = world;
     return j;
   }
   static Tally from_json(const json::Value& j, const std::string& where) {
@@ -177,7 +182,7 @@ struct Tally {
     };
     t.micro = count("micro"), t.done = count("done"), t.loss_sum = number("loss_sum"), t.loss_n = count("loss_n");
     t.skipped = count("skipped"), t.window_loss = number("window_loss"), t.window_loss_n = count("window_loss_n");
-    t.window_n = count("window_n"), t.window_skipped = count("window_skipped");
+    t.window_n = count("window_n"), t.window_skipped = count("window_skipped"), t.world = count("world");
     return t;
   }
 };
@@ -191,6 +196,8 @@ struct Trainer {
   std::unique_ptr<optim::LRScheduler> sched;
   std::unique_ptr<amp::GradScaler> scaler;
   std::unique_ptr<optim::DivergenceGuard> guard;
+  std::shared_ptr<dist::DistributedDataParallel> ddp;  // under mpirun: averages the gradients
+  int stop_sig = 0;   // a stop signal every rank agreed on (after the step that saw it)
   int64_t epoch = 0;  // completed epochs (vision) or evaluations (gpt)
   int64_t step = 0;   // completed optimizer steps
   // checkpoint contents besides the tensors
@@ -243,12 +250,20 @@ struct Trainer {
     return s.data.contains("epoch") ? Tally::from_json(s.data.at("epoch"), where) : Tally{};
   }
 
-  /// One forward + backward of a micro-batch; returns its (unscaled) loss.
-  double micro_step(const Tensor& input, const Tensor& target) {
+  /// Wraps the model for data-parallel training when the job has several ranks.
+  void wrap_model() {
+    if (dist::world_size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model.module);
+  }
+
+  /// One forward + backward of a micro-batch; returns its (unscaled) loss. Under mpirun
+  /// the gradients are averaged over the ranks in the backward of the group's last
+  /// micro-batch only (`last`).
+  double micro_step(const Tensor& input, const Tensor& target, bool last = true) {
+    if (ddp) ddp->set_require_sync(last);
     Tensor loss;
     {
       autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
-      Tensor logits = (*model.module)(input);
+      Tensor logits = ddp ? (*ddp)(input) : (*model.module)(input);
       if (cfg.task == "gpt") loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
       else loss = cross_entropy(logits, target);
     }
@@ -260,7 +275,8 @@ struct Trainer {
   /// The optimizer step closing a group of cfg.accum micro-batches whose mean loss is
   /// `loss`. Skipped (and counted) when the loss or a gradient is not finite; throws once
   /// --max-skips steps in a row were skipped. Returns whether the step was taken.
-  bool optimizer_step(double loss) {
+  bool optimizer_step(double& loss) {
+    agree(loss);
     bool took = false;
     try {
       if (scaler->is_enabled()) {  // fp16: the scaler checks the gradients and skips
@@ -284,6 +300,19 @@ struct Trainer {
     return took;
   }
 
+  /// Under mpirun: `loss` becomes the mean of the ranks' losses (so the divergence guard
+  /// decides the same everywhere), and a stop signal any rank got stops all after this step.
+  void agree(double& loss) {
+    stop_sig = stop_requested();
+    const int W = dist::world_size();
+    if (W == 1) return;
+    Tensor v = from_vector(std::vector<double>{loss, double(stop_sig)}, {2});
+    dist::all_reduce(v, dist::ReduceOp::sum);
+    const std::vector<double> got = v.to_vector<double>();
+    loss = got[0] / W;
+    if (got[1] > 0 && !stop_sig) stop_sig = SIGTERM;
+  }
+
   /// Whether --save-every asks for a checkpoint now.
   bool save_due() const {
     if (cfg.save.empty()) return false;
@@ -294,6 +323,12 @@ struct Trainer {
   /// Writes the checkpoint (when --save is set) with the data position within the epoch.
   void save(const Tally& tally) {
     if (cfg.save.empty()) return;
+    if (dist::rank() != 0) {  // rank 0 writes the one checkpoint of the job
+      last_save = Clock::now();
+      saved_step = step;
+      saved_path = cfg.save;
+      return;
+    }
     std::map<std::string, std::string> meta = metadata;
     meta["kiln.task"] = cfg.task;
     meta["kiln.model"] = cfg.model;
@@ -312,7 +347,7 @@ struct Trainer {
 
   /// After a step: saves when due or when a signal asks the run to stop; returns the signal.
   int checkpoint_point(const Tally& tally) {
-    const int sig = stop_requested();
+    const int sig = stop_sig;
     if ((sig || save_due()) && step != saved_step) save(tally);
     if (sig)
       spdlog::info("stopping after step {} ({}): {}", step, sig == SIGTERM ? "SIGTERM" : "SIGINT",
@@ -369,8 +404,10 @@ VisionData load_vision(const TrainConfig& cfg) {
   return d;
 }
 
-/// Fraction of correctly classified test examples.
+/// Fraction of correctly classified test examples (rank 0 of a data-parallel job
+/// evaluates; the others return -1).
 double evaluate_accuracy(Trainer& t, const VisionData& d) {
+  if (dist::rank() != 0) return -1;
   const double acc = test_accuracy(*t.model.module, d.test, t.device, d.mean, d.std);
   t.model.module->train();
   return acc;
@@ -393,11 +430,20 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
                d.size, d.size, cfg.data);
   t.model = make_model(cfg, d.channels, d.size, 0);
   t.model.module->to(t.device);
+  t.wrap_model();
   data::Transform transform = data::Normalize{d.mean, d.std};
   if (cfg.task == "cifar10")
     transform = data::Compose{data::RandomCrop{d.size, d.size, 4}, data::RandomHorizontalFlip{}, data::Normalize{d.mean, d.std}};
-  data::DataLoader loader(d.train, {.batch_size = cfg.batch_size,
-                                    .shuffle = true,
+  // Under mpirun --batch-size is the global batch: each rank takes its share of every
+  // epoch (DistributedSampler) in batches of batch-size / ranks.
+  const int W = dist::world_size();
+  KILN_CHECK(cfg.batch_size % W == 0, "kiln train: --batch-size ", cfg.batch_size, " (the global batch) must be a "
+             "multiple of the ", W, " ranks");
+  std::shared_ptr<dist::DistributedSampler> sampler;
+  if (W > 1) sampler = std::make_shared<dist::DistributedSampler>(dist::DistributedSamplerOptions{.seed = cfg.seed, .drop_last = true});
+  data::DataLoader loader(d.train, {.batch_size = cfg.batch_size / W,
+                                    .shuffle = W == 1,
+                                    .sampler = sampler,
                                     .seed = cfg.seed,
                                     .drop_last = true,
                                     .workers = cfg.workers,
@@ -417,6 +463,9 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
     KILN_CHECK(tally.micro == 0 || !cfg.given.count("batch-size"), "--resume ", resumed->path(),
                ": it was saved in the middle of an epoch, so --batch-size cannot change (resume from a checkpoint "
                "saved at the end of an epoch)");
+    KILN_CHECK(tally.micro == 0 || tally.world == W, "--resume ", resumed->path(), ": it was saved in the middle of "
+               "an epoch by ", tally.world, " rank(s); resume it on as many (or from a checkpoint saved at the end of "
+               "an epoch, which any number of ranks can continue)");
     KILN_CHECK(tally.done <= steps_per_epoch && tally.micro <= micro_per_epoch, "--resume ", resumed->path(),
                ": its data position (", tally.micro, " batches into epoch ", t.epoch + 1, ") is past this run's ",
                micro_per_epoch, " batches per epoch");
@@ -428,7 +477,7 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
                cfg.batch_size, cfg.accum, cfg.lr, cfg.schedule, t.opt->lr(), cfg.amp);
 
   const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
-  MetricsLog metrics(csv, resumed.has_value(), t.step);
+  MetricsLog metrics(dist::rank() == 0 ? csv : "", resumed.has_value(), t.step);
   TrainResult result;
   result.first_step = t.step;
   double accuracy = -1;
@@ -442,10 +491,10 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
     auto window_start = Clock::now();
     for (auto& batch : loader) {
       if (tally.done == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
-      group_loss += t.micro_step(batch.input.to(t.device), batch.target.to(t.device));
+      group_loss += t.micro_step(batch.input.to(t.device), batch.target.to(t.device), (tally.micro + 1) % cfg.accum == 0);
       if (++tally.micro % cfg.accum) continue;
       const double lr = t.opt->lr();
-      const double loss = group_loss / double(cfg.accum);
+      double loss = group_loss / double(cfg.accum);
       group_loss = 0;
       const bool took = t.optimizer_step(loss);
       result.losses.push_back(loss);
@@ -497,6 +546,7 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
 
 /// Mean cross-entropy over cfg.eval_batches fixed windows of `split`.
 double estimate_loss(Trainer& t, const data::TokenDataset& split) {
+  if (dist::rank() != 0) return -1;  // rank 0 of a data-parallel job evaluates
   NoGradGuard no_grad;
   t.model.module->eval();
   data::Rng rng(t.cfg.seed ^ 0x5eed, 1);  // the same windows at every estimate
@@ -535,6 +585,11 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
                text.train().num_tokens(), text.val().num_tokens(), text.vocab().size(), cfg.data);
   t.model = make_model(cfg, 0, 0, text.vocab().size());
   t.model.module->to(t.device);
+  t.wrap_model();
+  const int W = dist::world_size();
+  KILN_CHECK(cfg.batch_size % W == 0, "kiln train gpt: --batch-size ", cfg.batch_size, " (the global batch) must be a "
+             "multiple of the ", W, " ranks");
+  const int64_t rows = cfg.batch_size / W;
   t.make_optimizer(cfg.steps);  // a resumed run restores its planned schedule
   std::vector<double> vocab_cp;
   for (char32_t c : text.vocab().code_points()) vocab_cp.push_back(double(c));
@@ -550,7 +605,7 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
                cfg.steps, cfg.batch_size, cfg.accum, cfg.lr, cfg.schedule, t.opt->lr(), cfg.amp);
 
   const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
-  MetricsLog metrics(csv, resumed.has_value(), t.step);
+  MetricsLog metrics(dist::rank() == 0 ? csv : "", resumed.has_value(), t.step);
   TrainResult result;
   result.first_step = t.step;
   const auto run_start = Clock::now();
@@ -566,10 +621,12 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
       const double lr = t.opt->lr();
       double loss = 0;
       for (int64_t m = 0; m < cfg.accum; ++m) {
-        // The batch of (step, micro-batch) is a pure function of the seed: resuming needs no data state.
+        // The batch of (step, micro-batch) is a pure function of the seed: resuming needs no
+        // data state. Under mpirun each rank takes its rows of the global batch.
         data::Rng rng(cfg.seed, uint64_t(t.step * cfg.accum + m));
         data::Batch b = text.train().get_batch(cfg.batch_size, cfg.context, rng);
-        loss += t.micro_step(b.input.to(t.device), b.target.to(t.device));
+        if (W > 1) b.input = b.input.narrow(0, dist::rank() * rows, rows), b.target = b.target.narrow(0, dist::rank() * rows, rows);
+        loss += t.micro_step(b.input.to(t.device), b.target.to(t.device), m + 1 == cfg.accum);
       }
       loss /= double(cfg.accum);
       const bool took = t.optimizer_step(loss);
@@ -612,6 +669,7 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   if (result.signal) return result;
   if (val < 0) val = estimate_loss(t, text.val());
   result.val_loss = val;
+  if (dist::rank() != 0) return result;
   // A sample, so the student sees what the numbers mean.
   t.model.module->eval();
   Tensor idx = from_vector(prompt_ids, {1, int64_t(prompt_ids.size())}).to(t.device);
@@ -766,6 +824,7 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
 }
 
 TrainResult run_training(TrainConfig cfg) {
+  if (dist::rank() != 0) spdlog::set_level(spdlog::level::warn);  // rank 0 alone logs
   std::optional<Checkpoint> resumed;
   if (!cfg.resume.empty()) {
     resumed = Checkpoint::open(cfg.resume);
@@ -782,6 +841,12 @@ TrainResult run_training(TrainConfig cfg) {
   }
   if (cfg.threads > 0) set_num_threads(cfg.threads);
   manual_seed(cfg.seed);
+  if (dist::rank() != 0) {  // rank 0 alone draws progress, writes metrics and checkpoints
+    cfg.progress = false;
+  } else if (dist::world_size() > 1) {
+    spdlog::info("data-parallel: {} ranks (MPI{}), global batch {} = {} per rank", dist::world_size(),
+                 dist::built_with_nccl() ? " + NCCL" : "", cfg.batch_size, cfg.batch_size / dist::world_size());
+  }
   Trainer t;
   t.cfg = cfg;
   t.device = pick_device(cfg.device);
@@ -789,7 +854,7 @@ TrainResult run_training(TrainConfig cfg) {
     const auto dir = std::filesystem::path(cfg.save).parent_path();
     KILN_CHECK(dir.empty() || std::filesystem::is_directory(dir), "--save ", cfg.save, ": folder ", dir.string(),
                " does not exist");
-    if (int n = remove_stale_temp_files(cfg.save))
+    if (int n = dist::rank() == 0 ? remove_stale_temp_files(cfg.save) : 0)
       spdlog::info("removed {} temporary file(s) of an interrupted save of {}", n, cfg.save);
   }
   const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;

@@ -151,12 +151,76 @@ void init() {
 #endif
 }
 
-void all_reduce(Tensor& t, ReduceOp op) {
-  check_defined(t, "all_reduce");
-  KILN_CHECK(op != ReduceOp::avg || t.is_floating_point(), "dist::all_reduce: avg needs a floating-point tensor, got ",
+struct Work::State {
+  Tensor target, buf;  // buf: the contiguous (float32 for 16-bit floats) tensor being reduced
+  bool avg = false;
+#if KILN_WITH_MPI
+  MPI_Request request = MPI_REQUEST_NULL;
+#endif
+  bool finished = false;
+  void finish() {  // the reduction has arrived in buf
+    if (avg) buf.mul_(1.0 / world_size());
+    dist::finish(target, buf);
+    finished = true;
+  }
+};
+
+bool Work::done() {
+  if (!s_ || s_->finished) return true;
+#if KILN_WITH_MPI
+  int flag = 0;
+  mpi_check(MPI_Test(&s_->request, &flag, MPI_STATUS_IGNORE), "all_reduce_async");
+  if (!flag) return false;
+#endif
+  s_->finish();
+  return true;
+}
+
+void Work::wait() {
+  if (!s_ || s_->finished) return;
+#if KILN_WITH_MPI
+  mpi_check(MPI_Wait(&s_->request, MPI_STATUS_IGNORE), "all_reduce_async");
+#endif
+  s_->finish();
+}
+
+namespace {
+void check_reducible(const Tensor& t, ReduceOp op, const char* name) {
+  check_defined(t, name);
+  KILN_CHECK(op != ReduceOp::avg || t.is_floating_point(), "dist::", name, ": avg needs a floating-point tensor, got ",
              dtype_name(t.dtype()));
-  KILN_CHECK(op != ReduceOp::sum || t.dtype() != DType::bool_, "dist::all_reduce: sum of a bool tensor (use max for "
+  KILN_CHECK(op != ReduceOp::sum || t.dtype() != DType::bool_, "dist::", name, ": sum of a bool tensor (use max for "
              "a logical or)");
+}
+}  // namespace
+
+Work all_reduce_async(Tensor& t, ReduceOp op) {
+  check_reducible(t, op, "all_reduce_async");
+  Work w;
+  if (world_size() == 1 || t.numel() == 0) return w;
+#if KILN_WITH_NCCL
+  if (t.device().is_cuda()) {
+    all_reduce(t, op);  // stream-ordered already
+    return w;
+  }
+#endif
+  KILN_CHECK(t.is_cpu(), "dist::all_reduce_async: a ", t.device().str(), " tensor needs a build with NCCL (KILN_NCCL)");
+#if KILN_WITH_MPI
+  auto s = std::make_shared<Work::State>();
+  s->target = t;
+  s->buf = staging(t, mpi_dtype(t.dtype()));
+  s->avg = op == ReduceOp::avg;
+  KILN_CHECK(s->buf.numel() <= INT_MAX, "dist::all_reduce_async: ", s->buf.numel(), " elements is over MPI's limit");
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, s->buf.raw_data(), int(s->buf.numel()), mpi_type(s->buf.dtype(), "all_reduce"),
+                           mpi_op(op), MPI_COMM_WORLD, &s->request),
+            "all_reduce_async");
+  w.s_ = std::move(s);
+#endif
+  return w;
+}
+
+void all_reduce(Tensor& t, ReduceOp op) {
+  check_reducible(t, op, "all_reduce");
   if (world_size() == 1 || t.numel() == 0) return;
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {

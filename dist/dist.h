@@ -7,6 +7,7 @@
 //   kiln::dist::all_reduce(grad, kiln::dist::ReduceOp::avg);
 //   if (kiln::dist::rank() == 0) save(...);
 #pragma once
+#include <memory>
 #include <string>
 #include "core/tensor.h"
 
@@ -35,6 +36,24 @@ int local_rank();
 /// on kiln's current stream. float16 / bfloat16 are reduced in float32 on the CPU; avg
 /// needs a floating dtype, sum of bool is refused. Non-contiguous tensors are handled.
 void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+/// A collective in flight (all_reduce_async). wait() blocks until the result is in the
+/// tensor; done() polls (and so drives MPI's progress). A default Work is done.
+class Work {
+ public:
+  Work() = default;
+  bool done();
+  void wait();
+  struct State;
+
+ private:
+  friend Work all_reduce_async(Tensor& t, ReduceOp op);
+  std::shared_ptr<State> s_;
+};
+/// all_reduce started without waiting for it: `t` must not be read or changed until
+/// wait(). CPU: MPI_Iallreduce; CUDA: NCCL on kiln's current stream (ordered with the
+/// kernels that follow, so wait() has nothing to do on the host).
+Work all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::sum);
+
 /// In place: every rank ends with root's `t`.
 void broadcast(Tensor& t, int root = 0);
 /// The ranks' tensors concatenated along dim 0, in rank order: (world * N, ...).

@@ -1,0 +1,163 @@
+// DistributedDataParallel (see ddp.h): the Reducer owns the buckets and the hooks.
+#include "dist/ddp.h"
+#include <chrono>
+#include <unordered_map>
+#include "core/autograd.h"
+#include "core/error.h"
+#include "dist/dist.h"
+
+namespace kiln::dist {
+
+namespace detail {
+
+struct Bucket {
+  std::vector<Tensor> params;   // in the order their gradients are expected
+  std::vector<int64_t> offsets; // element offset of each in `flat`
+  Tensor flat;                  // the bucket's gradients, back to back
+  size_t ready = 0;             // gradients accumulated in this backward
+  Work work;
+  bool launched = false;
+};
+
+struct Reducer {
+  std::vector<Bucket> buckets;
+  std::unordered_map<TensorImpl*, std::pair<size_t, size_t>> where;  // parameter -> (bucket, index)
+  std::vector<std::vector<bool>> marked;                             // per bucket, per parameter
+  std::vector<std::pair<Tensor, int64_t>> hooks;
+  std::vector<std::string> names;                                    // per parameter, for errors
+  std::unordered_map<TensorImpl*, std::string> name_of;
+  bool sync = true;
+  size_t launched = 0;
+  double wait_seconds = 0;
+
+  ~Reducer() {
+    for (auto& [p, id] : hooks) p.remove_hook(id);
+  }
+
+  void on_ready(const Tensor& p) {
+    if (!sync) return;
+    const auto [b, i] = where.at(p.impl_ptr().get());
+    KILN_CHECK(!marked[b][i], "DistributedDataParallel: parameter '", name_of.at(p.impl_ptr().get()),
+               "' got its gradient twice in one backward (is it used inside and outside a checkpointed block?)");
+    marked[b][i] = true;
+    Bucket& bk = buckets[b];
+    if (++bk.ready == bk.params.size()) launch(bk);
+    for (Bucket& other : buckets)  // give MPI a chance to progress the ones in flight
+      if (other.launched) other.work.done();
+    if (launched == buckets.size()) finish();
+  }
+
+  void launch(Bucket& bk) {
+    NoGradGuard ng;
+    for (size_t i = 0; i < bk.params.size(); ++i) {
+      const Tensor g = bk.params[i].grad();
+      bk.flat.narrow(0, bk.offsets[i], g.numel()).copy_(g.reshape({-1}));
+    }
+    bk.work = all_reduce_async(bk.flat, ReduceOp::avg);
+    bk.launched = true;
+    ++launched;
+  }
+
+  void finish() {  // every bucket is in flight: wait, and put the averages into the grads
+    NoGradGuard ng;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Bucket& bk : buckets) bk.work.wait();
+    wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      Bucket& bk = buckets[b];
+      for (size_t i = 0; i < bk.params.size(); ++i) {
+        Tensor g = bk.params[i].grad();
+        g.copy_(bk.flat.narrow(0, bk.offsets[i], g.numel()).reshape(g.shape()));
+      }
+      bk.ready = 0;
+      bk.launched = false;
+      std::fill(marked[b].begin(), marked[b].end(), false);
+    }
+    launched = 0;
+  }
+
+  /// Before a forward: the previous synchronised backward must have reached every parameter.
+  void check_complete() const {
+    for (size_t b = 0; b < buckets.size(); ++b)
+      if (buckets[b].ready > 0)
+        for (size_t i = 0; i < buckets[b].params.size(); ++i)
+          KILN_CHECK(marked[b][i], "DistributedDataParallel: parameter '",
+                     name_of.at(buckets[b].params[i].impl_ptr().get()), "' got no gradient in the last backward, so "
+                     "its bucket was never reduced; every parameter that requires grad must take part in the loss");
+  }
+};
+
+}  // namespace detail
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 DistributedDataParallelOptions o)
+    : module_(register_module("module", std::move(module))),
+      reducer_(std::make_shared<detail::Reducer>()),
+      broadcast_buffers_(o.broadcast_buffers) {
+  KILN_CHECK(o.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got ", o.bucket_cap_mb);
+  if (!is_initialized()) init();
+  {  // every rank starts from rank 0's weights and buffers
+    NoGradGuard ng;
+    for (Tensor& p : module_->parameters()) broadcast(p, 0);
+    for (Tensor& b : module_->buffers()) broadcast(b, 0);
+  }
+  // Buckets in reverse registration order (backward produces the last layers' gradients
+  // first); a new bucket when the cap is reached or the dtype or device changes.
+  const auto named = module_->named_parameters();
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (const auto& [name, p] : named)
+    if (p.requires_grad()) params.emplace_back(name, p);
+  const double cap = o.bucket_cap_mb * 1024 * 1024;
+  detail::Reducer& r = *reducer_;
+  std::vector<std::vector<Tensor>> groups;
+  double bytes = 0;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const Tensor& p = it->second;
+    const bool fresh = groups.empty() || bytes >= cap || groups.back().back().dtype() != p.dtype() ||
+                       groups.back().back().device() != p.device();
+    if (fresh) groups.emplace_back(), bytes = 0;
+    groups.back().push_back(p);
+    bytes += double(p.numel()) * double(p.element_size());
+    r.name_of[p.impl_ptr().get()] = it->first;
+  }
+  for (auto& g : groups) {
+    detail::Bucket bk;
+    int64_t n = 0;
+    for (const Tensor& p : g) {
+      r.where[p.impl_ptr().get()] = {r.buckets.size(), bk.params.size()};
+      bk.params.push_back(p);
+      bk.offsets.push_back(n);
+      n += p.numel();
+    }
+    bk.flat = Tensor::empty({n}, g[0].dtype(), g[0].device());
+    r.marked.emplace_back(g.size(), false);
+    r.buckets.push_back(std::move(bk));
+  }
+  detail::Reducer* raw = reducer_.get();  // the reducer removes the hooks when it dies
+  for (const auto& [name, p] : params)
+    r.hooks.emplace_back(p, p.register_post_accumulate_grad_hook([raw](const Tensor& leaf) { raw->on_ready(leaf); }));
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  reducer_->check_complete();
+  if (broadcast_buffers_ && world_size() > 1) {
+    NoGradGuard ng;
+    for (Tensor& b : module_->buffers()) broadcast(b, 0);
+  }
+  return (*module_)(x);
+}
+
+DistributedDataParallel::NoSync::NoSync(std::shared_ptr<detail::Reducer> r) : r_(std::move(r)), prev_(r_->sync) {
+  r_->sync = false;
+}
+DistributedDataParallel::NoSync::~NoSync() { r_->sync = prev_; }
+
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() const { return NoSync(reducer_); }
+void DistributedDataParallel::set_require_sync(bool on) const { reducer_->sync = on; }
+
+size_t DistributedDataParallel::num_buckets() const { return reducer_->buckets.size(); }
+double DistributedDataParallel::last_wait_seconds() const { return reducer_->wait_seconds; }
+
+}  // namespace kiln::dist
