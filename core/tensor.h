@@ -33,8 +33,10 @@ struct TensorImpl {
 
 /// Row-major (C-order) strides for a shape.
 Shape contiguous_strides(const Shape& shape);
-/// Product of the sizes.
-int64_t shape_numel(const Shape& shape);
+/// Product of the sizes. Throws kiln::Error naming `op` and the shape when a size is
+/// negative or the sizes (zeros left out, so every contiguous stride fits too) multiply
+/// past int64: every shape that reaches a Tensor went through this check.
+int64_t shape_numel(const Shape& shape, const char* op = "numel");
 
 class Tensor {
  public:

@@ -4,6 +4,7 @@
 #include "ops/shape_ops.h"
 #include <sstream>
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "ops/cpu/shape_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
@@ -83,7 +84,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   for (size_t i = 0; i < ts.size(); ++i) {
     sizes[i] = ts[i].size(d);
     inner[i] = sizes[i] * rest;
-    total += sizes[i];
+    total = checked_add(total, sizes[i], "cat", ts[i].shape());
   }
   Shape oshape = s0;
   oshape[d] = total;
