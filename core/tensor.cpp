@@ -190,31 +190,39 @@ static void check_inplace(const Tensor& t, const char* op) {
 
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
-Tensor& Tensor::fill_(double v) {
-  check_inplace(*this, "fill_");
-  if (!is_cpu()) {
-    Tensor src = full({}, v, {.dtype = dtype()}).expand(shape());
-    copy_tensor(*this, src);
-    return *this;
+// Writes v into every element of t (fill_ without its checks and version bump: also used
+// by the factories, whose fresh tensors start at version 0).
+static void fill_data(const Tensor& t, double v) {
+  if (!t.is_cpu()) {
+    Tensor src = full({}, v, {.dtype = t.dtype()}).expand(t.shape());
+    copy_tensor(t, src);
+    return;
   }
-  KILN_DISPATCH_ALL(dtype(), "fill_", [&]<class T>() {
-    T* p = static_cast<T*>(raw_data());
+  KILN_DISPATCH_ALL(t.dtype(), "fill_", [&]<class T>() {
+    T* p = static_cast<T*>(t.raw_data());
     T val = static_cast<T>(v);
-    if (is_contiguous()) {
-      int64_t n = numel();
+    if (t.is_contiguous()) {
+      int64_t n = t.numel();
       parallel_for(0, n, 65536, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) p[i] = val; });
     } else {
-      for_each_row<1>(shape(), {strides()}, [&](const std::array<int64_t, 1>& off, int64_t n,
-                                                const std::array<int64_t, 1>& st) {
+      for_each_row<1>(t.shape(), {t.strides()}, [&](const std::array<int64_t, 1>& off, int64_t n,
+                                                    const std::array<int64_t, 1>& st) {
         for (int64_t i = 0; i < n; ++i) p[off[0] + i * st[0]] = val;
       });
     }
   });
+}
+
+Tensor& Tensor::fill_(double v) {
+  check_inplace(*this, "fill_");
+  bump_version();
+  fill_data(*this, v);
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
+  bump_version();
   copy_tensor(*this, src.shape() == shape() ? src : src.expand(shape()));
   return *this;
 }
@@ -322,7 +330,7 @@ Tensor empty(const Shape& shape, TensorOptions o) {
 }
 static Tensor full_for(const char* op, const Shape& shape, double value, TensorOptions o) {
   Tensor t = empty_for(op, shape, o.dtype, o.device);
-  t.fill_(value);
+  fill_data(t, value);
   if (o.requires_grad) t.requires_grad_();
   return t;
 }

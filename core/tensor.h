@@ -121,8 +121,16 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
 
+  /// Count of in-place changes to this tensor's data, shared with its views (PyTorch's
+  /// `_version`). Every in-place op bumps it; backward refuses tensors saved for it whose
+  /// count moved since they were saved.
+  uint64_t version() const { return impl().storage->version(); }
+  /// Records an in-place change of the data. The `*_` methods call it; so must any code
+  /// that writes an existing tensor through raw_data() (fused optimizer kernels, ...).
+  void bump_version() const { impl().storage->bump_version(); }
+
   // ---- in-place (not recorded by autograd; refused on tensors that need grad while
-  //      grad mode is on, except under NoGradGuard as optimizers do) ----
+  //      grad mode is on, except under NoGradGuard as optimizers do; each bumps version()) ----
   Tensor& zero_();
   Tensor& fill_(double value);
   /// Copies src (broadcast to this shape, any dtype/device) into this tensor.

@@ -120,7 +120,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   kernel<CrossEntropyKernelFn>(Op::cross_entropy, logits.device())(dt, a);
   Tensor out = reduce_loss(loss, args.reduction, count);
   const Reduction red = args.reduction;
-  return record(out, op, {logits}, [x, tgt, mx, ls, a, red, count](const Tensor& g, const std::vector<bool>&) {
+  return record(out, op, {logits}, {x, tgt, mx, ls},
+                [x, tgt, mx, ls, a, red, count](const Tensor& g, const std::vector<bool>&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     CrossEntropyKernelArgs b = a;
@@ -166,7 +167,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   Tensor out = reduce_loss(loss, args.reduction, count);
   const Reduction red = args.reduction;
   const Shape xs = x.shape();
-  return record(out, op, {log_probs}, [xs, tgt, a, red, count](const Tensor& g, const std::vector<bool>&) {
+  return record(out, op, {log_probs}, {tgt}, [xs, tgt, a, red, count](const Tensor& g, const std::vector<bool>&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
     NllLossKernelArgs b = a;
@@ -213,7 +214,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   k.reduce = reduce;
   k.scale = reduction == Reduction::mean ? (n > 0 ? 1.0 / double(n) : std::numeric_limits<double>::quiet_NaN()) : 1.0;
   kernel<MseLossKernelFn>(Op::mse_loss, input.device())(dt, k);
-  return record(out, op, {a, b}, [xa, xb, k](const Tensor& g, const std::vector<bool>& needs) {
+  return record(out, op, {a, b}, {xa, xb}, [xa, xb, k](const Tensor& g, const std::vector<bool>& needs) {
     Tensor gc = g.contiguous();
     Tensor dx, dy;
     MseLossKernelArgs bk = k;

@@ -207,7 +207,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (!x.is_floating_point()) return out;
   const DType xdt = x.dtype(), dt = compute_dtype(x);
   Tensor idx_d = idx.detach();
-  return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+  return record(out, op, {x}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dx = zeros(xs, {.dtype = dt, .device = gc.device()});
     kernel<IndexSelectKernels>(Op::index_select, gc.device())
@@ -241,7 +241,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const DType xdt = x.dtype(), dt = cpu_compute_dtype(x.dtype());
   const Shape xs = x.shape();
   Tensor idx_d = idx.detach();
-  return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+  return record(out, op, {x}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dx = zeros(xs, {.dtype = dt, .device = gc.device()});
     kernel<GatherKernels>(Op::gather, gc.device())
