@@ -46,6 +46,11 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 }
 
 Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record(out, name, inputs, {}, std::move(backward));
+}
+
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+               BackwardFn backward) {
   if (!any_requires_grad(inputs)) return out;
   auto node = std::make_shared<Node>();
   node->name = name;
@@ -62,6 +67,8 @@ Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
     else node->next[i].leaf = t.impl_ptr();
   }
   node->backward = std::move(backward);
+  for (const Tensor& t : saved)
+    if (t.defined()) node->saved.push_back({t, t.version()});
   // `out` may share its TensorImpl with nothing else yet; give it the autograd fields.
   out.impl().requires_grad = true;
   out.impl().grad_fn = std::move(node);
@@ -133,6 +140,16 @@ void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
     leaf.grad = stored.detach().impl_ptr();
   } else {
     Tensor(leaf.grad).add_(gg);
+  }
+}
+
+// Throws when a tensor node n saved was changed in place after the forward saved it.
+void check_saved(const Node& n) {
+  for (const SavedTensor& s : n.saved) {
+    const uint64_t now = s.tensor.version();
+    KILN_CHECK(now == s.version, n.name, " backward: a tensor of shape ", shape_str(s.tensor.shape()), " saved by ",
+               n.name, " for the backward was modified in place (version ", now, ", saved at version ", s.version,
+               "); clone it before changing it in place, or change it after the backward");
   }
 }
 
@@ -229,6 +246,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     KILN_CHECK(!n->released, "backward: trying to backward through the graph a second time (node '", n->name,
                "'); its saved tensors were freed after the first backward. Pass retain_graph=true to the "
                "first backward() if you need to call it twice");
+    check_saved(*n);
     Tensor g = std::move(pending[n]);
     pending.erase(n);
     if (!n->hooks.grad.empty()) g = n->hooks.apply(g);
@@ -239,6 +257,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                " gradients for ", n->next.size(), " inputs");
     if (!retain_graph) {
       n->backward = nullptr;
+      n->saved.clear();
       n->released = true;
     }
     for (size_t i = 0; i < n->next.size(); ++i) {
@@ -297,7 +316,7 @@ Tensor Function::apply(std::shared_ptr<Function> fn, const std::vector<Tensor>& 
   }
   KILN_CHECK(out.defined(), fn->name(), ": forward returned an undefined tensor");
   out = out.detach();
-  record(out, "Function", inputs, [fn](const Tensor& g, const std::vector<bool>& needs) {
+  record(out, "Function", inputs, fn->saved(), [fn](const Tensor& g, const std::vector<bool>& needs) {
     fn->needs_ = needs;
     std::vector<Tensor> gs = fn->backward(g);
     KILN_CHECK(gs.size() == needs.size(), fn->name(), ": backward returned ", gs.size(),

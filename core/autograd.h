@@ -2,6 +2,8 @@
 // Each Node holds edges to its inputs' producers (or to leaves) and a backward closure
 // that maps the output's gradient to the inputs' gradients (micrograd's `_backward`).
 // Tensor::backward() walks the graph in reverse topological order without recursion.
+// Tensors a closure reads are listed as the node's saved tensors with their version,
+// so a backward refuses to run on data changed in place since the forward.
 #pragma once
 #include <functional>
 #include <memory>
@@ -32,6 +34,12 @@ struct GradHooks {
   Tensor apply(Tensor g) const;
 };
 
+/// A tensor a backward closure reads, and Tensor::version() when the forward saved it.
+struct SavedTensor {
+  Tensor tensor;
+  uint64_t version = 0;
+};
+
 struct Node {
   std::string name;             // op name, used in error messages
   GradHooks hooks;              // hooks on the gradient of this node's output (non-leaf tensors)
@@ -39,6 +47,7 @@ struct Node {
   std::vector<Shape> input_shapes;
   std::vector<DType> input_dtypes;
   BackwardFn backward;          // released (empty) after a backward without retain_graph
+  std::vector<SavedTensor> saved;  // checked before backward runs; released with it
   bool released = false;
   ~Node();                      // iterative: a 100,000-node chain does not recurse
 };
@@ -75,7 +84,12 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 /// Records `out` as produced by op `name` from `inputs`: when grad mode is on and an
 /// input requires grad, gives `out` a grad_fn with `backward`. Returns out.
 /// Closures must capture what they need as detached tensors (t.detach()), never
-/// tensors with a grad_fn, so the graph has no cycles.
+/// tensors with a grad_fn, so the graph has no cycles. Every tensor the closure captures
+/// must be listed in `saved` (undefined ones are skipped): their versions are recorded
+/// now, and backward throws naming the op if one was changed in place in between.
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+               BackwardFn backward);
+/// The same for a closure that captures no tensor.
 Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 /// Runs backward from several roots with their seed gradients at once.
@@ -96,7 +110,7 @@ class Function {
   /// Name used in error messages and printed graphs.
   virtual std::string name() const { return "Function"; }
 
-  /// Keeps tensors for backward (stored detached).
+  /// Keeps tensors for backward (stored detached; their versions are checked like an op's).
   void save_for_backward(const std::vector<Tensor>& ts);
   const std::vector<Tensor>& saved() const { return saved_; }
   /// Whether input i needs a gradient (valid inside backward).

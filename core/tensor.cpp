@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <sstream>
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "core/copy.h"
 #include "core/rng.h"
 #include "core/strided.h"
@@ -17,15 +18,20 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
     s[d] = acc;
-    acc *= shape[d];
+    acc = checked_mul(acc, shape[d], "contiguous_strides", shape);
   }
   return s;
 }
 
-int64_t shape_numel(const Shape& shape) {
+int64_t shape_numel(const Shape& shape, const char* op) {
   int64_t n = 1;
-  for (auto v : shape) n *= v;
-  return n;
+  bool empty = false;
+  for (auto v : shape) {
+    KILN_CHECK(v >= 0, op, ": negative size ", v, " in shape ", shape_str(shape), " (expected sizes >= 0)");
+    if (v == 0) empty = true;
+    else n = checked_mul(n, v, op, shape);
+  }
+  return empty ? 0 : n;
 }
 
 TensorImpl& Tensor::impl() const {
@@ -33,16 +39,20 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  for (auto v : shape)
-    KILN_CHECK(v >= 0, "empty: negative size in shape ", shape_str(shape));
-  KILN_CHECK(shape.size() <= 16, "empty: at most 16 dims are supported, got shape ", shape_str(shape));
+// Tensor::empty with the user-facing op's name in its errors (zeros, randn, ...).
+static Tensor empty_for(const char* op, const Shape& shape, DType dtype, Device device) {
+  KILN_CHECK(shape.size() <= 16, op, ": at most 16 dims are supported, got shape ", shape_str(shape));
+  const int64_t nbytes = checked_mul(shape_numel(shape, op), int64_t(dtype_size(dtype)), op, shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(size_t(nbytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  return empty_for("empty", shape, dtype, device);
 }
 
 static int64_t wrap_dim_local(int64_t d, int64_t nd, const char* op) {
@@ -180,31 +190,39 @@ static void check_inplace(const Tensor& t, const char* op) {
 
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
-Tensor& Tensor::fill_(double v) {
-  check_inplace(*this, "fill_");
-  if (!is_cpu()) {
-    Tensor src = full({}, v, {.dtype = dtype()}).expand(shape());
-    copy_tensor(*this, src);
-    return *this;
+// Writes v into every element of t (fill_ without its checks and version bump: also used
+// by the factories, whose fresh tensors start at version 0).
+static void fill_data(const Tensor& t, double v) {
+  if (!t.is_cpu()) {
+    Tensor src = full({}, v, {.dtype = t.dtype()}).expand(t.shape());
+    copy_tensor(t, src);
+    return;
   }
-  KILN_DISPATCH_ALL(dtype(), "fill_", [&]<class T>() {
-    T* p = static_cast<T*>(raw_data());
+  KILN_DISPATCH_ALL(t.dtype(), "fill_", [&]<class T>() {
+    T* p = static_cast<T*>(t.raw_data());
     T val = static_cast<T>(v);
-    if (is_contiguous()) {
-      int64_t n = numel();
+    if (t.is_contiguous()) {
+      int64_t n = t.numel();
       parallel_for(0, n, 65536, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) p[i] = val; });
     } else {
-      for_each_row<1>(shape(), {strides()}, [&](const std::array<int64_t, 1>& off, int64_t n,
-                                                const std::array<int64_t, 1>& st) {
+      for_each_row<1>(t.shape(), {t.strides()}, [&](const std::array<int64_t, 1>& off, int64_t n,
+                                                    const std::array<int64_t, 1>& st) {
         for (int64_t i = 0; i < n; ++i) p[off[0] + i * st[0]] = val;
       });
     }
   });
+}
+
+Tensor& Tensor::fill_(double v) {
+  check_inplace(*this, "fill_");
+  bump_version();
+  fill_data(*this, v);
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
+  bump_version();
   copy_tensor(*this, src.shape() == shape() ? src : src.expand(shape()));
   return *this;
 }
@@ -306,24 +324,25 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 // ---------------------------------------------------------------- factories
 
 Tensor empty(const Shape& shape, TensorOptions o) {
-  Tensor t = Tensor::empty(shape, o.dtype, o.device);
+  Tensor t = empty_for("empty", shape, o.dtype, o.device);
   if (o.requires_grad) t.requires_grad_();
   return t;
 }
-Tensor full(const Shape& shape, double value, TensorOptions o) {
-  Tensor t = Tensor::empty(shape, o.dtype, o.device);
-  t.fill_(value);
+static Tensor full_for(const char* op, const Shape& shape, double value, TensorOptions o) {
+  Tensor t = empty_for(op, shape, o.dtype, o.device);
+  fill_data(t, value);
   if (o.requires_grad) t.requires_grad_();
   return t;
 }
-Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
-Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
+Tensor full(const Shape& shape, double value, TensorOptions o) { return full_for("full", shape, value, o); }
+Tensor zeros(const Shape& shape, TensorOptions o) { return full_for("zeros", shape, 0.0, o); }
+Tensor ones(const Shape& shape, TensorOptions o) { return full_for("ones", shape, 1.0, o); }
 Tensor scalar_tensor(double value, TensorOptions o) { return full({}, value, o); }
 
 // Builds a CPU float64 tensor from a generator g(i), then converts to the requested options.
 template <class G>
-static Tensor generate(const Shape& shape, TensorOptions o, const G& g) {
-  Tensor t = Tensor::empty(shape, DType::float64, Device::cpu());
+static Tensor generate(const char* op, const Shape& shape, TensorOptions o, const G& g) {
+  Tensor t = empty_for(op, shape, DType::float64, Device::cpu());
   double* p = t.data<double>();
   parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) p[i] = g(i); });
   Tensor r = t.to(o.dtype).to(o.device);
@@ -334,40 +353,42 @@ static Tensor generate(const Shape& shape, TensorOptions o, const G& g) {
 Tensor arange(double start, double end, double step, TensorOptions o) {
   KILN_CHECK(step != 0, "arange: step must be nonzero");
   double span = (end - start) / step;
+  KILN_CHECK(!std::isnan(span) && span < 0x1p62, "arange: [", start, ", ", end, ") with step ", step,
+             " has too many elements (expected fewer than 2^62)");
   int64_t n = span > 0 ? int64_t(std::ceil(span - 1e-12)) : 0;
-  return generate({n}, o, [&](int64_t i) { return start + double(i) * step; });
+  return generate("arange", {n}, o, [&](int64_t i) { return start + double(i) * step; });
 }
 Tensor arange(double end, TensorOptions o) { return arange(0.0, end, 1.0, o); }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
   double h = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
-  return generate({steps}, o, [&](int64_t i) { return i == steps - 1 ? end : start + double(i) * h; });
+  return generate("linspace", {steps}, o, [&](int64_t i) { return i == steps - 1 ? end : start + double(i) * h; });
 }
 
 // Random factories draw in the target precision's bits: float32 tensors use 24-bit
 // uniforms (4 per Philox block), float64 53-bit ones (2 per block).
 Tensor rand(const Shape& shape, TensorOptions o) {
-  int64_t n = shape_numel(shape);
+  int64_t n = shape_numel(shape, "rand");
   if (o.dtype == DType::float64) {
     RngState s = rng_reserve(uint64_t((n + 1) / 2));
-    return generate(shape, o, [&](int64_t i) {
+    return generate("rand", shape, o, [&](int64_t i) {
       Philox4 r = philox4x32(s.offset + uint64_t(i / 2), 0, s.seed);
       int w = int(i % 2) * 2;
       return uint_to_uniform_double(r.x[w], r.x[w + 1]);
     });
   }
   RngState s = rng_reserve(uint64_t((n + 3) / 4));
-  return generate(shape, o, [&](int64_t i) {
+  return generate("rand", shape, o, [&](int64_t i) {
     Philox4 r = philox4x32(s.offset + uint64_t(i / 4), 0, s.seed);
     return double(uint_to_uniform_float(r.x[i % 4]));
   });
 }
 
 Tensor randn(const Shape& shape, TensorOptions o) {
-  int64_t n = shape_numel(shape);
+  int64_t n = shape_numel(shape, "randn");
   RngState s = rng_reserve(uint64_t(n));
-  return generate(shape, o, [&](int64_t i) {
+  return generate("randn", shape, o, [&](int64_t i) {
     // Box-Muller on two uniforms from this element's own Philox block
     Philox4 r = philox4x32(s.offset + uint64_t(i), 0, s.seed);
     double u1 = uint_to_uniform_double(r.x[0], r.x[1]);
@@ -379,10 +400,10 @@ Tensor randn(const Shape& shape, TensorOptions o) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
   KILN_CHECK(high > low, "randint: expected high > low, got low=", low, " high=", high);
-  int64_t n = shape_numel(shape);
+  int64_t n = shape_numel(shape, "randint");
   RngState s = rng_reserve(uint64_t((n + 1) / 2));
   uint64_t range = uint64_t(high - low);
-  return generate(shape, o, [&](int64_t i) {
+  return generate("randint", shape, o, [&](int64_t i) {
     Philox4 r = philox4x32(s.offset + uint64_t(i / 2), 0, s.seed);
     int w = int(i % 2) * 2;
     uint64_t v = (uint64_t(r.x[w]) << 32) | r.x[w + 1];
@@ -391,7 +412,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType src_dtype, TensorOptions o) {
-  Tensor src = Tensor::empty(shape, src_dtype, Device::cpu());
+  Tensor src = empty_for("from_blob", shape, src_dtype, Device::cpu());
   if (src.numel() > 0) std::memcpy(src.raw_data(), data, size_t(src.numel()) * dtype_size(src_dtype));
   Tensor r = src.to(o.dtype).to(o.device);
   if (o.requires_grad) r.requires_grad_();
@@ -400,7 +421,7 @@ Tensor from_blob(const void* data, const Shape& shape, DType src_dtype, TensorOp
 
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions o) {
-  KILN_CHECK(int64_t(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+  KILN_CHECK(int64_t(values.size()) == shape_numel(shape, "from_vector"), "from_vector: ", values.size(),
              " values do not fill shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> b(values.begin(), values.end());

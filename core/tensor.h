@@ -36,8 +36,10 @@ struct TensorImpl {
 
 /// Row-major (C-order) strides for a shape.
 Shape contiguous_strides(const Shape& shape);
-/// Product of the sizes.
-int64_t shape_numel(const Shape& shape);
+/// Product of the sizes. Throws kiln::Error naming `op` and the shape when a size is
+/// negative or the sizes (zeros left out, so every contiguous stride fits too) multiply
+/// past int64: every shape that reaches a Tensor went through this check.
+int64_t shape_numel(const Shape& shape, const char* op = "numel");
 
 class Tensor {
  public:
@@ -133,8 +135,16 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
 
+  /// Count of in-place changes to this tensor's data, shared with its views (PyTorch's
+  /// `_version`). Every in-place op bumps it; backward refuses tensors saved for it whose
+  /// count moved since they were saved.
+  uint64_t version() const { return impl().storage->version(); }
+  /// Records an in-place change of the data. The `*_` methods call it; so must any code
+  /// that writes an existing tensor through raw_data() (fused optimizer kernels, ...).
+  void bump_version() const { impl().storage->bump_version(); }
+
   // ---- in-place (not recorded by autograd; refused on tensors that need grad while
-  //      grad mode is on, except under NoGradGuard as optimizers do) ----
+  //      grad mode is on, except under NoGradGuard as optimizers do; each bumps version()) ----
   Tensor& zero_();
   Tensor& fill_(double value);
   /// Copies src (broadcast to this shape, any dtype/device) into this tensor.

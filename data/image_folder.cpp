@@ -114,6 +114,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions options) : 
              options.channels);
   KILN_CHECK(options.height > 0 && options.width > 0, "ImageFolder: image size must be positive, got ",
              options.height, "x", options.width);
+  shape_numel({options.channels, options.height, options.width}, "ImageFolder");  // one image's size fits int64
   std::error_code ec;
   KILN_CHECK(fs::is_directory(root, ec), "ImageFolder: folder '", root, "' does not exist");
   for (const auto& e : fs::directory_iterator(root, ec))

@@ -5,7 +5,9 @@
 #include <bit>
 #include <filesystem>
 #include <iomanip>
+#include <fstream>
 #include <sstream>
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace kiln::data {
@@ -21,6 +23,13 @@ std::string hex32(uint32_t v) {
 }
 
 uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+
+// True when the file starts with the gzip magic bytes 1f 8b.
+bool is_gzip(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char m[2] = {};
+  return f.read(m, 2) && uint8_t(m[0]) == 0x1f && uint8_t(m[1]) == 0x8b;
+}
 
 }  // namespace
 
@@ -71,16 +80,29 @@ Tensor read_idx(const std::string& path, std::optional<uint32_t> expected_magic)
              " dimensions but ends after ", 4 + got, " bytes");
   Shape shape(static_cast<size_t>(nd));
   std::string dims_str;
-  uint64_t count = 1;
   for (int d = 0; d < nd; ++d) {
     shape[size_t(d)] = int64_t(be32(dims_raw.data() + 4 * d));
-    KILN_CHECK(shape[size_t(d)] >= 0 && shape[size_t(d)] < (int64_t(1) << 31), "read_idx: '", path,
-               "': dimension ", d, " has an invalid size");
-    count *= uint64_t(shape[size_t(d)]);
+    KILN_CHECK(shape[size_t(d)] < (int64_t(1) << 31), "read_idx: '", path, "': dimension ", d, " has an invalid size ",
+               shape[size_t(d)], " (expected below 2^31)");
     dims_str += (d ? " x " : "") + std::to_string(shape[size_t(d)]);
   }
-  const uint64_t nbytes = count * uint64_t(esize);
-  KILN_CHECK(nbytes < (uint64_t(1) << 40), "read_idx: '", path, "': header claims an absurd size ", dims_str);
+  const std::string who = "read_idx: '" + path + "'";
+  const int64_t count = shape_numel(shape, who.c_str());
+  const int64_t nbytes = checked_mul(count, esize, who.c_str(), shape);
+  KILN_CHECK(nbytes < (int64_t(1) << 40), who, ": header claims an absurd size ", dims_str);
+  // The header must fit the file's real size before anything is allocated: a plain file
+  // holds exactly the header and the data; deflate inflates at most 1032:1.
+  std::error_code ec;
+  const int64_t on_disk = int64_t(fs::file_size(path, ec)), header = 4 + 4 * int64_t(nd);
+  if (!ec) {
+    const bool gz = is_gzip(path);
+    const int64_t room = gz ? checked_mul(on_disk, 1032, who.c_str(), shape) : on_disk - header;
+    KILN_CHECK(nbytes <= room, who, " is truncated: the header claims ", dims_str, " elements (", nbytes,
+               " bytes of data) but the file ", gz ? "can decompress to at most " : "holds only ", room,
+               " bytes of data");
+    KILN_CHECK(gz || nbytes == room, who, ": unexpected bytes after the ", nbytes, " bytes of data the header (",
+               dims_str, ") declares");
+  }
   Tensor out = Tensor::empty(shape, dt);
   // raw big-endian payload: read straight into the tensor when no widening is needed
   std::vector<uint8_t> staging;
@@ -90,13 +112,13 @@ Tensor read_idx(const std::string& path, std::optional<uint32_t> expected_magic)
     dst = staging.data();
   }
   got = r.read(dst, size_t(nbytes));
-  KILN_CHECK(got == nbytes, "read_idx: '", path, "' is truncated: the header claims ", dims_str, " elements (",
+  KILN_CHECK(got == size_t(nbytes), "read_idx: '", path, "' is truncated: the header claims ", dims_str, " elements (",
              nbytes, " bytes of data) but the file holds only ", got, " bytes of data");
   uint8_t extra;
   KILN_CHECK(r.read(&extra, 1) == 0, "read_idx: '", path, "': unexpected bytes after the ", nbytes,
              " bytes of data the header (", dims_str, ") declares");
   // byte order: IDX is big-endian
-  const int64_t n = int64_t(count);
+  const int64_t n = count;
   if (type == 0x09) {
     int32_t* o = out.data<int32_t>();
     for (int64_t i = 0; i < n; ++i) o[i] = int8_t(staging[size_t(i)]);

@@ -206,7 +206,7 @@ Batch TokenDataset::get_batch(int64_t batch, int64_t context, Rng& rng) const {
   const int64_t n = num_tokens();
   KILN_CHECK(batch >= 1 && context >= 1, "TokenDataset::get_batch: batch and context must be >= 1, got ", batch,
              " and ", context);
-  KILN_CHECK(n >= context + 1, "TokenDataset::get_batch: ", n, " tokens are too few for windows of ", context,
+  KILN_CHECK(context < n, "TokenDataset::get_batch: ", n, " tokens are too few for windows of ", context,
              " tokens plus the shifted target (need at least ", context + 1, ")");
   Batch b;
   b.input = Tensor::empty({batch, context}, DType::int64);   // (B, T)

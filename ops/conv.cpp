@@ -167,8 +167,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
     k->forward(x.dtype(), g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data());
 
   const bool gx = x.requires_grad(), gw = weight.requires_grad();
-  record(y, "conv2d", {x, weight, bias},
-         [k, g, dt = x.dtype(), xc = gw ? xc : Tensor(), wc = gx ? wc : Tensor(), x_shape = x.shape(), w_shape = weight.shape()](
+  Tensor xs = gw ? xc : Tensor(), ws = gx ? wc : Tensor();  // saved: what the needed gradients read
+  record(y, "conv2d", {x, weight, bias}, {xs, ws},
+         [k, g, dt = x.dtype(), xc = xs, wc = ws, x_shape = x.shape(), w_shape = weight.shape()](
              const Tensor& gy, const std::vector<bool>& needs) -> std::vector<Tensor> {
            Tensor dy = grad_in(gy, dt);
            const bool run = dy.numel() > 0;
@@ -195,7 +196,7 @@ Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair 
   Tensor idx = Tensor::empty(out_shape, DType::int64, x.device());  // flat h*W + w per plane
   const auto* k = kernel<const MaxPool2dKernels>(Op::max_pool2d, x.device());
   if (y.numel() > 0) k->forward(x.dtype(), g, xc.raw_data(), y.raw_data(), static_cast<int64_t*>(idx.raw_data()));
-  record(y, "max_pool2d", {x},
+  record(y, "max_pool2d", {x}, {idx},
          [k, g, idx, dt = x.dtype(), x_shape = x.shape()](const Tensor& gy,
                                                           const std::vector<bool>&) -> std::vector<Tensor> {
            Tensor dy = grad_in(gy, dt);

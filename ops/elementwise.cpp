@@ -88,7 +88,7 @@ Tensor unary_x(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
   Tensor out = unary_raw(op, x, p0, p1);
   if (!x.is_floating_point()) return out;
   Tensor xs = x.detach();
-  return record(out, op_name(op), {x}, [op, xs, p0, p1](const Tensor& g, const std::vector<bool>&) {
+  return record(out, op_name(op), {x}, {xs}, [op, xs, p0, p1](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{unary_grad(op, g, xs, Tensor(), p0, p1)};
   });
 }
@@ -97,7 +97,7 @@ Tensor unary_x(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
 Tensor unary_y(Op op, const Tensor& x) {
   Tensor out = unary_raw(op, x);
   Tensor ys = out.detach();
-  return record(out, op_name(op), {x}, [op, ys](const Tensor& g, const std::vector<bool>&) {
+  return record(out, op_name(op), {x}, {ys}, [op, ys](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{unary_grad(op, g, Tensor(), ys)};
   });
 }
@@ -132,7 +132,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::mul, a, b);
   Tensor ad = a.detach(), bd = b.detach();
-  return record(out, "mul", {a, b}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
+  return record(out, "mul", {a, b}, {ad, bd}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
     return std::vector<Tensor>{n[0] ? sum_to(g * bd, ad.shape()) : Tensor(),
                                n[1] ? sum_to(g * ad, bd.shape()) : Tensor()};
   });
@@ -141,7 +141,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::div, a, b);
   Tensor ad = a.detach(), bd = b.detach();
-  return record(out, "div", {a, b}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
+  return record(out, "div", {a, b}, {ad, bd}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
     Tensor ga, gb;
     if (n[0]) ga = sum_to(g / bd, ad.shape());
     if (n[1]) gb = sum_to(neg(g) * ad / (bd * bd), bd.shape());
@@ -152,7 +152,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::pow, a, b);
   Tensor ad = a.detach(), bd = b.detach(), yd = out.detach();
-  return record(out, "pow", {a, b}, [ad, bd, yd](const Tensor& g, const std::vector<bool>& n) {
+  return record(out, "pow", {a, b}, {ad, bd, yd}, [ad, bd, yd](const Tensor& g, const std::vector<bool>& n) {
     Tensor ga, gb;
     if (n[0]) ga = sum_to(g * bd * pow(ad, bd - 1.0), ad.shape());
     if (n[1]) {
@@ -167,7 +167,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 static Tensor max_min(Op op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(op, a, b);
   Tensor ad = a.detach(), bd = b.detach();
-  return record(out, op_name(op), {a, b}, [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
+  return record(out, op_name(op), {a, b}, {ad, bd}, [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
     // ties split the gradient evenly, as PyTorch does
     Tensor win_a = op == Op::maximum ? gt(ad, bd) : lt(ad, bd);
     Tensor tie = eq(ad, bd);
@@ -191,7 +191,7 @@ Tensor pow(const Tensor& a, double e) {
   check_floating("pow", a);
   Tensor out = unary_raw(Op::pow_scalar, a, e);
   Tensor ad = a.detach();
-  return record(out, "pow", {a}, [ad, e](const Tensor& g, const std::vector<bool>&) {
+  return record(out, "pow", {a}, {ad}, [ad, e](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{unary_grad(Op::pow_scalar, g, ad, Tensor(), e)};
   });
 }
@@ -243,7 +243,7 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   out = out.to(dt);
   Tensor cd = c.detach();
   Shape sa = a0.shape(), sb = b0.shape();
-  return record(out, "where", {a0, b0}, [cd, sa, sb](const Tensor& g, const std::vector<bool>& n) {
+  return record(out, "where", {a0, b0}, {cd}, [cd, sa, sb](const Tensor& g, const std::vector<bool>& n) {
     Tensor z = zeros({}, {.dtype = g.dtype(), .device = g.device()});
     return std::vector<Tensor>{n[0] ? sum_to(where(cd, g, z), sa) : Tensor(),
                                n[1] ? sum_to(where(cd, z, g), sb) : Tensor()};
@@ -272,6 +272,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "add_: in-place change of a tensor that requires grad "
              "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
   NoGradGuard ng;
+  bump_version();
   Tensor o = alpha == 1.0 ? other : mul(other, alpha);
   check_same_device("add_", {*this, o});
   broadcast_strides(o, shape(), "add_");
@@ -288,6 +289,7 @@ Tensor& Tensor::mul_(double s) {
   KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "mul_: in-place change of a tensor that requires grad "
              "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
   NoGradGuard ng;
+  bump_version();
   Tensor sc = scalar_like(*this, s).to(dtype());
   if (dtype() == cpu_compute_dtype(dtype()) && is_cpu()) {
     Tensor self = *this;

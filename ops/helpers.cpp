@@ -36,6 +36,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
                " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
+  shape_numel(out, op);  // the result's element count must fit in int64
   return out;
 }
 

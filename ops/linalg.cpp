@@ -205,8 +205,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = make_view(full, out_shape, contiguous_strides(out_shape));
 
   const bool ga = a.requires_grad(), gb = b.requires_grad();
-  record(out, "matmul", {a, b},
-         [a2 = gb ? a2 : Tensor(), b2 = ga ? b2 : Tensor(), dt = a.dtype(), full_shape = full.shape(),
+  Tensor as = gb ? a2 : Tensor(), bs = ga ? b2 : Tensor();  // saved: what the needed gradients read
+  record(out, "matmul", {a, b}, {as, bs},
+         [a2 = as, b2 = bs, dt = a.dtype(), full_shape = full.shape(),
           a_shape = a.shape(), b_shape = b.shape()](const Tensor& g,
                                                     const std::vector<bool>& needs) -> std::vector<Tensor> {
            Tensor gf = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), full_shape);  // (batch..., M, N)
@@ -291,8 +292,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                                  bd.defined() ? bd.raw_data() : nullptr, out.raw_data());
 
   const bool gx = x.requires_grad(), gw = weight.requires_grad();
-  record(out, "linear", {x, weight, bias},
-         [x2 = gw ? x2 : Tensor(), w = gx ? w : Tensor(), dt = x.dtype(), ldx, M, O, I, x_shape = x.shape()](
+  Tensor xs = gw ? x2 : Tensor(), ws = gx ? w : Tensor();  // saved: what the needed gradients read
+  record(out, "linear", {x, weight, bias}, {xs, ws},
+         [x2 = xs, w = ws, dt = x.dtype(), ldx, M, O, I, x_shape = x.shape()](
              const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
            Tensor g2 = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), {M, O});  // (M, O)
            Tensor dx, dw, db;

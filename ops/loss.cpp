@@ -104,7 +104,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   const DType dt = logits.dtype();
   Tensor x = logits.detach().contiguous();                            // (n, c, s)
   Tensor loss = Tensor::empty(target.shape(), dt, logits.device());  // (n, s)
-  Tensor lse = Tensor::empty(target.shape(), dt, logits.device());   // (n, s)
+  Tensor mx = Tensor::empty(target.shape(), dt, logits.device());    // (n, s) max over classes
+  Tensor ls = Tensor::empty(target.shape(), dt, logits.device());    // (n, s) log sum exp(x - max)
   CrossEntropyKernelArgs a;
   a.n = L.n;
   a.c = L.c;
@@ -113,18 +114,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   a.target = tgt.data<int64_t>();
   a.ignore_index = args.ignore_index;
   a.label_smoothing = args.label_smoothing;
-  a.lse = lse.raw_data();
+  a.row_max = mx.raw_data();
+  a.log_sum = ls.raw_data();
   a.loss = loss.raw_data();
   kernel<CrossEntropyKernelFn>(Op::cross_entropy, logits.device())(dt, a);
   Tensor out = reduce_loss(loss, args.reduction, count);
   const Reduction red = args.reduction;
-  return record(out, op, {logits}, [x, tgt, lse, a, red, count](const Tensor& g, const std::vector<bool>&) {
+  return record(out, op, {logits}, {x, tgt, mx, ls},
+                [x, tgt, mx, ls, a, red, count](const Tensor& g, const std::vector<bool>&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     CrossEntropyKernelArgs b = a;
     b.logits = x.raw_data();
     b.target = tgt.data<int64_t>();
-    b.lse = lse.raw_data();
+    b.row_max = mx.raw_data();
+    b.log_sum = ls.raw_data();
     b.loss = nullptr;
     b.backward = true;
     b.g = gc.raw_data();
@@ -163,7 +167,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   Tensor out = reduce_loss(loss, args.reduction, count);
   const Reduction red = args.reduction;
   const Shape xs = x.shape();
-  return record(out, op, {log_probs}, [xs, tgt, a, red, count](const Tensor& g, const std::vector<bool>&) {
+  return record(out, op, {log_probs}, {tgt}, [xs, tgt, a, red, count](const Tensor& g, const std::vector<bool>&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
     NllLossKernelArgs b = a;
@@ -210,7 +214,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   k.reduce = reduce;
   k.scale = reduction == Reduction::mean ? (n > 0 ? 1.0 / double(n) : std::numeric_limits<double>::quiet_NaN()) : 1.0;
   kernel<MseLossKernelFn>(Op::mse_loss, input.device())(dt, k);
-  return record(out, op, {a, b}, [xa, xb, k](const Tensor& g, const std::vector<bool>& needs) {
+  return record(out, op, {a, b}, {xa, xb}, [xa, xb, k](const Tensor& g, const std::vector<bool>& needs) {
     Tensor gc = g.contiguous();
     Tensor dx, dy;
     MseLossKernelArgs bk = k;

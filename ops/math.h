@@ -67,8 +67,11 @@ KILN_HD_INLINE double m_erf(double x) { return ::erf(x); }
 KILN_HD_INLINE float m_sqrt(float x) { return ::sqrtf(x); }
 KILN_HD_INLINE double m_sqrt(double x) { return ::sqrt(x); }
 
-template <class T> KILN_HD_INLINE T relu(T x) { return x > T(0) ? x : T(0); }
-template <class T> KILN_HD_INLINE T relu_grad(T x) { return x > T(0) ? T(1) : T(0); }
+/// relu propagates NaN (as PyTorch): only x <= 0 becomes 0. Its derivative passes the
+/// gradient everywhere but x <= 0 (PyTorch's threshold_backward), so it reads the same
+/// from x or from relu(x).
+template <class T> KILN_HD_INLINE T relu(T x) { return x <= T(0) ? T(0) : x; }
+template <class T> KILN_HD_INLINE T relu_grad(T x) { return x <= T(0) ? T(0) : T(1); }
 template <class T> KILN_HD_INLINE T leaky_relu(T x, T s) { return x > T(0) ? x : x * s; }
 template <class T> KILN_HD_INLINE T leaky_relu_grad(T x, T s) { return x > T(0) ? T(1) : s; }
 template <class T> KILN_HD_INLINE T sigmoid(T x) {

@@ -90,7 +90,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
   const DType wdt = weight.dtype(), dt = compute_dtype(weight);
   const int64_t n = idx.numel();
   Tensor idx_d = idx.detach();
-  return record(out, op, {weight}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+  return record(out, op, {weight}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dw = zeros({V, D}, {.dtype = dt, .device = gc.device()});
     kernel<EmbeddingKernels>(Op::embedding, gc.device())
@@ -148,7 +148,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (!any_requires_grad({q, k, v})) return out;
   Tensor qd = qc.detach(), kd = kc.detach(), vd = vc.detach(), od = outc.detach();
   Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
-  return record(out, op, {q, k, v}, [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+  return record(out, op, {q, k, v}, {qd, kd, vd, od, lse},
+                [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dq = needs[0] ? Tensor::empty(qs, dt, gc.device()) : Tensor();
     Tensor dk = needs[1] ? Tensor::empty(ks, dt, gc.device()) : Tensor();
@@ -201,7 +202,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
   }
   if (!any_requires_grad({qkv})) return out;
   Tensor xd = xc.detach(), od = outc.detach();
-  return record(out, op, {qkv}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+  return record(out, op, {qkv}, {xd, od, lse}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dx = Tensor::empty({B, T, 3 * C}, dt, gc.device());  // every element is written
     ker->backward_strided(dt, part(xd, 0), lin, part(xd, 1), lin, part(xd, 2), lin, od.raw_data(), lout,

@@ -78,6 +78,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       Tensor rm = as_compute(running_mean, dt), rv = as_compute(running_var, dt);
       k->forward_train(dt, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), out.raw_data(), smean.raw_data(),
                        sinv.raw_data(), ptr_or_null(rm), ptr_or_null(rv), N, C, S, momentum, eps);
+      if (rm.defined()) rm.bump_version();  // written by the kernel (the copies below bump the originals)
+      if (rv.defined()) rv.bump_version();
       if (rm.defined() && !rm.is_same(running_mean)) Tensor(running_mean).copy_(rm);
       if (rv.defined() && !rv.is_same(running_var)) Tensor(running_var).copy_(rv);
     } else {
@@ -90,7 +92,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   Tensor xd = xc.detach(), wd = wc.defined() ? wc.detach() : Tensor();
   const DType xdt = x.dtype(), wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt;
   Shape xshape = x.shape();
-  return record(out, op, {x, weight, bias},
+  return record(out, op, {x, weight, bias}, {xd, wd, smean, sinv},
                 [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
                   Tensor gc = as_compute(g, dt);
                   Tensor dx = needs[0] ? Tensor::empty(xshape, dt, gc.device()) : Tensor();
@@ -148,7 +150,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor xd = xc.detach(), wd = wc.defined() ? wc.detach() : Tensor();
   const DType xdt = x.dtype(), wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt;
   Shape xshape = x.shape();
-  return record(out, op, {x, weight, bias},
+  return record(out, op, {x, weight, bias}, {xd, wd, smean, srstd},
                 [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
                   Tensor gc = as_compute(g, dt);
                   Tensor dx = needs[0] ? Tensor::empty(xshape, dt, gc.device()) : Tensor();

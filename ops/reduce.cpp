@@ -189,7 +189,7 @@ Tensor var_std(Op op, const char* name, const Tensor& x, const Dims& dims, bool 
   Shape ks = reduced_shape(x.shape(), d, true);
   Tensor xd = x.detach(), yd = out.detach();
   const bool is_std = op == Op::std;
-  return record(out, name, {x}, [xd, yd, d, ks, denom, is_std](const Tensor& g, const std::vector<bool>&) {
+  return record(out, name, {x}, {xd, yd}, [xd, yd, d, ks, denom, is_std](const Tensor& g, const std::vector<bool>&) {
     // d var / dx = 2 (x - mean) / denom;  d std / dx = (x - mean) / (std denom)
     Tensor centered = sub(xd, mean(xd, d, true));
     Tensor scale = is_std ? div(g.reshape(ks), mul(yd.reshape(ks), denom)) : mul(g.reshape(ks), 2.0 / denom);
@@ -221,7 +221,7 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   Tensor out = run_reduce(Op::logsumexp, x, d, keepdim, x.dtype());
   Shape ks = reduced_shape(x.shape(), d, true);
   Tensor xd = x.detach(), yd = out.detach();
-  return record(out, "logsumexp", {x}, [xd, yd, ks](const Tensor& g, const std::vector<bool>&) {
+  return record(out, "logsumexp", {x}, {xd, yd}, [xd, yd, ks](const Tensor& g, const std::vector<bool>&) {
     // d lse / dx = softmax(x) = exp(x - lse)
     return std::vector<Tensor>{mul(g.reshape(ks), exp(sub(xd, yd.reshape(ks))))};
   });
@@ -287,7 +287,7 @@ ValuesIndices max_min_dim(Op op, const char* name, const Tensor& x, int64_t dim,
   if (want_values && x.is_floating_point()) {
     Tensor idx = r.indices;
     Shape xs = x.shape();
-    record(r.values, name, {x}, [op, idx, xs, O, R, I](const Tensor& g, const std::vector<bool>&) {
+    record(r.values, name, {x}, {idx}, [op, idx, xs, O, R, I](const Tensor& g, const std::vector<bool>&) {
       return std::vector<Tensor>{max_min_backward(op, g, idx, xs, O, R, I)};
     });
   }
@@ -311,7 +311,7 @@ Tensor max_min_all(Op op, const char* name, const Tensor& x) {
   kernel<ReduceKernelFn>(op, x.device())(op, x.dtype(), a);
   if (!x.is_floating_point()) return values;
   Shape xs = x.shape();
-  return record(values, name, {x}, [op, idx, xs, R](const Tensor& g, const std::vector<bool>&) {
+  return record(values, name, {x}, {idx}, [op, idx, xs, R](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{max_min_backward(op, g, idx, xs, 1, R, 1)};
   });
 }
@@ -352,7 +352,7 @@ Tensor softmax_impl(Op op, const char* name, const Tensor& x, int64_t dim) {
     kernel<SoftmaxKernelFn>(op, x.device())(op, x.dtype(), a);
   }
   Tensor yd = y.detach();
-  return record(y, name, {x}, [op, yd, a](const Tensor& g, const std::vector<bool>&) {
+  return record(y, name, {x}, {yd}, [op, yd, a](const Tensor& g, const std::vector<bool>&) {
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(yd.shape(), yd.dtype(), yd.device());
     if (dx.numel() == 0) return std::vector<Tensor>{dx};

@@ -4,6 +4,7 @@
 #include "ops/shape_ops.h"
 #include <sstream>
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "ops/cpu/shape_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
@@ -83,7 +84,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   for (size_t i = 0; i < ts.size(); ++i) {
     sizes[i] = ts[i].size(d);
     inner[i] = sizes[i] * rest;
-    total += sizes[i];
+    total = checked_add(total, sizes[i], "cat", ts[i].shape());
   }
   Shape oshape = s0;
   oshape[d] = total;
@@ -206,7 +207,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   if (!x.is_floating_point()) return out;
   const DType xdt = x.dtype(), dt = compute_dtype(x);
   Tensor idx_d = idx.detach();
-  return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+  return record(out, op, {x}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dx = zeros(xs, {.dtype = dt, .device = gc.device()});
     kernel<IndexSelectKernels>(Op::index_select, gc.device())
@@ -240,7 +241,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const DType xdt = x.dtype(), dt = cpu_compute_dtype(x.dtype());
   const Shape xs = x.shape();
   Tensor idx_d = idx.detach();
-  return record(out, op, {x}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+  return record(out, op, {x}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dx = zeros(xs, {.dtype = dt, .device = gc.device()});
     kernel<GatherKernels>(Op::gather, gc.device())

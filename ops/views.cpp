@@ -4,13 +4,17 @@
 #include <numeric>
 #include <optional>
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "ops/helpers.h"
 #include "ops/reduce.h"
 
 namespace kiln {
 namespace {
 
-Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+// A new handle over base's storage. Every view's shape passes shape_numel here, so no
+// view (expand included) can describe more elements than int64 counts.
+Tensor make_view(const char* op, const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  shape_numel(shape, op);
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = std::move(shape);
@@ -29,8 +33,9 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
       KILN_CHECK(neg < 0, op, ": only one dimension can be -1, got ", shape_str(shape));
       neg = int64_t(i);
     } else {
-      KILN_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in shape ", shape_str(shape));
-      known *= out[i];
+      KILN_CHECK(out[i] >= 0, op, ": invalid size ", out[i], " in shape ", shape_str(shape),
+                 " (expected sizes >= 0, or a single -1)");
+      known = checked_mul(known, out[i], op, shape);
     }
   }
   if (neg >= 0) {
@@ -38,7 +43,7 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op, const Shape
                shape_str(from), " (", numel, " elements)");
     out[size_t(neg)] = numel / known;
   }
-  KILN_CHECK(shape_numel(out) == numel, op, ": shape ", shape_str(shape), " is invalid for input of shape ",
+  KILN_CHECK(shape_numel(out, op) == numel, op, ": shape ", shape_str(shape), " is invalid for input of shape ",
              shape_str(from), " (", numel, " elements)");
   return out;
 }
@@ -91,7 +96,7 @@ Tensor Tensor::view(const Shape& shape) const {
   KILN_CHECK(st.has_value(), "view: shape ", shape_str(ns), " is not compatible with input of shape ",
              shape_str(this->shape()), " and strides ", shape_str(strides()),
              " (at least one dimension spans across two contiguous subspaces); use reshape instead");
-  Tensor out = make_view(*this, ns, *st, offset());
+  Tensor out = make_view("view", *this, ns, *st, offset());
   return reshape_backward_record(out, "view", *this);
 }
 
@@ -99,7 +104,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   Shape ns = infer_shape(shape, numel(), "reshape", this->shape());
   auto st = view_strides(this->shape(), strides(), ns);
   if (st) {
-    Tensor out = make_view(*this, ns, *st, offset());
+    Tensor out = make_view("reshape", *this, ns, *st, offset());
     return reshape_backward_record(out, "reshape", *this);
   }
   return contiguous().view(ns);
@@ -131,7 +136,7 @@ Tensor Tensor::permute(const Shape& dims) const {
     st[i] = strides()[d];
     inv[d] = int64_t(i);
   }
-  Tensor out = make_view(*this, ns, st, offset());
+  Tensor out = make_view("permute", *this, ns, st, offset());
   return record(out, "permute", {*this}, [inv](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g.permute(inv)};
   });
@@ -166,9 +171,10 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape ns = shape(), st = strides();
-  ns[d] = (end - start + step - 1) / step;
-  st[d] = strides()[d] * step;
-  Tensor out = make_view(*this, ns, st, offset() + start * strides()[d]);
+  ns[d] = (end - start) / step + ((end - start) % step != 0);
+  if (ns[d] > 1) st[d] = checked_mul(strides()[d], step, "slice", shape());  // else any stride reads the same
+  const int64_t off = checked_add(offset(), checked_mul(start, strides()[d], "slice", shape()), "slice", shape());
+  Tensor out = make_view("slice", *this, ns, st, off);
   Shape in_shape = shape();
   DType dt = dtype();
   return record(out, "slice", {*this}, [in_shape, dt, d, start, end, step](const Tensor& g, const std::vector<bool>&) {
@@ -184,8 +190,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = shape()[d];
   if (start < 0) start += n;
-  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " + length ", length,
-             " exceeds dim ", d, " of size ", n, " (shape ", shape_str(shape()), ")");
+  KILN_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ", start,
+             " + length ", length, " exceeds dim ", d, " of size ", n, " (shape ", shape_str(shape()), ")");
   return slice(d, start, start + length);
 }
 
@@ -199,7 +205,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   Shape ns = shape(), st = strides();
   ns.erase(ns.begin() + d);
   st.erase(st.begin() + d);
-  Tensor out = make_view(*this, ns, st, offset() + index * strides()[d]);
+  const int64_t off = checked_add(offset(), checked_mul(index, strides()[d], "select", shape()), "select", shape());
+  Tensor out = make_view("select", *this, ns, st, off);
   Shape in_shape = shape();
   return record(out, "select", {*this}, [in_shape, d, index](const Tensor& g, const std::vector<bool>&) {
     Tensor z = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
@@ -221,13 +228,15 @@ Tensor Tensor::expand(const Shape& shape_in) const {
     }
     int64_t s = shape()[i - lead];
     int64_t t = shape_in[i] == -1 ? s : shape_in[i];
+    KILN_CHECK(t >= 0, "expand: invalid size ", shape_in[i], " in target shape ", shape_str(shape_in),
+               " (expected sizes >= 0, or -1 to keep a size)");
     KILN_CHECK(s == t || s == 1, "expand: cannot expand shape ", shape_str(shape()), " to ", shape_str(shape_in),
                " (dim ", i, ": ", s, " vs ", t, ")");
     ns[i] = t;
     st[i] = s == t ? strides()[i - lead] : 0;
   }
   if (ns == shape()) return *this;
-  Tensor out = make_view(*this, ns, st, offset());
+  Tensor out = make_view("expand", *this, ns, st, offset());
   Shape in_shape = shape();
   return record(out, "expand", {*this}, [in_shape](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{sum_to(g, in_shape)};
@@ -253,10 +262,10 @@ Tensor Tensor::squeeze(int64_t d) const {
 Tensor Tensor::unsqueeze(int64_t d) const {
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape ns = shape(), st = strides();
-  int64_t s = d < dim() ? strides()[d] * shape()[d] : 1;
+  int64_t s = d < dim() ? checked_mul(strides()[d], shape()[d], "unsqueeze", shape()) : 1;
   ns.insert(ns.begin() + d, 1);
   st.insert(st.begin() + d, s);
-  Tensor out = make_view(*this, ns, st, offset());
+  Tensor out = make_view("unsqueeze", *this, ns, st, offset());
   return reshape_backward_record(out, "unsqueeze", *this);
 }
 

@@ -87,6 +87,12 @@ void Optimizer::step_impl(const Tensor* found_inf) {
       grads.push_back(grad);
     }
     if (idx.empty()) continue;
+    // The fused and multi-tensor kernels write parameters and state through raw pointers:
+    // bump their versions here, so a graph that saved a parameter cannot backward after the step.
+    for (size_t i : idx) {
+      groups_[g][i].bump_version();
+      for (auto& kv : state_[g][i].buffers) kv.second.bump_version();
+    }
     if (groups_[g][idx[0]].device().is_cuda() && step_group_multi(g, idx, grads, fi)) continue;
     KILN_CHECK(!fi, name_, ": internal error, group ", g, " cannot take the multi-tensor path of step_unless()");
     for (size_t k = 0; k < idx.size(); ++k) update(g, groups_[g][idx[k]], grads[k], state_[g][idx[k]]);

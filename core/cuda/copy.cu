@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <memory>
 #include <mutex>
+#include "core/checked_math.h"
 #include "core/copy.h"
 #include "core/cuda.h"
 #include "core/cuda/check.h"
@@ -218,7 +219,8 @@ Tensor pinned_empty(const Shape& shape, DType dtype) {
   for (int64_t v : shape)
     KILN_CHECK(v >= 0, "cuda::pinned_empty: negative size in shape ", shape_str(shape));
   KILN_CHECK(is_available(), "cuda::pinned_empty: page-locked memory needs a CUDA device, and none is available");
-  const size_t nbytes = size_t(shape_numel(shape)) * dtype_size(dtype);
+  const size_t nbytes = size_t(checked_mul(shape_numel(shape, "cuda::pinned_empty"), int64_t(dtype_size(dtype)),
+                                           "cuda::pinned_empty", shape));
   // Register whole pages of our own: a page-aligned range inside a slightly larger block,
   // so no other allocation shares a registered page.
   constexpr size_t kPage = 4096;

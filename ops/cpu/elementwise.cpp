@@ -129,7 +129,7 @@ void unary_typed(Op op, const UnaryArgs& a) {
       case Op::cos: return unary_grad_loop<T>(a, false, [](T x) { return -sin(x); });
       case Op::tanh: return unary_grad_loop<T>(a, true, [](T y) { return math::tanh_grad_from_y(y); });
       case Op::sigmoid: return unary_grad_loop<T>(a, true, [](T y) { return math::sigmoid_grad_from_y(y); });
-      // relu'(x) == relu'(relu(x)) (both 0 for NaN): reads whichever of x and y it is given,
+      // relu'(x) == relu'(relu(x)) (both 1 for NaN): reads whichever of x and y it is given,
       // so the op may save its output instead of its input (frees BatchNorm outputs early).
       case Op::relu: return unary_grad_loop<T>(a, a.x == nullptr, [](T x) { return math::relu_grad(x); });
       case Op::leaky_relu: return unary_grad_loop<T>(a, false, [p0](T x) { return math::leaky_relu_grad(x, p0); });

@@ -23,7 +23,8 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
   const T* x = static_cast<const T*>(a.logits);  // (N, C, S)
   const int64_t* tg = a.target;                   // (N, S)
   T* loss = static_cast<T*>(a.loss);              // (N, S)
-  T* lse = static_cast<T*>(a.lse);                // (N, S)
+  T* row_max = static_cast<T*>(a.row_max);        // (N, S)
+  T* log_sum = static_cast<T*>(a.log_sum);        // (N, S)
   const double eps = a.label_smoothing;
   const int64_t W = std::min<int64_t>(S, kColBlock), nb = (S + W - 1) / W;
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C * W));
@@ -59,15 +60,16 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
       }
       for (int64_t j = 0; j < w; ++j) {
         const int64_t k = n * S + s0 + j;
-        const double l = m[j] + std::log(sum[j]);
-        lse[k] = T(l);
+        const double ls = std::log(sum[j]);
+        row_max[k] = T(m[j]);
+        log_sum[k] = T(ls);
         const int64_t t = tg[k];
         if (t == a.ignore_index) {
           loss[k] = T(0);
           continue;
         }
-        double v = l - (1.0 - eps) * double(x[(n * C + t) * S + s0 + j]);
-        if (eps > 0) v -= eps * xsum[j] / double(C);
+        double v = (1.0 - eps) * (m[j] - double(x[(n * C + t) * S + s0 + j])) + ls;
+        if (eps > 0) v += eps * (m[j] - xsum[j] / double(C));
         loss[k] = T(v);
       }
     }
@@ -79,14 +81,15 @@ void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
   const int64_t N = a.n, C = a.c, S = a.s;
   const T* x = static_cast<const T*>(a.logits);  // (N, C, S)
   const int64_t* tg = a.target;                   // (N, S)
-  const T* lse = static_cast<const T*>(a.lse);    // (N, S)
+  const T* row_max = static_cast<const T*>(a.row_max);  // (N, S)
+  const T* log_sum = static_cast<const T*>(a.log_sum);  // (N, S)
   const T* g = static_cast<const T*>(a.g);        // (N, S) or one value
   T* dx = static_cast<T*>(a.dlogits);             // (N, C, S)
   const T eps = T(a.label_smoothing), smooth = C > 0 ? eps / T(C) : T(0);
   const int64_t W = std::min<int64_t>(S, kColBlock), nb = (S + W - 1) / W;
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C * W));
   parallel_for(0, N * nb, grain, [&](int64_t b, int64_t e) {
-    T gk[kColBlock], l[kColBlock];
+    T gk[kColBlock], mx[kColBlock], ls[kColBlock];
     bool ign[kColBlock];
     for (int64_t task = b; task < e; ++task) {
       const int64_t n = task / nb, s0 = (task % nb) * W, w = std::min(W, S - s0);
@@ -94,7 +97,8 @@ void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
         const int64_t k = n * S + s0 + j;
         ign[j] = tg[k] == a.ignore_index;
         gk[j] = ign[j] ? T(0) : T(double(g[k * a.g_stride]) * a.scale);
-        l[j] = lse[k];
+        mx[j] = row_max[k];
+        ls[j] = log_sum[k];
       }
       if (S == 1) {
         const T* xr = x + n * C;
@@ -103,13 +107,14 @@ void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
           std::fill(dr, dr + C, T(0));
           continue;
         }
-        const T gg = gk[0], ll = l[0];
-        for (int64_t c = 0; c < C; ++c) dr[c] = gg * (math::fast_exp(xr[c] - ll) - smooth);
+        const T gg = gk[0], mm = mx[0], ll = ls[0];
+        for (int64_t c = 0; c < C; ++c) dr[c] = gg * (math::fast_exp((xr[c] - mm) - ll) - smooth);
       } else {
         for (int64_t c = 0; c < C; ++c) {
           const T* xr = x + (n * C + c) * S + s0;
           T* dr = dx + (n * C + c) * S + s0;
-          for (int64_t j = 0; j < w; ++j) dr[j] = ign[j] ? T(0) : gk[j] * (math::fast_exp(xr[j] - l[j]) - smooth);
+          for (int64_t j = 0; j < w; ++j)
+            dr[j] = ign[j] ? T(0) : gk[j] * (math::fast_exp((xr[j] - mx[j]) - ls[j]) - smooth);
         }
       }
       for (int64_t j = 0; j < w; ++j) {

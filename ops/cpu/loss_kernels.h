@@ -9,10 +9,12 @@
 namespace kiln {
 
 /// Cross entropy of logits (n, c, s) against int64 targets (n, s); s is the product of the
-/// spatial dims (1 for (N, C) logits). With eps = label_smoothing and lse the logsumexp
-/// over classes, a non-ignored element's loss is
-///   lse - (1 - eps) x[t] - eps mean_c(x[c])   (= (1-eps) nll + eps mean_c(-log p_c))
-/// and its gradient  dx[c] = g (softmax(x)[c] - (1 - eps) [c == t] - eps / c).
+/// spatial dims (1 for (N, C) logits). With eps = label_smoothing, m = max_c x[c] and
+/// ls = log sum_c exp(x[c] - m) (so the logsumexp is m + ls), a non-ignored element's loss is
+///   (1 - eps)(m - x[t]) + eps (m - mean_c x[c]) + ls   (= (1-eps) nll + eps mean_c(-log p_c))
+/// and its gradient  dx[c] = g (exp((x[c] - m) - ls) - (1 - eps) [c == t] - eps / c).
+/// m and ls stay apart: rounding m + ls to float first would lose ls next to a large m
+/// (logits [1e4, 1e4 - 10] would get a target-class gradient of exactly 0).
 /// Ignored elements have loss 0 and gradient 0.
 struct CrossEntropyKernelArgs {
   int64_t n = 0, c = 0, s = 1;
@@ -20,7 +22,8 @@ struct CrossEntropyKernelArgs {
   const int64_t* target = nullptr;  // (n, s)
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
-  void* lse = nullptr;              // (n, s): written by the forward, read by the backward
+  void* row_max = nullptr;          // (n, s) m: written by the forward, read by the backward
+  void* log_sum = nullptr;          // (n, s) ls: likewise
   // forward
   void* loss = nullptr;             // (n, s) per-element loss
   // backward
@@ -30,7 +33,7 @@ struct CrossEntropyKernelArgs {
   double scale = 1.0;               // multiplies g (1 / count for the mean)
   void* dlogits = nullptr;          // (n, c, s)
 };
-/// `dt` is the dtype of logits, lse, loss, g and dlogits (float32/float64).
+/// `dt` is the dtype of logits, row_max, log_sum, loss, g and dlogits (float32/float64).
 using CrossEntropyKernelFn = void(DType dt, const CrossEntropyKernelArgs& args);
 
 /// Negative log-likelihood of log-probabilities (n, c, s): loss = -log_probs[t] (0 where

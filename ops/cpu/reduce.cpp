@@ -344,6 +344,8 @@ void reduce_cpu(Op op, DType dt, const ReduceArgs& a) {
 
 // Forward over one (o, column block [i0, i0 + w)) of a contiguous (O, R, I) block; the
 // output doubles as scratch for the exponentials. m, s: (w) per-column scratch.
+// log_softmax is (x - max) - log(sum): rounding max + log(sum) to T first would lose the
+// small log(sum) next to a large max ([100, 90] -> -4.5776e-5 instead of -4.5399e-5).
 template <class T, bool Log>
 void softmax_block(const T* x, T* y, int64_t o, int64_t R, int64_t I, int64_t i0, int64_t w, T* m, double* s) {
   if (I == 1) {
@@ -353,8 +355,8 @@ void softmax_block(const T* x, T* y, int64_t o, int64_t R, int64_t I, int64_t i0
     for (int64_t r = 0; r < R; ++r) yr[r] = math::fast_exp(xr[r] - mx);
     const double sum = cpu::row_sum<T, double>(yr, R);
     if constexpr (Log) {
-      const T lse = T(double(mx) + std::log(sum));
-      for (int64_t r = 0; r < R; ++r) yr[r] = xr[r] - lse;
+      const T log_sum = T(std::log(sum));
+      for (int64_t r = 0; r < R; ++r) yr[r] = (xr[r] - mx) - log_sum;
     } else {
       const T inv = T(1.0 / sum);
       for (int64_t r = 0; r < R; ++r) yr[r] *= inv;
@@ -377,13 +379,13 @@ void softmax_block(const T* x, T* y, int64_t o, int64_t R, int64_t I, int64_t i0
       s[j] += double(yr[j]);
     }
   }
-  T fin[kColBlock];  // log_softmax: lse; softmax: 1 / sum
-  for (int64_t j = 0; j < w; ++j) fin[j] = Log ? T(double(m[j]) + std::log(s[j])) : T(1.0 / s[j]);
+  T fin[kColBlock];  // log_softmax: log(sum); softmax: 1 / sum
+  for (int64_t j = 0; j < w; ++j) fin[j] = Log ? T(std::log(s[j])) : T(1.0 / s[j]);
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + (o * R + r) * I + i0;
     T* yr = y + (o * R + r) * I + i0;
     for (int64_t j = 0; j < w; ++j) {
-      if constexpr (Log) yr[j] = xr[j] - fin[j];
+      if constexpr (Log) yr[j] = (xr[j] - m[j]) - fin[j];
       else yr[j] *= fin[j];
     }
   }

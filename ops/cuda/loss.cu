@@ -44,8 +44,8 @@ void dispatch_loss(DType dt, const char* op, F&& f) {
 // One block per row k = n * S + s of the logits (N, C, S), its class c at
 // reduce_elem_offset(k, c, C, S). Sums in double, as the CPU.
 template <class T>
-__global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* loss, T* lse, int64_t rows, int64_t C,
-                                             int64_t S, int64_t ignore_index, double eps) {
+__global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* loss, T* row_max, T* log_sum,
+                                             int64_t rows, int64_t C, int64_t S, int64_t ignore_index, double eps) {
   for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
     T m = -std::numeric_limits<T>::infinity();
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, c, C, S)]);
@@ -59,14 +59,15 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* l
     se = block_sum(se);
     if (eps > 0) sx = block_sum(sx);
     if (threadIdx.x == 0) {
-      const double l = double(m) + log(se);
-      lse[k] = T(l);
+      const double ls = log(se);  // kept apart from m (see CrossEntropyKernelArgs)
+      row_max[k] = m;
+      log_sum[k] = T(ls);
       const int64_t t = tg[k];
       if (t == ignore_index) {
         loss[k] = T(0);
       } else {
-        double v = l - (1.0 - eps) * double(x[reduce_elem_offset(k, t, C, S)]);
-        if (eps > 0) v -= eps * sx / double(C);
+        double v = (1.0 - eps) * (double(m) - double(x[reduce_elem_offset(k, t, C, S)])) + ls;
+        if (eps > 0) v += eps * (double(m) - sx / double(C));
         loss[k] = T(v);
       }
     }
@@ -75,9 +76,9 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* l
 
 // dx[n, c, s] = g (softmax[c] - eps / C) - g (1 - eps) [c == t], 0 where ignored.
 template <class T>
-__global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tg, const T* lse, const T* g, int64_t gs,
-                                              double scale, T* dx, int64_t total, int64_t C, int64_t S,
-                                              int64_t ignore_index, T eps, T smooth) {
+__global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tg, const T* row_max, const T* log_sum,
+                                              const T* g, int64_t gs, double scale, T* dx, int64_t total, int64_t C,
+                                              int64_t S, int64_t ignore_index, T eps, T smooth) {
   KILN_GRID_STRIDE(e, total) {
     const int64_t s = e % S, nc = e / S;
     const int64_t c = nc % C, n = nc / C, k = n * S + s;
@@ -87,7 +88,7 @@ __global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tg, con
       continue;
     }
     const T gk = T(double(g[k * gs]) * scale);
-    T v = gk * (math::fast_exp(x[e] - lse[k]) - smooth);
+    T v = gk * (math::fast_exp((x[e] - row_max[k]) - log_sum[k]) - smooth);
     if (c == t) v -= gk * (T(1) - eps);
     dx[e] = v;
   }
@@ -159,14 +160,15 @@ void cross_entropy_cuda(DType dt, const CrossEntropyKernelArgs& a) {
     const T* x = static_cast<const T*>(a.logits);
     if (!a.backward) {
       cross_entropy_forward_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(
-          x, a.target, static_cast<T*>(a.loss), static_cast<T*>(a.lse), rows, a.c, a.s, a.ignore_index,
-          a.label_smoothing);
+          x, a.target, static_cast<T*>(a.loss), static_cast<T*>(a.row_max), static_cast<T*>(a.log_sum), rows, a.c,
+          a.s, a.ignore_index, a.label_smoothing);
     } else {
       const int64_t total = rows * a.c;
       if (total == 0) return;
       const T eps = T(a.label_smoothing), smooth = a.c > 0 ? eps / T(a.c) : T(0);
       cross_entropy_backward_kernel<T><<<cuda::grid_for(total), cuda::kLoopBlock, 0, st>>>(
-          x, a.target, static_cast<const T*>(a.lse), static_cast<const T*>(a.g), a.g_stride, a.scale,
+          x, a.target, static_cast<const T*>(a.row_max), static_cast<const T*>(a.log_sum),
+          static_cast<const T*>(a.g), a.g_stride, a.scale,
           static_cast<T*>(a.dlogits), total, a.c, a.s, a.ignore_index, eps, smooth);
     }
     KILN_CUDA_CHECK_LAUNCH();

@@ -226,10 +226,10 @@ __global__ void softmax_kernel(bool is_log, const T* x, T* y, int64_t rows, int6
     T s = 0;
     for (int64_t r = threadIdx.x; r < D; r += blockDim.x) s += math::fast_exp(x[reduce_elem_offset(k, r, D, I)] - m);
     s = block_sum(s);
-    const T lse = m + log(s);
+    const T log_s = log(s);  // log_softmax = (x - m) - log(s): m + log(s) would round log(s) away
     for (int64_t r = threadIdx.x; r < D; r += blockDim.x) {
       const int64_t off = reduce_elem_offset(k, r, D, I);
-      y[off] = is_log ? x[off] - lse : math::fast_exp(x[off] - m) / s;
+      y[off] = is_log ? (x[off] - m) - log_s : math::fast_exp(x[off] - m) / s;
     }
   }
 }

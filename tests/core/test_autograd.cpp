@@ -1,5 +1,5 @@
 // Tests of the autograd tape: accumulation, retain_graph, deep graphs, NoGradGuard,
-// detach, custom Functions, and the errors for misuse.
+// detach, custom Functions, and the errors for misuse (saved tensors changed in place).
 #include <doctest/doctest.h>
 #include "gradcheck.h"
 
@@ -143,4 +143,73 @@ TEST_CASE("gradients flow through views and conversions") {
   sum(x.to(DType::float32) * 2.0).backward();
   CHECK(x.grad().dtype() == DType::float64);
   CHECK(x.grad().at({0}) == 2.0);
+}
+
+TEST_CASE("a tensor saved for backward and then changed in place is an error naming the op") {
+  Tensor w = T({1, 1, 1}, {3}).requires_grad_();
+  Tensor x = T({1, 2, 3}, {3});
+  Tensor y = sum(w * x);  // mul saves x for dy/dw
+  x.fill_(100.0);         // used to give w.grad = [100, 100, 100] instead of [1, 2, 3]
+  std::string e = test::error_of([&] { y.backward(); });
+  CHECK(e.find("mul backward: a tensor of shape [3] saved by mul for the backward was modified in place "
+               "(version 1, saved at version 0)") != std::string::npos);
+  CHECK(!w.grad().defined());  // nothing was accumulated
+  // the same through Function::save_for_backward
+  Tensor a = T({2, 3}, {2}).requires_grad_();
+  Tensor b = T({5, 7}, {2});
+  Tensor z = sum(Function::apply(std::make_shared<ScaleBy>(), {a, b}));
+  b.mul_(2.0);
+  CHECK(test::error_of([&] { z.backward(); }).find("Function backward: a tensor of shape [2]") != std::string::npos);
+}
+
+TEST_CASE("views and detach share the version counter") {
+  Tensor x = zeros({2, 3}, test::f64);
+  Tensor row = x.select(0, 1), d = x.detach();
+  CHECK(x.version() == 0);
+  row.fill_(1.0);
+  CHECK(x.version() == 1);
+  d.add_(ones({3}, test::f64));
+  x.t().copy_(zeros({3, 2}, test::f64));
+  x.narrow(1, 0, 2).mul_(3.0);
+  CHECK(x.version() == 4);
+  CHECK(row.version() == 4);
+  CHECK(x.clone().version() == 0);  // a copy has its own counter
+  // changing a saved tensor through a view is caught
+  Tensor w = T({1, 2}, {2}).requires_grad_();
+  Tensor y = sum(w * x.select(0, 0).narrow(0, 0, 2));
+  x.select(0, 0).fill_(5.0);
+  CHECK(test::error_of([&] { y.backward(); }).find("modified in place") != std::string::npos);
+}
+
+TEST_CASE("in-place changes that no backward reads are fine") {
+  Tensor w = T({1, 1, 1}, {3}).requires_grad_();
+  Tensor x = T({1, 2, 3}, {3});
+  Tensor y = sum(w * x);
+  T({0, 0, 0}, {3}).fill_(7.0);  // another tensor
+  y.backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{1, 2, 3});
+  Tensor s = sum(w + x);  // add saves nothing: x may change (as in PyTorch)
+  x.fill_(4.0);
+  s.backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{2, 3, 4});
+}
+
+TEST_CASE("an optimizer step after backward is fine; a retained graph backpropagated after it is an error") {
+  for (const std::string which : {"sgd", "adam"}) {
+    CAPTURE(which);
+    Tensor w = T({1, 2, 3}, {3}).requires_grad_();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (which == "sgd") opt = std::make_unique<optim::SGD>(std::vector<Tensor>{w}, optim::SGDOptions{.lr = 0.1});
+    else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions{.lr = 0.1});
+    for (int step = 0; step < 2; ++step) {  // the usual loop: the released graph saved w
+      Tensor loss = sum(w * w);
+      loss.backward();
+      opt->step();
+      opt->zero_grad();
+    }
+    Tensor loss = sum(w * w);
+    loss.backward({}, /*retain_graph=*/true);
+    opt->step();  // changes w, which the retained graph saved
+    CHECK(test::error_of([&] { loss.backward(); }).find("mul backward") != std::string::npos);
+  }
 }

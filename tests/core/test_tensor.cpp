@@ -1,7 +1,9 @@
 // Tests of the Tensor handle: factories, views sharing storage, dtype conversions
-// (float16/bfloat16 rounding), RNG repeatability, printing, memory stats and errors.
+// (float16/bfloat16 rounding), RNG repeatability, printing, memory stats and errors
+// (overflowing shapes included).
 #include <doctest/doctest.h>
 #include <cmath>
+#include <limits>
 #include "gradcheck.h"
 
 using namespace kiln;
@@ -221,4 +223,43 @@ TEST_CASE("bad input is a kiln::Error naming the problem") {
   CHECK(test::error_of([&] { zeros({2}, {.dtype = DType::int64}).requires_grad_(); }).find("int64") != std::string::npos);
   CHECK(test::error_of([&] { zeros({-1}); }).find("negative") != std::string::npos);
   CHECK(test::error_of([&] { from_vector<float>({1, 2, 3}, {2, 2}); }).find("[2, 2]") != std::string::npos);
+}
+
+TEST_CASE("element counts that overflow int64 are errors naming the op and the shape") {
+  constexpr int64_t k32 = int64_t(1) << 32;
+  // 2^32 x 2^32 used to wrap to 0 elements; select().item() then read far outside the storage
+  std::string e = test::error_of([&] { zeros({k32, k32}).select(0, 1000).select(0, 1000).item(); });
+  CHECK(e.find("zeros") != std::string::npos);
+  CHECK(e.find("[4294967296, 4294967296]") != std::string::npos);
+  CHECK(e.find("overflows int64") != std::string::npos);
+  e = test::error_of([&] { randn({int64_t(1) << 62, 4}); });  // used to be accepted with numel 0
+  CHECK(e.find("randn") != std::string::npos);
+  CHECK(e.find("[4611686018427387904, 4]") != std::string::npos);
+  // byte sizes: the element count fits, count * itemsize does not
+  e = test::error_of([&] { empty({int64_t(1) << 61}, {.dtype = DType::float64}); });
+  CHECK(e.find("empty") != std::string::npos);
+  CHECK(e.find("overflows int64") != std::string::npos);
+  // a zero size does not hide an overflowing stride
+  CHECK(test::error_of([&] { zeros({0, k32, k32}); }).find("overflows int64") != std::string::npos);
+  CHECK(test::error_of([&] { ones({2, -3}); }).find("negative size -3") != std::string::npos);
+  CHECK(test::error_of([&] { arange(0.0, 1e30); }).find("arange") != std::string::npos);
+}
+
+TEST_CASE("views check their sizes, offsets and strides for overflow") {
+  constexpr int64_t k32 = int64_t(1) << 32, big = std::numeric_limits<int64_t>::max();
+  Tensor one = zeros({1, 1});
+  std::string e = test::error_of([&] { one.expand({k32, k32}); });
+  CHECK(e.find("expand") != std::string::npos);
+  CHECK(e.find("overflows int64") != std::string::npos);
+  CHECK(test::error_of([&] { one.expand({1, -2}); }).find("invalid size -2") != std::string::npos);
+  CHECK(test::error_of([&] { one.reshape({k32, k32, 0}); }).find("overflows int64") != std::string::npos);
+  CHECK(test::error_of([&] { one.view({-1, k32, k32}); }).find("overflows int64") != std::string::npos);
+  CHECK(test::error_of([&] { one.reshape({1, -2}); }).find("invalid size -2") != std::string::npos);
+  Tensor a = arange(10.0);
+  CHECK(test::error_of([&] { a.narrow(0, 5, big); }).find("exceeds") != std::string::npos);
+  CHECK(a.slice(0, 1, big, big).to_vector<float>() == std::vector<float>{1});  // step past the end: one element
+  CHECK(a.slice(0, 2, 9, 3).to_vector<float>() == std::vector<float>{2, 5, 8});
+  CHECK(test::error_of([&] { add(one.expand({k32, 1}), one.expand({1, k32})); }).find("add") != std::string::npos);
+  CHECK(test::error_of([&] { cat({one.expand({big / 2 + 1, 1}), one.expand({big / 2 + 1, 1})}); })
+            .find("cat") != std::string::npos);
 }

@@ -202,6 +202,31 @@ TEST_CASE("IDX errors name the file") {
   CHECK(error_of([&] { MNIST(tmp / "label"); }).find("train-labels-idx1-ubyte") != std::string::npos);
 }
 
+TEST_CASE("IDX sizes are overflow-checked and checked against the file before anything is allocated") {
+  TempDir tmp;
+  // 2^22 x 2^21 x 2^21 images used to wrap to 0 elements: `kiln train mnist --data DIR` then crashed
+  write_bytes(tmp / "wrap/train-images-idx3-ubyte", idx_bytes(0x803, {1u << 22, 1u << 21, 1u << 21}, {}));
+  write_bytes(tmp / "wrap/train-labels-idx1-ubyte", idx_bytes(0x801, {1u << 22}, std::vector<uint8_t>(1u << 22)));
+  std::string e = error_of([&] { MNIST(tmp / "wrap"); });
+  CHECK(e.find("train-images-idx3-ubyte") != std::string::npos);
+  CHECK(e.find("[4194304, 2097152, 2097152]") != std::string::npos);
+  CHECK(e.find("overflows int64") != std::string::npos);
+  // 2^39 bytes claimed by a tiny file: refused by size, plain (exact) or gzip (deflate inflates <= 1032:1)
+  auto huge = idx_bytes(0x803, {1u << 20, 1u << 10, 1u << 9}, {1, 2, 3});
+  write_bytes(tmp / "huge.idx", huge);
+  e = error_of([&] { read_idx(tmp / "huge.idx"); });
+  CHECK(e.find("huge.idx' is truncated") != std::string::npos);
+  CHECK(e.find("549755813888 bytes of data") != std::string::npos);
+  CHECK(e.find("holds only 3 bytes") != std::string::npos);
+  write_gz(tmp / "huge.idx.gz", huge);
+  e = error_of([&] { read_idx(tmp / "huge.idx.gz"); });
+  CHECK(e.find("huge.idx.gz' is truncated") != std::string::npos);
+  CHECK(e.find("can decompress to at most") != std::string::npos);
+  // a plain file longer than its header says
+  write_bytes(tmp / "long.idx", idx_bytes(0x801, {2}, {1, 2, 3}));
+  CHECK(error_of([&] { read_idx(tmp / "long.idx"); }).find("unexpected bytes") != std::string::npos);
+}
+
 TEST_CASE("CIFAR10 binary batches") {
   TempDir tmp;
   auto record = [](uint8_t label, uint8_t base) {
@@ -336,6 +361,14 @@ TEST_CASE("ImageFolder errors name the file or folder") {
   DataLoader loader(bad, {.batch_size = 1, .workers = 2});
   CHECK_THROWS_WITH_AS(loader.begin(), doctest::Contains("broken.png"), kiln::Error);
   CHECK_THROWS_WITH_AS(load_image(tmp / "bad/c/nothere.png"), doctest::Contains("nothere.png"), kiln::Error);
+}
+
+TEST_CASE("ImageFolder: an image size whose element count overflows is an error") {
+  TempDir tmp;
+  constexpr int64_t k40 = int64_t(1) << 40;
+  std::string e = error_of([&] { ImageFolder(tmp.path.string(), {.height = k40, .width = k40}); });
+  CHECK(e.find("ImageFolder") != std::string::npos);
+  CHECK(e.find("overflows int64") != std::string::npos);
 }
 
 TEST_CASE("Debian's dataset-fashion-mnist loads (skipped when not installed)") {

@@ -3,6 +3,7 @@
 // random GPT windows, the sequential Dataset view and error cases.
 #include <doctest/doctest.h>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include "data_test_util.h"
 #include "gradcheck.h"
@@ -137,6 +138,8 @@ TEST_CASE("CharText errors") {
   Rng rng(0);
   CHECK_THROWS_WITH_AS(s.train().get_batch(2, 3, rng), doctest::Contains("too few"), kiln::Error);
   CHECK(s.train().get_batch(2, 2, rng).input.shape() == Shape{2, 2});
+  CHECK_THROWS_WITH_AS(s.train().get_batch(2, std::numeric_limits<int64_t>::max(), rng), doctest::Contains("too few"),
+                       kiln::Error);  // context + 1 used to overflow
   CHECK(s.val().size() == 0);
   CHECK_THROWS_AS(CharText(tmp / "short.txt", {.val_fraction = 1.0}), kiln::Error);
 }

@@ -2,6 +2,7 @@
 // broadcast and non-contiguous inputs), 16-bit float rounding, and errors.
 #include <doctest/doctest.h>
 #include <cmath>
+#include <limits>
 #include "gradcheck.h"
 
 using namespace kiln;
@@ -186,4 +187,22 @@ TEST_CASE("in-place add_ and mul_ with broadcasting") {
   a.mul_(2.0);
   CHECK(a.at({1, 2}) == 10.0);
   CHECK_THROWS_AS(a.add_(zeros({3, 3})), Error);
+}
+
+TEST_CASE("relu propagates NaN (as PyTorch), forward and backward; so do leaky_relu and clamp") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::float32, DType::float64}) {
+    CAPTURE(dtype_name(dt));
+    Tensor x = T({nan, -1, 0, 2}, {4}).to(dt).requires_grad_();
+    std::vector<double> y = relu(x).to_vector<double>();
+    CHECK(std::isnan(y[0]));  // used to be 0
+    CHECK(y[1] == 0);
+    CHECK(y[2] == 0);
+    CHECK(y[3] == 2);
+    // backward passes the gradient except where x <= 0 (PyTorch's threshold_backward)
+    relu(x).backward(ones({4}, {.dtype = dt}));
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 1});
+    CHECK(std::isnan(leaky_relu(x, 0.1).to_vector<double>()[0]));
+    CHECK(std::isnan(clamp(x, 0.0, 1.0).to_vector<double>()[0]));
+  }
 }

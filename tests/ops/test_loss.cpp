@@ -68,6 +68,30 @@ TEST_CASE("cross_entropy: hand-computed values for every reduction") {
   CHECK(cross_entropy(T({1, 2, 3}, {3}), I64({2}, {}).reshape({})).item() == doctest::Approx(0.4076059644443806));
 }
 
+TEST_CASE("float32 log_softmax and cross_entropy next to a large max match a double reference") {
+  // log_softmax = (x - max) - log(sum): rounding max + log(sum) to float first gave -4.5776e-5
+  // for [100, 90] and exactly 0 for [1e4, 1e4 - 10] (and a target-class gradient of 0)
+  auto rel = [](double v, double eps) { return doctest::Approx(v).epsilon(eps).scale(0); };  // relative only
+  const double ls = std::log1p(std::exp(-10.0));  // log sum exp(x - max), in double
+  const double p1 = std::exp(-10.0 - ls);          // softmax of the smaller logit
+  for (float top : {100.0f, 1e4f}) {
+    CAPTURE(top);
+    Tensor x = from_vector<float>({top, top - 10}, {1, 2}).requires_grad_();
+    Tensor y = log_softmax(x, 1);
+    CHECK(y.at({0, 0}) == rel(-ls, 1e-5));  // -4.5399e-5
+    CHECK(y.at({0, 1}) == rel(-10.0 - ls, 1e-6));
+    sum(y.select(1, 0)).backward();  // d y0 / dx = [1 - p0, -p1] = [p1, -p1]
+    CHECK(x.grad().at({0, 0}) == rel(p1, 1e-3));
+    CHECK(x.grad().at({0, 1}) == rel(-p1, 1e-3));
+    x.set_grad(Tensor());
+    Tensor loss = cross_entropy(x, I64({0}, {1}));
+    CHECK(loss.item() == rel(ls, 1e-5));
+    loss.backward();  // softmax - one_hot
+    CHECK(x.grad().at({0, 0}) == rel(-p1, 1e-3));
+    CHECK(x.grad().at({0, 1}) == rel(p1, 1e-3));
+  }
+}
+
 TEST_CASE("cross_entropy: ignore_index and label smoothing (PyTorch semantics)") {
   Tensor x = X3();
   Tensor ti = I64({2, 0, -100}, {3});
