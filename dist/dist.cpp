@@ -39,6 +39,16 @@ bool launched_by_mpirun() {
 }
 #endif
 
+// CUDA tensors go through NCCL, also in a one-process group (so that a single GPU still
+// runs the NCCL code path); everything else of a one-process group is the identity.
+bool use_nccl([[maybe_unused]] const Tensor& t) {
+#if KILN_WITH_NCCL
+  return t.device().is_cuda();
+#else
+  return false;
+#endif
+}
+
 void check_defined(const Tensor& t, const char* op) {
   KILN_CHECK(t.defined(), "dist::", op, ": got an undefined tensor");
 }
@@ -197,7 +207,7 @@ void check_reducible(const Tensor& t, ReduceOp op, const char* name) {
 Work all_reduce_async(Tensor& t, ReduceOp op) {
   check_reducible(t, op, "all_reduce_async");
   Work w;
-  if (world_size() == 1 || t.numel() == 0) return w;
+  if (t.numel() == 0 || (world_size() == 1 && !use_nccl(t))) return w;
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
     all_reduce(t, op);  // stream-ordered already
@@ -221,7 +231,7 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
 
 void all_reduce(Tensor& t, ReduceOp op) {
   check_reducible(t, op, "all_reduce");
-  if (world_size() == 1 || t.numel() == 0) return;
+  if (t.numel() == 0 || (world_size() == 1 && !use_nccl(t))) return;
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
     Tensor buf = staging(t, t.dtype());
@@ -249,7 +259,7 @@ void broadcast(Tensor& t, int root) {
   check_defined(t, "broadcast");
   KILN_CHECK(root >= 0 && root < world_size(), "dist::broadcast: root ", root, " is not a rank of this group of ",
              world_size());
-  if (world_size() == 1 || t.numel() == 0) return;
+  if (t.numel() == 0 || (world_size() == 1 && !use_nccl(t))) return;
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
     Tensor buf = staging(t, t.dtype());
@@ -274,7 +284,7 @@ void broadcast(Tensor& t, int root) {
 Tensor all_gather(const Tensor& t) {
   check_defined(t, "all_gather");
   KILN_CHECK(t.dim() >= 1, "dist::all_gather: expected at least one dimension, got a 0-d tensor");
-  if (world_size() == 1) return t.contiguous().clone();
+  if (world_size() == 1 && !use_nccl(t)) return t.contiguous().clone();
   Shape out_shape = t.shape();
   out_shape[0] *= world_size();
   Tensor out = Tensor::empty(out_shape, t.dtype(), t.device());
@@ -304,7 +314,7 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
              " must be a multiple of the ", world_size(), " ranks");
   KILN_CHECK(op != ReduceOp::avg || t.is_floating_point(), "dist::reduce_scatter: avg needs a floating-point tensor, "
              "got ", dtype_name(t.dtype()));
-  if (world_size() == 1) return t.contiguous().clone();
+  if (world_size() == 1 && !use_nccl(t)) return t.contiguous().clone();
   Shape out_shape = t.shape();
   out_shape[0] /= world_size();
   Tensor out = Tensor::empty(out_shape, t.dtype(), t.device());

@@ -96,7 +96,7 @@ row "LD_LIBRARY_PATH" "$LD_LIBRARY_PATH"
 # The GPU tests, most valuable first (runtime and allocator, linalg, nn, reduce, elementwise,
 # training parity, optim, conv, shape); the CPU emulations of GPU index math run in CI too.
 FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_cuda_parity_linalg test_cuda_parity_nn
-  test_cuda_reduce test_cuda_parity_elementwise test_cuda_training test_cuda_parity_optim test_cuda_parity_conv
+  test_cuda_reduce test_cuda_parity_elementwise test_cuda_training test_dist test_cuda_parity_optim test_cuda_parity_conv
   test_cuda_parity_shape"
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
   test_cuda_shape_index"

@@ -164,3 +164,31 @@ TEST_CASE("DistributedSampler: each sample exactly once per epoch across ranks, 
   CHECK(got == mine);
   CHECK_THROWS_AS(data::DataLoader(ds, {.shuffle = true, .sampler = sampler}), kiln::Error);
 }
+
+TEST_CASE("CUDA tensors: NCCL gives the CPU results (also with one rank; skipped without a GPU)") {
+  if (!cuda::is_available()) {
+    MESSAGE("skipped: no CUDA GPU (or a build without the CUDA backend)");
+    return;
+  }
+  if (!dist::built_with_nccl()) {
+    MESSAGE("skipped: a build without NCCL");
+    return;
+  }
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::float32, DType::bfloat16, DType::int64}) {
+    INFO(dtype_name(dt));
+    Tensor cpu = make({6, 4}, dt, R()), dev = cpu.to(gpu);
+    dist::all_reduce(cpu, dist::ReduceOp::sum);
+    dist::all_reduce(dev, dist::ReduceOp::sum);
+    CHECK(dev.to(Device::cpu()).to(DType::float64).to_vector<double>() == cpu.to(DType::float64).to_vector<double>());
+    Tensor g = dist::all_gather(make({2, 3}, dt, R()).to(gpu)).to(Device::cpu());
+    CHECK(g.to(DType::float64).to_vector<double>() ==
+          dist::all_gather(make({2, 3}, dt, R())).to(DType::float64).to_vector<double>());
+    Tensor rs = dist::reduce_scatter(make({2 * W(), 3}, dt, R()).to(gpu)).to(Device::cpu());
+    CHECK(rs.to(DType::float64).to_vector<double>() ==
+          dist::reduce_scatter(make({2 * W(), 3}, dt, R())).to(DType::float64).to_vector<double>());
+    Tensor b = make({3}, dt, R()).to(gpu);
+    dist::broadcast(b, 0);
+    CHECK(b.to(Device::cpu()).to(DType::float64).to_vector<double>() == make({3}, dt, 0).to(DType::float64).to_vector<double>());
+  }
+}
