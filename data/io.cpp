@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <bit>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 #include "core/error.h"
 
 namespace kiln::data {
@@ -21,6 +23,18 @@ std::string hex32(uint32_t v) {
 }
 
 uint32_t be32(const uint8_t* p) { return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | p[3]; }
+
+// Whether a file is gzip, and the most data bytes it can hold after `header` bytes
+// (unbounded when its size cannot be read, e.g. a pipe).
+std::pair<bool, uint64_t> data_bound(const std::string& path, uint64_t header) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return {false, UINT64_MAX};
+  unsigned char magic[2] = {0, 0};
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(magic), 2);
+  if (magic[0] == 0x1f && magic[1] == 0x8b) return {true, size * 1032};
+  return {false, size > header ? size - header : 0};
+}
 
 }  // namespace
 
@@ -71,16 +85,27 @@ Tensor read_idx(const std::string& path, std::optional<uint32_t> expected_magic)
              " dimensions but ends after ", 4 + got, " bytes");
   Shape shape(static_cast<size_t>(nd));
   std::string dims_str;
-  uint64_t count = 1;
   for (int d = 0; d < nd; ++d) {
     shape[size_t(d)] = int64_t(be32(dims_raw.data() + 4 * d));
     KILN_CHECK(shape[size_t(d)] >= 0 && shape[size_t(d)] < (int64_t(1) << 31), "read_idx: '", path,
                "': dimension ", d, " has an invalid size");
-    count *= uint64_t(shape[size_t(d)]);
     dims_str += (d ? " x " : "") + std::to_string(shape[size_t(d)]);
+  }
+  uint64_t count = 1, nonzero = 1;  // nonzero: the product of the non-zero sizes (the largest stride)
+  for (int64_t s : shape) {
+    const uint64_t f = uint64_t(std::max<int64_t>(s, 1));
+    KILN_CHECK(nonzero <= (uint64_t(1) << 40) / f, "read_idx: '", path, "': header claims an absurd size ", dims_str);
+    nonzero *= f;
+    count *= uint64_t(s);
   }
   const uint64_t nbytes = count * uint64_t(esize);
   KILN_CHECK(nbytes < (uint64_t(1) << 40), "read_idx: '", path, "': header claims an absurd size ", dims_str);
+  // allocate only what the file can hold: a plain file its bytes after the header, a gzip
+  // one at most 1032 bytes per compressed byte (deflate's largest expansion)
+  const auto [gz, max_data] = data_bound(path, 4 + 4 * uint64_t(nd));
+  KILN_CHECK(nbytes <= max_data, "read_idx: '", path, "' is truncated: the header claims ", dims_str,
+             " elements (", nbytes, " bytes of data) but the file ", gz ? "(gzip) can hold at most " : "holds only ",
+             max_data, " bytes of data");
   Tensor out = Tensor::empty(shape, dt);
   // raw big-endian payload: read straight into the tensor when no widening is needed
   std::vector<uint8_t> staging;
