@@ -78,12 +78,25 @@ struct StbImage {
   ~StbImage() { if (pixels) stbi_image_free(pixels); }
 };
 
+// The largest image decoded (8192 x 8192), and the most pixels a byte of a file can hold
+// (a 1-bit PNG row deflated 1032:1, the densest of PNG, JPEG and BMP): a header cannot make
+// stb_image allocate and decode more than the file could describe.
+constexpr int64_t kMaxPixels = int64_t(1) << 26;
+constexpr int64_t kMaxPixelsPerByte = 8 * 1032;
+
 void decode(const std::string& path, int channels, StbImage& img) {
   KILN_CHECK(channels == 1 || channels == 3, "load_image: channels must be 1 or 3, got ", channels);
   std::vector<uint8_t> bytes = read_file_bytes(path);
   KILN_CHECK(!bytes.empty(), "load_image: '", path, "' is empty");
   KILN_CHECK(bytes.size() < (size_t(1) << 31), "load_image: '", path, "' is too large");
-  int n = 0;
+  int w = 0, h = 0, n = 0;
+  KILN_CHECK(stbi_info_from_memory(bytes.data(), int(bytes.size()), &w, &h, &n), "load_image: cannot decode '", path,
+             "': ", stbi_failure_reason());
+  const int64_t pixels = int64_t(w) * int64_t(h);
+  KILN_CHECK(pixels <= kMaxPixels, "load_image: '", path, "': a ", w, "x", h, " image is larger than the ",
+             kMaxPixels, "-pixel limit");
+  KILN_CHECK(pixels <= kMaxPixelsPerByte * int64_t(bytes.size()), "load_image: '", path, "' is corrupt: its header "
+             "declares a ", w, "x", h, " image, more than its ", bytes.size(), " bytes can hold");
   img.pixels = stbi_load_from_memory(bytes.data(), int(bytes.size()), &img.w, &img.h, &n, channels);
   KILN_CHECK(img.pixels != nullptr, "load_image: cannot decode '", path, "': ", stbi_failure_reason());
 }
