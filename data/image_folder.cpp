@@ -78,12 +78,60 @@ struct StbImage {
   ~StbImage() { if (pixels) stbi_image_free(pixels); }
 };
 
+// The largest image decoded (8192 x 8192), and the most pixels a byte of a file can hold
+// (a 1-bit PNG row deflated 1032:1, the densest of PNG, JPEG and BMP): a header cannot make
+// stb_image allocate and decode more than the file could describe.
+constexpr int64_t kMaxPixels = int64_t(1) << 26;
+constexpr int64_t kMaxPixelsPerByte = 8 * 1032;
+
+// Debian 12's stb_image (2.27) writes past its Huffman tables when a JPEG's DHT segment
+// declares more than 256 codes (fixed upstream in 2.28; found by tests/fuzz/fuzz_image).
+// Such a file is corrupt: the JPEG standard allows at most 256 symbols per table. This
+// walks the JPEG's segments (and the entropy-coded data between them) and returns false
+// when a DHT table declares more.
+bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
+  const size_t n = b.size();
+  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return true;  // not a JPEG
+  size_t pos = 2;
+  while (pos + 4 <= n) {
+    if (b[pos] != 0xFF) {  // entropy-coded data: skip to the next marker (FF not followed by 00 / RSTn)
+      ++pos;
+      continue;
+    }
+    const uint8_t m = b[pos + 1];
+    if (m == 0xFF || m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {  // fill, stuffed byte, standalone
+      pos += m == 0xFF ? 1 : 2;
+      continue;
+    }
+    if (m == 0xD9) return true;  // end of image
+    const size_t len = size_t(b[pos + 2]) << 8 | b[pos + 3], end = std::min(n, pos + 2 + len);
+    if (m == 0xC4)  // DHT: one or more tables of (class/id byte, 16 code counts, symbols)
+      for (size_t p = pos + 4; p + 17 <= end;) {
+        size_t codes = 0;
+        for (size_t i = 1; i <= 16; ++i) codes += b[p + i];
+        if (codes > 256) return false;
+        p += 17 + codes;
+      }
+    pos = pos + 2 + std::max<size_t>(len, 2);
+  }
+  return true;
+}
+
 void decode(const std::string& path, int channels, StbImage& img) {
   KILN_CHECK(channels == 1 || channels == 3, "load_image: channels must be 1 or 3, got ", channels);
   std::vector<uint8_t> bytes = read_file_bytes(path);
   KILN_CHECK(!bytes.empty(), "load_image: '", path, "' is empty");
   KILN_CHECK(bytes.size() < (size_t(1) << 31), "load_image: '", path, "' is too large");
-  int n = 0;
+  KILN_CHECK(jpeg_huffman_tables_ok(bytes), "load_image: '", path, "' is a corrupt JPEG: a Huffman table (DHT) "
+             "declares more than 256 codes");
+  int w = 0, h = 0, n = 0;
+  KILN_CHECK(stbi_info_from_memory(bytes.data(), int(bytes.size()), &w, &h, &n), "load_image: cannot decode '", path,
+             "': ", stbi_failure_reason());
+  const int64_t pixels = int64_t(w) * int64_t(h);
+  KILN_CHECK(pixels <= kMaxPixels, "load_image: '", path, "': a ", w, "x", h, " image is larger than the ",
+             kMaxPixels, "-pixel limit");
+  KILN_CHECK(pixels <= kMaxPixelsPerByte * int64_t(bytes.size()), "load_image: '", path, "' is corrupt: its header "
+             "declares a ", w, "x", h, " image, more than its ", bytes.size(), " bytes can hold");
   img.pixels = stbi_load_from_memory(bytes.data(), int(bytes.size()), &img.w, &img.h, &n, channels);
   KILN_CHECK(img.pixels != nullptr, "load_image: cannot decode '", path, "': ", stbi_failure_reason());
 }

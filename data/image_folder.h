@@ -45,7 +45,8 @@ class ImageFolder : public Dataset {
 };
 
 /// Decodes an image file with stb_image into uint8 (H, W, channels); channels 1 or 3
-/// (converted as needed). Errors name the file and stb's reason.
+/// (converted as needed). Errors name the file and stb's reason; images over 2^26 pixels,
+/// or whose header declares more pixels than the file's size can hold, are errors too.
 Tensor load_image(const std::string& path, int channels = 3);
 
 /// Bilinear resize (half-pixel centres, like PyTorch's align_corners=false without

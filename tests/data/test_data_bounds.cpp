@@ -1,0 +1,87 @@
+// Readers facing headers that declare more data than their file holds (cases found by
+// tests/fuzz): the error names the file and comes before any large allocation.
+#include <doctest/doctest.h>
+#include <zlib.h>
+#include "data_test_util.h"
+#include "gradcheck.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+using namespace kiln::data;
+using kiln::test::error_of;
+using kiln_test::idx_bytes;
+using kiln_test::TempDir;
+using kiln_test::write_bytes;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A PNG signature, an IHDR of w x h 8-bit RGB and an empty IDAT: enough for a header scan.
+std::vector<uint8_t> png_header(uint32_t w, uint32_t h) {
+  std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  auto be = [&](uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
+  };
+  auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
+    be(uint32_t(data.size()));
+    const size_t start = b.size();
+    b.insert(b.end(), type, type + 4);
+    b.insert(b.end(), data.begin(), data.end());
+    be(uint32_t(crc32(0, b.data() + start, uInt(b.size() - start))));
+  };
+  std::vector<uint8_t> ihdr;
+  for (uint32_t v : {w, h})
+    for (int s = 24; s >= 0; s -= 8) ihdr.push_back(uint8_t(v >> s));
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
+  chunk("IHDR", ihdr);
+  chunk("IDAT", {});
+  chunk("IEND", {});
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("read_idx checks the declared size against the file before allocating") {
+  TempDir tmp;
+  // 65536 x 65536 x 16 float64 (512 GiB: more than any allocation can get) declared by a 20-byte file
+  write_bytes(tmp / "big.idx", idx_bytes(0x0E03, {65536, 65536, 16}, {1, 2, 3, 4}));
+  std::string e = error_of([&] { read_idx(tmp / "big.idx"); });
+  CHECK(has(e, "big.idx"));
+  CHECK(has(e, "truncated"));
+  CHECK(has(e, "holds only 4 bytes"));
+  // the same gzipped: deflate expands at most 1032 times
+  const auto bytes = idx_bytes(0x0E03, {65536, 65536, 16}, {1, 2, 3, 4});
+  gzFile f = gzopen((tmp / "big.idx.gz").c_str(), "wb");
+  REQUIRE(f != nullptr);
+  gzwrite(f, bytes.data(), unsigned(bytes.size()));
+  gzclose(f);
+  e = error_of([&] { read_idx(tmp / "big.idx.gz"); });
+  CHECK(has(e, "big.idx.gz"));
+  CHECK(has(e, "can decompress to at most"));
+  // sizes whose product overflows 64 bits, and huge sizes beside a zero one (the strides overflow)
+  write_bytes(tmp / "overflow.idx", idx_bytes(0x0808, std::vector<uint32_t>(8, 0x7FFFFFFF), {}));
+  CHECK(has(error_of([&] { read_idx(tmp / "overflow.idx"); }), "too large"));
+  write_bytes(tmp / "zero.idx", idx_bytes(0x0804, {0, 0x7FFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF}, {}));
+  CHECK(has(error_of([&] { read_idx(tmp / "zero.idx"); }), "too large"));
+  // an empty tensor is fine
+  write_bytes(tmp / "empty.idx", idx_bytes(0x0803, {0, 28, 28}, {}));
+  CHECK(read_idx(tmp / "empty.idx").shape() == Shape{0, 28, 28});
+}
+
+TEST_CASE("load_image checks the declared size against the file before decoding") {
+  TempDir tmp;
+  write_bytes(tmp / "wide.png", png_header(5000, 5000));  // 25 Mpixels in 57 bytes
+  std::string e = error_of([&] { load_image(tmp / "wide.png"); });
+  CHECK(has(e, "wide.png"));
+  CHECK(has(e, "5000x5000"));
+  CHECK(has(e, "more than its 57 bytes can hold"));
+  write_bytes(tmp / "huge.png", png_header(9000, 9000));  // over the 2^26-pixel limit
+  e = error_of([&] { load_image(tmp / "huge.png"); });
+  CHECK(has(e, "huge.png"));
+  CHECK(has(e, "67108864-pixel limit"));
+  write_bytes(tmp / "junk.png", {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'});
+  e = error_of([&] { load_image(tmp / "junk.png"); });
+  CHECK(has(e, "junk.png"));
+  CHECK(has(e, "cannot decode"));
+}
