@@ -2,6 +2,7 @@
 // gradient summation across edges, accumulation into leaves, graph release.
 #include "core/autograd.h"
 #include <atomic>
+#include <span>
 #include <unordered_map>
 #include "core/autocast.h"
 #include "core/copy.h"
@@ -45,12 +46,11 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
-  return record(out, name, inputs, {}, std::move(backward));
-}
+namespace {
 
-Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
-               BackwardFn backward) {
+// record() for any list of saved tensors (an op's initializer_list, a Function's vector).
+Tensor& record_node(Tensor& out, const char* name, const std::vector<Tensor>& inputs, std::span<const Tensor> saved,
+                    BackwardFn backward) {
   if (!any_requires_grad(inputs)) return out;
   auto node = std::make_shared<Node>();
   node->name = name;
@@ -67,12 +67,24 @@ Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
     else node->next[i].leaf = t.impl_ptr();
   }
   node->backward = std::move(backward);
+  node->saved.reserve(saved.size());
   for (const Tensor& t : saved)
     if (t.defined()) node->saved.push_back({t, t.version()});
   // `out` may share its TensorImpl with nothing else yet; give it the autograd fields.
   out.impl().requires_grad = true;
   out.impl().grad_fn = std::move(node);
   return out;
+}
+
+}  // namespace
+
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, std::initializer_list<Tensor> saved,
+               BackwardFn backward) {
+  return record_node(out, name, inputs, std::span<const Tensor>(saved.begin(), saved.size()), std::move(backward));
+}
+
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record_node(out, name, inputs, {}, std::move(backward));
 }
 
 Tensor GradHooks::apply(Tensor g) const {
@@ -316,7 +328,7 @@ Tensor Function::apply(std::shared_ptr<Function> fn, const std::vector<Tensor>& 
   }
   KILN_CHECK(out.defined(), fn->name(), ": forward returned an undefined tensor");
   out = out.detach();
-  record(out, "Function", inputs, fn->saved(), [fn](const Tensor& g, const std::vector<bool>& needs) {
+  record_node(out, "Function", inputs, fn->saved(), [fn](const Tensor& g, const std::vector<bool>& needs) {
     fn->needs_ = needs;
     std::vector<Tensor> gs = fn->backward(g);
     KILN_CHECK(gs.size() == needs.size(), fn->name(), ": backward returned ", gs.size(),

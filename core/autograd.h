@@ -6,6 +6,7 @@
 // so a backward refuses to run on data changed in place since the forward.
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,7 +88,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 /// tensors with a grad_fn, so the graph has no cycles. Every tensor the closure captures
 /// must be listed in `saved` (undefined ones are skipped): their versions are recorded
 /// now, and backward throws naming the op if one was changed in place in between.
-Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+/// (An initializer_list: nothing is allocated when no input needs grad.)
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, std::initializer_list<Tensor> saved,
                BackwardFn backward);
 /// The same for a closure that captures no tensor.
 Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);

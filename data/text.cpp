@@ -207,7 +207,7 @@ Batch TokenDataset::get_batch(int64_t batch, int64_t context, Rng& rng) const {
   KILN_CHECK(batch >= 1 && context >= 1, "TokenDataset::get_batch: batch and context must be >= 1, got ", batch,
              " and ", context);
   KILN_CHECK(context < n, "TokenDataset::get_batch: ", n, " tokens are too few for windows of ", context,
-             " tokens plus the shifted target (need at least ", context + 1, ")");
+             " tokens plus the shifted target (need more than ", context, ")");
   Batch b;
   b.input = Tensor::empty({batch, context}, DType::int64);   // (B, T)
   b.target = Tensor::empty({batch, context}, DType::int64);  // (B, T)
