@@ -3,7 +3,7 @@
 # tests/fuzz/corpus) under ASan + UBSan, each from a scratch copy of its seed corpus, and
 # fails if any target finds a crash, hang, leak or out-of-memory. CI's third stage.
 # Usage: scripts/fuzz.sh [target ...]       (default: every target)
-# Env: FUZZ_SECONDS per target (default 20), or FUZZ_RUNS=N to run N executions per target
+# Env: FUZZ_SECONDS per target (default 15), or FUZZ_RUNS=N to run N executions per target
 #      instead (the long measurement of docs/reliability.md); BUILD_DIR (build-asan); JOBS.
 # Each target's log and any crashing input land in $BUILD_DIR/fuzz/<target>/; a crash
 # found becomes a test by copying it to tests/fuzz/corpus/<target>/crashes/.
@@ -13,7 +13,7 @@ export BUILD_DIR=${BUILD_DIR:-build-asan}
 scripts/asan_build.sh kiln_fuzzers
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || for d in tests/fuzz/corpus/*/; do targets+=("$(basename "$d")"); done
-if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS"); else limit=(-max_total_time="${FUZZ_SECONDS:-20}"); fi
+if [ -n "${FUZZ_RUNS:-}" ]; then limit=(-runs="$FUZZ_RUNS"); else limit=(-max_total_time="${FUZZ_SECONDS:-15}"); fi
 # harnesses write each input to a file under TMPDIR: on disk, writeback makes that 10x slower
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1

@@ -177,7 +177,10 @@ struct MaxPolicy {
     if (has_nan) {
       while (p[i] == p[i]) ++i;  // NaN wins: the first NaN
     } else {
-      while (p[i] != m) ++i;
+      // clang starts simd max (min) reductions from the lowest (highest) finite value, which a
+      // row of -inf (+inf) does not hold: then no entry matches, and every entry is the answer
+      while (i < n && p[i] != m) ++i;
+      if (i == n) i = 0;
     }
     return {p[i], r0 + i};
   }

@@ -58,7 +58,8 @@ TEST_CASE("multi-tensor launches: every element of every tensor in exactly one c
   std::vector<float> tags(kSizes.size());  // slots are copied into launches: identify them by a pointer
   for (size_t i = 0; i < kSizes.size(); ++i) slots[i].n = kSizes[i], slots[i].skipped = &tags[i];
   // the default capacities (one launch here) and tiny ones (a tensor split across launches)
-  for (auto [max_slots, max_chunks] : {std::pair{kLaunchSlots, kLaunchChunks}, {2, 3}, {1, 1}, {64, 2}}) {
+  for (auto capacity : {std::pair{kLaunchSlots, kLaunchChunks}, {2, 3}, {1, 1}, {64, 2}}) {
+    const auto max_slots = capacity.first, max_chunks = capacity.second;
     INFO("capacity " << max_slots << " slots, " << max_chunks << " chunks");
     const auto plans = plan_launches(slots.data(), int64_t(slots.size()), max_slots, max_chunks);
     std::vector<std::vector<int>> seen(kSizes.size());

@@ -256,7 +256,8 @@ TEST_CASE("cuda parity: batch_norm in training (running stats) and eval mode" * 
 
 TEST_CASE("cuda parity: layer_norm backward on a large shape (two-stage dweight / dbias)" * doctest::skip(kNoGpu)) {
   manual_seed(10);
-  for (auto [R, D] : {std::pair<int64_t, int64_t>{4096, 768}, {37, 1000}, {3, 5}}) {
+  for (auto rd : {std::pair<int64_t, int64_t>{4096, 768}, {37, 1000}, {3, 5}}) {
+    const int64_t R = rd.first, D = rd.second;
     CAPTURE(R);
     CAPTURE(D);
     Pair x = leaf_pair(randn({R, D})), w = leaf_pair(randn({D})), b = leaf_pair(randn({D}));

@@ -141,8 +141,10 @@ TEST_CASE("cuda parity: embedding with repeated indices and padding_idx, forward
   manual_seed(13);
   for (DType dt : {DType::float32, DType::float64, DType::bfloat16}) {
     for (int64_t pad : {int64_t(-1), int64_t(3)}) {
-      for (auto [V, D, ishape] : std::vector<std::tuple<int64_t, int64_t, Shape>>{
+      for (const auto& vdi : std::vector<std::tuple<int64_t, int64_t, Shape>>{
                {10, 8, Shape{4, 16}}, {5, 1, Shape{300}}, {1000, 64, Shape{2, 3, 5}}, {7, 33, Shape{}}}) {
+        const int64_t V = std::get<0>(vdi), D = std::get<1>(vdi);
+        const Shape& ishape = std::get<2>(vdi);
         INFO(dtype_name(dt) << " V " << V << " D " << D << " indices " << shape_str(ishape) << " pad " << pad);
         Tensor w = randn({V, D}).to(dt), idx = randint(0, V, ishape);
         Tensor wa = w.clone().requires_grad_(), wb = w.to(kGpu).requires_grad_();

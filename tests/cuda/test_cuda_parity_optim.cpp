@@ -89,7 +89,9 @@ TEST_CASE("cuda parity: multi-tensor SGD / Adam / AdamW over several steps and t
     }
     auto cs = cpu_opt->state_dict(), gs = gpu_opt->state_dict();
     REQUIRE(cs.size() == gs.size());
-    for (const auto& [k, v] : cs) {
+    for (const auto& kv : cs) {
+      const auto& k = kv.first;
+      const auto& v = kv.second;
       INFO(k);
       REQUIRE(gs.count(k) == 1);
       if (k.find(".params") != std::string::npos) CHECK(gs.at(k).to_vector<double>() == v.to_vector<double>());

@@ -99,8 +99,8 @@ TEST_CASE("cuda shape index: cat over an emulated grid equals the CPU cat, every
 
 TEST_CASE("cuda shape index: index_select and its sorted-run index_add equal the CPU kernels") {
   const auto* cpu = kernel<IndexSelectKernels>(Op::index_select, Device::cpu());
-  for (auto [outer, S, n, inner] : std::vector<std::array<int64_t, 4>>{{1, 5, 12, 3}, {3, 4, 7, 1}, {2, 9, 1, 5},
-                                                                        {4, 3, 40, 2}}) {
+  for (auto dims : std::vector<std::array<int64_t, 4>>{{1, 5, 12, 3}, {3, 4, 7, 1}, {2, 9, 1, 5}, {4, 3, 40, 2}}) {
+    const int64_t outer = dims[0], S = dims[1], n = dims[2], inner = dims[3];
     INFO("outer " << outer << " S " << S << " n " << n << " inner " << inner);
     Tensor x = randn({outer, S, inner}, {.dtype = DType::float64});
     Tensor idx = randint(0, S, {n});  // repeats likely

@@ -58,7 +58,9 @@ void check_same(const Run& cpu, const Run& gpu, double rtol, double atol) {
   }
   CHECK(cpu.losses.back() < cpu.losses.front());  // it trained
   REQUIRE(cpu.state.size() == gpu.state.size());
-  for (const auto& [name, t] : cpu.state) {
+  for (const auto& entry : cpu.state) {
+    const auto& name = entry.first;
+    const auto& t = entry.second;
     INFO("tensor " << name);
     REQUIRE(gpu.state.count(name));
     CHECK(allclose(gpu.state.at(name).to(DType::float64), t.to(DType::float64), rtol, atol));

@@ -65,7 +65,9 @@ void load_init(nn::Module& m, const Golden& g) {
   auto named = m.named_parameters();
   REQUIRE(named.size() == g.params.size());
   NoGradGuard ng;
-  for (auto& [name, p] : named) {
+  for (auto& entry : named) {
+    auto& name = entry.first;
+    auto& p = entry.second;
     INFO("parameter " << name);
     REQUIRE(g.params.count(name) == 1);
     const ParamInit& pi = g.params.at(name);

@@ -52,7 +52,9 @@ double rel_diff(const Tensor& a, const Tensor& b) {
 void compare_grads(nn::Module& a, nn::Module& b, double tol) {
   auto pa = a.named_parameters(), pb = b.named_parameters();
   REQUIRE(pa.size() == pb.size());
-  for (auto& [name, p] : pa) {
+  for (auto& entry : pa) {
+    auto& name = entry.first;
+    auto& p = entry.second;
     CAPTURE(name);
     Tensor ga = p.grad(), gb = pb.at(name).grad();
     REQUIRE(ga.defined());
@@ -68,7 +70,9 @@ void sgd_step(nn::Module& m, double lr) {
 
 void compare_params(nn::Module& a, nn::Module& b, double tol) {
   auto pa = a.named_parameters(), pb = b.named_parameters();
-  for (auto& [name, p] : pa) {
+  for (auto& entry : pa) {
+    auto& name = entry.first;
+    auto& p = entry.second;
     CAPTURE(name);
     CHECK(rel_diff(p, pb.at(name)) <= tol);
   }

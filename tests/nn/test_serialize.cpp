@@ -113,7 +113,9 @@ TEST_CASE("safetensors: every dtype, views and 0-d tensors round-trip bitwise, i
 
   nn::StateDict back = load(path);
   CHECK(back.keys() == sd.keys());
-  for (const auto& [name, t] : sd) {
+  for (const auto& entry : sd) {
+    const auto& name = entry.first;
+    const auto& t = entry.second;
     const Tensor& b = back.at(name);
     CHECK_MESSAGE(same(b, t), name);
     CHECK(b.is_cpu());
@@ -313,7 +315,7 @@ TEST_CASE("tensors_to_json: an Adam state round-trips bitwise and resumes identi
   CHECK(j.at("state.0.exp_avg").at("dtype").as_string() == "float32");
   const auto back = tensors_from_json(json::parse(text, "opt.json"), "opt.json");
   REQUIRE(back.size() == sd.size());
-  for (const auto& [k, t] : sd) CHECK_MESSAGE(same(back.at(k), t), k);
+  for (const auto& kt : sd) CHECK_MESSAGE(same(back.at(kt.first), kt.second), kt.first);
 
   // a fresh optimizer restored from the JSON continues exactly like the original
   lin2.load_state_dict(lin1.state_dict());
@@ -344,7 +346,7 @@ TEST_CASE("tensors_to_json: every dtype and special value, and errors naming the
   CHECK(j.at("true").at("value").as_int() == 1);
   const auto back = tensors_from_json(json::parse(j.dump()), "state.json");
   REQUIRE(back.size() == m.size());
-  for (const auto& [k, t] : m) CHECK_MESSAGE(same(back.at(k), t), k);
+  for (const auto& kt : m) CHECK_MESSAGE(same(back.at(kt.first), kt.second), kt.first);
 
   auto err = [](const std::string& text) {
     return error_of([&] { tensors_from_json(json::parse(text), "state.json"); });

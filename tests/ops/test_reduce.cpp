@@ -566,3 +566,12 @@ TEST_CASE("errors: bad dims, dtypes, empty reductions, undefined tensors") {
   CHECK_THROWS_AS(max(u), kiln::Error);
   CHECK_THROWS_AS(softmax(u, 0), kiln::Error);
 }
+
+TEST_CASE("max / min / argmax over rows holding only infinities") {
+  // clang's simd max (min) reduction starts from the lowest (highest) finite value
+  Tensor x = T({-kInf, -kInf, -kInf, 2, kInf, kInf}, {3, 2});
+  check_values(argmax(x, 1), {0, 1, 0});
+  check_values(argmin(x, 1), {0, 0, 0});
+  CHECK(max(T({-kInf, -kInf, -kInf}, {3})).item() == -kInf);
+  CHECK(min(T({kInf, kInf}, {2})).item() == kInf);
+}

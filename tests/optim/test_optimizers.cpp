@@ -301,7 +301,7 @@ TEST_CASE("generic tensor-op path (non-contiguous and bfloat16 parameters) match
   Tensor base = randn({3, 4}, {.dtype = DType::float64});
   Tensor gsrc = randn({4, 3}, {.dtype = DType::float64});
   auto run = [&](bool noncontig, int which) {
-    Tensor p = noncontig ? base.t().detach() : base.t().contiguous().detach();
+    Tensor p = noncontig ? base.clone().t().detach() : base.t().contiguous().detach();  // steps write into p
     p.requires_grad_();
     REQUIRE(p.is_contiguous() == !noncontig);
     std::unique_ptr<optim::Optimizer> opt;
