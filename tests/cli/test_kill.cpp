@@ -76,7 +76,9 @@ void check_same_final(const std::string& a, const std::string& b) {
   CHECK(x.state().step == y.state().step);
   const nn::StateDict ta = kiln::load(a), tb = kiln::load(b);
   REQUIRE(ta.size() == tb.size());
-  for (const auto& [name, t] : ta) {
+  for (const auto& entry : ta) {
+    const std::string& name = entry.first;  // plain names: clang 14 cannot capture bindings in INFO
+    const Tensor& t = entry.second;
     INFO(name);
     const Tensor* u = tb.find(name);
     REQUIRE(u != nullptr);

@@ -52,13 +52,14 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 template <class Dict>
 void check_same(const Dict& a, const Dict& b) {
   REQUIRE(a.size() == b.size());
-  for (const auto& [k, v] : a) {
+  for (const auto& entry : a) {
+    const std::string& k = entry.first;  // plain names: clang 14 cannot capture bindings in INFO
     INFO(k);
     const Tensor* w = nullptr;
     for (const auto& [k2, v2] : b)
       if (k2 == k) w = &v2;
     REQUIRE(w != nullptr);
-    CHECK(same_bits(v, *w));
+    CHECK(same_bits(entry.second, *w));
   }
 }
 
