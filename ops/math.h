@@ -23,7 +23,7 @@ KILN_HD_INLINE float fast_exp(float x) {
 #else
   const float hi = 88.0f, lo = -87.33654475f;
   float r = x > hi ? hi : x;
-  r = r < lo ? lo : r;
+  r = r >= lo ? r : lo;  // NaN becomes lo here (its int conversion below would be UB); returned as NaN at the end
   const float n = (r * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(r / ln 2)
   r = r - n * 0.693359375f + n * 2.12194440e-4f;                              // r - n ln 2, in two parts
   const float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
