@@ -8,5 +8,7 @@ export BUILD_DIR=${BUILD_DIR:-build-asan}
 scripts/asan_build.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# the kill test spawns the (slow) ASan binary: 10 kills here, CI's first stage does 50
+export KILN_KILLS=${KILN_KILLS:-10}
 # install_consumer configures a project against the installed package: not a sanitizer matter
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" -E install_consumer ${1:+-R "$1"}
