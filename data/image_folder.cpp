@@ -104,11 +104,13 @@ bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
       continue;
     }
     if (m == 0xD9) return true;  // end of image
-    const size_t len = size_t(b[pos + 2]) << 8 | b[pos + 3], end = std::min(n, pos + 2 + len);
-    if (m == 0xC4)  // DHT: one or more tables of (class/id byte, 16 code counts, symbols)
-      for (size_t p = pos + 4; p + 17 <= end;) {
+    const size_t len = size_t(b[pos + 2]) << 8 | b[pos + 3], end = pos + 2 + len;
+    // DHT: one or more tables of (class/id byte, 16 code counts, symbols). stb reads a truncated table's missing
+    // bytes as 0, so the counts present are summed even when the file ends inside the table.
+    if (m == 0xC4)
+      for (size_t p = pos + 4; p < end && p < n;) {
         size_t codes = 0;
-        for (size_t i = 1; i <= 16; ++i) codes += b[p + i];
+        for (size_t i = p + 1; i <= p + 16 && i < n; ++i) codes += b[i];
         if (codes > 256) return false;
         p += 17 + codes;
       }
@@ -117,11 +119,35 @@ bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
   return true;
 }
 
+// The same stb_image passes a null pointer to memcpy (undefined behaviour, found by
+// fuzz_image under UBSan) when a PNG's first IDAT chunk is empty. An empty IDAT chunk is
+// legal and carries nothing, so this drops every one (length 0, type, CRC: 12 bytes)
+// before decoding; a file that is not a PNG, or whose chunks run past its end, is left
+// as it is for stb to judge.
+void drop_empty_png_idat(std::vector<uint8_t>& b) {
+  static constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  if (b.size() < 8 || !std::equal(kSignature, kSignature + 8, b.begin())) return;
+  std::vector<uint8_t> out(b.begin(), b.begin() + 8);
+  size_t pos = 8;
+  while (pos + 12 <= b.size()) {
+    const size_t len = size_t(b[pos]) << 24 | size_t(b[pos + 1]) << 16 | size_t(b[pos + 2]) << 8 | b[pos + 3];
+    if (len > b.size() - pos - 12) break;  // runs past the end: keep the rest unchanged
+    const bool empty_idat = len == 0 && std::equal(b.begin() + long(pos + 4), b.begin() + long(pos + 8), "IDAT");
+    if (!empty_idat) out.insert(out.end(), b.begin() + long(pos), b.begin() + long(pos + 12 + len));
+    pos += 12 + len;
+  }
+  if (out.size() + (b.size() - pos) == b.size()) return;  // nothing dropped
+  out.insert(out.end(), b.begin() + long(pos), b.end());
+  b.swap(out);
+}
+
 void decode(const std::string& path, int channels, StbImage& img) {
   KILN_CHECK(channels == 1 || channels == 3, "load_image: channels must be 1 or 3, got ", channels);
   std::vector<uint8_t> bytes = read_file_bytes(path);
   KILN_CHECK(!bytes.empty(), "load_image: '", path, "' is empty");
   KILN_CHECK(bytes.size() < (size_t(1) << 31), "load_image: '", path, "' is too large");
+  const int64_t file_bytes = int64_t(bytes.size());
+  drop_empty_png_idat(bytes);
   KILN_CHECK(jpeg_huffman_tables_ok(bytes), "load_image: '", path, "' is a corrupt JPEG: a Huffman table (DHT) "
              "declares more than 256 codes");
   int w = 0, h = 0, n = 0;
@@ -130,8 +156,8 @@ void decode(const std::string& path, int channels, StbImage& img) {
   const int64_t pixels = int64_t(w) * int64_t(h);
   KILN_CHECK(pixels <= kMaxPixels, "load_image: '", path, "': a ", w, "x", h, " image is larger than the ",
              kMaxPixels, "-pixel limit");
-  KILN_CHECK(pixels <= kMaxPixelsPerByte * int64_t(bytes.size()), "load_image: '", path, "' is corrupt: its header "
-             "declares a ", w, "x", h, " image, more than its ", bytes.size(), " bytes can hold");
+  KILN_CHECK(pixels <= kMaxPixelsPerByte * file_bytes, "load_image: '", path, "' is corrupt: its header "
+             "declares a ", w, "x", h, " image, more than its ", file_bytes, " bytes can hold");
   img.pixels = stbi_load_from_memory(bytes.data(), int(bytes.size()), &img.w, &img.h, &n, channels);
   KILN_CHECK(img.pixels != nullptr, "load_image: cannot decode '", path, "': ", stbi_failure_reason());
 }

@@ -17,8 +17,10 @@ namespace {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// A PNG signature, an IHDR of w x h 8-bit RGB and an empty IDAT: enough for a header scan.
-std::vector<uint8_t> png_header(uint32_t w, uint32_t h) {
+// A PNG signature, an IHDR of w x h 8-bit pixels of a colour type (2: RGB, 0: grey), the
+// given IDAT chunks (default: one empty one, enough for a header scan) and an IEND.
+std::vector<uint8_t> png_header(uint32_t w, uint32_t h, uint8_t color = 2,
+                                const std::vector<std::vector<uint8_t>>& idat = {{}}) {
   std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
   auto be = [&](uint32_t v) {
     for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
@@ -33,9 +35,9 @@ std::vector<uint8_t> png_header(uint32_t w, uint32_t h) {
   std::vector<uint8_t> ihdr;
   for (uint32_t v : {w, h})
     for (int s = 24; s >= 0; s -= 8) ihdr.push_back(uint8_t(v >> s));
-  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
+  ihdr.insert(ihdr.end(), {8, color, 0, 0, 0});
   chunk("IHDR", ihdr);
-  chunk("IDAT", {});
+  for (const auto& d : idat) chunk("IDAT", d);
   chunk("IEND", {});
   return b;
 }
@@ -67,6 +69,22 @@ TEST_CASE("read_idx checks the declared size against the file before allocating"
   // an empty tensor is fine
   write_bytes(tmp / "empty.idx", idx_bytes(0x0803, {0, 28, 28}, {}));
   CHECK(read_idx(tmp / "empty.idx").shape() == Shape{0, 28, 28});
+}
+
+TEST_CASE("load_image: empty IDAT chunks are legal and skipped (stb_image passed memcpy a null pointer)") {
+  TempDir tmp;
+  const std::vector<uint8_t> raw = {0, 10, 200};  // one row: filter byte 0, two grey pixels
+  uLongf n = compressBound(uLong(raw.size()));
+  std::vector<uint8_t> z(n);
+  REQUIRE(compress(z.data(), &n, raw.data(), uLong(raw.size())) == Z_OK);
+  z.resize(n);
+  write_bytes(tmp / "ok.png", png_header(2, 1, 0, {{}, z, {}}));
+  const Tensor img = load_image(tmp / "ok.png", 1);
+  CHECK(img.shape() == Shape{1, 2, 1});
+  CHECK(img.to_vector<double>() == std::vector<double>{10, 200});
+  write_bytes(tmp / "none.png", png_header(2, 1, 0, {{}}));  // no pixel data at all
+  const std::string e = error_of([&] { load_image(tmp / "none.png", 1); });
+  CHECK(has(e, "none.png"));
 }
 
 TEST_CASE("load_image checks the declared size against the file before decoding") {
