@@ -11,7 +11,10 @@ DivergenceGuard::DivergenceGuard(DivergenceGuardOptions options) : o_(options) {
              o_.max_consecutive_skips);
 }
 
-bool DivergenceGuard::check(double loss, const std::vector<Tensor>& params) {
+bool DivergenceGuard::check(double loss, const std::vector<Tensor>& params) { return check(loss, params, nullptr); }
+bool DivergenceGuard::check(double loss, const Optimizer& opt) { return check(loss, opt.all_params(), &opt); }
+
+bool DivergenceGuard::check(double loss, const std::vector<Tensor>& params, const Optimizer* agree) {
   if (!std::isfinite(loss)) {
     record(true, "loss " + std::to_string(loss));
     return false;
@@ -21,9 +24,10 @@ bool DivergenceGuard::check(double loss, const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
   for (const Tensor& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  const bool ok = !found_inf_and_unscale_(grads, 1.0f);
-  record(!ok, ok ? "" : "an inf/NaN gradient");
-  return ok;
+  bool bad = found_inf_and_unscale_(grads, 1.0f);
+  if (agree) bad = agree->agree_found_inf(bad);
+  record(bad, bad ? "an inf/NaN gradient" : "");
+  return !bad;
 }
 
 void DivergenceGuard::record(bool skipped, const std::string& reason) {

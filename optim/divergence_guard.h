@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 #include "core/tensor.h"
+#include "optim/optimizer.h"
 
 namespace kiln::optim {
 
@@ -29,6 +30,10 @@ class DivergenceGuard {
   /// the step. False: skip it (counted). Throws kiln::Error once max_consecutive_skips
   /// steps in a row were skipped.
   bool check(double loss, const std::vector<Tensor>& params);
+  /// check() over the gradients of opt's parameters; when they are only this rank's
+  /// (dist::ZeroRedundancyOptimizer), the ranks agree (any inf/NaN skips the step on all).
+  /// `loss` must already be the same on every rank (e.g. the mean over ranks).
+  bool check(double loss, const Optimizer& opt);
   /// Records a step the caller took (skipped = false) or skipped, with the reason.
   void record(bool skipped, const std::string& reason = "");
 
@@ -39,6 +44,7 @@ class DivergenceGuard {
   void set_skipped(int64_t n) { skipped_ = n; }
 
  private:
+  bool check(double loss, const std::vector<Tensor>& params, const Optimizer* agree);
   DivergenceGuardOptions o_;
   int64_t skipped_ = 0, consecutive_ = 0;
   std::string last_reason_;

@@ -133,11 +133,12 @@ void GradScaler::unscale_(Optimizer& opt) {
         k(dt, slots.data(), int64_t(slots.size()), static_cast<float*>(found.raw_data()),
           static_cast<const float*>(inv_scale_dev_.raw_data()));
     }
+    opt.agree_found_inf(found);
     st.found_inf = false;
     st.found_inf_dev = found;
   } else {
     const float inv = float(1.0 / get_scale());
-    st.found_inf = found_inf_and_unscale_(grads, inv);
+    st.found_inf = opt.agree_found_inf(found_inf_and_unscale_(grads, inv));
     st.found_inf_dev = Tensor();
   }
   st.stage = Stage::unscaled;

@@ -78,6 +78,14 @@ class Optimizer {
   virtual double momentum(size_t group) const;
   virtual void set_momentum(size_t group, double m);
 
+  /// Makes a GradScaler's inf/NaN finding agree across processes (true when any rank found
+  /// one). An optimizer that sees only this rank's gradients (dist::ZeroRedundancyOptimizer)
+  /// takes the max over ranks; the others see gradients already averaged (by DDP) or are
+  /// alone, and return `found`.
+  virtual bool agree_found_inf(bool found) const { return found; }
+  /// The same for a one-element float32 device flag, in place.
+  virtual void agree_found_inf(Tensor& flag) const { (void)flag; }
+
   /// Number of step() calls so far.
   int64_t step_count() const { return step_count_; }
 

@@ -71,7 +71,8 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts, cons
     for (const auto& [name, t] : sd) tensors.insert(std::string(part) + "/" + name, t);
     part_names.push_back(part);
   };
-  if (parts.optimizer) add("optimizer", parts.optimizer->state_dict());
+  if (parts.optimizer_state) add("optimizer", *parts.optimizer_state);
+  else if (parts.optimizer) add("optimizer", parts.optimizer->state_dict());
   if (parts.scheduler) add("scheduler", parts.scheduler->state_dict());
   if (parts.scaler) add("scaler", parts.scaler->state_dict());
   if (!options.allow_nonfinite) {

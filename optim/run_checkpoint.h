@@ -41,6 +41,10 @@ struct CheckpointParts {
   optim::LRScheduler* scheduler = nullptr;
   amp::GradScaler* scaler = nullptr;
   bool rng = true;  ///< kiln's global generator (dropout masks, random init)
+  /// Saved instead of optimizer->state_dict() when set: the full state of a sharded
+  /// optimizer (dist::ZeroRedundancyOptimizer), which every rank must gather together
+  /// before the one rank that writes calls save_checkpoint. Loading ignores it.
+  const optim::StateDict* optimizer_state = nullptr;
 };
 
 struct CheckpointSaveOptions {
