@@ -14,6 +14,7 @@
 #include "data/dataloader.h"
 #include "data/transforms.h"
 #include "data/vision.h"
+#include "dist/dist.h"
 #include "optim/run_checkpoint.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
@@ -163,7 +164,8 @@ int cmd_eval(int argc, char** argv, int first) {
 int cmd_train(int argc, char** argv, int first) {
   TrainResult r = run_training(parse_train_config(argc, argv, first));
   if (r.signal) return 128 + r.signal;  // as if the signal had ended it, after the checkpoint
-  return r.losses.empty() && r.accuracy < 0 && r.val_loss < 0 ? 1 : 0;
+  // nothing trained and nothing evaluated is a failure; ranks other than 0 never evaluate
+  return dist::rank() == 0 && r.losses.empty() && r.accuracy < 0 && r.val_loss < 0 ? 1 : 0;
 }
 
 }  // namespace kiln::cli

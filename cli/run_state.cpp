@@ -187,6 +187,7 @@ TrainConfig merge_resumed_config(const TrainConfig& saved, const TrainConfig& cm
   c.stop_at = cmd.stop_at;
   c.max_minutes = cmd.max_minutes;
   c.progress = cmd.progress;
+  c.zero = cmd.zero;  // how the ranks share the optimizer state: the checkpoint holds the full state either way
   // A resumed run goes on saving where it was resumed from unless told otherwise.
   c.save = cmd.given.count("save") ? cmd.save : cmd.resume;
   c.resume = cmd.resume;

@@ -24,7 +24,7 @@ TrainConfig config_from_json(const json::Value& v, const std::string& where);
 /// The configuration of a resumed run: the saved one, with what this command line gave.
 /// How far and where the run goes (--epochs, --steps, --device, --threads, --workers,
 /// --save, --metrics, --keep, --save-every, --max-skips, sampling) may always change (and
-/// stay as saved when not given); --stop-at, --max-minutes and --no-progress are this
+/// stay as saved when not given); --stop-at, --max-minutes, --no-progress and --zero are this
 /// command line's alone. A flag that contradicts a training setting of the saved run
 /// is an error unless cmdline.override_saved (--override); the model's shape, the task,
 /// --schedule and --limit never change. `notes` receives one line per value changed.

@@ -28,6 +28,7 @@
 #include "dist/ddp.h"
 #include "dist/dist.h"
 #include "dist/sampler.h"
+#include "dist/zero.h"
 #include "models/models.h"
 #include "nn/serialize.h"
 #include "ops/dispatch.h"
@@ -87,6 +88,8 @@ const std::vector<FlagSpec>& train_flags() {
       {"metrics", true, "", "metrics CSV (a PNG plot is written beside it); default runs/TASK-MODEL.csv"},
       {"log", true, "", "also write the log to this file"},
       {"no-progress", false, "", "no progress bar or progress lines, only the per-epoch log"},
+      {"zero", false, "", "under mpirun: ZeRO-1, each rank keeps 1/ranks of the optimizer state (gradients "
+                          "reduce-scattered, weights all-gathered at the step)"},
   };
   return specs;
 }
@@ -207,12 +210,15 @@ struct Trainer {
   std::string saved_path;      // and its file
 
   void make_optimizer(int64_t total_steps) {
-    auto params = model.module->parameters();
-    if (cfg.task == "gpt")
-      opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = cfg.lr, .weight_decay = cfg.weight_decay});
-    else
-      opt = std::make_unique<optim::SGD>(
-          params, optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+    auto make = [this](const std::vector<optim::ParamGroup>& groups) -> std::unique_ptr<optim::Optimizer> {
+      if (cfg.task == "gpt")
+        return std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+      return std::make_unique<optim::SGD>(
+          groups, optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+    };
+    const auto params = model.module->parameters();
+    if (cfg.zero) opt = std::make_unique<dist::ZeroRedundancyOptimizer>(params, make);
+    else opt = make(optim::single_group(params));
     if (cfg.schedule == "cosine")
       sched = std::make_unique<optim::WarmupCosineLR>(
           *opt, optim::WarmupCosineLROptions{.warmup_steps = std::max<int64_t>(1, total_steps / 20),
@@ -259,7 +265,7 @@ struct Trainer {
   /// the gradients are averaged over the ranks in the backward of the group's last
   /// micro-batch only (`last`).
   double micro_step(const Tensor& input, const Tensor& target, bool last = true) {
-    if (ddp) ddp->set_require_sync(last);
+    if (ddp) ddp->set_require_sync(last && !cfg.zero);  // ZeRO-1 reduce-scatters in its step
     Tensor loss;
     {
       autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
@@ -286,7 +292,7 @@ struct Trainer {
         guard->record(!took, std::isfinite(loss) ? "inf/NaN gradients under fp16 loss scaling (scale now " +
                                                        std::to_string(scaler->get_scale()) + ")"
                                                  : "loss " + std::to_string(loss));
-      } else if ((took = guard->check(loss, opt->all_params()))) {
+      } else if ((took = guard->check(loss, *opt))) {
         opt->step();
       }
     } catch (const Error& e) {
@@ -323,6 +329,8 @@ struct Trainer {
   /// Writes the checkpoint (when --save is set) with the data position within the epoch.
   void save(const Tally& tally) {
     if (cfg.save.empty()) return;
+    optim::StateDict sharded;  // ZeRO-1: gathering the full optimizer state takes every rank
+    if (cfg.zero) sharded = opt->state_dict();
     if (dist::rank() != 0) {  // rank 0 writes the one checkpoint of the job
       last_save = Clock::now();
       saved_step = step;
@@ -338,7 +346,7 @@ struct Trainer {
     s.extra["config"] = config_to_json(cfg);
     s.extra["skipped"] = guard->skipped();
     save_checkpoint(cfg.save, {.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(),
-                               .scaler = scaler.get()},
+                               .scaler = scaler.get(), .optimizer_state = cfg.zero ? &sharded : nullptr},
                     s, {.keep = int(cfg.keep), .metadata = meta});
     last_save = Clock::now();
     saved_step = step;
@@ -812,6 +820,7 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.resume = a.str("resume", "");
   c.metrics = a.str("metrics", "");
   c.progress = !a.flag("no-progress");
+  c.zero = a.flag("zero");
   c.keep = a.integer("keep");
   c.max_skips = a.integer("max-skips");
   parse_save_every(a.str("save-every"), c);
@@ -844,8 +853,9 @@ TrainResult run_training(TrainConfig cfg) {
   if (dist::rank() != 0) {  // rank 0 alone draws progress, writes metrics and checkpoints
     cfg.progress = false;
   } else if (dist::world_size() > 1) {
-    spdlog::info("data-parallel: {} ranks (MPI{}), global batch {} = {} per rank", dist::world_size(),
-                 dist::built_with_nccl() ? " + NCCL" : "", cfg.batch_size, cfg.batch_size / dist::world_size());
+    spdlog::info("data-parallel: {} ranks (MPI{}{}), global batch {} = {} per rank", dist::world_size(),
+                 dist::built_with_nccl() ? " + NCCL" : "", cfg.zero ? ", ZeRO-1" : "", cfg.batch_size,
+                 cfg.batch_size / dist::world_size());
   }
   Trainer t;
   t.cfg = cfg;

@@ -54,6 +54,8 @@ struct TrainConfig {
   int64_t save_every_steps = 0;    ///< also save every N optimizer steps (0: no)
   double save_every_minutes = 0;   ///< also save when this much time passed since the last save (0: no)
   int64_t max_skips = 25;      ///< consecutive skipped (non-finite) steps that stop the run
+  // not saved: this command line's alone
+  bool zero = false;           ///< under mpirun: ZeRO-1 (optimizer state sharded over the ranks)
   // not saved: how this command line relates to a resumed run
   std::set<std::string> given; ///< flags given on the command line (e.g. "lr")
   bool override_saved = false; ///< --override: given flags may change a resumed run's configuration
