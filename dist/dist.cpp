@@ -2,9 +2,12 @@
 // one-process fallback (see dist.h).
 #include "dist/dist.h"
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include "core/cuda.h"
 #include "core/error.h"
 #if KILN_WITH_MPI
@@ -30,6 +33,55 @@ Group& group() {
 }
 
 #if KILN_WITH_MPI
+// The collective timeout. A blocking MPI collective records its name and start time; a
+// watchdog thread (started by init() when there are several ranks) ends this process with
+// the message when one has waited longer than KILN_DIST_TIMEOUT seconds (default 600):
+// the rank it waits for has hung or is stuck elsewhere, and mpirun then ends every rank.
+// The watchdog does not call MPI (the library runs MPI_THREAD_FUNNELED).
+struct Watchdog {
+  std::atomic<const char*> op{nullptr};
+  std::atomic<int64_t> since_ms{0};
+  double timeout_s = 600;
+};
+Watchdog& watchdog() {
+  static Watchdog w;
+  return w;
+}
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+struct Waiting {  // scope of one blocking collective
+  explicit Waiting(const char* op) {
+    watchdog().since_ms.store(now_ms());
+    watchdog().op.store(op);
+  }
+  ~Waiting() { watchdog().op.store(nullptr); }
+};
+void start_watchdog(int rank) {
+  Watchdog& w = watchdog();
+  if (const char* e = std::getenv("KILN_DIST_TIMEOUT")) {
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    KILN_CHECK(end != e && *end == '\0' && v > 0, "dist::init: KILN_DIST_TIMEOUT must be a positive number of "
+               "seconds, got '", e, "'");
+    w.timeout_s = v;
+  }
+  std::thread([rank, &w] {
+    const auto tick = std::chrono::milliseconds(int64_t(std::clamp(w.timeout_s * 100.0, 10.0, 1000.0)));
+    for (;;) {
+      std::this_thread::sleep_for(tick);
+      const char* op = w.op.load();
+      if (op && double(now_ms() - w.since_ms.load()) > 1000.0 * w.timeout_s) {
+        std::fprintf(stderr, "[kiln] rank %d: error: dist::%s waited more than %g s for the other ranks "
+                     "(KILN_DIST_TIMEOUT); a rank has hung or failed. Ending the job.\n", rank, op, w.timeout_s);
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+    }
+  }).detach();
+}
+
 // Started by a process manager (mpirun / srun with PMIx)? Without one, MPI is not
 // initialised at all: a plain run stays a plain process.
 bool launched_by_mpirun() {
@@ -158,6 +210,7 @@ void init() {
   MPI_Comm_rank(node, &g.local_rank);
   MPI_Comm_free(&node);
   if (cuda::is_available() && cuda::device_count() > 0) cuda::set_device(g.local_rank % cuda::device_count());
+  if (g.world > 1) start_watchdog(g.rank);
 #endif
 }
 
@@ -189,6 +242,7 @@ bool Work::done() {
 void Work::wait() {
   if (!s_ || s_->finished) return;
 #if KILN_WITH_MPI
+  Waiting w("all_reduce_async");
   mpi_check(MPI_Wait(&s_->request, MPI_STATUS_IGNORE), "all_reduce_async");
 #endif
   s_->finish();
@@ -246,6 +300,7 @@ void all_reduce(Tensor& t, ReduceOp op) {
 #if KILN_WITH_MPI
   Tensor buf = staging(t, mpi_dtype(t.dtype()));
   char* p = static_cast<char*>(buf.raw_data());
+  Waiting w("all_reduce");
   for (int64_t off = 0, n = buf.numel(); off < n; off += kPiece)
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, p + off * int64_t(buf.element_size()), int(std::min(kPiece, n - off)),
                             mpi_type(buf.dtype(), "all_reduce"), mpi_op(op), MPI_COMM_WORLD),
@@ -275,6 +330,7 @@ void broadcast(Tensor& t, int root) {
   Tensor buf = staging(t, t.dtype());
   const int64_t bytes = buf.numel() * int64_t(buf.element_size());
   char* p = static_cast<char*>(buf.raw_data());
+  Waiting w("broadcast");
   for (int64_t off = 0; off < bytes; off += kPiece)
     mpi_check(MPI_Bcast(p + off, int(std::min(kPiece, bytes - off)), MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
   finish(t, buf);
@@ -302,6 +358,7 @@ Tensor all_gather(const Tensor& t) {
   KILN_CHECK(t.is_cpu(), "dist::all_gather: a ", t.device().str(), " tensor needs a build with NCCL (KILN_NCCL)");
 #if KILN_WITH_MPI
   KILN_CHECK(bytes <= INT_MAX, "dist::all_gather: ", bytes, " bytes per rank is over MPI's count limit");
+  Waiting w("all_gather");
   mpi_check(MPI_Allgather(in.raw_data(), int(bytes), MPI_BYTE, out.raw_data(), int(bytes), MPI_BYTE, MPI_COMM_WORLD),
             "all_gather");
 #endif
@@ -333,6 +390,7 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   const Tensor in = staging(t, mpi_dtype(t.dtype()));
   Tensor buf = staging(out, in.dtype());
   KILN_CHECK(buf.numel() <= INT_MAX, "dist::reduce_scatter: ", buf.numel(), " elements per rank is over MPI's limit");
+  Waiting w("reduce_scatter");
   mpi_check(MPI_Reduce_scatter_block(in.raw_data(), buf.raw_data(), int(buf.numel()), mpi_type(in.dtype(), "reduce_scatter"),
                                      mpi_op(op), MPI_COMM_WORLD),
             "reduce_scatter");
@@ -344,6 +402,7 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
 
 void barrier() {
 #if KILN_WITH_MPI
+  Waiting w("barrier");
   if (world_size() > 1) mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
 #endif
 }
