@@ -1,5 +1,7 @@
-// Consumer of the installed kiln package: y = relu(x) * 2, sum, backward.
+// Consumer of the installed kiln package: y = relu(x) * 2, sum, backward; and kiln::dist
+// (a one-process group here: all_reduce is the identity).
 #include <kiln/kiln.h>
+#include <dist/dist.h>
 #include <iostream>
 
 int main() {
@@ -8,7 +10,10 @@ int main() {
   kiln::Tensor y = kiln::sum(kiln::relu(x) * 2.0);
   y.backward();
   auto g = x.grad().to_vector<float>();
-  bool ok = y.item() == 10.0 && g[0] == 0.f && g[1] == 2.f && g[2] == 2.f;
+  kiln::dist::init();
+  kiln::Tensor s = y.detach().clone();
+  kiln::dist::all_reduce(s, kiln::dist::ReduceOp::sum);
+  bool ok = y.item() == 10.0 && g[0] == 0.f && g[1] == 2.f && g[2] == 2.f && s.item() == 10.0 * kiln::dist::world_size();
   std::cout << (ok ? "consumer ok" : "consumer WRONG") << "\n";
   return ok ? 0 : 1;
 }
