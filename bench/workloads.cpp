@@ -29,11 +29,7 @@ std::vector<Op> workload_ops(const std::string& name) {
           Op::cross_entropy};
 }
 
-/// One model workload: the model (a handle), its optimizer and the batch in memory.
-struct Trainer {
-  std::unique_ptr<optim::Optimizer> opt;
-  std::function<Tensor()> loss;  // forward + loss on the stored batch
-};
+}  // namespace
 
 Trainer make_trainer(const WorkloadConfig& c, Device dev) {
   Trainer t;
@@ -41,33 +37,32 @@ Trainer make_trainer(const WorkloadConfig& c, Device dev) {
   auto images = [&] { return randn({B, 1, 28, 28}).to(dev); };  // normal inputs
   auto labels = [&] { return randint(0, 10, {B}).to(dev); };    // uniform labels
   if (c.name == "mlp") {
-    models::MLP m({.in = 784, .hidden = {512, 512}, .out = 10});
-    m.to(dev);
-    t.opt = std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 1e-3});
+    t.model = std::make_shared<models::MLP>(models::MLPOptions{.in = 784, .hidden = {512, 512}, .out = 10});
+    t.model->to(dev);
+    t.opt = std::make_unique<optim::Adam>(t.model->parameters(), optim::AdamOptions{.lr = 1e-3});
     Tensor x = randn({B, 784}).to(dev), y = labels();
-    t.loss = [m, x, y] { return cross_entropy(m(x), y); };
+    t.loss_of = [x, y](nn::Module& m) { return cross_entropy(m(x), y); };
   } else if (c.name == "lenet" || c.name == "convnet") {
-    std::shared_ptr<nn::Module> model = c.name == "lenet" ? std::shared_ptr<nn::Module>(std::make_shared<models::LeNet5>())
-                                                          : std::shared_ptr<nn::Module>(std::make_shared<models::ConvNet>());
-    model->to(dev);
-    t.opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+    t.model = c.name == "lenet" ? std::shared_ptr<nn::Module>(std::make_shared<models::LeNet5>())
+                                : std::shared_ptr<nn::Module>(std::make_shared<models::ConvNet>());
+    t.model->to(dev);
+    t.opt = std::make_unique<optim::SGD>(t.model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
     Tensor x = images(), y = labels();
-    t.loss = [model, x, y] { return cross_entropy((*model)(x), y); };
+    t.loss_of = [x, y](nn::Module& m) { return cross_entropy(m(x), y); };
   } else if (c.name == "gpt") {
-    models::GPT m({.vocab = c.vocab, .context = c.context, .layers = c.layers, .heads = c.heads, .width = c.width,
-                   .dropout = 0.0, .tie_weights = false});
-    m.to(dev);
-    t.opt = std::make_unique<optim::AdamW>(m.parameters(), optim::AdamWOptions{.lr = 3e-4, .weight_decay = 0.1});
+    t.model = std::make_shared<models::GPT>(models::GPTConfig{.vocab = c.vocab, .context = c.context, .layers = c.layers,
+                                                              .heads = c.heads, .width = c.width, .dropout = 0.0,
+                                                              .tie_weights = false});
+    t.model->to(dev);
+    t.opt = std::make_unique<optim::AdamW>(t.model->parameters(), optim::AdamWOptions{.lr = 3e-4, .weight_decay = 0.1});
     const int64_t T = c.context, V = c.vocab;
     Tensor idx = randint(0, V, {B, T}).to(dev), tgt = randint(0, V, {B * T}).to(dev);
-    t.loss = [m, idx, tgt, B, T, V] { return cross_entropy(m(idx).reshape({B * T, V}), tgt); };
+    t.loss_of = [idx, tgt, B, T, V](nn::Module& m) { return cross_entropy(m(idx).reshape({B * T, V}), tgt); };
   } else {
     KILN_FAIL("kiln bench: no model for workload '", c.name, "'");
   }
   return t;
 }
-
-}  // namespace
 
 DeviceInfo kiln_device_info(const std::string& device) {
   DeviceInfo d;
@@ -168,7 +163,7 @@ Result run_workload(const WorkloadConfig& c, const std::string& device, int thre
       Tensor loss;
       {
         autocast guard(DType::bfloat16, bf16);
-        loss = trainer.loss();
+        loss = trainer.loss_of(*trainer.model);
       }
       loss.backward();
       trainer.opt->step();

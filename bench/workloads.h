@@ -2,11 +2,26 @@
 // kiln::models, times zero_grad + forward + loss + backward + optimizer step, and fills a
 // bench::Result (bench/workload_spec.h). `kiln bench` (cli/cmd_bench.cpp) drives it.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 #include "bench/workload_spec.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
 
 namespace kiln::bench {
+
+/// One model workload (WORKLOADS.md) built on a device: the model, its optimizer, and a
+/// random batch of c.batch samples in memory. loss_of(m) runs m (the model, or a wrapper
+/// of it such as dist::DistributedDataParallel) on the batch and returns the loss.
+struct Trainer {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::function<Tensor(nn::Module&)> loss_of;
+};
+/// Throws kiln::Error for sgemm (no model) or an unknown name.
+Trainer make_trainer(const WorkloadConfig& c, Device dev);
 
 /// Whether kiln can run on "cpu" or "cuda" here: description is the CPU model / GPU name,
 /// or why not ("this build of kiln has no CUDA backend ...", "no CUDA GPU found"). Any

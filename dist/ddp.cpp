@@ -10,6 +10,8 @@ namespace kiln::dist {
 
 namespace detail {
 
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 struct Bucket {
   std::vector<Tensor> params;   // in the order their gradients are expected
   std::vector<int64_t> offsets; // element offset of each in `flat`
@@ -17,6 +19,10 @@ struct Bucket {
   size_t ready = 0;             // gradients accumulated in this backward
   Work work;
   bool launched = false;
+  double launched_at = 0, done_at = -1;  // when its all-reduce started and was seen complete
+  void poll() {  // gives MPI a chance to progress it, and notes when it is complete
+    if (done_at < 0 && work.done()) done_at = now_s();
+  }
 };
 
 struct Reducer {
@@ -29,6 +35,8 @@ struct Reducer {
   bool sync = true;
   size_t launched = 0;
   double wait_seconds = 0;
+  double overlap = 0;  // of the last synchronised backward, see last_overlap_fraction()
+  double last_grad_at = 0;  // when the latest gradient was accumulated
 
   ~Reducer() {
     for (auto& [p, id] : hooks) p.remove_hook(id);
@@ -36,6 +44,7 @@ struct Reducer {
 
   void on_ready(const Tensor& p) {
     if (!sync) return;
+    last_grad_at = now_s();
     const auto [b, i] = where.at(p.impl_ptr().get());
     KILN_CHECK(!marked[b][i], "DistributedDataParallel: parameter '", name_of.at(p.impl_ptr().get()),
                "' got its gradient twice in one backward (is it used inside and outside a checkpointed block?)");
@@ -43,7 +52,7 @@ struct Reducer {
     Bucket& bk = buckets[b];
     if (++bk.ready == bk.params.size()) launch(bk);
     for (Bucket& other : buckets)  // give MPI a chance to progress the ones in flight
-      if (other.launched) other.work.done();
+      if (other.launched) other.poll();
     if (launched == buckets.size()) finish();
   }
 
@@ -53,6 +62,8 @@ struct Reducer {
       const Tensor g = bk.params[i].grad();
       bk.flat.narrow(0, bk.offsets[i], g.numel()).copy_(g.reshape({-1}));
     }
+    bk.launched_at = now_s();
+    bk.done_at = -1;
     bk.work = all_reduce_async(bk.flat, ReduceOp::avg);
     bk.launched = true;
     ++launched;
@@ -60,9 +71,16 @@ struct Reducer {
 
   void finish() {  // every bucket is in flight: wait, and put the averages into the grads
     NoGradGuard ng;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (Bucket& bk : buckets) bk.work.wait();
-    wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double t0 = now_s();
+    double in_flight = 0, hidden = 0;  // hidden: in flight before the last gradient came in
+    for (Bucket& bk : buckets) {
+      bk.work.wait();
+      if (bk.done_at < 0) bk.done_at = now_s();
+      in_flight += bk.done_at - bk.launched_at;
+      hidden += std::max(0.0, std::min(bk.done_at, last_grad_at) - bk.launched_at);
+    }
+    wait_seconds = now_s() - t0;
+    overlap = in_flight > 0 ? hidden / in_flight : 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       Bucket& bk = buckets[b];
       for (size_t i = 0; i < bk.params.size(); ++i) {
@@ -159,5 +177,6 @@ void DistributedDataParallel::set_require_sync(bool on) const { reducer_->sync =
 
 size_t DistributedDataParallel::num_buckets() const { return reducer_->buckets.size(); }
 double DistributedDataParallel::last_wait_seconds() const { return reducer_->wait_seconds; }
+double DistributedDataParallel::last_overlap_fraction() const { return reducer_->overlap; }
 
 }  // namespace kiln::dist

@@ -58,10 +58,13 @@ class DistributedDataParallel : public nn::Module {
   /// The switch no_sync() turns off for its scope (PyTorch's require_backward_grad_sync).
   void set_require_sync(bool on) const;
 
-  /// Buckets and their sizes, and how long the last backward waited for all-reduces after
-  /// its last gradient (what communication did not overlap).
+  /// The number of buckets; how long the last synchronised backward waited for the
+  /// all-reduces after its last gradient (communication not hidden, plus waiting for the
+  /// slowest rank); and the fraction of its buckets' all-reduce time (launch to seen
+  /// complete) that passed while backward was still computing.
   size_t num_buckets() const;
   double last_wait_seconds() const;
+  double last_overlap_fraction() const;
 
  private:
   std::shared_ptr<nn::Module> module_;
