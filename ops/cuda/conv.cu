@@ -14,6 +14,8 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/conv.h"
+#include "ops/cuda/conv_algo.h"
+#include "ops/cuda/cudnn_readback.h"
 #include "ops/cpu/conv_kernels.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/dtype_dispatch.h"
@@ -330,7 +332,8 @@ std::map<AlgoKey, AlgoChoice> g_algo_cache;
 /// The algorithm for one direction, from the cache or by asking cuDNN: `heuristic(perf,
 /// cap, &n)` lists algorithms by expected speed; with cudnn_benchmark on, `find(perf, cap,
 /// &n, ws, bytes)` times them on the real buffers. Takes the first usable one: status
-/// success, workspace allocatable, and (for float32 without TF32) FMA math.
+/// success, workspace allocatable, and (for float32 without TF32) listed with FMA math;
+/// it runs with the math type it was listed with (pick_conv_algo, ops/cuda/conv_algo.h).
 template <class Perf, class Heuristic, class Find>
 AlgoChoice choose_algo(const Conv2dGeom& g, DType dtype, Dir dir, cudnnMathType_t math, const Heuristic& heuristic,
                        const Find& find) {
@@ -357,23 +360,22 @@ AlgoChoice choose_algo(const Conv2dGeom& g, DType dtype, Dir dir, cudnnMathType_
     n = 0;
     find(perf, kCap, &n, ptr(ws), got);  // sorted by measured time
   }
-  // Two passes: algorithms whose math type is the one asked for, then any (with the
-  // descriptor's math type forced back to FMA for float32 without TF32).
-  for (int pass = 0; pass < 2; ++pass)
-    for (int i = 0; i < n; ++i) {
-      const Perf& p = perf[i];
-      if (p.status != CUDNN_STATUS_SUCCESS) continue;
-      if (pass == 0 && math == CUDNN_FMA_MATH && p.mathType != CUDNN_FMA_MATH) continue;
-      if (!bench && !workspace_fits(p.memory)) continue;
-      const AlgoChoice c{int(p.algo), math == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : p.mathType, p.memory};
-      std::lock_guard<std::mutex> lock(g_algo_mu);
-      g_algo_cache[key] = c;
-      return c;
-    }
-  KILN_FAIL("conv2d: cuDNN offers no usable ", dir_name(dir), " algorithm for input (", g.N, ", ", g.C, ", ", g.H,
-            ", ", g.W, "), weight (", g.O, ", ", g.C / g.groups, ", ", g.kH, ", ", g.kW, "), stride (", g.sH, ", ",
-            g.sW, "), padding (", g.pH, ", ", g.pW, "), dilation (", g.dH, ", ", g.dW, "), groups ", g.groups,
-            ", dtype ", dtype_name(dtype));
+  std::vector<cuda::ConvAlgoCandidate> rows(static_cast<size_t>(std::max(n, 0)));
+  for (size_t i = 0; i < rows.size(); ++i)
+    rows[i] = {int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, int(perf[i].mathType), perf[i].memory};
+  const bool fma_only = math == CUDNN_FMA_MATH;
+  const int i = cuda::pick_conv_algo(rows, fma_only, [&](size_t bytes) { return bench || workspace_fits(bytes); });
+  if (i >= 0) {
+    const AlgoChoice c{rows[size_t(i)].algo, cudnnMathType_t(rows[size_t(i)].math), rows[size_t(i)].workspace};
+    std::lock_guard<std::mutex> lock(g_algo_mu);
+    g_algo_cache[key] = c;
+    return c;
+  }
+  KILN_FAIL("conv2d: cuDNN offers no usable ", dir_name(dir), " algorithm", fma_only ? " with plain float32 (FMA) math" : "",
+            " for input (", g.N, ", ", g.C, ", ", g.H, ", ", g.W, "), weight (", g.O, ", ", g.C / g.groups, ", ", g.kH,
+            ", ", g.kW, "), stride (", g.sH, ", ", g.sW, "), padding (", g.pH, ", ", g.pW, "), dilation (", g.dH, ", ",
+            g.dW, "), groups ", g.groups, ", dtype ", dtype_name(dtype),
+            fma_only ? "; set_float32_matmul_precision(\"high\") lets it use TF32 algorithms" : "");
 }
 
 // ------------------------------------------------------------------ conv2d
@@ -482,6 +484,30 @@ const AvgPool2dKernels kAvgPoolCuda{&avg_pool_forward_cuda, &avg_pool_backward_c
 const AdaptiveAvgPool2dKernels kAdaptiveAvgPoolCuda{&adaptive_avg_forward_cuda, &adaptive_avg_backward_cuda};
 
 }  // namespace
+
+cuda::ConvDescriptorReadback cuda::conv2d_descriptor_readback(DType dtype, const Conv2dGeom& g) {
+  ConvDescs d(dtype, g);
+  ConvDescriptorReadback r;
+  int ns, cs, hs, ws;  // strides of the tensor descriptors (NCHW packed, not checked here)
+  cudnnDataType_t tx, ty, tw, compute;
+  cudnnTensorFormat_t fmt;
+  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.x.d, &tx, &r.x[0], &r.x[1], &r.x[2], &r.x[3], &ns, &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.y.d, &ty, &r.y[0], &r.y[1], &r.y[2], &r.y[3], &ns, &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(cudnnGetFilter4dDescriptor(d.w.d, &tw, &fmt, &r.w[0], &r.w[1], &r.w[2], &r.w[3]));
+  KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.d, d.x.d, d.w.d, &r.out[0], &r.out[1], &r.out[2],
+                                                         &r.out[3]));
+  cudnnConvolutionMode_t mode;
+  KILN_CUDNN_CHECK(cudnnGetConvolution2dDescriptor(d.conv.d, &r.pad[0], &r.pad[1], &r.stride[0], &r.stride[1],
+                                                   &r.dilation[0], &r.dilation[1], &mode, &compute));
+  KILN_CUDNN_CHECK(cudnnGetConvolutionGroupCount(d.conv.d, &r.groups));
+  cudnnMathType_t math;
+  KILN_CUDNN_CHECK(cudnnGetConvolutionMathType(d.conv.d, &math));
+  r.math = int(math);
+  r.data_type = tx == ty && tx == tw && fmt == CUDNN_TENSOR_NCHW ? int(tx) : -1;
+  r.compute_type = int(compute);
+  r.cross_correlation = mode == CUDNN_CROSS_CORRELATION;
+  return r;
+}
 
 void register_cuda_conv() {
   register_kernel(Op::conv2d, DeviceType::CUDA, const_cast<Conv2dKernels*>(&kConv2dCuda));

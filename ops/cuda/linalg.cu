@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "ops/cpu/linalg_kernels.h"
 #include "ops/linalg.h"
+#include "ops/cuda/gemm_map.h"
 #include "ops/cuda/handles.h"
 #include "ops/cuda/register.h"
 #include "ops/dispatch.h"
@@ -21,28 +22,32 @@ namespace {
 
 cublasHandle_t handle_for_current_stream() { return cuda::cublas_handle(); }  // ops/cuda/handles.cu
 
-// Row-major C (M, N) = op(A) op(B) is column-major C^T (N, M) = op(B)^T op(A)^T: the
-// same buffers with the operands swapped, so cuBLAS needs no copies. A row-major operand
-// stored untransposed reads as its transpose in column-major, hence op = N for !trans.
+cublasOperation_t op_of(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// Row-major C (M, N) = op(A) op(B) as column-major C^T (N, M) = op(B)^T op(A)^T: the same
+// buffers with the operands swapped, no copies (cuda::to_col_major, ops/cuda/gemm_map.h).
 template <class T>
 void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc, int64_t batch = 1, int64_t sa = 0, int64_t sb = 0,
           int64_t sc = 0) {
-  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cuda::ColMajorGemm c = cuda::to_col_major({ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch});
+  const cublasOperation_t opf = op_of(c.trans_first), ops = op_of(c.trans_second);
   if constexpr (std::is_same_v<T, float>) {
-    if (batch == 1)
-      KILN_CUBLAS_CHECK(cublasSgemm(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), A, int(lda), &beta, C,
-                                    int(ldc)));
+    if (c.batch == 1)
+      KILN_CUBLAS_CHECK(cublasSgemm(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), A,
+                                    int(c.ld_second), &beta, C, int(c.ldc)));
     else
-      KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), sb, A,
-                                                  int(lda), sa, &beta, C, int(ldc), sc, int(batch)));
+      KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
+                                                  int(c.ld_first), c.stride_first, A, int(c.ld_second),
+                                                  c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
   } else {
-    if (batch == 1)
-      KILN_CUBLAS_CHECK(cublasDgemm(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), A, int(lda), &beta, C,
-                                    int(ldc)));
+    if (c.batch == 1)
+      KILN_CUBLAS_CHECK(cublasDgemm(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), A,
+                                    int(c.ld_second), &beta, C, int(c.ldc)));
     else
-      KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), sb, A,
-                                                  int(lda), sa, &beta, C, int(ldc), sc, int(batch)));
+      KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
+                                                  int(c.ld_first), c.stride_first, A, int(c.ld_second),
+                                                  c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
   }
 }
 
@@ -63,16 +68,18 @@ cudaDataType_t cuda_type(DType dt) {
 void gemm_ex(cublasHandle_t h, DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
              const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
              int64_t batch = 1, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
-  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cuda::ColMajorGemm c = cuda::to_col_major({ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch});
+  const cublasOperation_t opf = op_of(c.trans_first), ops = op_of(c.trans_second);
   const cudaDataType_t t = cuda_type(dt);
   const cublasComputeType_t compute = is_half(dt) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-  if (batch == 1)
-    KILN_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, int(N), int(M), int(K), &alpha, B, t, int(ldb), A, t, int(lda), &beta,
-                                   C, t, int(ldc), compute, CUBLAS_GEMM_DEFAULT));
+  if (c.batch == 1)
+    KILN_CUBLAS_CHECK(cublasGemmEx(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, t, int(c.ld_first), A, t,
+                                   int(c.ld_second), &beta, C, t, int(c.ldc), compute, CUBLAS_GEMM_DEFAULT));
   else
-    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, int(N), int(M), int(K), &alpha, B, t, int(ldb), sb, A,
-                                                 t, int(lda), sa, &beta, C, t, int(ldc), sc, int(batch), compute,
-                                                 CUBLAS_GEMM_DEFAULT));
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, t,
+                                                 int(c.ld_first), c.stride_first, A, t, int(c.ld_second),
+                                                 c.stride_second, &beta, C, t, int(c.ldc), c.stride_c, int(c.batch),
+                                                 compute, CUBLAS_GEMM_DEFAULT));
 }
 
 cublasLtHandle_t lt_handle() {
@@ -130,7 +137,9 @@ bool gemm_lt(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   const cudaDataType_t t = cuda_type(dt);
   LtDesc d;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cuda::RowMajorGemm g{ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch};
+  const cuda::ColMajorGemm c = cuda::to_col_major(g);
+  const cublasOperation_t op_first = op_of(c.trans_first), op_second = op_of(c.trans_second);
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   KILN_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
@@ -142,9 +151,10 @@ bool gemm_lt(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   // first operand: B's buffer, (N, K) column-major when !tb, stored (K, N) when tb
-  d.a = lt_layout(t, tb ? K : N, tb ? N : K, ldb, batch, sb);
-  d.b = lt_layout(t, ta ? M : K, ta ? K : M, lda, batch, sa);
-  d.c = lt_layout(t, N, M, ldc, batch, sc);
+  const cuda::LtGemmLayouts l = cuda::to_lt_layouts(g);
+  d.a = lt_layout(t, l.first.rows, l.first.cols, l.first.ld, batch, l.first.stride);
+  d.b = lt_layout(t, l.second.rows, l.second.cols, l.second.ld, batch, l.second.stride);
+  d.c = lt_layout(t, l.c.rows, l.c.cols, l.c.ld, batch, l.c.stride);
   KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
   const uint64_t ws_bytes = kLtWorkspace;
   KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -182,13 +192,7 @@ void gemm_mixed(cublasHandle_t h, DType dt, bool ta, bool tb, int64_t M, int64_t
   gemm_ex(h, dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, sa, sb, sc);
 }
 
-/// The stride s when off[b] = off[0] + b * s for every b (s may be 0: a broadcast operand).
-bool evenly_spaced(const int64_t* off, int64_t n, int64_t& s) {
-  s = n > 1 ? off[1] - off[0] : 0;
-  for (int64_t b = 2; b < n; ++b)
-    if (off[b] - off[b - 1] != s) return false;
-  return true;
-}
+using cuda::evenly_spaced;
 
 template <class T>
 void matmul_t(bool ta, bool tb, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha, const T* A,

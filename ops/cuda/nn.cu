@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/gemm_map.h"
 #include "ops/cuda/handles.h"
 #include "ops/cuda/dtype_dispatch.h"
 #include "ops/cuda/register.h"
@@ -145,26 +146,28 @@ void embedding_backward(DType dt, const int64_t* idx, const void* dout, void* dw
 
 // ---------------------------------------------------------------- attention
 
-// Row-major C (M, N) = alpha op(A) op(B) for `batch` matrices at strides sa, sb, sc; A is
-// stored (M, K) (or (K, M) when ta) with row length lda, likewise B. Mapped onto
-// column-major cuBLAS as C^T = op(B)^T op(A)^T (the same buffers, operands swapped).
+// C = alpha op(A) op(B) for one of attention's row-major GEMMs (ops/cuda/gemm_map.h: the
+// shapes, and their column-major cuBLAS form C^T = op(B)^T op(A)^T, tested on the CPU).
+// C is contiguous (batch, M, N).
 template <class T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, int64_t sa,
-          const T* B, int64_t ldb, int64_t sb, T* C, int64_t ldc, int64_t sc, int64_t batch) {
-  if (M == 0 || N == 0 || batch == 0) return;
-  if (K == 0) {  // an empty sum
-    KILN_CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(batch * M * N) * sizeof(T), cuda::current_raw_stream()));
+void gemm(const cuda::RowMajorGemm& g, T alpha, const T* A, const T* B, T* C) {
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return;
+  if (g.K == 0) {  // an empty sum
+    KILN_CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(g.batch * g.M * g.N) * sizeof(T), cuda::current_raw_stream()));
     return;
   }
   cublasHandle_t h = cuda::cublas_handle();
-  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cuda::ColMajorGemm c = cuda::to_col_major(g);
+  const cublasOperation_t opf = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, ops = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const T beta = 0;
   if constexpr (std::is_same_v<T, float>)
-    KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), sb, A,
-                                                int(lda), sa, &beta, C, int(ldc), sc, int(batch)));
+    KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first),
+                                                c.stride_first, A, int(c.ld_second), c.stride_second, &beta, C,
+                                                int(c.ldc), c.stride_c, int(c.batch)));
   else
-    KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opb, opa, int(N), int(M), int(K), &alpha, B, int(ldb), sb, A,
-                                                int(lda), sa, &beta, C, int(ldc), sc, int(batch)));
+    KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first),
+                                                c.stride_first, A, int(c.ld_second), c.stride_second, &beta, C,
+                                                int(c.ldc), c.stride_c, int(c.batch)));
 }
 
 template <class T>
@@ -175,10 +178,10 @@ void attention_forward_t(const T* q, const T* k, const T* v, T* out, T* lse, int
   cudaStream_t st = cuda::current_raw_stream();
   Tensor sbuf = Tensor::empty({B, Tq, Tk}, dtype_of<T>(), current_device());
   T* s = static_cast<T*>(sbuf.raw_data());  // (B, Tq, Tk) scores, then probabilities
-  gemm<T>(false, true, Tq, Tk, E, T(scale), q, E, Tq * E, k, E, Tk * E, s, Tk, Tq * Tk, B);  // s = scale q k^T
+  gemm<T>(cuda::attention_scores(B, Tq, Tk, E), T(scale), q, k, s);  // s = scale q k^T
   attention_softmax_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(s, lse, rows, Tq, Tk, causal);
   KILN_CUDA_CHECK_LAUNCH();
-  gemm<T>(false, false, Tq, Ev, Tk, T(1), s, Tk, Tq * Tk, v, Ev, Tk * Ev, out, Ev, Tq * Ev, B);  // out = p v
+  gemm<T>(cuda::attention_output(B, Tq, Tk, Ev), T(1), s, v, out);  // out = p v
 }
 
 template <class T>
@@ -189,23 +192,23 @@ void attention_backward_t(const T* q, const T* k, const T* v, const T* out, cons
   const Device dev = current_device();
   Tensor pbuf = Tensor::empty({B, Tq, Tk}, dtype_of<T>(), dev);
   T* p = static_cast<T*>(pbuf.raw_data());  // (B, Tq, Tk)
-  gemm<T>(false, true, Tq, Tk, E, T(scale), q, E, Tq * E, k, E, Tk * E, p, Tk, Tq * Tk, B);  // s = scale q k^T
+  gemm<T>(cuda::attention_scores(B, Tq, Tk, E), T(scale), q, k, p);  // s = scale q k^T
   if (rows > 0) {
     attention_probs_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(p, lse, rows, Tq, Tk, causal);
     KILN_CUDA_CHECK_LAUNCH();
   }
-  if (dv) gemm<T>(true, false, Tk, Ev, Tq, T(1), p, Tk, Tq * Tk, dout, Ev, Tq * Ev, dv, Ev, Tk * Ev, B);  // p^T dO
+  if (dv) gemm<T>(cuda::attention_dv(B, Tq, Tk, Ev), T(1), p, dout, dv);  // p^T dO
   if (!dq && !dk) return;
   Tensor dpbuf = Tensor::empty({B, Tq, Tk}, dtype_of<T>(), dev);
   T* dp = static_cast<T*>(dpbuf.raw_data());  // (B, Tq, Tk)
-  gemm<T>(false, true, Tq, Tk, Ev, T(1), dout, Ev, Tq * Ev, v, Ev, Tk * Ev, dp, Tk, Tq * Tk, B);  // dp = dO v^T
+  gemm<T>(cuda::attention_dp(B, Tq, Tk, Ev), T(1), dout, v, dp);  // dp = dO v^T
   if (rows > 0) {
     attention_dscores_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(p, dp, dout, out, rows, Tk, Ev,
                                                                                       T(scale));
     KILN_CUDA_CHECK_LAUNCH();
   }
-  if (dq) gemm<T>(false, false, Tq, E, Tk, T(1), dp, Tk, Tq * Tk, k, E, Tk * E, dq, E, Tq * E, B);  // ds k
-  if (dk) gemm<T>(true, false, Tk, E, Tq, T(1), dp, Tk, Tq * Tk, q, E, Tq * E, dk, E, Tk * E, B);   // ds^T q
+  if (dq) gemm<T>(cuda::attention_dq(B, Tq, Tk, E), T(1), dp, k, dq);  // ds k
+  if (dk) gemm<T>(cuda::attention_dk(B, Tq, Tk, E), T(1), dp, q, dk);  // ds^T q
 }
 
 // 16-bit attention: inputs converted to float32 temporaries, the float32 path, results

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/cpu/norm_kernels.h"
+#include "ops/cuda/cudnn_readback.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/handles.h"
 #include "ops/cuda/register.h"
@@ -341,6 +342,19 @@ const BatchNormKernels kBatchNormCuda{&batch_norm_forward_train_cuda, &batch_nor
                                       &batch_norm_backward_cuda};
 
 }  // namespace
+
+cuda::BatchNormDescriptorReadback cuda::batch_norm_descriptor_readback(DType dtype, int64_t N, int64_t C, int64_t S) {
+  BnDescs d(dtype, N, C, S);
+  BatchNormDescriptorReadback r;
+  int ns, cs, hs, ws;
+  cudnnDataType_t tx, tp;
+  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.x, &tx, &r.x[0], &r.x[1], &r.x[2], &r.x[3], &ns, &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.param, &tp, &r.param[0], &r.param[1], &r.param[2], &r.param[3], &ns,
+                                              &cs, &hs, &ws));
+  r.x_type = int(tx);
+  r.param_type = int(tp);
+  return r;
+}
 
 void register_cuda_norm() {
   register_kernel(Op::layer_norm, DeviceType::CUDA, const_cast<LayerNormKernels*>(&kLayerNormCuda));
