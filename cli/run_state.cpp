@@ -43,7 +43,7 @@ void validate_config(const TrainConfig& c, const std::string& where, bool from_f
                                 : (c.model == "resnet20" || c.model == "convnet"),
         "model", c.model, "a model of the task: mnist convnet|lenet|mlp, cifar10 resnet20|convnet, gpt gpt");
   check(c.epochs >= 1, "epochs", c.epochs, ">= 1");
-  check(c.batch_size >= 1, "batch-size", c.batch_size, ">= 1");
+  check(c.batch_size >= 1 || (from_flags && c.batch_auto), "batch-size", c.batch_size, ">= 1 or auto");
   check(std::isfinite(c.lr) && c.lr > 0, "lr", c.lr, "a finite number > 0");
   check(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1, "momentum", c.momentum, "in [0, 1)");
   check(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight-decay", c.weight_decay, "a finite number >= 0");

@@ -5,6 +5,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include "cli/args.h"
 #include "cli/metrics.h"
@@ -35,6 +37,7 @@
 #include "ops/loss.h"
 #include "ops/reduce.h"
 #include "optim/adam.h"
+#include "optim/batch_finder.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "optim/divergence_guard.h"
@@ -55,7 +58,10 @@ const std::vector<FlagSpec>& train_flags() {
       {"text", true, "", "gpt: UTF-8 text file to train on"},
       {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
       {"epochs", true, "", "passes over the training set (vision; 3)"},
-      {"batch-size", true, "", "examples per micro-batch (vision 64, gpt 16)"},
+      {"batch-size", true, "", "examples per micro-batch (vision 64, gpt 16), or auto: the largest that fits the "
+                               "memory target (--memory-limit; on a GPU 90% of its memory)"},
+      {"memory-limit", true, "", "with --batch-size auto: the memory target, in bytes or with a K, M or G suffix "
+                                 "(needed on the CPU)"},
       {"lr", true, "", "learning rate (vision SGD 0.01, gpt AdamW 1e-3)"},
       {"momentum", true, "0.9", "SGD momentum (vision)"},
       {"weight-decay", true, "", "SGD L2 (vision; 0) or AdamW decoupled decay (gpt; 0.01)"},
@@ -256,6 +262,42 @@ struct Trainer {
     return s.data.contains("epoch") ? Tally::from_json(s.data.at("epoch"), where) : Tally{};
   }
 
+  /// --batch-size auto: the largest micro-batch per rank (at most max_per_rank) whose
+  /// training step stays within the memory target, found with trial steps on sample(b)
+  /// (input and target of b examples; optim::find_batch_size restores everything after
+  /// each), the smallest over the ranks; cfg.batch_size becomes it times the ranks.
+  void find_batch(const std::function<std::pair<Tensor, Tensor>(int64_t)>& sample, int64_t max_per_rank) {
+    KILN_CHECK(max_per_rank >= 1, "kiln train: --batch-size auto: the training data has too few examples for one "
+               "batch per rank and --accum step");
+    KILN_CHECK(!device.is_cpu() || cfg.memory_limit > 0, "kiln train: --batch-size auto on the CPU needs "
+               "--memory-limit (e.g. --memory-limit 4G): the CPU has no device memory to fill");
+    make_optimizer(1);  // a stand-in with the real optimizer's state, replaced once the batch is known
+    if (ddp) ddp->set_require_sync(false);  // trial steps are local: no rank waits for another
+    auto step = [&](int64_t b) {
+      const auto [x, y] = sample(b);
+      autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
+      Tensor logits = (*model.module)(x.to(device));
+      const Tensor target = y.to(device);
+      Tensor loss = cfg.task == "gpt" ? cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}))
+                                      : cross_entropy(logits, target);
+      loss.backward();
+      opt->step();
+    };
+    const optim::BatchFinderResult r = optim::find_batch_size(
+        step, *model.module, *opt, device, {.start = 1, .max = max_per_rank, .memory_limit = cfg.memory_limit});
+    int64_t b = r.batch;
+    if (dist::world_size() > 1) {  // the smallest over the ranks (the max of the negatives)
+      Tensor v = full({1}, -double(b), {.dtype = DType::float64});
+      dist::all_reduce(v, dist::ReduceOp::max);
+      b = int64_t(-v.item());
+    }
+    cfg.batch_size = b * dist::world_size();
+    cfg.batch_auto = false;
+    spdlog::info("batch size auto: {} per rank (its step peaked at {:.1f} MiB of the {:.1f} MiB target; {} trial "
+                 "steps{})", b, double(r.peak_bytes) / (1 << 20), double(r.limit_bytes) / (1 << 20), r.tries.size(),
+                 b == max_per_rank ? ", stopped at the largest batch the data allows" : "");
+  }
+
   /// Wraps the model for data-parallel training when the job has several ranks.
   void wrap_model() {
     if (dist::world_size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model.module);
@@ -445,6 +487,14 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
   // Under mpirun --batch-size is the global batch: each rank takes its share of every
   // epoch (DistributedSampler) in batches of batch-size / ranks.
   const int W = dist::world_size();
+  if (cfg.batch_auto)
+    t.find_batch(
+        [&](int64_t b) {
+          data::DataLoader first(d.train, {.batch_size = b, .transform = transform});
+          const data::Batch batch = *first.begin();
+          return std::make_pair(batch.input, batch.target);
+        },
+        d.train->size() / (W * cfg.accum));
   KILN_CHECK(cfg.batch_size % W == 0, "kiln train: --batch-size ", cfg.batch_size, " (the global batch) must be a "
              "multiple of the ", W, " ranks");
   std::shared_ptr<dist::DistributedSampler> sampler;
@@ -595,6 +645,14 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   t.model.module->to(t.device);
   t.wrap_model();
   const int W = dist::world_size();
+  if (cfg.batch_auto)
+    t.find_batch(
+        [&](int64_t b) {
+          data::Rng trial(cfg.seed, 7);
+          const data::Batch batch = text.train().get_batch(b, cfg.context, trial);
+          return std::make_pair(batch.input, batch.target);
+        },
+        int64_t(1) << 16);
   KILN_CHECK(cfg.batch_size % W == 0, "kiln train gpt: --batch-size ", cfg.batch_size, " (the global batch) must be a "
              "multiple of the ", W, " ranks");
   const int64_t rows = cfg.batch_size / W;
@@ -765,6 +823,25 @@ void parse_save_every(const std::string& v, TrainConfig& c) {
   else c.save_every_steps = int64_t(x);
 }
 
+/// --memory-limit: bytes, or a number with a K, M or G suffix (powers of 1024): 512M, 1.5G.
+int64_t parse_memory_size(const std::string& v) {
+  double scale = 1;
+  std::string num = v;
+  if (!v.empty()) {
+    const char s = char(std::toupper(static_cast<unsigned char>(v.back())));
+    if (s == 'K' || s == 'M' || s == 'G') {
+      scale = s == 'K' ? 1024.0 : s == 'M' ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
+      num.pop_back();
+    }
+  }
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(num.c_str(), &end);
+  KILN_CHECK(!num.empty() && *end == '\0' && errno == 0 && std::isfinite(x) && x > 0 && x * scale < 9.0e18,
+             "kiln train: --memory-limit '", v, "' must be a positive size in bytes or with a K, M or G suffix (e.g. 2G)");
+  return int64_t(x * scale);
+}
+
 }  // namespace
 
 TrainConfig parse_train_config(int argc, char** argv, int first) {
@@ -792,7 +869,12 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
              gpt ? "--text FILE" : "--data DIR", " is required");
   c.device = a.str("device");
   c.epochs = a.integer("epochs", 3);
-  c.batch_size = a.integer("batch-size", gpt ? 16 : 64);
+  c.batch_auto = a.has("batch-size") && a.str("batch-size") == "auto";
+  c.batch_size = c.batch_auto ? 0 : a.integer("batch-size", gpt ? 16 : 64);
+  if (a.has("memory-limit")) c.memory_limit = parse_memory_size(a.str("memory-limit"));
+  KILN_CHECK(!a.has("memory-limit") || c.batch_auto, "kiln train: --memory-limit is for --batch-size auto");
+  KILN_CHECK(!c.batch_auto || !a.has("resume"), "kiln train: --batch-size auto cannot be used with --resume (the run "
+             "keeps the batch size it was saved with)");
   c.lr = a.number("lr", gpt ? 1e-3 : 0.01);
   c.momentum = a.number("momentum");
   c.weight_decay = a.number("weight-decay", gpt ? 0.01 : 0.0);

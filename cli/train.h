@@ -56,6 +56,8 @@ struct TrainConfig {
   int64_t max_skips = 25;      ///< consecutive skipped (non-finite) steps that stop the run
   // not saved: this command line's alone
   bool zero = false;           ///< under mpirun: ZeRO-1 (optimizer state sharded over the ranks)
+  bool batch_auto = false;     ///< --batch-size auto: find the largest batch that fits (batch_size is then 0 until found)
+  int64_t memory_limit = 0;    ///< --memory-limit in bytes for --batch-size auto (0: 90% of the GPU's memory)
   // not saved: how this command line relates to a resumed run
   std::set<std::string> given; ///< flags given on the command line (e.g. "lr")
   bool override_saved = false; ///< --override: given flags may change a resumed run's configuration

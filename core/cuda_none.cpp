@@ -2,6 +2,7 @@
 // needs one throws kiln::Error saying how to build with CUDA.
 #ifndef KILN_WITH_CUDA
 #include "core/cuda.h"
+#include "core/cuda_memory.h"
 #include "core/error.h"
 
 namespace kiln::cuda {
@@ -15,6 +16,7 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 int probe(int) { no_backend("probe"); }
 std::string device_name(int) { no_backend("device_name"); }
+DeviceMemory memory_info(int) { no_backend("memory_info"); }
 void init_backend() {}  // nothing to register: allocator_for(cuda) then reports the missing backend
 void set_device(int) { no_backend("set_device"); }
 int current_device() { no_backend("current_device"); }

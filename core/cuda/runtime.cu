@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 #include "core/cuda.h"
+#include "core/cuda_memory.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 
@@ -83,6 +84,13 @@ std::string device_name(int device) {
   std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major, p.minor,
                 p.multiProcessorCount, double(p.totalGlobalMem) / double(1ull << 30));
   return buf;
+}
+
+DeviceMemory memory_info(int device) {
+  DeviceGuard guard(resolve_device(device));
+  DeviceMemory m;
+  KILN_CUDA_CHECK(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+  return m;
 }
 
 int probe(int value) {

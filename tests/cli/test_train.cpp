@@ -135,3 +135,34 @@ TEST_CASE("kiln train cifar10: ResNet20 with augmentation, bf16 autocast and che
   CHECK(kiln::load_metadata(tmp / "r.safetensors").at("kiln.model") == "resnet20");
   CHECK(command(cmd_eval, {"--checkpoint", tmp / "r.safetensors", "--device", "cpu"}) == 0);
 }
+
+TEST_CASE("kiln train --batch-size auto: the largest batch within --memory-limit, saved as a number") {
+  TempDir tmp;
+  write_tiny_mnist(tmp.path.string(), "train", 300, 1);
+  write_tiny_mnist(tmp.path.string(), "t10k", 50, 2);
+  const std::vector<std::string> base = {"mnist", "--model", "lenet", "--data", tmp.path.string(), "--epochs", "1",
+                                         "--threads", "1", "--no-progress", "--metrics", tmp / "a.csv"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = base;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  // a generous limit: the whole training set is one batch
+  TrainResult all = train(with({"--batch-size", "auto", "--memory-limit", "1G", "--save", tmp / "a.safetensors"}));
+  CHECK(all.losses.size() == 1);
+  const TrainConfig saved = config_from_json(
+      json::parse(kiln::load_metadata(tmp / "a.safetensors").at("kiln.state")).at("extra").at("config"), "test");
+  CHECK(saved.batch_size == 300);
+  // a tight one: smaller batches, more steps
+  TrainResult tight = train(with({"--batch-size", "auto", "--memory-limit", "6M"}));
+  CHECK(tight.losses.size() > 1);
+  CHECK(tight.losses.size() < 300);
+  CHECK(error_of([&] { train(with({"--batch-size", "auto", "--memory-limit", "1K"})); }).find("does not fit") !=
+        std::string::npos);
+  CHECK(error_of([&] { train(with({"--batch-size", "auto"})); }).find("needs --memory-limit") != std::string::npos);
+  CHECK(error_of([&] { train(with({"--batch-size", "auto", "--memory-limit", "2X"})); }).find("--memory-limit") !=
+        std::string::npos);
+  CHECK(error_of([&] { train(with({"--memory-limit", "2G"})); }).find("--batch-size auto") != std::string::npos);
+  CHECK(error_of([&] { train(with({"--batch-size", "auto", "--memory-limit", "1G", "--resume", tmp / "a.safetensors"})); })
+            .find("--resume") != std::string::npos);
+}
