@@ -3,6 +3,7 @@
 #include <cfloat>
 #include <cmath>
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "ops/elementwise.h"
 #include "ops/helpers.h"
 #include "ops/reduce.h"
@@ -247,14 +248,14 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   }
   const double s = get("scale"), gf = get("growth_factor"), bf = get("backoff_factor");
   const double gi = get("growth_interval"), gt = get("growth_tracker");
-  KILN_CHECK(std::isfinite(s) && s > 0 && gf > 1 && bf > 0 && bf < 1 && gi > 0 && gt >= 0,
+  KILN_CHECK(std::isfinite(s) && s > 0 && std::isfinite(gf) && gf > 1 && bf > 0 && bf < 1 && gi > 0 && gt >= 0,
              "GradScaler.load_state_dict: invalid values (scale ", s, ", growth_factor ", gf, ", backoff_factor ", bf,
              ", growth_interval ", gi, ", growth_tracker ", gt, ")");
   scale_ = clamp_scale(s);
   growth_factor_ = gf;
   backoff_factor_ = bf;
-  growth_interval_ = int64_t(gi);
-  growth_tracker_ = int64_t(gt);
+  growth_interval_ = checked_whole(gi, "GradScaler.load_state_dict", "growth_interval");
+  growth_tracker_ = checked_whole(gt, "GradScaler.load_state_dict", "growth_tracker");
   per_opt_.clear();
   if (on_device()) {  // the device state is re-created from the loaded values when next used
     last_found_inf_ = last_step_skipped();

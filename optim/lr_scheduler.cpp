@@ -3,8 +3,17 @@
 #include <cmath>
 #include <numbers>
 #include <string>
+#include "core/checked_math.h"
 
 namespace kiln::optim {
+
+namespace {
+// A step count read back from a state dict (checked: a corrupt file must not reach an
+// out-of-range double-to-int64 conversion).
+int64_t whole(double v, const std::string& who, const std::string& key) {
+  return checked_whole(v, who + ".load_state_dict", key);
+}
+}  // namespace
 
 // ---------------------------------------------------------------- base
 
@@ -67,8 +76,18 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
     KILN_CHECK(cur.count(k), name_, ".load_state_dict: unknown key 'settings.", k,
                "' (is this the state of another scheduler?)");
   }
-  set_settings(s);
-  last_epoch_ = int64_t(le.item());
+  const int64_t last_epoch = whole(le.item(), name_, "last_epoch");
+  KILN_CHECK(last_epoch >= 0, name_, ".load_state_dict: 'last_epoch' must be >= 0, got ", last_epoch);
+  for (const auto& [k, v] : s)  // every setting is a number; the step counts among them are whole (below)
+    KILN_CHECK(std::isfinite(v), name_, ".load_state_dict: 'settings.", k, "' must be finite, got ", v);
+  const std::map<std::string, double> old = settings();
+  try {  // the new settings must pass the constructor's checks; else the old ones stay
+    set_settings(s);
+  } catch (const Error& e) {
+    set_settings(old);
+    KILN_FAIL(name_, ".load_state_dict: the saved settings are invalid: ", e.what());
+  }
+  last_epoch_ = last_epoch;
   base_lrs_ = std::move(base);
   last_lr_ = std::move(last);
   // Write the restored lrs into the optimizer (PyTorch leaves that to the optimizer's own
@@ -82,8 +101,13 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
 // ---------------------------------------------------------------- StepLR
 
 StepLR::StepLR(Optimizer& opt, StepLROptions o) : LRScheduler(opt, "StepLR"), o_(o) {
-  KILN_CHECK(o.step_size > 0, "StepLR: step_size must be > 0, got ", o.step_size);
+  check_options();
   initial_step();
+}
+
+void StepLR::check_options() const {
+  KILN_CHECK(o_.step_size > 0, "StepLR: step_size must be > 0, got ", o_.step_size);
+  KILN_CHECK(std::isfinite(o_.gamma) && o_.gamma >= 0, "StepLR: gamma must be finite and >= 0, got ", o_.gamma);
 }
 
 double StepLR::lr_at(size_t group, int64_t epoch) const {
@@ -94,19 +118,25 @@ std::map<std::string, double> StepLR::settings() const {
   return {{"step_size", double(o_.step_size)}, {"gamma", o_.gamma}};
 }
 void StepLR::set_settings(const std::map<std::string, double>& s) {
-  o_.step_size = int64_t(s.at("step_size"));
+  o_.step_size = whole(s.at("step_size"), name_, "settings.step_size");
   o_.gamma = s.at("gamma");
+  check_options();
 }
 
 // ---------------------------------------------------------------- WarmupCosineLR
 
 WarmupCosineLR::WarmupCosineLR(Optimizer& opt, WarmupCosineLROptions o) : LRScheduler(opt, "WarmupCosineLR"), o_(o) {
-  KILN_CHECK(o.warmup_steps >= 0 && o.total_steps > o.warmup_steps, "WarmupCosineLR: expected 0 <= warmup_steps "
-             "< total_steps, got warmup_steps ", o.warmup_steps, ", total_steps ", o.total_steps);
-  KILN_CHECK(o.min_lr >= 0, "WarmupCosineLR: min_lr must be >= 0, got ", o.min_lr);
-  KILN_CHECK(o.start_factor >= 0 && o.start_factor <= 1, "WarmupCosineLR: start_factor must be in [0, 1], got ",
-             o.start_factor);
+  check_options();
   initial_step();
+}
+
+void WarmupCosineLR::check_options() const {
+  KILN_CHECK(o_.warmup_steps >= 0 && o_.total_steps > o_.warmup_steps, "WarmupCosineLR: expected 0 <= warmup_steps "
+             "< total_steps, got warmup_steps ", o_.warmup_steps, ", total_steps ", o_.total_steps);
+  KILN_CHECK(std::isfinite(o_.min_lr) && o_.min_lr >= 0, "WarmupCosineLR: min_lr must be finite and >= 0, got ",
+             o_.min_lr);
+  KILN_CHECK(o_.start_factor >= 0 && o_.start_factor <= 1, "WarmupCosineLR: start_factor must be in [0, 1], got ",
+             o_.start_factor);
 }
 
 double WarmupCosineLR::lr_at(size_t group, int64_t epoch) const {
@@ -123,24 +153,30 @@ std::map<std::string, double> WarmupCosineLR::settings() const {
           {"min_lr", o_.min_lr}, {"start_factor", o_.start_factor}};
 }
 void WarmupCosineLR::set_settings(const std::map<std::string, double>& s) {
-  o_.warmup_steps = int64_t(s.at("warmup_steps"));
-  o_.total_steps = int64_t(s.at("total_steps"));
+  o_.warmup_steps = whole(s.at("warmup_steps"), name_, "settings.warmup_steps");
+  o_.total_steps = whole(s.at("total_steps"), name_, "settings.total_steps");
   o_.min_lr = s.at("min_lr");
   o_.start_factor = s.at("start_factor");
+  check_options();
 }
 
 // ---------------------------------------------------------------- OneCycleLR
 
 OneCycleLR::OneCycleLR(Optimizer& opt, OneCycleLROptions o) : LRScheduler(opt, "OneCycleLR"), o_(o) {
-  KILN_CHECK(o.total_steps > 0, "OneCycleLR: total_steps must be > 0, got ", o.total_steps);
-  KILN_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got ", o.pct_start);
-  KILN_CHECK(o.max_lr >= 0 && o.div_factor > 0 && o.final_div_factor > 0, "OneCycleLR: expected max_lr >= 0, "
-             "div_factor > 0 and final_div_factor > 0, got ", o.max_lr, ", ", o.div_factor, ", ", o.final_div_factor);
-  KILN_CHECK(!o.cycle_momentum || opt.supports_momentum(), "OneCycleLR: optimizer ", opt.name(),
-             " has no momentum or beta1 to cycle; pass .cycle_momentum = false");
+  check_options();
   build_phases();
   for (auto& b : base_lrs_) b = o_.max_lr / o_.div_factor;  // initial_lr, like PyTorch's base_lrs
   initial_step();
+}
+
+void OneCycleLR::check_options() const {
+  KILN_CHECK(o_.total_steps > 0, "OneCycleLR: total_steps must be > 0, got ", o_.total_steps);
+  KILN_CHECK(o_.pct_start >= 0 && o_.pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got ", o_.pct_start);
+  KILN_CHECK(std::isfinite(o_.max_lr) && o_.max_lr >= 0 && o_.div_factor > 0 && o_.final_div_factor > 0,
+             "OneCycleLR: expected a finite max_lr >= 0, div_factor > 0 and final_div_factor > 0, got ", o_.max_lr,
+             ", ", o_.div_factor, ", ", o_.final_div_factor);
+  KILN_CHECK(!o_.cycle_momentum || opt_.supports_momentum(), "OneCycleLR: optimizer ", opt_.name(),
+             " has no momentum or beta1 to cycle; pass .cycle_momentum = false");
 }
 
 void OneCycleLR::build_phases() {
@@ -205,7 +241,7 @@ std::map<std::string, double> OneCycleLR::settings() const {
 
 void OneCycleLR::set_settings(const std::map<std::string, double>& s) {
   o_.max_lr = s.at("max_lr");
-  o_.total_steps = int64_t(s.at("total_steps"));
+  o_.total_steps = whole(s.at("total_steps"), name_, "settings.total_steps");
   o_.pct_start = s.at("pct_start");
   o_.anneal_strategy = s.at("anneal_linear") != 0 ? AnnealStrategy::linear : AnnealStrategy::cos;
   o_.cycle_momentum = s.at("cycle_momentum") != 0;
@@ -214,6 +250,7 @@ void OneCycleLR::set_settings(const std::map<std::string, double>& s) {
   o_.div_factor = s.at("div_factor");
   o_.final_div_factor = s.at("final_div_factor");
   o_.three_phase = s.at("three_phase") != 0;
+  check_options();
   build_phases();
 }
 

@@ -66,6 +66,8 @@ class StepLR : public LRScheduler {
   double lr_at(size_t group, int64_t epoch) const override;
   std::map<std::string, double> settings() const override;
   void set_settings(const std::map<std::string, double>& s) override;
+  /// Throws kiln::Error unless the options are valid (the constructor and a restore).
+  void check_options() const;
 
  private:
   StepLROptions o_;
@@ -89,6 +91,8 @@ class WarmupCosineLR : public LRScheduler {
   double lr_at(size_t group, int64_t epoch) const override;
   std::map<std::string, double> settings() const override;
   void set_settings(const std::map<std::string, double>& s) override;
+  /// Throws kiln::Error unless the options are valid (the constructor and a restore).
+  void check_options() const;
 
  private:
   WarmupCosineLROptions o_;
@@ -123,6 +127,8 @@ class OneCycleLR : public LRScheduler {
   void apply_extra(int64_t epoch) override;
   std::map<std::string, double> settings() const override;
   void set_settings(const std::map<std::string, double>& s) override;
+  /// Throws kiln::Error unless the options are valid (the constructor and a restore).
+  void check_options() const;
 
  private:
   struct Phase {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "ops/helpers.h"
 #include "optim/update_kernels.h"
 
@@ -261,7 +262,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
 
   for (const auto& [key, t] : sd) {
     if (key == "step_count") {
-      count = int64_t(scalar_of(key, t));
+      count = checked_whole(scalar_of(key, t), name_ + ".load_state_dict", key);
       continue;
     }
     auto parts = split_key(key);
@@ -287,7 +288,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     const Tensor& p = groups_[g][i];
     ParamState& st = fresh[g][i];
     if (parts[2] == "step") {
-      st.step = int64_t(scalar_of(key, t));
+      st.step = checked_whole(scalar_of(key, t), name_ + ".load_state_dict", key);
       continue;
     }
     bool known = false;

@@ -248,4 +248,14 @@ TEST_CASE("GradScaler: state_dict round trip and update(new_scale)") {
   bad = sd;
   bad["scale"] = scalar_tensor(0.0);
   CHECK_THROWS_AS(b.load_state_dict(bad), kiln::Error);
+  // counts beyond int64 or not whole (a corrupt file) are errors, never a float-to-int overflow
+  for (const char* key : {"growth_interval", "growth_tracker"})
+    for (double v : {1e300, 2.5, std::numeric_limits<double>::infinity()}) {
+      bad = sd;
+      bad[key] = scalar_tensor(v);
+      CHECK_THROWS_WITH_AS(b.load_state_dict(bad), doctest::Contains("GradScaler.load_state_dict"), kiln::Error);
+    }
+  bad = sd;
+  bad["growth_factor"] = scalar_tensor(std::numeric_limits<double>::infinity());
+  CHECK_THROWS_AS(b.load_state_dict(bad), kiln::Error);
 }

@@ -204,6 +204,24 @@ TEST_CASE("scheduler state_dict round trip continues the same sequence") {
   optim::OneCycleLR one(opt, {.max_lr = 1.0, .total_steps = 10});
   CHECK_THROWS_AS(step.load_state_dict(one.state_dict()), kiln::Error);
   CHECK_THROWS_AS(one.load_state_dict(optim::StateDict{}), kiln::Error);
+
+  // saved settings that the constructor would refuse (a corrupt or hand-edited file, found
+  // by fuzz_checkpoint) are errors naming the key, and the scheduler keeps its own
+  auto with = [](optim::StateDict sd, const std::string& key, double v) {
+    sd[key] = scalar_tensor(v, {.dtype = DType::float64});
+    return sd;
+  };
+  const optim::StateDict good = step.state_dict();
+  for (double bad : {1.09462e+189, 0.0, -3.0, 2.5, std::nan("")}) {
+    const std::string e = kiln::test::error_of([&] { step.load_state_dict(with(good, "settings.step_size", bad)); });
+    CHECK(e.find("step_size") != std::string::npos);
+  }
+  CHECK(kiln::test::error_of([&] { step.load_state_dict(with(good, "last_epoch", 1e300)); }).find("last_epoch") !=
+        std::string::npos);
+  CHECK(kiln::test::error_of([&] { one.load_state_dict(with(one.state_dict(), "settings.total_steps", -1)); })
+            .find("total_steps") != std::string::npos);
+  step.step();  // still the old step_size of 2: lr halves every 2 steps
+  CHECK(step.state_dict().at("settings.step_size").item() == 2);
 }
 
 TEST_CASE("scheduler argument errors") {

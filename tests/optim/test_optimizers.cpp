@@ -482,6 +482,13 @@ TEST_CASE("load_state_dict rejects mismatched states and changes nothing") {
   bad = sd;
   bad["state.9.exp_avg"] = zeros({5, 3});
   CHECK_THROWS_AS(a3.load_state_dict(bad), kiln::Error);
+  // step counts must be whole numbers within 2^53 (a corrupt file: no float-to-int overflow)
+  for (const char* key : {"state.0.step", "step_count"})
+    for (double v : {1e189, -1e300, 0.5}) {
+      bad = sd;
+      bad[key] = scalar_tensor(v, {.dtype = DType::float64});
+      CHECK_THROWS_WITH_AS(a3.load_state_dict(bad), doctest::Contains(key), kiln::Error);
+    }
 }
 
 TEST_CASE("optimizer argument errors") {
