@@ -58,7 +58,7 @@ Tensor GPT::forward(const Tensor& idx) {
   Tensor x = drop(wte(idx) + wpe(pos));                                                        // (B, T, C)
   for (size_t i = 0; i < blocks.size(); ++i)
     x = checkpoint_activations ? kiln::checkpoint(blocks.get<nn::TransformerBlock>(int64_t(i)), x)
-                               : blocks[int64_t(i)].forward(x);
+                               : blocks[int64_t(i)](x);
   x = ln_f(x);
   return linear(x, head_weight());  // (B, T, V)
 }

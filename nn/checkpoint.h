@@ -58,7 +58,7 @@ Tensor checkpoint(const M& module, const Tensor& x) {
              nn::demangle(typeid(module).name()), "; pass the module by its own type (or wrap it in nn::Checkpoint)");
   auto m = std::make_shared<M>(module);  // a handle sharing the module's state
   std::vector<Tensor> params = module.parameters();
-  return detail::checkpoint_impl([m](const std::vector<Tensor>& in) { return m->forward(in[0]); }, {x}, &params);
+  return detail::checkpoint_impl([m](const std::vector<Tensor>& in) { return (*m)(in[0]); }, {x}, &params);
 }
 
 namespace nn {

@@ -30,7 +30,7 @@ ModuleContainer::iterator ModuleContainer::end() const { return iterator(state()
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : *this) h = m.forward(h);
+  for (auto& m : *this) h = m(h);  // through operator(): the children's forward hooks run
   return h;
 }
 

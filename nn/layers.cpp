@@ -8,6 +8,7 @@
 #include "ops/linalg.h"
 #include "ops/nn_functional.h"
 #include "ops/norm.h"
+#include "ops/reduce.h"
 
 namespace kiln::nn {
 
@@ -246,6 +247,44 @@ std::string LayerNorm::extra_repr() const {
   os << shape_str(normalized_shape) << ", eps=" << options.eps
      << ", elementwise_affine=" << bool_str(options.elementwise_affine);
   if (options.elementwise_affine) os << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+RMSNorm::RMSNorm(Shape ns, RMSNormOptions o) : normalized_shape(std::move(ns)), options(o) {
+  KILN_CHECK(!normalized_shape.empty(), "RMSNorm: normalized_shape must not be empty");
+  for (int64_t d : normalized_shape)
+    KILN_CHECK(d > 0, "RMSNorm: normalized_shape sizes must be positive, got ", shape_str(normalized_shape));
+  KILN_CHECK(std::isfinite(o.eps) && o.eps >= 0, "RMSNorm: eps must be finite and >= 0, got ", o.eps);
+  if (o.elementwise_affine) weight = register_parameter("weight", empty(normalized_shape));
+  reset_parameters();
+}
+
+void RMSNorm::reset_parameters() {
+  NoGradGuard ng;
+  if (weight.defined()) init::ones_(weight);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  KILN_CHECK(!normalized_shape.empty(), "RMSNorm: the module is empty (default-constructed); assign it from "
+             "register_module(name, nn::RMSNorm(...)) before calling it");
+  check_input(x, "RMSNorm");
+  const int64_t k = int64_t(normalized_shape.size());
+  bool trailing = x.dim() >= k;
+  for (int64_t i = 0; trailing && i < k; ++i) trailing = x.size(x.dim() - k + i) == normalized_shape[size_t(i)];
+  KILN_CHECK(trailing, "RMSNorm: input ", shape_str(x.shape()), " does not end in normalized_shape ",
+             shape_str(normalized_shape));
+  Dims dims;
+  for (int64_t i = 0; i < k; ++i) dims.push_back(-1 - i);
+  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), dims, true), options.eps)));
+  return weight.defined() ? mul(y, weight) : y;
+}
+
+std::string RMSNorm::extra_repr() const {
+  std::ostringstream os;
+  os << shape_str(normalized_shape) << ", eps=" << options.eps
+     << ", elementwise_affine=" << bool_str(options.elementwise_affine);
   return os.str();
 }
 

@@ -172,6 +172,27 @@ class LayerNorm : public Module {
   LayerNormOptions options;
 };
 
+struct RMSNormOptions {
+  double eps = 1e-6;
+  bool elementwise_affine = true;  ///< learnable weight (ones)
+};
+/// Root-mean-square normalisation over the trailing dims `normalized_shape` (LLaMA's
+/// norm; torch.nn.RMSNorm): y = x / sqrt(mean(x^2) + eps) * weight. No mean subtracted,
+/// no bias. Composed of ops, so its gradient comes from autograd.
+class RMSNorm : public Module {
+ public:
+  RMSNorm() = default;
+  RMSNorm(int64_t normalized_dim, RMSNormOptions o = {}) : RMSNorm(Shape{normalized_dim}, o) {}
+  RMSNorm(Shape normalized_shape, RMSNormOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // normalized_shape, or undefined
+  Shape normalized_shape;
+  RMSNormOptions options;
+};
+
 // ---------------------------------------------------------------- Embedding
 
 struct EmbeddingOptions {

@@ -1,6 +1,7 @@
 // nn::Module: registration, recursive traversal (parameters, buffers, modes, placement),
 // state_dict save/load with one error listing every bad entry, and the printed summary.
 #include "nn/module.h"
+#include <atomic>
 #include <cxxabi.h>
 #include <cstdlib>
 #include <sstream>
@@ -140,6 +141,54 @@ Tensor Module::forward(const Tensor&) {
 }
 
 void Module::check_new_name(const std::string& name, const char* what) const { check_name(*state_, name, what); }
+
+namespace {
+std::atomic<int64_t> g_next_hook_id{1};
+}  // namespace
+
+int64_t Module::register_forward_pre_hook(ForwardPreHook hook) {
+  KILN_CHECK(static_cast<bool>(hook), type_name(), ".register_forward_pre_hook: got an empty function");
+  const int64_t id = g_next_hook_id++;
+  state_->pre_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+int64_t Module::register_forward_hook(ForwardHook hook) {
+  KILN_CHECK(static_cast<bool>(hook), type_name(), ".register_forward_hook: got an empty function");
+  const int64_t id = g_next_hook_id++;
+  state_->post_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Module::remove_forward_hook(int64_t id) {
+  std::erase_if(state_->pre_hooks, [id](const auto& h) { return h.first == id; });
+  std::erase_if(state_->post_hooks, [id](const auto& h) { return h.first == id; });
+}
+
+Tensor Module::call_with_hooks(const Tensor& x) const {
+  Module& self = const_cast<Module&>(*this);
+  // copies: a hook may add or remove hooks while it runs
+  const auto pre = state_->pre_hooks;
+  const auto post = state_->post_hooks;
+  Tensor in = x;
+  for (const auto& [id, hook] : pre)
+    if (std::optional<Tensor> r = hook(self, in)) in = *r;
+  Tensor out = self.forward(in);
+  for (const auto& [id, hook] : post)
+    if (std::optional<Tensor> r = hook(self, in, out)) out = *r;
+  return out;
+}
+
+Functional::Functional(std::function<Tensor(const Tensor&)> fn, std::string name)
+    : fn_(std::move(fn)), name_(std::move(name)) {
+  KILN_CHECK(static_cast<bool>(fn_), "Functional: got an empty function");
+}
+
+Tensor Functional::forward(const Tensor& x) { return fn_(x); }
+
+std::shared_ptr<Module> make_functional(std::function<Tensor(const Tensor&)> fn) {
+  return std::make_shared<Functional>(std::move(fn));
+}
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_new_name(name, "register_parameter");

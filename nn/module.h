@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <type_traits>
@@ -25,6 +26,11 @@ std::string demangle(const char* mangled);
 /// name -> tensor, in registration order (parameters and persistent buffers).
 using StateDict = OrderedDict<Tensor>;
 
+/// Called before a module's forward with (module, input); may return a replacement input.
+using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor&)>;
+/// Called after a module's forward with (module, input, output); may return a replacement output.
+using ForwardHook = std::function<std::optional<Tensor>(Module&, const Tensor&, const Tensor&)>;
+
 /// The state a module handle points to. Users go through Module.
 struct ModuleState {
   bool training = true;
@@ -32,6 +38,8 @@ struct ModuleState {
   OrderedDict<Tensor> buffers;
   std::vector<std::string> non_persistent;           // buffers left out of state_dict()
   OrderedDict<std::shared_ptr<Module>> children;     // each points to a copy of the concrete module
+  std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks;  // (id, hook), in registration order
+  std::vector<std::pair<int64_t, ForwardHook>> post_hooks;
 };
 
 /// Base class of layers and models.
@@ -81,8 +89,24 @@ class Module {
 
   /// The computation of one-input modules. The default throws (the module has none).
   virtual Tensor forward(const Tensor& x);
-  /// Calls forward(x). Constness is shallow, as for Tensor: modules are handles.
-  Tensor operator()(const Tensor& x) const { return const_cast<Module*>(this)->forward(x); }
+  /// Calls forward(x), with the forward hooks around it when there are any. Constness is
+  /// shallow, as for Tensor: modules are handles.
+  Tensor operator()(const Tensor& x) const {
+    if (state_->pre_hooks.empty() && state_->post_hooks.empty()) return const_cast<Module*>(this)->forward(x);
+    return call_with_hooks(x);
+  }
+
+  // ---- forward hooks (PyTorch's register_forward_pre_hook / register_forward_hook) ----
+  /// `hook(module, input)` runs before every forward through operator() (also Sequential,
+  /// ModuleList loops and checkpoint, which call it); a returned tensor replaces the
+  /// input. Returns an id for remove_forward_hook. Hooks see the recomputation of a
+  /// checkpointed module in the backward too (kiln::in_checkpoint_recomputation() tells).
+  int64_t register_forward_pre_hook(ForwardPreHook hook);
+  /// `hook(module, input, output)` runs after every forward; a returned tensor replaces the
+  /// output (e.g. to record activations, or to scale them).
+  int64_t register_forward_hook(ForwardHook hook);
+  /// Removes a pre- or post-forward hook of this module by id (unknown ids are ignored).
+  void remove_forward_hook(int64_t id);
 
   /// Re-initialises the module's own parameters (PyTorch's default schemes) under
   /// NoGradGuard. Layers override it; the default does nothing. Not recursive.
@@ -176,6 +200,7 @@ class Module {
   ModuleState& state() const { return *state_; }
 
  private:
+  Tensor call_with_hooks(const Tensor& x) const;
   void add_child(const std::string& name, std::shared_ptr<Module> child);
   void check_new_name(const std::string& name, const char* what) const;
   friend struct ModuleAccess;
@@ -184,6 +209,24 @@ class Module {
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
+
+/// A function as a module: forward(x) = fn(x), no parameters. For lambdas in a Sequential
+/// (which also accepts a lambda directly) and for giving a function forward hooks:
+///   nn::Sequential net{nn::Linear(784, 128), nn::Functional([](const Tensor& x) { return relu(x); }, "relu"),
+///                      nn::Linear(128, 10)};
+class Functional : public Module {
+ public:
+  explicit Functional(std::function<Tensor(const Tensor&)> fn, std::string name = "");
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override { return name_; }
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+  std::string name_;
+};
+
+/// A Functional module held by shared_ptr (AnyModule's lambda conversion).
+std::shared_ptr<Module> make_functional(std::function<Tensor(const Tensor&)> fn);
 
 /// Type-erased handle to any module with `Tensor forward(const Tensor&)`; what Sequential
 /// and ModuleList are built from. Implicitly made from any module (copied as its
@@ -199,10 +242,17 @@ class AnyModule {
   }
   template <class M, class = std::enable_if_t<std::is_base_of_v<Module, M>>>
   AnyModule(std::shared_ptr<M> m) : ptr_(std::move(m)) {}
+  /// A function Tensor(const Tensor&) (a lambda, a function pointer) as a Functional
+  /// module, so that it can sit in a Sequential: Sequential{Linear(4, 8), [](const Tensor& x) { return relu(x); }}.
+  template <class F, class = std::enable_if_t<!std::is_base_of_v<Module, std::remove_cvref_t<F>> &&
+                                              !std::is_same_v<std::remove_cvref_t<F>, AnyModule> &&
+                                              std::is_invocable_r_v<Tensor, F&, const Tensor&>>,
+            class = void>
+  AnyModule(F&& fn) : ptr_(make_functional(std::function<Tensor(const Tensor&)>(std::forward<F>(fn)))) {}
   const std::shared_ptr<Module>& ptr() const { return ptr_; }
   Module& operator*() const { return *ptr_; }
   Module* operator->() const { return ptr_.get(); }
-  Tensor operator()(const Tensor& x) const { return ptr_->forward(x); }
+  Tensor operator()(const Tensor& x) const { return (*ptr_)(x); }
 
  private:
   std::shared_ptr<Module> ptr_;

@@ -352,3 +352,73 @@ TEST_CASE("init functions") {
   CHECK_THROWS_AS(nn::init::normal_(zeros({3}, {.dtype = DType::int64})), kiln::Error);
   CHECK(nn::init::calculate_gain(nn::init::Nonlinearity::tanh) == doctest::Approx(5.0 / 3.0));
 }
+
+TEST_CASE("RMSNorm: values, shapes, errors and gradcheck") {
+  manual_seed(16);
+  nn::RMSNorm rms(4);
+  CHECK(rms.weight.shape() == Shape{4});
+  Tensor x = randn({2, 3, 4}, f64);
+  Tensor y = rms(x.to(DType::float32));
+  // by hand: x / sqrt(mean(x^2) + eps)
+  const auto xv = x.to_vector<double>();
+  const auto yv = y.to_vector<double>();
+  for (int64_t r = 0; r < 6; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < 4; ++j) ms += xv[size_t(r * 4 + j)] * xv[size_t(r * 4 + j)] / 4;
+    for (int64_t j = 0; j < 4; ++j)
+      CHECK(yv[size_t(r * 4 + j)] == doctest::Approx(xv[size_t(r * 4 + j)] / std::sqrt(ms + 1e-6)).epsilon(1e-5));
+  }
+  nn::RMSNorm two(Shape{3, 4}, {.eps = 1e-5});
+  CHECK(two(x.to(DType::float32)).shape() == Shape{2, 3, 4});
+  CHECK(nn::RMSNorm(4, {.elementwise_affine = false}).parameters().empty());
+  CHECK(error_of([&] { rms(randn({2, 5})); }).find("does not end in normalized_shape") != std::string::npos);
+  {
+    NoGradGuard ng;
+    nn::init::normal_(rms.weight);
+  }
+  CHECK(check_layer(rms, randn({3, 4}, f64)));
+  CHECK(check_layer(two, randn({2, 3, 4}, f64)));
+}
+
+TEST_CASE("Functional and lambdas in Sequential; forward pre/post hooks") {
+  manual_seed(17);
+  nn::Sequential net{nn::Linear(4, 8), [](const Tensor& t) { return relu(t); },
+                     nn::Functional([](const Tensor& t) { return mul(t, 2.0); }, "double"), nn::Linear(8, 3)};
+  const Tensor x = randn({5, 4});
+  auto lin0 = net.get<nn::Linear>(0), lin3 = net.get<nn::Linear>(3);
+  const Tensor want = lin3(mul(relu(lin0(x)), 2.0));
+  CHECK(max_abs(sub(net(x), want)) == 0);
+  CHECK(net.str().find("double") != std::string::npos);
+
+  // a post hook records, a pre hook rewrites the input, an output replacement takes effect
+  std::vector<Shape> seen;
+  const int64_t rec = lin0.register_forward_hook([&](nn::Module&, const Tensor& in, const Tensor& out) {
+    seen.push_back(in.shape());
+    seen.push_back(out.shape());
+    return std::optional<Tensor>();
+  });
+  net(x);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0] == Shape{5, 4});
+  CHECK(seen[1] == Shape{5, 8});
+  const int64_t zero_in = lin3.register_forward_pre_hook(
+      [](nn::Module&, const Tensor& in) { return std::optional<Tensor>(zeros_like(in)); });
+  Tensor y = net(x);  // Linear(0) = its bias
+  CHECK(max_abs(sub(y, lin3.bias.detach().expand({5, 3}))) == 0);
+  lin3.remove_forward_hook(zero_in);
+  const int64_t negate = net.register_forward_hook(
+      [](nn::Module&, const Tensor&, const Tensor& out) { return std::optional<Tensor>(kiln::neg(out)); });
+  CHECK(max_abs(add(net(x), want)) < 1e-6);
+  net.remove_forward_hook(negate);
+  lin0.remove_forward_hook(rec);
+  seen.clear();
+  CHECK(max_abs(sub(net(x), want)) == 0);
+  CHECK(seen.empty());
+  // gradients flow through a hook's replacement
+  Tensor xg = randn({5, 4});
+  xg.requires_grad_();
+  lin0.register_forward_hook([](nn::Module&, const Tensor&, const Tensor& out) { return std::optional<Tensor>(mul(out, 3.0)); });
+  sum(lin0(xg)).backward();
+  CHECK(max_abs(sub(xg.grad(), mul(sum(lin0.weight.detach(), {0}), 3.0).expand({5, 4}))) < 1e-5);
+  CHECK(error_of([&] { lin0.register_forward_hook(nn::ForwardHook()); }).find("empty function") != std::string::npos);
+}
