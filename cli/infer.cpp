@@ -87,6 +87,7 @@ int cmd_generate(int argc, char** argv, int first) {
       {"tokens", true, "500", "characters to generate"},
       {"temperature", true, "0.8", "softmax temperature (0: greedy)"},
       {"top-k", true, "20", "sample among the k most likely characters (0: all)"},
+      {"top-p", true, "1", "then among the most likely characters whose probabilities sum to p (nucleus; 1: all)"},
       {"seed", true, "0", "sampling seed"},
       {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
       {"threads", true, "", "CPU threads"},
@@ -111,10 +112,13 @@ int cmd_generate(int argc, char** argv, int first) {
   KILN_CHECK(std::isfinite(temperature) && temperature >= 0, "kiln generate: --temperature must be a finite number "
              ">= 0 (0: greedy), got ", a.str("temperature"));
   KILN_CHECK(top_k >= 0 && tokens >= 0 && seed >= 0, "kiln generate: --top-k, --tokens and --seed must be >= 0");
+  const double top_p = a.number("top-p");
+  KILN_CHECK(top_p > 0 && top_p <= 1, "kiln generate: --top-p must be in (0, 1], got ", a.str("top-p"));
   manual_seed(uint64_t(seed));
   Tensor idx = from_vector(ids, {1, int64_t(ids.size())}).to(l.model.module->parameters()[0].device());
   Tensor out = l.model.gpt->generate(idx, tokens, temperature,
-                                     top_k > 0 ? std::optional<int64_t>(top_k) : std::nullopt);
+                                     top_k > 0 ? std::optional<int64_t>(top_k) : std::nullopt,
+                                     top_p < 1 ? std::optional<double>(top_p) : std::nullopt);
   std::printf("%s\n", vocab.decode(out.select(0, 0).to(Device::cpu())).c_str());
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "ops/nn_functional.h"
 #include "ops/norm.h"
 #include "ops/reduce.h"
+#include "ops/sampling.h"
 #include "ops/shape_ops.h"
 #include "core/autocast.h"
 #include "optim/adam.h"

@@ -63,13 +63,15 @@ Tensor GPT::forward(const Tensor& idx) {
   return linear(x, head_weight());  // (B, T, V)
 }
 
-Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature, std::optional<int64_t> top_k) {
+Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperature, std::optional<int64_t> top_k,
+                     std::optional<double> top_p) {
   KILN_CHECK(std::isfinite(temperature) && temperature >= 0, "GPT::generate: temperature must be a finite number >= 0 "
              "(0: greedy), got ", temperature);
   KILN_CHECK(idx.defined() && idx.dim() == 2 && idx.size(1) >= 1, "GPT::generate: expected idx (B, T) with T >= 1, got ",
              idx.defined() ? shape_str(idx.shape()) : std::string("undefined"));
   KILN_CHECK(max_new_tokens >= 0, "GPT::generate: max_new_tokens must be >= 0, got ", max_new_tokens);
   KILN_CHECK(!top_k || *top_k >= 1, "GPT::generate: top_k must be >= 1, got ", top_k ? *top_k : 0);
+  KILN_CHECK(!top_p || (*top_p > 0 && *top_p <= 1), "GPT::generate: top_p must be in (0, 1], got ", top_p ? *top_p : 0);
   NoGradGuard no_grad;
   const int64_t B = idx.size(0), V = config.vocab;
   std::vector<int64_t> toks = idx.to(DType::int64).contiguous().to(Device::cpu()).to_vector<int64_t>();  // (B, L)
@@ -109,6 +111,15 @@ Tensor GPT::generate(const Tensor& idx, int64_t max_new_tokens, double temperatu
       for (int64_t i = 0; i < V; ++i) {
         p[i] = logit[i] < cutoff ? 0.0 : std::exp((double(logit[i]) - mx) / temperature);
         total += p[i];
+      }
+      if (top_p && *top_p < 1) {  // nucleus: the most likely tokens until their mass reaches top_p
+        for (int64_t i = 0; i < V; ++i) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+        double kept = 0;
+        int64_t n = 0;
+        while (n < V && kept < *top_p * total) kept += p[order[n++]];
+        for (int64_t j = n; j < V; ++j) p[order[j]] = 0.0;
+        total = kept;
       }
       const double target = double(u[b]) * total;
       double acc = 0.0;

@@ -36,12 +36,13 @@ class GPT : public nn::Module {
 
   /// Appends max_new_tokens sampled tokens to idx (B, T) int64 and returns (B, T + new).
   /// Runs under NoGradGuard; each step feeds the last `context` tokens, scales the last
-  /// logits by 1/temperature, keeps the top_k largest (when given) and samples from the
-  /// softmax with kiln's generator (kiln::manual_seed makes it reproducible).
-  /// temperature <= 0 means greedy (argmax). Does not change training mode: call eval()
-  /// first when dropout > 0.
+  /// logits by 1/temperature, keeps the top_k largest (when given), then the smallest set
+  /// of most likely tokens whose probabilities sum to at least top_p (nucleus sampling,
+  /// when given, in (0, 1]), and samples from the renormalised softmax with kiln's
+  /// generator (kiln::manual_seed makes it reproducible). temperature <= 0 means greedy
+  /// (argmax). Does not change training mode: call eval() first when dropout > 0.
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0,
-                  std::optional<int64_t> top_k = std::nullopt);
+                  std::optional<int64_t> top_k = std::nullopt, std::optional<double> top_p = std::nullopt);
 
   nn::Embedding wte, wpe;
   nn::Dropout drop;

@@ -173,11 +173,17 @@ TEST_CASE("GPT: generate") {
     manual_seed(42);
     auto b = m.generate(prompt, 10, 1.0, 5).to_vector<int64_t>();
     CHECK(a == b);
+    manual_seed(42);  // top_p = 1 keeps every token: the same draws
+    auto c = m.generate(prompt, 10, 1.0, 5, 1.0).to_vector<int64_t>();
+    CHECK(a == c);
+    CHECK_THROWS_AS(m.generate(prompt, 1, 1.0, std::nullopt, 0.0), kiln::Error);
+    CHECK_THROWS_AS(m.generate(prompt, 1, 1.0, std::nullopt, 1.5), kiln::Error);
   }
   SUBCASE("top_k = 1 and temperature -> 0 are greedy argmax decoding") {
     Tensor g1 = m.generate(prompt, 10, 1.0, 1);
     Tensor g2 = m.generate(prompt, 10, 1e-6);
     Tensor g3 = m.generate(prompt, 10, 0.0);
+    Tensor g4 = m.generate(prompt, 10, 1.0, std::nullopt, 1e-9);  // a nucleus of one token
     // Reference greedy decoding with argmax over the last logits.
     Tensor ref = prompt;
     {
@@ -192,6 +198,7 @@ TEST_CASE("GPT: generate") {
     CHECK(g1.to_vector<int64_t>() == r);
     CHECK(g2.to_vector<int64_t>() == r);
     CHECK(g3.to_vector<int64_t>() == r);
+    CHECK(g4.to_vector<int64_t>() == r);
   }
   SUBCASE("bad arguments") {
     CHECK_THROWS_AS(m.generate(prompt, -1), kiln::Error);

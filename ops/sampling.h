@@ -1,0 +1,25 @@
+// Selecting and sampling: topk (PyTorch's torch.topk) and multinomial (torch.multinomial).
+// Both find indices on the CPU (a CUDA input is copied to the host and the indices back:
+// one synchronisation); topk's values come from gather, so they are differentiable.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include "core/tensor.h"
+
+namespace kiln {
+
+/// The k largest (largest = true) or smallest elements of x along dim, and their indices:
+/// values with x's dtype and indices (int64), both of x's shape with size k along dim,
+/// sorted (largest first, or smallest first; among equal values the lower index first;
+/// NaN counts as larger than any number, as in PyTorch). The values' gradient flows back
+/// to the chosen elements of x. Throws kiln::Error unless 0 <= k <= x.size(dim).
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
+/// num_samples category indices drawn from each row of `weights` ((C) or (N, C),
+/// non-negative, finite, not all zero; they need not sum to 1): int64 of shape
+/// (num_samples) or (N, num_samples), on weights' device. With replacement each draw is
+/// independent; without, an index is drawn at most once per row (so num_samples must not
+/// exceed the row's non-zero weights). Draws from kiln's generator (manual_seed repeats them).
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement = false);
+
+}  // namespace kiln

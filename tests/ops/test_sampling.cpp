@@ -1,0 +1,100 @@
+// topk and multinomial (ops/sampling.h): topk against a sort on random tensors along every
+// dim, largest and smallest, ties and NaN in PyTorch's order, the values' float64
+// gradcheck; multinomial's frequencies, draws without replacement, seeding and errors.
+#include <doctest/doctest.h>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include "gradcheck.h"
+#include "kiln/kiln.h"
+
+using namespace kiln;
+using kiln::test::error_of;
+
+TEST_CASE("topk: values and indices equal a sort, along every dim, largest and smallest") {
+  manual_seed(3);
+  const Tensor x = randn({3, 5, 4}, {.dtype = DType::float64});
+  for (int64_t dim = 0; dim < 3; ++dim)
+    for (bool largest : {true, false})
+      for (int64_t k : {int64_t(0), int64_t(1), x.size(dim)}) {
+        const auto [v, i] = topk(x, k, dim, largest);
+        Shape want = x.shape();
+        want[size_t(dim)] = k;
+        REQUIRE(v.shape() == want);
+        REQUIRE(i.shape() == want);
+        CHECK(i.dtype() == DType::int64);
+        // every slice along dim: the k first of the sorted slice
+        const Tensor xt = x.transpose(dim, 2).contiguous(), vt = v.transpose(dim, 2).contiguous(),
+                     it = i.transpose(dim, 2).contiguous();
+        const auto xs = xt.to_vector<double>(), vs = vt.to_vector<double>();
+        const auto is = it.to_vector<int64_t>();
+        const int64_t S = x.size(dim), R = int64_t(xs.size()) / S;
+        for (int64_t r = 0; r < R; ++r) {
+          std::vector<double> row(xs.begin() + r * S, xs.begin() + (r + 1) * S);
+          std::vector<double> sorted = row;
+          if (largest) std::sort(sorted.rbegin(), sorted.rend());
+          else std::sort(sorted.begin(), sorted.end());
+          for (int64_t j = 0; j < k; ++j) {
+            CHECK(vs[size_t(r * k + j)] == sorted[size_t(j)]);
+            CHECK(row[size_t(is[size_t(r * k + j)])] == vs[size_t(r * k + j)]);
+          }
+        }
+      }
+}
+
+TEST_CASE("topk: ties by index, NaN counts as largest, errors") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = from_vector<double>({2, 7, nan, 7, 1}, {5});
+  auto [v, i] = topk(x, 3);
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{2, 1, 3});
+  CHECK(std::isnan(v.to_vector<double>()[0]));
+  auto [vs, is] = topk(x, 2, 0, false);
+  CHECK(is.to_vector<int64_t>() == std::vector<int64_t>{4, 0});
+  CHECK(vs.to_vector<double>() == std::vector<double>{1, 2});
+  CHECK(error_of([&] { topk(x, 6); }).find("out of range") != std::string::npos);
+  CHECK(error_of([&] { topk(x, -1); }).find("out of range") != std::string::npos);
+  CHECK(error_of([&] { topk(scalar_tensor(1.0), 1); }).find("0-d") != std::string::npos);
+  CHECK(error_of([&] { topk(x, 1, 3); }).find("topk") != std::string::npos);
+}
+
+TEST_CASE("topk: the values' gradient reaches the chosen elements (float64 gradcheck)") {
+  manual_seed(4);
+  CHECK(kiln::test::gradcheck([](std::vector<Tensor>& in) { return topk(in[0], 2, 1).first; },
+                              {randn({3, 6}, {.dtype = DType::float64})}));
+  CHECK(kiln::test::gradcheck([](std::vector<Tensor>& in) { return topk(in[0], 3, 0, false).first; },
+                              {randn({5, 2}, {.dtype = DType::float64})}));
+}
+
+TEST_CASE("multinomial: frequencies, without replacement, seeding, errors") {
+  manual_seed(9);
+  const Tensor w = from_vector<double>({1, 0, 3, 4}, {4});  // unnormalised: 1/8, 0, 3/8, 4/8
+  const int64_t n = 40000;
+  const auto draws = multinomial(w, n, true).to_vector<int64_t>();
+  std::vector<int64_t> count(4, 0);
+  for (int64_t d : draws) ++count[size_t(d)];
+  CHECK(count[1] == 0);
+  // within 5 standard deviations of n p
+  for (auto [c, p] : std::vector<std::pair<size_t, double>>{{0, 0.125}, {2, 0.375}, {3, 0.5}})
+    CHECK(std::abs(double(count[c]) - n * p) < 5 * std::sqrt(n * p * (1 - p)));
+
+  manual_seed(10);
+  const Tensor rows = rand({6, 5});
+  const Tensor a = multinomial(rows, 5, false);
+  CHECK(a.shape() == Shape{6, 5});
+  for (int64_t r = 0; r < 6; ++r) {
+    const auto v = a.select(0, r).to_vector<int64_t>();
+    CHECK(std::set<int64_t>(v.begin(), v.end()).size() == 5);  // each category once
+  }
+  manual_seed(10);
+  rand({6, 5});  // the same draws from the generator as above, then the same samples
+  CHECK(max(abs(sub(multinomial(rows, 5, false), a))).item() == 0);
+
+  CHECK(error_of([&] { multinomial(w, 4, false); }).find("without replacement") != std::string::npos);
+  CHECK(error_of([&] { multinomial(from_vector<double>({1, -1}, {2}), 1); }).find(">= 0") != std::string::npos);
+  CHECK(error_of([&] { multinomial(zeros({2, 3}), 1); }).find("sums to zero") != std::string::npos);
+  CHECK(error_of([&] { multinomial(zeros({2, 3, 4}), 1); }).find("(N, C)") != std::string::npos);
+  CHECK(error_of([&] { multinomial(from_vector<int64_t>({1, 2}, {2}), 1); }).find("floating") != std::string::npos);
+  CHECK(multinomial(w, 0, true).numel() == 0);
+}
