@@ -91,8 +91,13 @@ constexpr int64_t kMaxPixelsPerByte = 8 * 1032;
 // when a DHT table declares more.
 bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
   const size_t n = b.size();
-  if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return true;  // not a JPEG
-  size_t pos = 2;
+  // stb finds the start-of-image marker after any number of 0xFF fill bytes, as for
+  // every marker (a fuzzer's "FF FF D8 ..." is a JPEG to it)
+  size_t pos = 0;
+  if (n < 4 || b[0] != 0xFF) return true;  // not a JPEG
+  while (pos < n && b[pos] == 0xFF) ++pos;
+  if (pos >= n || b[pos] != 0xD8) return true;
+  ++pos;
   while (pos + 4 <= n) {
     if (b[pos] != 0xFF) {  // entropy-coded data: skip to the next marker (FF not followed by 00 / RSTn)
       ++pos;
