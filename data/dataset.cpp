@@ -2,8 +2,11 @@
 // TensorDataset's gather fast path (memcpy per run of consecutive rows, fused dtype
 // conversion and scaling for compactly stored uint8 images).
 #include "data/dataset.h"
+#include <cmath>
 #include <cstring>
+#include <numeric>
 #include "core/error.h"
+#include "data/rng.h"
 
 namespace kiln::data {
 
@@ -154,6 +157,73 @@ Example TensorDataset::get(int64_t i) const {
   Shape is(b.input.shape().begin() + 1, b.input.shape().end());
   Shape ts(b.target.shape().begin() + 1, b.target.shape().end());
   return {b.input.reshape(is), b.target.reshape(ts)};
+}
+
+// ---------------------------------------------------------------- Subset, random_split
+
+Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices)
+    : dataset_(std::move(dataset)), indices_(std::move(indices)) {
+  KILN_CHECK(dataset_ != nullptr, "Subset: the dataset is null");
+  const int64_t n = dataset_->size();
+  for (size_t k = 0; k < indices_.size(); ++k)
+    KILN_CHECK(indices_[k] >= 0 && indices_[k] < n, "Subset: index ", indices_[k], " (entry ", k,
+               ") is out of range for a dataset of size ", n);
+}
+
+Example Subset::get(int64_t i) const {
+  KILN_CHECK(i >= 0 && i < size(), "Subset::get: index ", i, " out of range for a subset of size ", size());
+  return dataset_->get(indices_[size_t(i)]);
+}
+
+Batch Subset::get_batch(std::span<const int64_t> indices) const {
+  std::vector<int64_t> mapped(indices.size());
+  for (size_t k = 0; k < indices.size(); ++k) {
+    KILN_CHECK(indices[k] >= 0 && indices[k] < size(), "Subset::get_batch: index ", indices[k],
+               " out of range for a subset of size ", size());
+    mapped[k] = indices_[size_t(indices[k])];
+  }
+  Batch b = dataset_->get_batch(mapped);
+  b.indices.assign(indices.begin(), indices.end());  // this subset's indices, not the dataset's
+  return b;
+}
+
+std::vector<std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset> dataset,
+                                                  const std::vector<double>& lengths, uint64_t seed) {
+  KILN_CHECK(dataset != nullptr, "random_split: the dataset is null");
+  KILN_CHECK(!lengths.empty(), "random_split: no lengths given");
+  const int64_t n = dataset->size();
+  double total = 0;
+  for (double l : lengths) {
+    KILN_CHECK(std::isfinite(l) && l >= 0, "random_split: lengths must be finite and >= 0, got ", l);
+    total += l;
+  }
+  std::vector<int64_t> sizes;
+  if (std::abs(total - 1.0) < 1e-9 && total <= 1.0 + 1e-9) {  // fractions, as PyTorch reads them
+    int64_t used = 0;
+    for (double f : lengths) {
+      sizes.push_back(int64_t(std::floor(double(n) * f)));
+      used += sizes.back();
+    }
+    for (size_t k = 0; used < n; k = (k + 1) % sizes.size(), ++used) ++sizes[k];
+  } else {
+    for (double l : lengths) {
+      KILN_CHECK(l == std::floor(l), "random_split: lengths must be whole sizes or fractions summing to 1, got ", l);
+      sizes.push_back(int64_t(l));
+    }
+    KILN_CHECK(int64_t(total) == n, "random_split: the lengths sum to ", int64_t(total), " but the dataset has ", n,
+               " examples (give sizes summing to it, or fractions summing to 1)");
+  }
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), int64_t(0));
+  Rng rng(seed, 0x5b17);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[rng.below(uint64_t(i + 1))]);  // Fisher-Yates
+  std::vector<std::shared_ptr<Subset>> parts;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    parts.push_back(std::make_shared<Subset>(dataset, std::vector<int64_t>(perm.begin() + start, perm.begin() + start + s)));
+    start += s;
+  }
+  return parts;
 }
 
 }  // namespace kiln::data

@@ -3,6 +3,7 @@
 // batches are gathered row by row with memcpy (optionally converting uint8 -> float).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -85,5 +86,32 @@ class TensorDataset : public Dataset {
   TensorDatasetOptions options_;
   int64_t n_ = 0;
 };
+
+/// Part of a dataset (torch.utils.data.Subset): example i is dataset->get(indices[i]).
+/// Batches go through the dataset's own get_batch, so an in-memory dataset keeps its
+/// one-copy-per-row fast path. Holds the dataset alive.
+class Subset : public Dataset {
+ public:
+  /// Throws kiln::Error naming the first index outside [0, dataset->size()).
+  Subset(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices);
+  int64_t size() const override { return int64_t(indices_.size()); }
+  Example get(int64_t i) const override;
+  Batch get_batch(std::span<const int64_t> indices) const override;
+  /// The dataset's indices, in this subset's order.
+  const std::vector<int64_t>& indices() const { return indices_; }
+  const std::shared_ptr<const Dataset>& dataset() const { return dataset_; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<int64_t> indices_;
+};
+
+/// Splits a dataset into disjoint random subsets (torch.utils.data.random_split), from a
+/// permutation drawn with `seed` (the same seed gives the same split). `lengths` are
+/// either sizes summing to dataset->size(), or fractions summing to 1: each subset then
+/// gets floor(n * fraction) examples and the remainder goes one by one to the first
+/// subsets, as in PyTorch. E.g. `auto parts = random_split(train, {0.9, 0.1});`
+std::vector<std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset> dataset,
+                                                  const std::vector<double>& lengths, uint64_t seed = 0);
 
 }  // namespace kiln::data

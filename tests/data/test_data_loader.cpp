@@ -1,14 +1,17 @@
 // Tests of Dataset / TensorDataset / DataLoader: batching, drop_last, shuffle
 // determinism, identical batches for any worker count, early break, error propagation.
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <set>
 #include <thread>
+#include "gradcheck.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;
 using namespace kiln::data;
+using kiln::test::error_of;
 
 namespace {
 
@@ -339,4 +342,39 @@ TEST_CASE("DataLoader set_start_batch: an epoch resumed at batch k yields the sa
   DataLoader l(make_rows(10), {.batch_size = 3});
   CHECK_THROWS_AS(l.set_start_batch(5), kiln::Error);
   CHECK_THROWS_AS(l.set_start_batch(-1), kiln::Error);
+}
+
+TEST_CASE("Subset and random_split: disjoint, covering, seeded; batches keep the fast path") {
+  auto ds = std::make_shared<TensorDataset>(arange(0.0, 10.0, 1.0).reshape({10, 1}),
+                                            arange(0.0, 10.0, 1.0, {.dtype = DType::int64}));
+  const Subset sub(ds, {7, 2, 5});
+  CHECK(sub.size() == 3);
+  CHECK(sub.get(0).target.item() == 7);
+  const Batch b = sub.get_batch(std::vector<int64_t>{2, 0});
+  CHECK(b.target.to_vector<int64_t>() == std::vector<int64_t>{5, 7});
+  CHECK(b.indices == std::vector<int64_t>{2, 0});
+  CHECK(error_of([&] { Subset(ds, {3, 10}); }).find("index 10") != std::string::npos);
+  CHECK(error_of([&] { sub.get(3); }).find("out of range") != std::string::npos);
+
+  auto parts = random_split(ds, {7, 3}, 1);
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[0]->size() == 7);
+  CHECK(parts[1]->size() == 3);
+  std::vector<int64_t> all = parts[0]->indices();
+  all.insert(all.end(), parts[1]->indices().begin(), parts[1]->indices().end());
+  std::sort(all.begin(), all.end());
+  for (int64_t i = 0; i < 10; ++i) CHECK(all[size_t(i)] == i);  // disjoint and covering
+  CHECK(random_split(ds, {7, 3}, 1)[0]->indices() == parts[0]->indices());  // seeded
+  CHECK(random_split(ds, {7, 3}, 2)[0]->indices() != parts[0]->indices());
+  auto frac = random_split(ds, {0.45, 0.35, 0.2}, 0);  // 4.5, 3.5, 2 -> 4, 3, 2, remainder 1 to the first
+  CHECK(frac[0]->size() == 5);
+  CHECK(frac[1]->size() == 3);
+  CHECK(frac[2]->size() == 2);
+  CHECK(error_of([&] { random_split(ds, {5, 4}); }).find("sum to 9") != std::string::npos);
+  CHECK(error_of([&] { random_split(ds, {-1, 11}); }).find(">= 0") != std::string::npos);
+  // a DataLoader over a Subset
+  DataLoader loader(parts[1], {.batch_size = 3});
+  int64_t seen = 0;
+  for (auto& batch : loader) seen += batch.target.numel();
+  CHECK(seen == 3);
 }
