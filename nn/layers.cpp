@@ -109,6 +109,62 @@ std::string Conv2d::extra_repr() const {
   return os.str();
 }
 
+// ---------------------------------------------------------------- ConvTranspose2d
+
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 k, ConvTranspose2dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  KILN_CHECK(in > 0 && out > 0, "ConvTranspose2d: in_channels and out_channels must be positive, got ", in, " and ",
+             out);
+  KILN_CHECK(k.h > 0 && k.w > 0, "ConvTranspose2d: kernel_size must be positive, got ", pair_str(k));
+  KILN_CHECK(o.groups > 0 && in % o.groups == 0 && out % o.groups == 0, "ConvTranspose2d: groups=", o.groups,
+             " must divide in_channels=", in, " and out_channels=", out);
+  weight = register_parameter("weight", empty({in, out / o.groups, k.h, k.w}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void ConvTranspose2d::reset_parameters() {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::kaiming_uniform_(weight, std::sqrt(5.0));  // fan_in from dim 1, as PyTorch computes it
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt(double(init::fan_in_and_fan_out(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  check_built(weight, "ConvTranspose2d");
+  check_input(x, "ConvTranspose2d");
+  KILN_CHECK(x.dim() == 4 && x.size(1) == in_channels, "ConvTranspose2d(", in_channels, ", ", out_channels,
+             "): expected input of shape (N, ", in_channels, ", H, W), got ", shape_str(x.shape()));
+  return conv_transpose2d(x, weight, bias,
+                          {.stride = options.stride, .padding = options.padding,
+                           .output_padding = options.output_padding, .dilation = options.dilation,
+                           .groups = options.groups});
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels << ", " << out_channels << ", kernel_size=" << pair_str(kernel_size);
+  if (options.stride != Int2(1)) os << ", stride=" << pair_str(options.stride);
+  if (options.padding != Int2(0)) os << ", padding=" << pair_str(options.padding);
+  if (options.output_padding != Int2(0)) os << ", output_padding=" << pair_str(options.output_padding);
+  if (options.dilation != Int2(1)) os << ", dilation=" << pair_str(options.dilation);
+  if (options.groups != 1) os << ", groups=" << options.groups;
+  os << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
+std::string Upsample::extra_repr() const {
+  std::ostringstream os;
+  if (options.size[0] > 0) os << "size=(" << options.size[0] << ", " << options.size[1] << ")";
+  else os << "scale_factor=(" << options.scale_factor[0] << ", " << options.scale_factor[1] << ")";
+  os << ", mode=" << (options.mode == InterpolateMode::nearest ? "nearest" : "bilinear");
+  if (options.mode == InterpolateMode::bilinear) os << ", align_corners=" << bool_str(options.align_corners);
+  return os.str();
+}
+
 // ---------------------------------------------------------------- pooling
 
 MaxPool2d::MaxPool2d(Int2 k, MaxPool2dOptions o) : kernel_size(k), options(o) {

@@ -8,6 +8,7 @@
 #include "nn/module.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
+#include "ops/nn_functional.h"
 
 namespace kiln::nn {
 
@@ -66,6 +67,42 @@ class Conv2d : public Module {
   int64_t in_channels = 0, out_channels = 0;
   Int2 kernel_size = 1;
   Conv2dOptions options;
+};
+
+struct ConvTranspose2dOptions {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  Int2 output_padding = 0;
+  Int2 dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+/// Transposed 2-D convolution (kiln::conv_transpose2d), the upsampling layer of decoders
+/// and GAN generators: nn::ConvTranspose2d(64, 32, 4, {.stride = 2, .padding = 1}) doubles
+/// H and W. Weight (in, out/groups, kH, kW) and bias initialised as PyTorch does.
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d() = default;
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, Int2 kernel_size, ConvTranspose2dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // (in_channels, out_channels / groups, kH, kW)
+  Tensor bias;    // (out_channels) or undefined
+  int64_t in_channels = 0, out_channels = 0;
+  Int2 kernel_size = 1;
+  ConvTranspose2dOptions options;
+};
+
+/// nn.Upsample: kiln::interpolate with fixed options, e.g.
+/// nn::Upsample({.scale_factor = {2, 2}, .mode = InterpolateMode::bilinear}).
+class Upsample : public Module {
+ public:
+  explicit Upsample(InterpolateOptions o = {.scale_factor = {2.0, 2.0}}) : options(o) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, options); }
+  std::string extra_repr() const override;
+  InterpolateOptions options;
 };
 
 // ---------------------------------------------------------------- pooling

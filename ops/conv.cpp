@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "ops/cpu/conv_kernels.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
 #include "ops/helpers.h"
 
 namespace kiln {
@@ -183,6 +184,87 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
            return {dx, dw, db};
          });
   return y;
+}
+
+// ------------------------------------------------------------------ conv_transpose2d
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args) {
+  if (auto r = autocast_op(
+          AutocastTo::low,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return conv_transpose2d(xc, wc, bc, args); },
+          x, weight, bias))
+    return *r;
+  const char* op = "conv_transpose2d";
+  check_floating(op, x, "input");
+  check_floating(op, weight, "weight");
+  check_same_device(op, {x, weight, bias});
+  KILN_CHECK(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+             "conv_transpose2d: dtype mismatch: input ", describe(x), ", weight ", describe(weight), ", bias ",
+             describe(bias), " (expected equal dtypes)");
+  KILN_CHECK(x.dim() == 4 || x.dim() == 3, "conv_transpose2d: expected input of shape (N, C, H, W) or (C, H, W), got ",
+             shape_str(x.shape()));
+  KILN_CHECK(weight.dim() == 4, "conv_transpose2d: expected weight of shape (in_channels, out_channels/groups, kH, "
+             "kW), got ", shape_str(weight.shape()));
+  const int64_t G = args.groups;
+  KILN_CHECK(G >= 1, "conv_transpose2d: groups must be positive, got ", G);
+  for (int a = 0; a < 2; ++a) {
+    KILN_CHECK(args.stride[a] > 0 && args.dilation[a] > 0 && args.padding[a] >= 0 && args.output_padding[a] >= 0,
+               "conv_transpose2d: stride and dilation must be positive, padding and output_padding non-negative, "
+               "got stride ", pair_str(args.stride), ", padding ", pair_str(args.padding), ", output_padding ",
+               pair_str(args.output_padding), ", dilation ", pair_str(args.dilation));
+    KILN_CHECK(args.output_padding[a] < std::max(args.stride[a], args.dilation[a]), "conv_transpose2d: output_padding ",
+               pair_str(args.output_padding), " must be smaller than the stride ", pair_str(args.stride),
+               " or the dilation ", pair_str(args.dilation));
+  }
+  const int64_t Cin = x.size(-3), H = x.size(-2), W = x.size(-1);
+  const int64_t Cout = weight.size(1) * G, kH = weight.size(2), kW = weight.size(3);
+  KILN_CHECK(weight.size(0) == Cin, "conv_transpose2d: channel mismatch: input ", shape_str(x.shape()), " has ", Cin,
+             " channels but weight ", shape_str(weight.shape()), " expects ", weight.size(0));
+  KILN_CHECK(Cin % G == 0, "conv_transpose2d: groups=", G, " does not divide the input's ", Cin, " channels");
+  if (bias.defined())
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == Cout, "conv_transpose2d: bias must have shape [", Cout,
+               "] for weight ", shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
+  const int64_t OH = (H - 1) * args.stride[0] - 2 * args.padding[0] + args.dilation[0] * (kH - 1) +
+                     args.output_padding[0] + 1;
+  const int64_t OW = (W - 1) * args.stride[1] - 2 * args.padding[1] + args.dilation[1] * (kW - 1) +
+                     args.output_padding[1] + 1;
+  KILN_CHECK(OH > 0 && OW > 0 && kH > 0 && kW > 0, "conv_transpose2d: the output would be ", OH, "x", OW,
+             " for input ", shape_str(x.shape()), ", weight ", shape_str(weight.shape()), ", padding ",
+             pair_str(args.padding));
+  if (upcast_on_cpu(x))
+    return conv_transpose2d(x.to(DType::float32), weight.to(DType::float32),
+                            bias.defined() ? bias.to(DType::float32) : Tensor(), args)
+        .to(x.dtype());
+  // the conv2d whose input gradient this is: input (N, Cout, OH, OW) -> output (N, Cin, H, W)
+  Conv2dGeom g{};
+  g.N = x.dim() == 4 ? x.size(0) : 1;
+  g.C = Cout, g.H = OH, g.W = OW;
+  g.O = Cin, g.kH = kH, g.kW = kW;
+  g.sH = args.stride[0], g.sW = args.stride[1];
+  g.pH = args.padding[0], g.pW = args.padding[1];
+  g.dH = args.dilation[0], g.dW = args.dilation[1];
+  g.groups = G;
+  g.OH = H, g.OW = W;
+  const Tensor xc = contig(x), wc = contig(weight);
+  const Shape out_shape = x.dim() == 4 ? Shape{g.N, Cout, OH, OW} : Shape{Cout, OH, OW};
+  const auto* k = kernel<const Conv2dKernels>(Op::conv2d, x.device());
+  Tensor y = grad_buffer(out_shape, x.dtype(), x.device(), xc.numel() > 0);
+  if (xc.numel() > 0) k->backward(x.dtype(), g, nullptr, wc.raw_data(), xc.raw_data(), y.raw_data(), nullptr, nullptr);
+  const bool gx = x.requires_grad(), gw = weight.requires_grad();
+  record(y, "conv_transpose2d", {x, weight}, {gw ? xc : Tensor(), gx ? wc : Tensor()},
+         [k, g, dt = x.dtype(), xs = gw ? xc : Tensor(), ws = gx ? wc : Tensor(), x_shape = x.shape(),
+          w_shape = weight.shape()](const Tensor& gy, const std::vector<bool>& needs) -> std::vector<Tensor> {
+           Tensor dy = grad_in(gy, dt);  // (N, Cout, OH, OW): the conv2d's input
+           const bool run = dy.numel() > 0 && (xs.defined() || ws.defined());
+           Tensor dx = needs[0] ? grad_buffer(x_shape, dt, dy.device(), run) : Tensor();
+           Tensor dw = needs[1] ? grad_buffer(w_shape, dt, dy.device(), run) : Tensor();
+           if (dy.numel() > 0 && dx.defined()) k->forward(dt, g, dy.raw_data(), ws.raw_data(), nullptr, dx.raw_data());
+           if (dy.numel() > 0 && dw.defined())
+             k->backward(dt, g, dy.raw_data(), nullptr, xs.raw_data(), nullptr, dw.raw_data(), nullptr);
+           return {dx, dw};
+         });
+  if (!bias.defined()) return y;
+  return add(y, bias.reshape({Cout, 1, 1}));
 }
 
 // ------------------------------------------------------------------ pooling

@@ -16,6 +16,21 @@ struct Conv2dArgs {
 /// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) or undefined -> (N, O, H', W').
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dArgs args = {});
 
+struct ConvTranspose2dArgs {
+  IntPair stride{1, 1};
+  IntPair padding{0, 0};
+  IntPair output_padding{0, 0};  ///< added to one side of the output; < stride or < dilation
+  IntPair dilation{1, 1};
+  int64_t groups = 1;
+};
+/// Transposed convolution (PyTorch's conv_transpose2d; "deconvolution"): the gradient of
+/// conv2d with respect to its input. x (N, Cin, H, W) or (Cin, H, W), weight
+/// (Cin, Cout/groups, kH, kW), bias (Cout) or undefined -> (N, Cout, H', W') with
+/// H' = (H - 1) stride - 2 padding + dilation (kH - 1) + output_padding + 1. Runs conv2d's
+/// kernels: its backward-data pass forward, its forward and backward-filter passes backward.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        ConvTranspose2dArgs args = {});
+
 /// Max pooling; stride {0,0} means stride = kernel. Padding pads with -inf.
 Tensor max_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntPair padding = {0, 0});
 /// Average pooling; stride {0,0} means stride = kernel. Padded zeros count in the mean

@@ -3,12 +3,15 @@
 // allocation, the call through dispatch (ops/cpu/nn.cpp) and the backward lambdas.
 #include "ops/nn_functional.h"
 #include "core/autocast.h"
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include "core/autograd.h"
 #include "core/rng.h"
 #include "ops/cpu/nn_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
+#include "ops/elementwise.h"
 #include "ops/shape_ops.h"
 
 namespace kiln {
@@ -210,6 +213,71 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
                           B * H, T, T, d, d, scale, causal);
     return {cast_back(dx, xdt)};
   });
+}
+
+// ---------------------------------------------------------------- interpolate
+
+namespace {
+// The source coordinate of each of `out` destination positions along an axis of `in`.
+std::vector<double> source_coords(int64_t in, int64_t out, double scale, bool bilinear, bool align_corners) {
+  std::vector<double> src(static_cast<size_t>(out));
+  // PyTorch: ratio in/out from the sizes, or 1/scale_factor when one was given
+  const double ratio = scale > 0 ? 1.0 / scale : double(in) / double(out);
+  for (int64_t d = 0; d < out; ++d) {
+    double s;
+    if (!bilinear) s = std::floor(double(d) * ratio);
+    else if (align_corners) s = out > 1 ? double(d) * double(in - 1) / double(out - 1) : 0.0;
+    else s = std::max(0.0, (double(d) + 0.5) * ratio - 0.5);
+    src[size_t(d)] = std::min(s, double(in - 1));
+  }
+  return src;
+}
+
+// x resized along `dim` (2 or 3) to `out` positions.
+Tensor resize_axis(const Tensor& x, int64_t dim, int64_t out, double scale, const InterpolateOptions& o) {
+  const int64_t in = x.size(dim);
+  const bool bilinear = o.mode == InterpolateMode::bilinear;
+  const std::vector<double> src = source_coords(in, out, scale, bilinear, o.align_corners);
+  std::vector<int64_t> i0(src.size()), i1(src.size());
+  std::vector<double> w1(src.size());
+  for (size_t d = 0; d < src.size(); ++d) {
+    i0[d] = int64_t(std::floor(src[d]));
+    i1[d] = std::min(i0[d] + 1, in - 1);
+    w1[d] = src[d] - double(i0[d]);
+  }
+  const Tensor lo = index_select(x, dim, from_vector(i0, {out}, {.dtype = DType::int64, .device = x.device()}));
+  if (!bilinear) return lo;
+  const Tensor hi = index_select(x, dim, from_vector(i1, {out}, {.dtype = DType::int64, .device = x.device()}));
+  Shape wshape(size_t(x.dim()), 1);
+  wshape[size_t(dim)] = out;
+  const Tensor w = from_vector(w1, wshape).to(x.dtype()).to(x.device());
+  return add(lo, mul(sub(hi, lo), w));  // lo + (hi - lo) w
+}
+}  // namespace
+
+Tensor interpolate(const Tensor& x, InterpolateOptions o) {
+  KILN_CHECK(x.defined() && x.dim() == 4, "interpolate: expected input (N, C, H, W), got ",
+             x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  check_floating("interpolate", x);
+  const bool by_size = o.size[0] > 0 || o.size[1] > 0;
+  KILN_CHECK(by_size != (o.scale_factor[0] > 0 || o.scale_factor[1] > 0), "interpolate: give either size or "
+             "scale_factor, got size ", o.size[0], "x", o.size[1], " and scale_factor ", o.scale_factor[0], "x",
+             o.scale_factor[1]);
+  int64_t out[2];
+  for (int a = 0; a < 2; ++a) {
+    if (by_size) {
+      out[a] = o.size[size_t(a)];
+    } else {
+      const double s = o.scale_factor[size_t(a)];
+      KILN_CHECK(std::isfinite(s) && s > 0, "interpolate: scale_factor must be finite and > 0, got ", s);
+      out[a] = int64_t(std::floor(double(x.size(2 + a)) * s));
+    }
+    KILN_CHECK(out[a] >= 1 && out[a] <= (int64_t(1) << 31), "interpolate: output size ", out[0], "x", out[1],
+               " for input ", shape_str(x.shape()), " must be positive and below 2^31");
+    KILN_CHECK(x.size(2 + a) >= 1, "interpolate: the input ", shape_str(x.shape()), " is empty");
+  }
+  const Tensor h = resize_axis(x, 2, out[0], by_size ? 0.0 : o.scale_factor[0], o);
+  return resize_axis(h, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
 }
 
 }  // namespace kiln

@@ -1,6 +1,9 @@
-// Neural-network functions: dropout, embedding lookup, scaled dot-product attention.
+// Neural-network functions: dropout, embedding lookup, scaled dot-product attention,
+// interpolation (upsampling).
 #pragma once
+#include <array>
 #include "core/tensor.h"
+#include "ops/conv.h"
 
 namespace kiln {
 
@@ -23,5 +26,21 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 /// place and writes d(qkv) directly (no split, no transposed copies, no zero-filled slice
 /// gradients); on other devices it runs that composition.
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads, bool causal = false);
+
+/// How interpolate fills in values: the nearest input pixel, or bilinear weights of the
+/// four around it.
+enum class InterpolateMode { nearest, bilinear };
+struct InterpolateOptions {
+  IntPair size{0, 0};               ///< output (H', W'); or, when 0, from scale_factor
+  std::array<double, 2> scale_factor{0.0, 0.0};
+  InterpolateMode mode = InterpolateMode::nearest;
+  /// bilinear: corner pixels' centres aligned (source = dst * (in - 1) / (out - 1)) instead
+  /// of the half-pixel rule (source = (dst + 0.5) * in / out - 0.5, PyTorch's default).
+  bool align_corners = false;
+};
+/// Resizes the spatial dims of x (N, C, H, W) (PyTorch's F.interpolate / nn.Upsample).
+/// Nearest takes source floor(dst * in / out) (1 / scale_factor when one is given, as
+/// PyTorch does). Composed of index_select and arithmetic, so it is differentiable.
+Tensor interpolate(const Tensor& x, InterpolateOptions options);
 
 }  // namespace kiln

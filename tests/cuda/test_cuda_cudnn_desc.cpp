@@ -89,7 +89,8 @@ TEST_CASE("conv2d: float32 math follows the matmul precision; 16-bit may use Ten
 
 TEST_CASE("batch_norm: x as (N, C, S, 1) and one per-channel parameter descriptor (1, C, 1, 1)") {
   for (DType dt : {DType::float32, DType::float64, DType::float16})
-    for (auto [N, C, S] : {std::array<int64_t, 3>{1, 1, 1}, {8, 16, 49}, {3, 64, 1}, {32, 3, 1024}}) {
+    for (const auto& ncs : {std::array<int64_t, 3>{1, 1, 1}, {8, 16, 49}, {3, 64, 1}, {32, 3, 1024}}) {
+      const int64_t N = ncs[0], C = ncs[1], S = ncs[2];
       const auto r = cuda::batch_norm_descriptor_readback(dt, N, C, S);
       CHECK(r.x[0] == N);
       CHECK(r.x[1] == C);

@@ -106,9 +106,10 @@ double ddp_vs_full_batch(DType dt, Opt which, int accum, bool scaler_on, int ste
     const optim::StateDict full = opt->state_dict(), plain = opt_ref->state_dict();
     CHECK(full.size() == plain.size());
     double worst = 0;
-    for (const auto& [k, t] : plain) {
-      REQUIRE_MESSAGE(full.count(k), "missing " << k);
-      worst = std::max(worst, max(abs(sub(full.at(k).to(DType::float64), t.to(DType::float64)))).item());
+    for (const auto& entry : plain) {  // (no structured binding inside REQUIRE: clang 14)
+      const std::string& key = entry.first;
+      REQUIRE_MESSAGE(full.count(key), "missing " << key);
+      worst = std::max(worst, max(abs(sub(full.at(key).to(DType::float64), entry.second.to(DType::float64)))).item());
     }
     CHECK(worst < 1e-12);
   }

@@ -422,3 +422,71 @@ TEST_CASE("Functional and lambdas in Sequential; forward pre/post hooks") {
   CHECK(max_abs(sub(xg.grad(), mul(sum(lin0.weight.detach(), {0}), 3.0).expand({5, 4}))) < 1e-5);
   CHECK(error_of([&] { lin0.register_forward_hook(nn::ForwardHook()); }).find("empty function") != std::string::npos);
 }
+
+TEST_CASE("conv_transpose2d is conv2d's input gradient; ConvTranspose2d shapes and gradcheck") {
+  manual_seed(18);
+  // <conv2d(a; w), b> = <a, conv_transpose2d(b; w)> for every geometry (the adjoint)
+  for (const auto& geo : std::vector<std::array<int64_t, 5>>{{1, 0, 0, 1, 1}, {2, 1, 1, 1, 1}, {2, 0, 0, 2, 2},
+                                                            {3, 1, 2, 1, 1}, {1, 2, 0, 2, 1}}) {
+    // (no structured binding: clang 14 cannot capture one in the gradcheck lambda)
+    const int64_t s = geo[0], p = geo[1], op = geo[2], d = geo[3], g = geo[4];
+    const int64_t Cin = 4, Cout = 2 * g, k = 3, H = 5, W = 6;
+    const Tensor w = randn({Cin, Cout / g, k, k}, f64), x = randn({2, Cin, H, W}, f64);
+    const Tensor y = conv_transpose2d(x, w, Tensor(), {.stride = {s, s}, .padding = {p, p}, .output_padding = {op, op},
+                                                       .dilation = {d, d}, .groups = g});
+    const int64_t OH = (H - 1) * s - 2 * p + d * (k - 1) + op + 1, OW = (W - 1) * s - 2 * p + d * (k - 1) + op + 1;
+    REQUIRE(y.shape() == Shape{2, Cout, OH, OW});
+    const Tensor a = randn({2, Cout, OH, OW}, f64);
+    const Tensor ca = conv2d(a, w, Tensor(), {.stride = {s, s}, .padding = {p, p}, .dilation = {d, d}, .groups = g});
+    REQUIRE(ca.shape() == x.shape());
+    CHECK(sum(mul(ca, x)).item() == doctest::Approx(sum(mul(a, y)).item()).epsilon(1e-12));
+    CHECK(gradcheck([&](std::vector<Tensor>& in) {
+      return conv_transpose2d(in[0], in[1], in[2], {.stride = {s, s}, .padding = {p, p}, .output_padding = {op, op},
+                                                    .dilation = {d, d}, .groups = g});
+    }, {randn({1, Cin, 3, 3}, f64), randn({Cin, Cout / g, k, k}, f64), randn({Cout}, f64)}));
+  }
+  nn::ConvTranspose2d up(8, 4, 4, {.stride = 2, .padding = 1});
+  CHECK(up.weight.shape() == Shape{8, 4, 4, 4});
+  CHECK(up(randn({2, 8, 7, 5})).shape() == Shape{2, 4, 14, 10});
+  CHECK(check_layer(up, randn({1, 8, 3, 3}, f64)));
+  CHECK(error_of([&] { conv_transpose2d(randn({1, 2, 3, 3}), randn({2, 1, 3, 3}), Tensor(), {.output_padding = {1, 1}}); })
+            .find("output_padding") != std::string::npos);
+  CHECK(error_of([&] { up(randn({2, 3, 7, 5})); }).find("expected input") != std::string::npos);
+}
+
+TEST_CASE("interpolate / Upsample: nearest and bilinear against PyTorch's rules, gradcheck") {
+  manual_seed(19);
+  const Tensor x = randn({2, 3, 4, 5}, f64);
+  // nearest, scale 2: each pixel repeated 2x2
+  const Tensor n2 = interpolate(x, {.scale_factor = {2, 2}});
+  REQUIRE(n2.shape() == Shape{2, 3, 8, 10});
+  for (int64_t i = 0; i < 8; ++i)
+    for (int64_t j = 0; j < 10; ++j) CHECK(n2.at({1, 2, i, j}) == x.at({1, 2, i / 2, j / 2}));
+  // bilinear, half-pixel centres, to 7x3: against the formula, element by element
+  const Tensor b = interpolate(x, {.size = {7, 3}, .mode = InterpolateMode::bilinear});
+  auto coord = [](int64_t d, int64_t in, int64_t out) {
+    const double s = std::max(0.0, (double(d) + 0.5) * double(in) / double(out) - 0.5);
+    const int64_t i0 = std::min<int64_t>(int64_t(s), in - 1), i1 = std::min<int64_t>(i0 + 1, in - 1);
+    return std::tuple<int64_t, int64_t, double>{i0, i1, std::min(s, double(in - 1)) - double(i0)};
+  };
+  for (int64_t i = 0; i < 7; ++i)
+    for (int64_t j = 0; j < 3; ++j) {
+      auto [h0, h1, wh] = coord(i, 4, 7);
+      auto [w0, w1, ww] = coord(j, 5, 3);
+      auto v = [&](int64_t h, int64_t w) { return x.at({0, 1, h, w}); };
+      const double want = (1 - wh) * ((1 - ww) * v(h0, w0) + ww * v(h0, w1)) + wh * ((1 - ww) * v(h1, w0) + ww * v(h1, w1));
+      CHECK(b.at({0, 1, i, j}) == doctest::Approx(want).epsilon(1e-12));
+    }
+  // align_corners: the corners are the input's corners
+  const Tensor ac = interpolate(x, {.size = {6, 9}, .mode = InterpolateMode::bilinear, .align_corners = true});
+  CHECK(ac.at({0, 0, 0, 0}) == x.at({0, 0, 0, 0}));
+  CHECK(ac.at({0, 0, 5, 8}) == doctest::Approx(x.at({0, 0, 3, 4})).epsilon(1e-12));
+  for (auto mode : {InterpolateMode::nearest, InterpolateMode::bilinear})
+    CHECK(gradcheck([&](std::vector<Tensor>& in) { return interpolate(in[0], {.size = {5, 3}, .mode = mode}); },
+                    {randn({1, 2, 3, 4}, f64)}));
+  nn::Upsample up({.scale_factor = {2, 2}, .mode = InterpolateMode::bilinear});
+  CHECK(up(randn({1, 1, 3, 3})).shape() == Shape{1, 1, 6, 6});
+  CHECK(up.str().find("bilinear") != std::string::npos);
+  CHECK(error_of([&] { interpolate(x, {}); }).find("size or scale_factor") != std::string::npos);
+  CHECK(error_of([&] { interpolate(randn({3, 4}), {.size = {2, 2}}); }).find("(N, C, H, W)") != std::string::npos);
+}
