@@ -9,5 +9,6 @@
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/ordered_dict.h"
+#include "nn/recurrent.h"
 #include "nn/train_utils.h"
 #include "nn/serialize.h"
