@@ -10,77 +10,21 @@
 #include <string>
 #include <vector>
 #include "kiln/kiln.h"
+#include "kiln/testing.h"
 
 namespace kiln::test {
 
-inline const TensorOptions f64{.dtype = DType::float64};
+// The checks themselves are kiln/testing.h (installed with the library); this header adds
+// doctest reporting.
+using kiln::testing::allclose;
+using kiln::testing::compare_with_finite_differences;
+using kiln::testing::error_of;
+using kiln::testing::f64;
+using kiln::testing::GradcheckOptions;
+using kiln::testing::gradcheck_report;
+using kiln::testing::TensorFn;
 
-struct GradcheckOptions {
-  double eps = 1e-6;
-  double atol = 1e-6;
-  double rtol = 1e-4;
-};
-
-using TensorFn = std::function<Tensor(std::vector<Tensor>&)>;
-
-/// The core of every gradient check: `eval()` computes the output from the float64 leaves
-/// in `checked`, whose analytic gradients of sum(eval() * R) are already in .grad. Each
-/// element is moved by +-eps in place and the central difference compared. Returns an
-/// empty string when all agree, else a report naming the tensor and element.
-inline std::string compare_with_finite_differences(const std::function<Tensor()>& eval, const Tensor& R,
-                                                   const std::vector<Tensor>& checked, GradcheckOptions o) {
-  std::ostringstream rep;
-  for (size_t i = 0; i < checked.size(); ++i) {
-    const Tensor& x = checked[i];
-    Tensor g = x.grad();
-    double* base = static_cast<double*>(x.storage()->data());
-    const Shape& sh = x.shape();
-    for (int64_t j = 0; j < x.numel(); ++j) {
-      int64_t off = x.offset(), rem = j;  // element j's storage offset
-      Shape idx(sh.size());
-      for (int64_t d = int64_t(sh.size()) - 1; d >= 0; --d) {
-        idx[d] = rem % sh[d];
-        rem /= sh[d];
-        off += idx[d] * x.strides()[d];
-      }
-      double orig = base[off], fp, fm;
-      {
-        NoGradGuard ng;
-        base[off] = orig + o.eps;
-        fp = sum(eval() * R).item();
-        base[off] = orig - o.eps;
-        fm = sum(eval() * R).item();
-        base[off] = orig;
-      }
-      double num = (fp - fm) / (2 * o.eps);
-      double ana = g.defined() ? g.at(idx) : 0.0;
-      if (!(std::fabs(num - ana) <= o.atol + o.rtol * std::fabs(num))) {
-        rep << "tensor " << i << " element " << shape_str(idx) << ": analytic " << ana << " numeric " << num << "\n";
-        if (rep.str().size() > 2000) return rep.str();
-      }
-    }
-  }
-  return rep.str();
-}
-
-/// Returns an empty string when analytic and numeric gradients agree, else a report.
-inline std::string gradcheck_report(const TensorFn& f, std::vector<Tensor> inputs, GradcheckOptions o = {}) {
-  std::vector<Tensor> checked;
-  for (auto& t : inputs) {
-    if (!t.is_floating_point()) continue;
-    if (t.dtype() != DType::float64) t = t.detach().to(DType::float64);
-    t = t.detach();
-    t.requires_grad_();
-    checked.push_back(t);
-  }
-  auto eval = [&]() { return f(inputs).to(DType::float64); };
-  Tensor out = eval();
-  Tensor R = randn(out.shape(), f64);
-  sum(out * R).backward();
-  return compare_with_finite_differences(eval, R, checked, o);
-}
-
-/// doctest-friendly: CHECK(gradcheck(...)).
+/// doctest-friendly: CHECK(gradcheck(...)); a mismatch is printed.
 inline bool gradcheck(const TensorFn& f, std::vector<Tensor> inputs, GradcheckOptions o = {}) {
   std::string r = gradcheck_report(f, std::move(inputs), o);
   if (!r.empty()) MESSAGE("gradcheck mismatch:\n" << r);
@@ -90,34 +34,7 @@ inline bool gradcheck(const TensorFn& f, std::vector<Tensor> inputs, GradcheckOp
 /// Max |a - b| over all elements (after converting both to float64 on the CPU).
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    double d = std::fabs(va[i] - vb[i]);
-    if (std::isnan(d)) return INFINITY;
-    m = std::max(m, d);
-  }
-  return m;
-}
-
-/// True when |a - b| <= atol + rtol |b| elementwise.
-inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8) {
-  if (a.shape() != b.shape()) return false;
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  for (size_t i = 0; i < va.size(); ++i)
-    if (!(std::fabs(va[i] - vb[i]) <= atol + rtol * std::fabs(vb[i]))) return false;
-  return true;
-}
-
-/// The message of the kiln::Error that f throws, or "(no error)" when it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return kiln::testing::max_abs_diff(a, b);
 }
 
 /// Tensor from a flat list of doubles with a shape (float64 unless dtype says otherwise).
