@@ -4,8 +4,9 @@
 scripts/gpu_check.sh runs it on a GPU machine where `import torch` works (nothing can be
 installed there, so the C++ libtorch bench cannot be built) and merges its CSV with kiln's
 through `kiln bench --compare`. The models, batches, warm-up/timed counts and the CSV
-columns are those of bench/workload_spec.h and bench/libtorch/bench_libtorch.cpp; the FLOP
-columns are left empty (the compare table uses step times and memory peaks only).
+columns are those of bench/workload_spec.h, bench/report.h and
+bench/libtorch/bench_libtorch.cpp; the FLOP columns are left empty (the compare table uses
+step times and memory peaks only).
 
   python3 bench/torch_bench.py --device cuda --gpu-shapes --precision fp32,bf16 --csv out.csv
 """

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "bench/report.h"
+#include "bench/system_probe.h"
 #include "bench/workload_spec.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/plot.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "ops/cpu/sgemm.h"
 
 namespace kiln::cli {
@@ -221,8 +222,10 @@ int run_compare(const Args& a) {
   std::string csv = "workload,device,precision,shapes,batch,kiln_median_ms," + B +
                     "_median_ms,ratio,ratio_min,ratio_max,rounds_kiln,rounds_" +
                     B + ",kiln_alloc_peak_bytes," + B + "_alloc_peak_bytes,kiln_rss_peak_bytes," + B + "_rss_peak_bytes\n";
-  std::ostringstream js;
-  js << "{\n  \"schema\": \"kiln-bench-compare/1\",\n  \"files\": " << files.size() << ",\n  \"rows\": [";
+  json::Value js = json::Value::object(), js_rows = json::Value::array();
+  js["schema"] = "kiln-bench-compare/1";
+  js["files"] = files.size();
+  auto jnum = [](double v) { return std::isfinite(v) ? json::Value(v) : json::Value(nullptr); };  // NaN: null
   BarChart bars{.title = "median step time (ms): kiln vs " + B, .y_label = "ms", .labels = {},
                 .groups = {{A, {}}, {B, {}}}};
   BarChart rel{.title = "step time relative to " + B + " (lower is faster)", .y_label = "time / " + B + " time",
@@ -251,15 +254,15 @@ int run_compare(const Args& a) {
            std::to_string(ka.medians.size()) + "," +
            std::to_string(kb.medians.size()) + "," + std::to_string(ka.alloc_peak) + "," +
            std::to_string(kb.alloc_peak) + "," + std::to_string(ka.rss_peak) + "," + std::to_string(kb.rss_peak) + "\n";
-    js << (i ? ",\n" : "\n") << "    {\"workload\": " << bench::json_str(c.name) << ", \"device\": "
-       << bench::json_str(r.at("device")) << ", \"precision\": " << bench::json_str(r.at("precision"))
-       << ", \"shapes\": " << bench::json_str(r.at("shapes")) << ", \"batch\": " << c.batch
-       << ", \"kiln_median_ms\": " << bench::json_num(ma) << ", \"" << B << "_median_ms\": " << bench::json_num(mb)
-       << ", \"ratio\": " << bench::json_num(ratio) << ", \"ratio_min\": " << bench::json_num(rmin)
-       << ", \"ratio_max\": " << bench::json_num(rmax) << ", \"rounds_kiln\": " << ka.medians.size()
-       << ", \"rounds_" << B << "\": " << kb.medians.size() << ", \"kiln_alloc_peak_bytes\": " << ka.alloc_peak
-       << ", \"" << B << "_alloc_peak_bytes\": " << kb.alloc_peak << ", \"kiln_rss_peak_bytes\": " << ka.rss_peak
-       << ", \"" << B << "_rss_peak_bytes\": " << kb.rss_peak << "}";
+    json::Value jr = json::Value::object();
+    jr["workload"] = c.name, jr["device"] = r.at("device"), jr["precision"] = r.at("precision");
+    jr["shapes"] = r.at("shapes"), jr["batch"] = c.batch;
+    jr["kiln_median_ms"] = jnum(ma), jr[B + "_median_ms"] = jnum(mb);
+    jr["ratio"] = jnum(ratio), jr["ratio_min"] = jnum(rmin), jr["ratio_max"] = jnum(rmax);
+    jr["rounds_kiln"] = ka.medians.size(), jr["rounds_" + B] = kb.medians.size();
+    jr["kiln_alloc_peak_bytes"] = ka.alloc_peak, jr[B + "_alloc_peak_bytes"] = kb.alloc_peak;
+    jr["kiln_rss_peak_bytes"] = ka.rss_peak, jr[B + "_rss_peak_bytes"] = kb.rss_peak;
+    js_rows.push_back(std::move(jr));
     c.precision = r.at("precision");
     c.shape_set = r.at("shapes");
     for (const auto& [fw, side] : table[keys[i]]) {
@@ -277,14 +280,14 @@ int run_compare(const Args& a) {
       rel.groups[1].second.push_back(1.0);
     }
   }
-  js << "\n  ]\n}\n";
+  js["rows"] = std::move(js_rows);
   std::cout << bench::format_columns(rows, 4) << bench::format_speedup(merged)
             << "kiln ms, " << B << " ms: median over rounds of each run's median step; ratio < 1: kiln faster; "
                "per round: lowest-highest ratio of one round's two runs; "
                "peaks: highest over rounds (RSS: per-process VmHWM, see each run's rss_scope)\n";
   for (const auto& fw : frameworks)
     if (fw != A && fw != B) std::cout << "note: framework '" << fw << "' is not compared (only kiln and " << B << ")\n";
-  write_outputs(a, js.str(), csv);
+  write_outputs(a, js.dump(2) + "\n", csv);
   if (a.has("plot-dir")) {
     const std::string dir = a.str("plot-dir");
     write_bar_chart_png(dir + "/step_time.png", bars, std::max<int>(900, 110 * int(bars.labels.size())), 420);

@@ -1,7 +1,9 @@
-// The training jobs of `kiln train`: the loop a PyTorch user would write (zero_grad,
-// forward under autocast, scaled backward, accumulate, clip, step), plus what a long run
-// needs around it: progress, metrics CSV + plot, evaluation, checkpoints and --resume.
+// The training jobs of `kiln train`, shared part: the command line (flags, parsing), the
+// models, the Trainer (one step: forward under autocast, scaled backward, accumulate,
+// clip, optimizer step; checkpoints and --resume) and run_training, which hands over to
+// the loop of the task: train_vision.cpp (mnist, cifar10) or train_gpt.cpp (gpt).
 #include "cli/train.h"
+#include "cli/train_internal.h"
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -47,9 +49,6 @@
 
 namespace kiln::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 const std::vector<FlagSpec>& train_flags() {
   static const std::vector<FlagSpec> specs = {
@@ -140,328 +139,180 @@ Model make_model(const TrainConfig& cfg, int64_t in_channels, int64_t image_size
   return m;
 }
 
-namespace {
+void Trainer::make_optimizer(int64_t total_steps) {
+  auto make = [this](const std::vector<optim::ParamGroup>& groups) -> std::unique_ptr<optim::Optimizer> {
+    if (cfg.task == "gpt")
+      return std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = cfg.lr, .weight_decay = cfg.weight_decay});
+    return std::make_unique<optim::SGD>(
+        groups, optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
+  };
+  const auto params = model.module->parameters();
+  if (cfg.zero) opt = std::make_unique<dist::ZeroRedundancyOptimizer>(params, make);
+  else opt = make(optim::single_group(params));
+  if (cfg.schedule == "cosine")
+    sched = std::make_unique<optim::WarmupCosineLR>(
+        *opt, optim::WarmupCosineLROptions{.warmup_steps = std::max<int64_t>(1, total_steps / 20),
+                                           .total_steps = std::max<int64_t>(2, total_steps),
+                                           .min_lr = cfg.lr * 0.1});
+  scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
+  guard = std::make_unique<optim::DivergenceGuard>(optim::DivergenceGuardOptions{.max_consecutive_skips = cfg.max_skips});
+}
 
-/// What a run has done within its current epoch (vision) or evaluation interval (gpt):
-/// saved as a checkpoint's data position, so a run saved mid-epoch resumes exactly.
-struct Tally {
-  int64_t micro = 0;       // micro-batches consumed (vision: the loader's position)
-  int64_t done = 0;        // optimizer steps
-  double loss_sum = 0;     // of the finite losses
-  int64_t loss_n = 0, skipped = 0;
-  double window_loss = 0;  // since the last CSV row
-  int64_t window_loss_n = 0, window_n = 0, window_skipped = 0;
-  int64_t world = dist::world_size();  // ranks whose batches `micro` counts
+Tally Trainer::restore(const Checkpoint& ck) {
+  ck.restore({.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(), .scaler = scaler.get()});
+  const TrainingState& s = ck.state();
+  epoch = s.epoch;
+  step = s.step;
+  saved_step = step;
+  saved_path = ck.path();
+  const std::string where = "'" + ck.path() + "'";
+  KILN_CHECK(s.extra.contains("skipped") && s.extra.at("skipped").is_int() && s.extra.at("skipped").as_int() >= 0,
+             where, ": \"skipped\" must be a non-negative integer");
+  guard->set_skipped(s.extra.at("skipped").as_int());
+  // hyperparameters live in the optimizer's state: an override is written over them
+  auto set_hparam = [&](const char* flag, const char* name, double v) {
+    if (!cfg.changed.count(flag)) return;
+    optim::StateDict sd = opt->state_dict();
+    for (size_t g = 0; g < opt->num_groups(); ++g)
+      if (auto it = sd.find("param_groups." + std::to_string(g) + "." + name); it != sd.end())
+        it->second = scalar_tensor(v, {.dtype = DType::float64});
+    opt->load_state_dict(sd);
+  };
+  set_hparam("lr", "lr", cfg.lr);
+  if (cfg.task != "gpt") set_hparam("momentum", "momentum", cfg.momentum);
+  set_hparam("weight-decay", "weight_decay", cfg.weight_decay);
+  return s.data.contains("epoch") ? Tally::from_json(s.data.at("epoch"), where) : Tally{};
+}
 
-  void add(double loss, bool took) {
-    ++done;
-    ++window_n;
-    if (!took) ++skipped, ++window_skipped;
-    if (std::isfinite(loss)) loss_sum += loss, ++loss_n, window_loss += loss, ++window_loss_n;
+void Trainer::find_batch(const std::function<std::pair<Tensor, Tensor>(int64_t)>& sample, int64_t max_per_rank) {
+  KILN_CHECK(max_per_rank >= 1, "kiln train: --batch-size auto: the training data has too few examples for one "
+             "batch per rank and --accum step");
+  KILN_CHECK(!device.is_cpu() || cfg.memory_limit > 0, "kiln train: --batch-size auto on the CPU needs "
+             "--memory-limit (e.g. --memory-limit 4G): the CPU has no device memory to fill");
+  make_optimizer(1);  // a stand-in with the real optimizer's state, replaced once the batch is known
+  if (ddp) ddp->set_require_sync(false);  // trial steps are local: no rank waits for another
+  auto step = [&](int64_t b) {
+    const auto [x, y] = sample(b);
+    autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
+    Tensor logits = (*model.module)(x.to(device));
+    const Tensor target = y.to(device);
+    Tensor loss = cfg.task == "gpt" ? cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}))
+                                    : cross_entropy(logits, target);
+    loss.backward();
+    opt->step();
+  };
+  const optim::BatchFinderResult r = optim::find_batch_size(
+      step, *model.module, *opt, device, {.start = 1, .max = max_per_rank, .memory_limit = cfg.memory_limit});
+  int64_t b = r.batch;
+  if (dist::world_size() > 1) {  // the smallest over the ranks (the max of the negatives)
+    Tensor v = full({1}, -double(b), {.dtype = DType::float64});
+    dist::all_reduce(v, dist::ReduceOp::max);
+    b = int64_t(-v.item());
   }
-  double mean_loss() const { return loss_n ? loss_sum / double(loss_n) : NAN; }
-  /// The CSV row of the window since the last one (and starts a new window).
-  MetricsRow take_window(int64_t step, int64_t epoch, double lr, double rate) {
-    MetricsRow r;
-    r.step = step, r.epoch = epoch, r.lr = lr, r.items_per_s = rate, r.skipped = window_skipped;
-    r.loss = window_loss_n ? window_loss / double(window_loss_n) : NAN;
-    window_loss = 0;
-    window_loss_n = window_n = window_skipped = 0;
-    return r;
-  }
-  json::Value to_json() const {
-    json::Value j = json::Value::object();
-    j["micro"] = micro, j["done"] = done, j["loss_sum"] = loss_sum, j["loss_n"] = loss_n, j["skipped"] = skipped;
-    j["window_loss"] = window_loss, j["window_loss_n"] = window_loss_n, j["window_n"] = window_n;
-    j["window_skipped"] = window_skipped;
-    j["world"] = world;
-    return j;
-  }
-  static Tally from_json(const json::Value& j, const std::string& where) {
-    Tally t;
-    auto count = [&](const char* k) {
-      KILN_CHECK(j.contains(k) && j.at(k).is_int() && j.at(k).as_int() >= 0, where, ": data position \"", k,
-                 "\" must be a non-negative integer");
-      return j.at(k).as_int();
-    };
-    auto number = [&](const char* k) {
-      KILN_CHECK(j.contains(k) && j.at(k).is_number() && std::isfinite(j.at(k).as_number()), where,
-                 ": data position \"", k, "\" must be a finite number");
-      return j.at(k).as_number();
-    };
-    t.micro = count("micro"), t.done = count("done"), t.loss_sum = number("loss_sum"), t.loss_n = count("loss_n");
-    t.skipped = count("skipped"), t.window_loss = number("window_loss"), t.window_loss_n = count("window_loss_n");
-    t.window_n = count("window_n"), t.window_skipped = count("window_skipped"), t.world = count("world");
-    return t;
-  }
-};
+  cfg.batch_size = b * dist::world_size();
+  cfg.batch_auto = false;
+  spdlog::info("batch size auto: {} per rank (its step peaked at {:.1f} MiB of the {:.1f} MiB target; {} trial "
+               "steps{})", b, double(r.peak_bytes) / (1 << 20), double(r.limit_bytes) / (1 << 20), r.tries.size(),
+               b == max_per_rank ? ", stopped at the largest batch the data allows" : "");
+}
 
-/// Everything that changes as a run goes and that a checkpoint must restore.
-struct Trainer {
-  TrainConfig cfg;
-  Device device;
-  Model model;
-  std::unique_ptr<optim::Optimizer> opt;
-  std::unique_ptr<optim::LRScheduler> sched;
-  std::unique_ptr<amp::GradScaler> scaler;
-  std::unique_ptr<optim::DivergenceGuard> guard;
-  std::shared_ptr<dist::DistributedDataParallel> ddp;  // under mpirun: averages the gradients
-  int stop_sig = 0;   // a stop signal every rank agreed on (after the step that saw it)
-  int64_t epoch = 0;  // completed epochs (vision) or evaluations (gpt)
-  int64_t step = 0;   // completed optimizer steps
-  // checkpoint contents besides the tensors
-  std::map<std::string, std::string> metadata;  // what inference needs (normalisation, vocabulary)
-  Clock::time_point last_save = Clock::now();
-  int64_t saved_step = -1;     // step of the last checkpoint written or resumed from (-1: none)
-  std::string saved_path;      // and its file
+void Trainer::wrap_model() {
+  if (dist::world_size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model.module);
+}
 
-  void make_optimizer(int64_t total_steps) {
-    auto make = [this](const std::vector<optim::ParamGroup>& groups) -> std::unique_ptr<optim::Optimizer> {
-      if (cfg.task == "gpt")
-        return std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = cfg.lr, .weight_decay = cfg.weight_decay});
-      return std::make_unique<optim::SGD>(
-          groups, optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum, .weight_decay = cfg.weight_decay});
-    };
-    const auto params = model.module->parameters();
-    if (cfg.zero) opt = std::make_unique<dist::ZeroRedundancyOptimizer>(params, make);
-    else opt = make(optim::single_group(params));
-    if (cfg.schedule == "cosine")
-      sched = std::make_unique<optim::WarmupCosineLR>(
-          *opt, optim::WarmupCosineLROptions{.warmup_steps = std::max<int64_t>(1, total_steps / 20),
-                                             .total_steps = std::max<int64_t>(2, total_steps),
-                                             .min_lr = cfg.lr * 0.1});
-    scaler = std::make_unique<amp::GradScaler>(amp::GradScalerOptions{.enabled = cfg.amp == "fp16"});
-    guard = std::make_unique<optim::DivergenceGuard>(optim::DivergenceGuardOptions{.max_consecutive_skips = cfg.max_skips});
+double Trainer::micro_step(const Tensor& input, const Tensor& target, bool last) {
+  if (ddp) ddp->set_require_sync(last && !cfg.zero);  // ZeRO-1 reduce-scatters in its step
+  Tensor loss;
+  {
+    autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
+    Tensor logits = ddp ? (*ddp)(input) : (*model.module)(input);
+    if (cfg.task == "gpt") loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
+    else loss = cross_entropy(logits, target);
   }
+  Tensor scaled = scaler->scale(cfg.accum > 1 ? loss / double(cfg.accum) : loss);
+  scaled.backward();
+  return loss.item();
+}
 
-  /// Restores a checkpoint into the model, optimizer, scheduler, scaler and RNG, applies
-  /// the settings --override changed, and returns the data position.
-  Tally restore(const Checkpoint& ck) {
-    ck.restore({.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(), .scaler = scaler.get()});
-    const TrainingState& s = ck.state();
-    epoch = s.epoch;
-    step = s.step;
-    saved_step = step;
-    saved_path = ck.path();
-    const std::string where = "'" + ck.path() + "'";
-    KILN_CHECK(s.extra.contains("skipped") && s.extra.at("skipped").is_int() && s.extra.at("skipped").as_int() >= 0,
-               where, ": \"skipped\" must be a non-negative integer");
-    guard->set_skipped(s.extra.at("skipped").as_int());
-    // hyperparameters live in the optimizer's state: an override is written over them
-    auto set_hparam = [&](const char* flag, const char* name, double v) {
-      if (!cfg.changed.count(flag)) return;
-      optim::StateDict sd = opt->state_dict();
-      for (size_t g = 0; g < opt->num_groups(); ++g)
-        if (auto it = sd.find("param_groups." + std::to_string(g) + "." + name); it != sd.end())
-          it->second = scalar_tensor(v, {.dtype = DType::float64});
-      opt->load_state_dict(sd);
-    };
-    set_hparam("lr", "lr", cfg.lr);
-    if (cfg.task != "gpt") set_hparam("momentum", "momentum", cfg.momentum);
-    set_hparam("weight-decay", "weight_decay", cfg.weight_decay);
-    return s.data.contains("epoch") ? Tally::from_json(s.data.at("epoch"), where) : Tally{};
-  }
-
-  /// --batch-size auto: the largest micro-batch per rank (at most max_per_rank) whose
-  /// training step stays within the memory target, found with trial steps on sample(b)
-  /// (input and target of b examples; optim::find_batch_size restores everything after
-  /// each), the smallest over the ranks; cfg.batch_size becomes it times the ranks.
-  void find_batch(const std::function<std::pair<Tensor, Tensor>(int64_t)>& sample, int64_t max_per_rank) {
-    KILN_CHECK(max_per_rank >= 1, "kiln train: --batch-size auto: the training data has too few examples for one "
-               "batch per rank and --accum step");
-    KILN_CHECK(!device.is_cpu() || cfg.memory_limit > 0, "kiln train: --batch-size auto on the CPU needs "
-               "--memory-limit (e.g. --memory-limit 4G): the CPU has no device memory to fill");
-    make_optimizer(1);  // a stand-in with the real optimizer's state, replaced once the batch is known
-    if (ddp) ddp->set_require_sync(false);  // trial steps are local: no rank waits for another
-    auto step = [&](int64_t b) {
-      const auto [x, y] = sample(b);
-      autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
-      Tensor logits = (*model.module)(x.to(device));
-      const Tensor target = y.to(device);
-      Tensor loss = cfg.task == "gpt" ? cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}))
-                                      : cross_entropy(logits, target);
-      loss.backward();
+bool Trainer::optimizer_step(double& loss) {
+  agree(loss);
+  bool took = false;
+  try {
+    if (scaler->is_enabled()) {  // fp16: the scaler checks the gradients and skips
+      scaler->step(*opt);
+      scaler->update();
+      took = !scaler->last_step_skipped() && std::isfinite(loss);
+      guard->record(!took, std::isfinite(loss) ? "inf/NaN gradients under fp16 loss scaling (scale now " +
+                                                     std::to_string(scaler->get_scale()) + ")"
+                                               : "loss " + std::to_string(loss));
+    } else if ((took = guard->check(loss, *opt))) {
       opt->step();
-    };
-    const optim::BatchFinderResult r = optim::find_batch_size(
-        step, *model.module, *opt, device, {.start = 1, .max = max_per_rank, .memory_limit = cfg.memory_limit});
-    int64_t b = r.batch;
-    if (dist::world_size() > 1) {  // the smallest over the ranks (the max of the negatives)
-      Tensor v = full({1}, -double(b), {.dtype = DType::float64});
-      dist::all_reduce(v, dist::ReduceOp::max);
-      b = int64_t(-v.item());
     }
-    cfg.batch_size = b * dist::world_size();
-    cfg.batch_auto = false;
-    spdlog::info("batch size auto: {} per rank (its step peaked at {:.1f} MiB of the {:.1f} MiB target; {} trial "
-                 "steps{})", b, double(r.peak_bytes) / (1 << 20), double(r.limit_bytes) / (1 << 20), r.tries.size(),
-                 b == max_per_rank ? ", stopped at the largest batch the data allows" : "");
+  } catch (const Error& e) {
+    KILN_FAIL(e.what(), saved_step >= 0 ? "; the last checkpoint, " + saved_path + " (step " +
+                                              std::to_string(saved_step) + "), was kept"
+                                        : std::string());
   }
+  opt->zero_grad();
+  if (sched) sched->step();
+  ++step;
+  return took;
+}
 
-  /// Wraps the model for data-parallel training when the job has several ranks.
-  void wrap_model() {
-    if (dist::world_size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model.module);
-  }
+void Trainer::agree(double& loss) {
+  stop_sig = stop_requested();
+  const int W = dist::world_size();
+  if (W == 1) return;
+  Tensor v = from_vector(std::vector<double>{loss, double(stop_sig)}, {2});
+  dist::all_reduce(v, dist::ReduceOp::sum);
+  const std::vector<double> got = v.to_vector<double>();
+  loss = got[0] / W;
+  if (got[1] > 0 && !stop_sig) stop_sig = SIGTERM;
+}
 
-  /// One forward + backward of a micro-batch; returns its (unscaled) loss. Under mpirun
-  /// the gradients are averaged over the ranks in the backward of the group's last
-  /// micro-batch only (`last`).
-  double micro_step(const Tensor& input, const Tensor& target, bool last = true) {
-    if (ddp) ddp->set_require_sync(last && !cfg.zero);  // ZeRO-1 reduce-scatters in its step
-    Tensor loss;
-    {
-      autocast guard(cfg.amp == "fp16" ? DType::float16 : DType::bfloat16, cfg.amp != "off");
-      Tensor logits = ddp ? (*ddp)(input) : (*model.module)(input);
-      if (cfg.task == "gpt") loss = cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
-      else loss = cross_entropy(logits, target);
-    }
-    Tensor scaled = scaler->scale(cfg.accum > 1 ? loss / double(cfg.accum) : loss);
-    scaled.backward();
-    return loss.item();
-  }
+bool Trainer::save_due() const {
+  if (cfg.save.empty()) return false;
+  if (cfg.save_every_steps > 0 && step % cfg.save_every_steps == 0) return true;
+  return cfg.save_every_minutes > 0 && seconds_since(last_save) >= 60 * cfg.save_every_minutes;
+}
 
-  /// The optimizer step closing a group of cfg.accum micro-batches whose mean loss is
-  /// `loss`. Skipped (and counted) when the loss or a gradient is not finite; throws once
-  /// --max-skips steps in a row were skipped. Returns whether the step was taken.
-  bool optimizer_step(double& loss) {
-    agree(loss);
-    bool took = false;
-    try {
-      if (scaler->is_enabled()) {  // fp16: the scaler checks the gradients and skips
-        scaler->step(*opt);
-        scaler->update();
-        took = !scaler->last_step_skipped() && std::isfinite(loss);
-        guard->record(!took, std::isfinite(loss) ? "inf/NaN gradients under fp16 loss scaling (scale now " +
-                                                       std::to_string(scaler->get_scale()) + ")"
-                                                 : "loss " + std::to_string(loss));
-      } else if ((took = guard->check(loss, *opt))) {
-        opt->step();
-      }
-    } catch (const Error& e) {
-      KILN_FAIL(e.what(), saved_step >= 0 ? "; the last checkpoint, " + saved_path + " (step " +
-                                                std::to_string(saved_step) + "), was kept"
-                                          : std::string());
-    }
-    opt->zero_grad();
-    if (sched) sched->step();
-    ++step;
-    return took;
-  }
-
-  /// Under mpirun: `loss` becomes the mean of the ranks' losses (so the divergence guard
-  /// decides the same everywhere), and a stop signal any rank got stops all after this step.
-  void agree(double& loss) {
-    stop_sig = stop_requested();
-    const int W = dist::world_size();
-    if (W == 1) return;
-    Tensor v = from_vector(std::vector<double>{loss, double(stop_sig)}, {2});
-    dist::all_reduce(v, dist::ReduceOp::sum);
-    const std::vector<double> got = v.to_vector<double>();
-    loss = got[0] / W;
-    if (got[1] > 0 && !stop_sig) stop_sig = SIGTERM;
-  }
-
-  /// Whether --save-every asks for a checkpoint now.
-  bool save_due() const {
-    if (cfg.save.empty()) return false;
-    if (cfg.save_every_steps > 0 && step % cfg.save_every_steps == 0) return true;
-    return cfg.save_every_minutes > 0 && seconds_since(last_save) >= 60 * cfg.save_every_minutes;
-  }
-
-  /// Writes the checkpoint (when --save is set) with the data position within the epoch.
-  void save(const Tally& tally) {
-    if (cfg.save.empty()) return;
-    optim::StateDict sharded;  // ZeRO-1: gathering the full optimizer state takes every rank
-    if (cfg.zero) sharded = opt->state_dict();
-    if (dist::rank() != 0) {  // rank 0 writes the one checkpoint of the job
-      last_save = Clock::now();
-      saved_step = step;
-      saved_path = cfg.save;
-      return;
-    }
-    std::map<std::string, std::string> meta = metadata;
-    meta["kiln.task"] = cfg.task;
-    meta["kiln.model"] = cfg.model;
-    meta["kiln.step"] = std::to_string(step);
-    TrainingState s{.step = step, .epoch = epoch};
-    s.data["epoch"] = tally.to_json();
-    s.extra["config"] = config_to_json(cfg);
-    s.extra["skipped"] = guard->skipped();
-    save_checkpoint(cfg.save, {.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(),
-                               .scaler = scaler.get(), .optimizer_state = cfg.zero ? &sharded : nullptr},
-                    s, {.keep = int(cfg.keep), .metadata = meta});
+void Trainer::save(const Tally& tally) {
+  if (cfg.save.empty()) return;
+  optim::StateDict sharded;  // ZeRO-1: gathering the full optimizer state takes every rank
+  if (cfg.zero) sharded = opt->state_dict();
+  if (dist::rank() != 0) {  // rank 0 writes the one checkpoint of the job
     last_save = Clock::now();
     saved_step = step;
     saved_path = cfg.save;
+    return;
   }
+  std::map<std::string, std::string> meta = metadata;
+  meta["kiln.task"] = cfg.task;
+  meta["kiln.model"] = cfg.model;
+  meta["kiln.step"] = std::to_string(step);
+  TrainingState s{.step = step, .epoch = epoch};
+  s.data["epoch"] = tally.to_json();
+  s.extra["config"] = config_to_json(cfg);
+  s.extra["skipped"] = guard->skipped();
+  save_checkpoint(cfg.save, {.model = model.module.get(), .optimizer = opt.get(), .scheduler = sched.get(),
+                             .scaler = scaler.get(), .optimizer_state = cfg.zero ? &sharded : nullptr},
+                  s, {.keep = int(cfg.keep), .metadata = meta});
+  last_save = Clock::now();
+  saved_step = step;
+  saved_path = cfg.save;
+}
 
-  /// After a step: saves when due or when a signal asks the run to stop; returns the signal.
-  int checkpoint_point(const Tally& tally) {
-    const int sig = stop_sig;
-    if ((sig || save_due()) && step != saved_step) save(tally);
-    if (sig)
-      spdlog::info("stopping after step {} ({}): {}", step, sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                   cfg.save.empty() ? std::string("nothing saved (no --save)")
-                                    : "saved " + cfg.save + "; --resume " + cfg.save + " continues");
-    return sig;
-  }
-};
+int Trainer::checkpoint_point(const Tally& tally) {
+  const int sig = stop_sig;
+  if ((sig || save_due()) && step != saved_step) save(tally);
+  if (sig)
+    spdlog::info("stopping after step {} ({}): {}", step, sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 cfg.save.empty() ? std::string("nothing saved (no --save)")
+                                  : "saved " + cfg.save + "; --resume " + cfg.save + " continues");
+  return sig;
+}
 
 std::string default_metrics_path(const TrainConfig& cfg) { return "runs/" + cfg.task + "-" + cfg.model + ".csv"; }
-
-// ---- image classification ----
-
-struct VisionData {
-  std::shared_ptr<data::TensorDataset> train, test;
-  std::vector<double> mean, std;  // per channel, of the training images
-  int64_t channels = 1, size = 28;
-};
-
-std::shared_ptr<data::TensorDataset> limited(const data::TensorDataset& ds, int64_t limit) {
-  if (limit <= 0 || limit >= ds.size()) return std::make_shared<data::TensorDataset>(ds);
-  const bool u8 = ds.inputs().dtype() == DType::uint8;
-  return std::make_shared<data::TensorDataset>(
-      ds.inputs().narrow(0, 0, limit).contiguous(), ds.targets().narrow(0, 0, limit).contiguous(),
-      data::TensorDatasetOptions{.input_dtype = DType::float32, .input_scale = u8 ? 1.0 / 255.0 : 1.0});
-}
-
-VisionData load_vision(const TrainConfig& cfg) {
-  VisionData d;
-  d.train = limited(open_images(cfg.task, cfg.data, data::Split::Train), cfg.limit);
-  d.test = limited(open_images(cfg.task, cfg.data, data::Split::Test), cfg.limit);
-  // Per-channel mean and standard deviation of the stored training pixels, for Normalize:
-  // one pass over the uint8 bytes with exact integer-valued double sums, no float copy.
-  const Tensor raw = d.train->inputs().contiguous();  // (N, C, H, W) uint8
-  KILN_CHECK(raw.dtype() == DType::uint8 && raw.dim() == 4, "kiln train: expected uint8 images (N, C, H, W), got ",
-             dtype_name(raw.dtype()), " ", shape_str(raw.shape()));
-  d.channels = raw.size(1);
-  d.size = raw.size(2);
-  const int64_t N = raw.size(0), C = d.channels, HW = raw.size(2) * raw.size(3);
-  const uint8_t* p = raw.data<uint8_t>();
-  std::vector<double> s(size_t(C), 0.0), ss(size_t(C), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (const uint8_t* q = p + (n * C + c) * HW; q < p + (n * C + c + 1) * HW; ++q) {
-        s[size_t(c)] += *q;
-        ss[size_t(c)] += double(*q) * *q;
-      }
-  const double count = double(std::max<int64_t>(N * HW, 1));
-  for (int64_t c = 0; c < C; ++c) {
-    const double m = s[size_t(c)] / count, v = std::max(ss[size_t(c)] / count - m * m, 0.0);
-    d.mean.push_back(m / 255.0);
-    d.std.push_back(std::sqrt(v) / 255.0);
-  }
-  return d;
-}
-
-/// Fraction of correctly classified test examples (rank 0 of a data-parallel job
-/// evaluates; the others return -1).
-double evaluate_accuracy(Trainer& t, const VisionData& d) {
-  if (dist::rank() != 0) return -1;
-  const double acc = test_accuracy(*t.model.module, d.test, t.device, d.mean, d.std);
-  t.model.module->train();
-  return acc;
-}
 
 /// Logs how a resumed run stands against its schedule (planned when the run started): a
 /// cosine schedule that has ended keeps its final lr for steps added by --epochs / --steps.
@@ -472,284 +323,6 @@ void note_schedule(const Trainer& t) {
     spdlog::info("note: the cosine schedule of this run ended at step {}; the remaining steps run at its final lr {:g}",
                  total, t.opt->lr());
 }
-
-TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
-  TrainConfig& cfg = t.cfg;
-  VisionData d = load_vision(cfg);
-  spdlog::info("data: {} training / {} test images of {}x{}x{} from {}", d.train->size(), d.test->size(), d.channels,
-               d.size, d.size, cfg.data);
-  t.model = make_model(cfg, d.channels, d.size, 0);
-  t.model.module->to(t.device);
-  t.wrap_model();
-  data::Transform transform = data::Normalize{d.mean, d.std};
-  if (cfg.task == "cifar10")
-    transform = data::Compose{data::RandomCrop{d.size, d.size, 4}, data::RandomHorizontalFlip{}, data::Normalize{d.mean, d.std}};
-  // Under mpirun --batch-size is the global batch: each rank takes its share of every
-  // epoch (DistributedSampler) in batches of batch-size / ranks.
-  const int W = dist::world_size();
-  if (cfg.batch_auto)
-    t.find_batch(
-        [&](int64_t b) {
-          data::DataLoader first(d.train, {.batch_size = b, .transform = transform});
-          const data::Batch batch = *first.begin();
-          return std::make_pair(batch.input, batch.target);
-        },
-        d.train->size() / (W * cfg.accum));
-  KILN_CHECK(cfg.batch_size % W == 0, "kiln train: --batch-size ", cfg.batch_size, " (the global batch) must be a "
-             "multiple of the ", W, " ranks");
-  std::shared_ptr<dist::DistributedSampler> sampler;
-  if (W > 1) sampler = std::make_shared<dist::DistributedSampler>(dist::DistributedSamplerOptions{.seed = cfg.seed, .drop_last = true});
-  data::DataLoader loader(d.train, {.batch_size = cfg.batch_size / W,
-                                    .shuffle = W == 1,
-                                    .sampler = sampler,
-                                    .seed = cfg.seed,
-                                    .drop_last = true,
-                                    .workers = cfg.workers,
-                                    .pin_memory = t.device.is_cuda(),
-                                    .transform = transform});
-  const int64_t micro_per_epoch = loader.size(), steps_per_epoch = micro_per_epoch / cfg.accum;
-  KILN_CHECK(steps_per_epoch >= 1, "kiln train: ", micro_per_epoch, " batches of ", cfg.batch_size,
-             " per epoch are fewer than --accum ", cfg.accum);
-  t.make_optimizer(steps_per_epoch * cfg.epochs);  // a resumed run restores its planned schedule
-  t.metadata = {{"kiln.normalize_mean", json_array(d.mean).dump()},
-                {"kiln.normalize_std", json_array(d.std).dump()},
-                {"kiln.image_size", std::to_string(d.size)},
-                {"kiln.channels", std::to_string(d.channels)}};
-  Tally tally;
-  if (resumed) {
-    tally = t.restore(*resumed);
-    KILN_CHECK(tally.micro == 0 || !cfg.given.count("batch-size"), "--resume ", resumed->path(),
-               ": it was saved in the middle of an epoch, so --batch-size cannot change (resume from a checkpoint "
-               "saved at the end of an epoch)");
-    KILN_CHECK(tally.micro == 0 || tally.world == W, "--resume ", resumed->path(), ": it was saved in the middle of "
-               "an epoch by ", tally.world, " rank(s); resume it on as many (or from a checkpoint saved at the end of "
-               "an epoch, which any number of ranks can continue)");
-    KILN_CHECK(tally.done <= steps_per_epoch && tally.micro <= micro_per_epoch, "--resume ", resumed->path(),
-               ": its data position (", tally.micro, " batches into epoch ", t.epoch + 1, ") is past this run's ",
-               micro_per_epoch, " batches per epoch");
-    note_schedule(t);
-  }
-  spdlog::info("model: {} ({} parameters) on {}, {} epochs of {} steps, batch {} x {} accumulated, lr {:g} ({}, "
-               "now {:g}), amp {}",
-               cfg.model, t.model.module->num_parameters(), t.device.str(), cfg.epochs, steps_per_epoch,
-               cfg.batch_size, cfg.accum, cfg.lr, cfg.schedule, t.opt->lr(), cfg.amp);
-
-  const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
-  MetricsLog metrics(dist::rank() == 0 ? csv : "", resumed.has_value(), t.step);
-  TrainResult result;
-  result.first_step = t.step;
-  double accuracy = -1;
-  for (; t.epoch < cfg.epochs; ) {
-    loader.set_epoch(t.epoch);
-    loader.set_start_batch(tally.micro);  // 0, or where a checkpoint saved mid-epoch stopped
-    ProgressBar bar("epoch " + std::to_string(t.epoch + 1) + "/" + std::to_string(cfg.epochs), steps_per_epoch);
-    const auto start = Clock::now();
-    const int64_t first_done = tally.done;
-    double group_loss = 0;
-    auto window_start = Clock::now();
-    for (auto& batch : loader) {
-      if (tally.done == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
-      group_loss += t.micro_step(batch.input.to(t.device), batch.target.to(t.device), (tally.micro + 1) % cfg.accum == 0);
-      if (++tally.micro % cfg.accum) continue;
-      const double lr = t.opt->lr();
-      double loss = group_loss / double(cfg.accum);
-      group_loss = 0;
-      const bool took = t.optimizer_step(loss);
-      result.losses.push_back(loss);
-      tally.add(loss, took);
-      const double rate = double((tally.done - first_done) * cfg.batch_size * cfg.accum) / seconds_since(start);
-      if (cfg.progress) bar.update(tally.done, loss, rate);
-      if (tally.window_n == 50 && tally.done < steps_per_epoch) {  // a row per 50 steps; the epoch's last below
-        const double wrate = double(tally.window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
-        metrics.append(tally.take_window(t.step, t.epoch + 1, lr, wrate));
-        window_start = Clock::now();
-      }
-      if (tally.done < steps_per_epoch && (result.signal = t.checkpoint_point(tally))) break;
-    }
-    if (cfg.progress) bar.finish();
-    if (result.signal) break;
-    const double secs = seconds_since(start);
-    const double window_rate = double(tally.window_n * cfg.batch_size * cfg.accum) / seconds_since(window_start);
-    accuracy = evaluate_accuracy(t, d);
-    ++t.epoch;
-    spdlog::info("epoch {}/{}  train loss {:.4f}  test accuracy {:.2f}%  {:.0f} samples/s  {:.1f} s{}", t.epoch,
-                 cfg.epochs, tally.mean_loss(), 100 * accuracy,
-                 double((tally.done - first_done) * cfg.batch_size * cfg.accum) / secs, secs,
-                 tally.skipped ? "  (" + std::to_string(tally.skipped) + " steps skipped: non-finite loss or gradients)"
-                               : std::string());
-    // The epoch's last row: the loss of its last window of steps, and the test accuracy.
-    MetricsRow row = tally.take_window(t.step, t.epoch, t.opt->lr(), window_rate);
-    row.accuracy = accuracy;
-    metrics.append(row);
-    metrics.write_plot(cfg.task + " " + cfg.model);
-    tally = Tally{};
-    t.save(tally);
-    if ((result.signal = t.checkpoint_point(tally))) break;
-    if (cfg.stop_at > 0 && t.epoch >= cfg.stop_at && t.epoch < cfg.epochs) {
-      spdlog::info("stopping after epoch {} (--stop-at); --resume {} continues", t.epoch, cfg.save);
-      break;
-    }
-  }
-  result.skipped = t.guard->skipped();
-  if (result.signal) return result;
-  if (accuracy < 0) accuracy = evaluate_accuracy(t, d);  // resumed a finished run
-  result.accuracy = accuracy;
-  spdlog::info("final test accuracy: {:.2f}%  (metrics: {}{})", 100 * accuracy, csv,
-               result.skipped ? ", " + std::to_string(result.skipped) + " steps skipped" : std::string());
-  if (!cfg.save.empty()) spdlog::info("saved {}", cfg.save);
-  return result;
-}
-
-// ---- character-level GPT ----
-
-/// Mean cross-entropy over cfg.eval_batches fixed windows of `split`.
-double estimate_loss(Trainer& t, const data::TokenDataset& split) {
-  if (dist::rank() != 0) return -1;  // rank 0 of a data-parallel job evaluates
-  NoGradGuard no_grad;
-  t.model.module->eval();
-  data::Rng rng(t.cfg.seed ^ 0x5eed, 1);  // the same windows at every estimate
-  double total = 0;
-  for (int64_t i = 0; i < t.cfg.eval_batches; ++i) {
-    data::Batch b = split.get_batch(t.cfg.batch_size, t.cfg.context, rng);
-    Tensor logits = (*t.model.module)(b.input.to(t.device));
-    total += cross_entropy(logits.reshape({-1, logits.size(-1)}), b.target.to(t.device).reshape({-1})).item();
-  }
-  t.model.module->train();
-  return total / double(std::max<int64_t>(t.cfg.eval_batches, 1));
-}
-
-TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
-  TrainConfig& cfg = t.cfg;
-  KILN_CHECK(!cfg.data.empty(), "kiln train gpt: --text FILE is required (for example a file of "
-             "/usr/share/games/fortunes, or scripts/fortunes_corpus.sh's output)");
-  data::CharTextOptions topt{.context = cfg.context, .val_fraction = 0.1};
-  if (resumed) {
-    auto it = resumed->metadata().find("kiln.vocab");
-    const std::string where = "'" + resumed->path() + "': metadata \"kiln.vocab\"";
-    KILN_CHECK(it != resumed->metadata().end(), where, " is missing");
-    topt.vocab = vocab_from_json(json::parse(it->second, where), where);
-  }
-  data::CharText text(cfg.data, topt);
-  KILN_CHECK(text.val().num_tokens() > cfg.context + 1, "kiln train gpt: ", cfg.data, " is too short for context ",
-             cfg.context, " (", text.tokens().numel(), " characters)");
-  // The sample's prompt is checked now, not after hours of training.
-  std::vector<int64_t> prompt_ids;
-  try {
-    prompt_ids = text.vocab().encode(cfg.prompt);
-  } catch (const Error& e) {
-    KILN_FAIL("kiln train gpt: --prompt has a character that is not in the text's vocabulary: ", e.what());
-  }
-  spdlog::info("data: {} characters ({} train / {} validation), vocabulary of {} from {}", text.tokens().numel(),
-               text.train().num_tokens(), text.val().num_tokens(), text.vocab().size(), cfg.data);
-  t.model = make_model(cfg, 0, 0, text.vocab().size());
-  t.model.module->to(t.device);
-  t.wrap_model();
-  const int W = dist::world_size();
-  if (cfg.batch_auto)
-    t.find_batch(
-        [&](int64_t b) {
-          data::Rng trial(cfg.seed, 7);
-          const data::Batch batch = text.train().get_batch(b, cfg.context, trial);
-          return std::make_pair(batch.input, batch.target);
-        },
-        int64_t(1) << 16);
-  KILN_CHECK(cfg.batch_size % W == 0, "kiln train gpt: --batch-size ", cfg.batch_size, " (the global batch) must be a "
-             "multiple of the ", W, " ranks");
-  const int64_t rows = cfg.batch_size / W;
-  t.make_optimizer(cfg.steps);  // a resumed run restores its planned schedule
-  std::vector<double> vocab_cp;
-  for (char32_t c : text.vocab().code_points()) vocab_cp.push_back(double(c));
-  t.metadata = {{"kiln.vocab", json_array(vocab_cp).dump()}};
-  Tally tally;
-  if (resumed) {
-    tally = t.restore(*resumed);
-    note_schedule(t);
-  }
-  spdlog::info("model: gpt {} layers x {} wide, {} heads, context {} ({} parameters) on {}, {} steps of batch {} x {} "
-               "accumulated, AdamW lr {:g} ({}, now {:g}), amp {}",
-               cfg.layers, cfg.width, cfg.heads, cfg.context, t.model.module->num_parameters(), t.device.str(),
-               cfg.steps, cfg.batch_size, cfg.accum, cfg.lr, cfg.schedule, t.opt->lr(), cfg.amp);
-
-  const std::string csv = cfg.metrics.empty() ? default_metrics_path(cfg) : cfg.metrics;
-  MetricsLog metrics(dist::rank() == 0 ? csv : "", resumed.has_value(), t.step);
-  TrainResult result;
-  result.first_step = t.step;
-  const auto run_start = Clock::now();
-  const int64_t tokens_per_step = cfg.batch_size * cfg.context * cfg.accum;
-  const int64_t n_evals = (cfg.steps + cfg.eval_every - 1) / cfg.eval_every;
-  double val = -1;
-  while (t.step < cfg.steps) {
-    // evaluations at multiples of --eval-every (a run resumed mid-interval finishes it)
-    const int64_t end = std::min(cfg.steps, (t.step / cfg.eval_every + 1) * cfg.eval_every), first = t.step;
-    ProgressBar bar("train " + std::to_string(t.epoch + 1) + "/" + std::to_string(n_evals), end - first);
-    const auto start = Clock::now();
-    while (t.step < end) {
-      const double lr = t.opt->lr();
-      double loss = 0;
-      for (int64_t m = 0; m < cfg.accum; ++m) {
-        // The batch of (step, micro-batch) is a pure function of the seed: resuming needs no
-        // data state. Under mpirun each rank takes its rows of the global batch.
-        data::Rng rng(cfg.seed, uint64_t(t.step * cfg.accum + m));
-        data::Batch b = text.train().get_batch(cfg.batch_size, cfg.context, rng);
-        if (W > 1) b.input = b.input.narrow(0, dist::rank() * rows, rows), b.target = b.target.narrow(0, dist::rank() * rows, rows);
-        loss += t.micro_step(b.input.to(t.device), b.target.to(t.device), m + 1 == cfg.accum);
-      }
-      loss /= double(cfg.accum);
-      const bool took = t.optimizer_step(loss);
-      result.losses.push_back(loss);
-      tally.add(loss, took);
-      const double rate = double((t.step - first) * tokens_per_step) / seconds_since(start);
-      if (cfg.progress) bar.update(t.step - first, loss, rate, "tokens/s");
-      if (tally.window_n == 50 && t.step != end)  // a row per 50 steps, loss averaged over them
-        metrics.append(tally.take_window(t.step, t.epoch + 1, lr, rate));
-      if (t.step != end && (result.signal = t.checkpoint_point(tally))) break;
-    }
-    if (cfg.progress) bar.finish();
-    if (result.signal) break;
-    const double secs = seconds_since(start);
-    val = estimate_loss(t, text.val());
-    ++t.epoch;
-    const double minutes = seconds_since(run_start) / 60.0;
-    spdlog::info("step {}/{}  train loss {:.4f}  val loss {:.4f}  {:.0f} tokens/s  {:.1f} min{}", t.step, cfg.steps,
-                 tally.mean_loss(), val, double((end - first) * tokens_per_step) / secs, minutes,
-                 tally.skipped ? "  (" + std::to_string(tally.skipped) + " steps skipped: non-finite loss or gradients)"
-                               : std::string());
-    // The interval's last row: the loss of its last window of steps, and the validation loss.
-    MetricsRow row = tally.take_window(t.step, t.epoch, t.opt->lr(), double((end - first) * tokens_per_step) / secs);
-    row.val_loss = val;
-    metrics.append(row);
-    metrics.write_plot("gpt on " + std::filesystem::path(cfg.data).filename().string());
-    tally = Tally{};
-    t.save(tally);
-    if ((result.signal = t.checkpoint_point(tally))) break;
-    if (cfg.stop_at > 0 && t.step >= cfg.stop_at && t.step < cfg.steps) {
-      spdlog::info("stopping after step {} (--stop-at); --resume {} continues", t.step, cfg.save);
-      break;
-    }
-    if (cfg.max_minutes > 0 && minutes >= cfg.max_minutes) {
-      spdlog::info("stopping: --max-minutes {} reached", cfg.max_minutes);
-      break;
-    }
-  }
-  result.skipped = t.guard->skipped();
-  if (result.signal) return result;
-  if (val < 0) val = estimate_loss(t, text.val());
-  result.val_loss = val;
-  if (dist::rank() != 0) return result;
-  // A sample, so the student sees what the numbers mean.
-  t.model.module->eval();
-  Tensor idx = from_vector(prompt_ids, {1, int64_t(prompt_ids.size())}).to(t.device);
-  Tensor out = t.model.gpt->generate(idx, cfg.sample_tokens, 0.8, 20);
-  result.sample = text.vocab().decode(out.select(0, 0).to(Device::cpu()));
-  spdlog::info("final validation loss: {:.4f} nats/char (metrics: {}{})", val, csv,
-               result.skipped ? ", " + std::to_string(result.skipped) + " steps skipped" : std::string());
-  std::printf("---- sample (temperature 0.8, top-k 20) ----\n%s\n--------------------------------------------\n",
-              result.sample.c_str());
-  std::fflush(stdout);
-  return result;
-}
-
-}  // namespace
 
 data::TensorDataset open_images(const std::string& task, const std::string& dir, data::Split split) {
   if (task == "cifar10") return data::CIFAR10(dir, split);

@@ -1,4 +1,5 @@
-// The one header a kiln user includes: core, ops (and nn, optim, data as they arrive).
+// The one header a kiln user includes: core, ops, optim, data, nn and models (dist/, the
+// data-parallel library kiln_dist, has its own headers).
 #pragma once
 #include "core/allocator.h"
 #include "core/autograd.h"

@@ -36,7 +36,8 @@ void register_cpu_kernels();
 void register_cpu_elementwise();
 void register_cpu_reduce();
 void register_cpu_linalg();
-void register_cpu_conv();
+void register_cpu_conv();  // and, through register_cpu_pool (ops/cpu/pool.cpp), pooling
+void register_cpu_pool();
 void register_cpu_norm();
 void register_cpu_nn();
 void register_cpu_shape();

@@ -1,7 +1,7 @@
 // bench_libtorch: the reference workloads (shared/WORKLOADS.md) on libtorch, the PyTorch
 // C++ API, for side-by-side runs with `kiln bench` (scripts/bench.sh). Same models, batch,
 // optimizer, inputs, threads and step counts, and the same table / JSON / CSV
-// (bench/workload_spec.h). Kept in one file: libtorch's headers are slow to compile.
+// (bench/workload_spec.h, report.h, system_probe.h). Kept in one file: libtorch's headers are slow to compile.
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -15,6 +15,8 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include "bench/report.h"
+#include "bench/system_probe.h"
 #include "bench/workload_spec.h"
 
 namespace bench = kiln::bench;

@@ -1,4 +1,4 @@
-// Tests of `kiln bench` (cli/cmd_bench.cpp, bench/workloads.cpp, bench/workload_spec.h):
+// Tests of `kiln bench` (cli/cmd_bench.cpp, bench/workloads.cpp, bench/workload_spec.h, report.h):
 // every workload runs a step on the CPU, the analytic FLOP counts, the JSON / CSV output,
 // the --compare merge, and the errors for unknown workloads and unavailable devices.
 #include <doctest/doctest.h>

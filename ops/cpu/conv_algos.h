@@ -1,0 +1,224 @@
+// Internal to the CPU conv2d kernels (conv.cpp, conv_im2col.cpp, conv_wide.cpp,
+// conv_direct.cpp; not part of the public API): the helpers several algorithms share,
+// inline so each file's hot loops inline them as they did when all were one file, the
+// tests that choose an algorithm, and the entry points of each algorithm (templates
+// instantiated for float and double in their files). conv.cpp picks one per call.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <vector>
+#include "core/parallel.h"
+#include "ops/cpu/conv_kernels.h"
+
+namespace kiln::conv_cpu {
+
+// Vectors as wide as the target's registers (64 bytes with AVX-512), as GCC vector
+// extensions: the same code serves float and double and any x86 build.
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+#else
+constexpr int kVecBytes = 16;
+#endif
+
+template <class T>
+struct VecOf {
+  typedef T type __attribute__((vector_size(kVecBytes)));
+};
+template <class T>
+using vec_t = typename VecOf<T>::type;
+template <class T>
+constexpr int64_t kVecLanes = kVecBytes / int64_t(sizeof(T));
+
+template <class T>
+inline vec_t<T> load_vec(const T* p) {
+  vec_t<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void store_vec(T* p, const vec_t<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+/// Sum of a vector's lanes, pairwise in a fixed order.
+template <class T>
+inline T reduce_vec_lanes(T* a) {
+  for (int64_t w = kVecLanes<T> / 2; w >= 1; w /= 2)
+    for (int64_t i = 0; i < w; ++i) a[i] += a[i + w];
+  return a[0];
+}
+
+/// d[0, n) = s[0, n) for the short rows of images (10-32 pixels), where a memcpy call (or
+/// the `rep movs` GCC inlines for short lengths) costs more than the copy: whole vectors,
+/// the last one overlapping the one before; rows shorter than a vector take half-width
+/// vectors. (The empty asm keeps GCC from recognising the loop as a copy and calling
+/// memcpy after all.)
+template <class T, int VB = kVecBytes>
+inline void copy_row(T* __restrict d, const T* __restrict s, int64_t n) {
+  typedef T V __attribute__((vector_size(VB)));
+  constexpr int64_t L = VB / int64_t(sizeof(T));
+  if (n >= L) {
+    for (int64_t i = 0; i + L <= n; i += L) {
+      V v;
+      std::memcpy(&v, s + i, VB);
+#if defined(__x86_64__) || defined(__i386__)
+      asm("" : "+v"(v));
+#endif
+      std::memcpy(d + i, &v, VB);
+    }
+    if (n % L) {
+      V v;
+      std::memcpy(&v, s + n - L, VB);
+      std::memcpy(d + n - L, &v, VB);
+    }
+  } else if constexpr (VB > 16) {
+    copy_row<T, VB / 2>(d, s, n);
+  } else {
+    for (int64_t i = 0; i < L; ++i)
+      if (i < n) d[i] = s[i];
+  }
+}
+
+/// A 1x1 kernel with stride 1 and no padding reads x (C, H*W) directly as its columns.
+inline bool is_pointwise(const Conv2dGeom& g) {
+  return g.kH == 1 && g.kW == 1 && g.sH == 1 && g.sW == 1 && g.pH == 0 && g.pW == 0;
+}
+
+// ------------------------------------------------------------------ reductions
+
+constexpr int64_t kLanes = 16;  // partial sums per reduction (a vector register or two)
+
+/// Pairwise sum of kLanes partial sums (fixed order: deterministic).
+template <class T>
+inline T reduce_lanes(T* acc) {
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+/// Sum of r[0, n) with kLanes independent partial sums (vectorises, unlike a plain loop).
+template <class T>
+inline T sum_lanes(const T* r, int64_t n) {
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) acc[j] += r[i + j];
+  for (; i < n; ++i) acc[0] += r[i];
+  return reduce_lanes(acc);
+}
+
+// ------------------------------------------------------------------ wide stride-1 layout
+// (explained in conv_wide.cpp; the direct kernels of conv_direct.cpp use it too)
+
+struct Wide {
+  int64_t Hp, Wp, L2;
+  bool padded;
+};
+
+inline bool use_wide(const Conv2dGeom& g) {
+  return g.sH == 1 && g.sW == 1 && !is_pointwise(g) && g.C * g.kH * g.kW >= g.O;
+}
+
+inline Wide wide_of(const Conv2dGeom& g) {
+  const int64_t Hp = g.H + 2 * g.pH, Wp = g.W + 2 * g.pW;
+  return {Hp, Wp, (g.OH - 1) * Wp + g.OW, g.pH > 0 || g.pW > 0};
+}
+
+/// Interior of xpad (C, Hp, Wp) = x (C, H, W) for channels [c0, c1); the border is left as is (zero).
+template <class T>
+void pad_channels(const T* x, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* xpad) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t h = 0; h < g.H; ++h)
+      copy_row(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, x + (c * g.H + h) * g.W, g.W);
+}
+
+/// The im2col matrix of the wide layout without the copy: row (c, kh, kw) is the slice of
+/// the padded sample (C, Hp, Wp) starting at c*Hp*Wp + kh*dH*Wp + kw*dW (length L2), so
+/// the GEMMs read their columns through this table of offsets (gemm_rows_cpu).
+inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
+  std::vector<int64_t> rows(size_t(g.C * g.kH * g.kW));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t kh = 0; kh < g.kH; ++kh)
+      for (int64_t kw = 0; kw < g.kW; ++kw)
+        rows[size_t((c * g.kH + kh) * g.kW + kw)] = c * v.Hp * v.Wp + kh * g.dH * v.Wp + kw * g.dW;
+  return rows;
+}
+
+/// One sample's output gradient dy (O, OH, OW) into wide rows (O, row stride ld, width Wp):
+/// the junk columns are not written (the caller keeps them zero); db (O) += its sums.
+template <class T>
+void dense_to_wide(const T* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
+  const int64_t L = g.OH * g.OW;
+  for (int64_t o = 0; o < g.O; ++o) {
+    for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, dyn + o * L + oh * g.OW, g.OW);
+    if (db) db[o] += sum_lanes(dyn + o * L, L);
+  }
+}
+
+/// One sample's output y (O, OH, OW) = the OW real columns of each wide row of out (O,
+/// row stride ld, width Wp), plus bias (O) when given.
+template <class T>
+void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, T* yn) {
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const T* __restrict src = out + o * ld + oh * Wp;
+      T* __restrict d = yn + (o * g.OH + oh) * g.OW;
+      if (!bias) {
+        copy_row(d, src, g.OW);
+        continue;
+      }
+      const T b = bias[o];
+      for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
+    }
+}
+
+/// Runs f(c0, c1) over all channels: split over threads when the caller is not already
+/// threaded over samples (nt == 1), else in one call.
+template <class F>
+inline void over_channels(int nt, int64_t C, const F& f) {
+  if (nt == 1) parallel_for(0, C, 1, f);
+  else f(int64_t(0), C);
+}
+
+// ------------------------------------------------------------------ the algorithms
+
+/// The weight gradient is computed directly for any stride-1 convolution of few input
+/// channels; the forward only up to 16 outputs (ConvNet's 1 -> 32 forward is faster as a
+/// GEMM, which writes the output in place instead of through a wide row).
+inline bool use_direct_wgrad(const Conv2dGeom& g) {
+  return g.sH == 1 && g.sW == 1 && g.groups == 1 && g.C <= 4 && !is_pointwise(g);
+}
+inline bool use_direct(const Conv2dGeom& g) { return use_direct_wgrad(g) && g.O <= 16; }
+
+// Each runs over samples [lo, hi) of the batch (one chunk of conv.cpp's run_chunks); nt is
+// the number of threads over samples (1: the algorithm may thread over channels itself).
+
+/// im2col + GEMM (conv_im2col.cpp): y (N, O, OH, OW) for samples [lo, hi).
+template <class T>
+void conv2d_forward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                           int64_t hi);
+/// im2col + GEMM backward over samples [lo, hi): adds to dw (O, Kg) and db (O), writes dx;
+/// any of the three may be null.
+template <class T>
+void conv2d_backward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+                            int64_t lo, int64_t hi);
+
+/// The wide stride-1 layout (conv_wide.cpp): forward over samples [lo, hi).
+template <class T>
+void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                         int64_t hi);
+/// The wide layout's backward over samples [lo, hi); accumulates into dw (O, Kg) and db (O).
+template <class T>
+void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+                          int64_t lo, int64_t hi);
+
+/// The direct kernels of few input channels (conv_direct.cpp): forward over samples [lo, hi).
+template <class T>
+void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                           int64_t hi);
+/// Weight (and bias) gradient over samples [lo, hi), added to dw (O, C*kH*kW) and db (O).
+template <class T>
+void conv2d_wgrad_direct(const Conv2dGeom& g, const T* x, const T* dy, T* dw, T* db, int64_t lo, int64_t hi);
+
+}  // namespace kiln::conv_cpu

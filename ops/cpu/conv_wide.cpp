@@ -1,0 +1,128 @@
+// conv2d on the CPU in the "wide" stride-1 layout: GEMMs that read the im2col rows where
+// they lie in the padded input (gemm_rows_cpu), so no im2col copy. conv.cpp chooses it for
+// stride-1 convolutions (not 1x1 pointwise) whose GEMM depth C*kH*kW is at least their
+// output channels, and for what the direct kernels leave of a first layer (its input
+// gradient; its forward above 16 outputs); it also runs a transposed-convolution input
+// gradient as a forward.
+#include <algorithm>
+#include <vector>
+#include "ops/cpu/conv_algos.h"
+#include "ops/cpu/linalg_kernels.h"
+
+namespace kiln::conv_cpu {
+
+// ------------------------------------------------------------------ wide stride-1 layout
+//
+// A stride-1 convolution is computed over "wide" rows: with the input padded to
+// (C, Hp, Wp), output pixel (oh, ow) sits at oh*Wp + ow of a row of length
+// L2 = (OH-1)*Wp + OW, and the im2col row of kernel tap (c, kh, kw) is then ONE contiguous
+// slice of the padded plane (start c*Hp*Wp + kh*dH*Wp + kw*dW, length L2): the GEMMs of
+// the forward and the weight gradient read those slices through a table of offsets, so
+// the im2col matrix (C*kH*kW times the input) is never written, and col2im is one
+// contiguous add per tap. No per-output-row copies, which dominate at LeNet's
+// 10-28-pixel rows. The columns ow >= OW of a wide row are junk in the forward output
+// (dropped) and zero in the wide output gradient (so they add nothing to dw and dx; an
+// inf or NaN in the input can still reach dw through 0 * inf, where the dense layout would
+// skip it). The GEMMs grow by about Wp/OW, and the output (gradient) is copied between the
+// wide and the dense layout once per pass, so the wide layout is used when the GEMM depth
+// is at least the number of outputs (not for 1 -> 32 channels with a 3x3 kernel).
+
+namespace {
+
+/// dxpad (C, Hp, Wp) += col2im(dcols (C*kH*kW, L2), row stride ld) for channels [c0, c1).
+template <class T>
+void col2im_wide_add(const T* dcols, int64_t ld, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1,
+                     T* dxpad) {
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t kh = 0; kh < g.kH; ++kh)
+      for (int64_t kw = 0; kw < g.kW; ++kw) {
+        const T* __restrict s = dcols + ((c * g.kH + kh) * g.kW + kw) * ld;
+        T* __restrict d = dxpad + c * v.Hp * v.Wp + kh * g.dH * v.Wp + kw * g.dW;
+        for (int64_t j = 0; j < v.L2; ++j) d[j] += s[j];
+      }
+}
+
+/// Per-thread scratch of the wide layout (one sample at a time).
+template <class T>
+struct WideScratch {
+  std::vector<T> xpad;   // (C, Hp, Wp), zero border (padded convolutions only)
+  std::vector<T> out;    // (O, L2): forward output, or output gradient with zero junk columns
+  std::vector<T> dcols;  // (C*kH*kW, L2): columns of the input gradient
+  std::vector<T> dxpad;  // (C, Hp, Wp) (backward to the input of a padded convolution)
+  WideScratch(const Conv2dGeom& g, const Wide& v, bool need_xpad, bool need_dx)
+      : xpad(need_xpad && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0),
+        out(size_t(g.O * v.L2)),
+        dcols(need_dx ? size_t(g.C * g.kH * g.kW * v.L2) : 0),
+        dxpad(need_dx && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0) {}
+  /// The padded plane (C, Hp, Wp) of sample xn (C, H, W): xn itself when there is no padding.
+  const T* padded(int nt, const Conv2dGeom& g, const Wide& v, const T* xn) {
+    if (!v.padded) return xn;
+    over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { pad_channels(xn, g, v, c0, c1, xpad.data()); });
+    return xpad.data();
+  }
+};
+
+}  // namespace
+
+/// Forward over samples [lo, hi) in the wide layout, one GEMM per sample and group whose
+/// columns are read from the padded input through the tap table.
+template <class T>
+void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                         int64_t hi) {
+  const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
+  const Wide v = wide_of(g);
+  const std::vector<int64_t> rows = tap_rows(g, v);
+  WideScratch<T> s(g, v, true, false);
+  for (int64_t n = lo; n < hi; ++n) {
+    const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
+    for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
+      gemm_rows_cpu<T>(false, false, Og, v.L2, Kg, T(1), w + gi * Og * Kg, Kg, xp, rows.data() + gi * Kg, T(0),
+                       s.out.data() + gi * Og * v.L2, v.L2);
+    wide_to_dense(s.out.data(), g, v.Wp, v.L2, bias, y + n * g.O * L);
+  }
+}
+
+/// Backward over samples [lo, hi) in the wide layout; accumulates into dw (O, Kg) and db (O).
+template <class T>
+void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+                          int64_t lo, int64_t hi) {
+  const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
+  const Wide v = wide_of(g);
+  const std::vector<int64_t> rows = tap_rows(g, v);
+  WideScratch<T> s(g, v, dw != nullptr, dx != nullptr);
+  T* dyw = s.out.data();  // (O, L2); the junk columns stay zero
+  for (int64_t n = lo; n < hi; ++n) {
+    dense_to_wide(dy + n * g.O * L, g, v.Wp, v.L2, dyw, db);
+    if (dw) {
+      const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
+      for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
+        gemm_rows_cpu<T>(false, true, Og, Kg, v.L2, T(1), dyw + gi * Og * v.L2, v.L2, xp, rows.data() + gi * Kg,
+                         T(1), dw + gi * Og * Kg, Kg);
+    }
+    if (dx) {
+      T* dc = s.dcols.data();  // dcols (C*kH*kW, L2)
+      for (int64_t gi = 0; gi < G; ++gi)  // dcols_g (Kg, L2) = w_g^T (Kg, Og) @ dy_g (Og, L2)
+        gemm_cpu<T>(true, false, Kg, v.L2, Og, T(1), w + gi * Og * Kg, Kg, dyw + gi * Og * v.L2, v.L2, T(0),
+                    dc + gi * Kg * v.L2, v.L2);
+      T* dxn = dx + n * g.C * g.H * g.W;
+      T* dxp = v.padded ? s.dxpad.data() : dxn;  // (C, Hp, Wp)
+      std::fill(dxp, dxp + g.C * v.Hp * v.Wp, T(0));
+      over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { col2im_wide_add(dc, v.L2, g, v, c0, c1, dxp); });
+      if (v.padded)  // the interior is dx
+        for (int64_t c = 0; c < g.C; ++c)
+          for (int64_t h = 0; h < g.H; ++h)
+            copy_row(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW, g.W);
+    }
+  }
+}
+
+template void conv2d_forward_wide<float>(int, const Conv2dGeom&, const float*, const float*, const float*, float*,
+                                         int64_t, int64_t);
+template void conv2d_forward_wide<double>(int, const Conv2dGeom&, const double*, const double*, const double*, double*,
+                                          int64_t, int64_t);
+template void conv2d_backward_wide<float>(int, const Conv2dGeom&, const float*, const float*, const float*, float*,
+                                          float*, float*, int64_t, int64_t);
+template void conv2d_backward_wide<double>(int, const Conv2dGeom&, const double*, const double*, const double*,
+                                           double*, double*, double*, int64_t, int64_t);
+
+}  // namespace kiln::conv_cpu

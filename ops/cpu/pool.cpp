@@ -1,0 +1,344 @@
+// CPU kernels of 2-D pooling (max, average, adaptive average), part of the conv op family
+// (conv_kernels.h) and registered through register_cpu_conv (conv.cpp). Loops over N*C
+// planes in parallel; 2x2/2 max pooling vectorised.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+#include "core/parallel.h"
+#include "ops/cpu/conv_kernels.h"
+#include "ops/dispatch.h"
+
+namespace kiln {
+
+namespace {
+
+// ------------------------------------------------------------------ pooling
+
+/// Planes per parallel chunk so that a chunk touches ~32k elements.
+inline int64_t plane_grain(const Pool2dGeom& g) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, g.H * g.W + g.OH * g.OW));
+}
+
+/// Visits every window of one plane row by row: interior(oh, lo, hi, h0) for the run of
+/// windows [lo, hi) of row oh that lie fully inside the input (top row h0, left column of
+/// window ow is ow*sW - pW), edge(oh, ow) for windows touching padding. Keeping bounds
+/// checks out of the interior run lets the compiler vectorise it.
+template <class Interior, class Edge>
+inline void for_each_window(const Pool2dGeom& g, const Interior& interior, const Edge& edge) {
+  const int64_t ow_lo = std::min(g.OW, (g.pW + g.sW - 1) / g.sW);
+  const int64_t ow_hi = g.W - g.kW + g.pW >= 0 ? std::clamp((g.W - g.kW + g.pW) / g.sW + 1, ow_lo, g.OW) : ow_lo;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const int64_t h0 = oh * g.sH - g.pH;
+    if (h0 < 0 || h0 + g.kH > g.H) {
+      for (int64_t ow = 0; ow < g.OW; ++ow) edge(oh, ow);
+      continue;
+    }
+    for (int64_t ow = 0; ow < ow_lo; ++ow) edge(oh, ow);
+    interior(oh, ow_lo, ow_hi, h0);
+    for (int64_t ow = ow_hi; ow < g.OW; ++ow) edge(oh, ow);
+  }
+}
+
+/// Select step of a max scan: first maximum wins, NaN propagates (PyTorch's rule).
+/// Branch-free so random data does not mispredict and rows vectorise.
+template <class T, class I>
+inline void max_step(T v, I i, T& best, I& bi) {
+  const bool take = (v > best) | (v != v);
+  best = take ? v : best;
+  bi = take ? i : bi;
+}
+
+/// One plane of max pooling; KH/KW/SW > 0 fix kernel size and column stride at compile
+/// time (unrolled, vectorised interior).
+template <class T, int KH, int KW, int SW>
+void max_pool_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict yp, int64_t* __restrict ip) {
+  const int64_t kH = KH > 0 ? KH : g.kH, kW = KW > 0 ? KW : g.kW, W = g.W, sW = SW > 0 ? SW : g.sW, pW = g.pW;
+  for_each_window(
+      g,
+      [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+        const T* r = xp + h0 * W;
+        T* yr = yp + oh * g.OW;
+        int64_t* ir = ip + oh * g.OW;
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const int64_t w0 = ow * sW - pW;
+          T best = r[w0];
+          int32_t bi = 0;  // offset kh*W + kw inside the window (int32: vectorises with T lanes)
+          for (int64_t kh = 0; kh < kH; ++kh)
+            for (int64_t kw = 0; kw < kW; ++kw) max_step(r[kh * W + w0 + kw], int32_t(kh * W + kw), best, bi);
+          yr[ow] = best;
+          ir[ow] = h0 * W + w0 + bi;
+        }
+      },
+      [&](int64_t oh, int64_t ow) {
+        const int64_t h0 = std::max<int64_t>(oh * g.sH - g.pH, 0), h1 = std::min(oh * g.sH - g.pH + kH, g.H);
+        const int64_t w0 = std::max<int64_t>(ow * sW - pW, 0), w1 = std::min(ow * sW - pW + kW, W);
+        T best = xp[h0 * W + w0];
+        int64_t bi = h0 * W + w0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) max_step(xp[h * W + w], h * W + w, best, bi);
+        yp[oh * g.OW + ow] = best;
+        ip[oh * g.OW + ow] = bi;
+      });
+}
+
+/// kB windows of 2x2 max pooling, stride 2: window j covers r0[2j, 2j+2) and r1[2j, 2j+2),
+/// scanned in the generic kernel's order (same winner on ties and NaN); y[j] gets the max
+/// and idx[j] = base + offset of the winner (r1 is r0 + W). Fixed trip count and restrict
+/// pointers: the four-way select vectorises (not inlined: inlined into the row loop, GCC
+/// unrolls the block before its vectoriser sees it and emits scalar branches).
+template <class T, int64_t kB>
+[[gnu::noinline]] void max_2x2_block(const T* __restrict r0, const T* __restrict r1, int32_t W, int64_t base,
+                                     T* __restrict y, int64_t* __restrict idx) {
+  T best[kB];
+  int32_t bi[kB];
+  for (int64_t j = 0; j < kB; ++j) {
+    T m = r0[2 * j];
+    int32_t k = 0;
+    max_step(r0[2 * j + 1], int32_t(1), m, k);
+    max_step(r1[2 * j], W, m, k);
+    max_step(r1[2 * j + 1], W + 1, m, k);
+    best[j] = m;
+    bi[j] = k;
+  }
+  for (int64_t j = 0; j < kB; ++j) {
+    y[j] = best[j];
+    idx[j] = base + 2 * j + bi[j];
+  }
+}
+
+/// One plane of 2x2 max pooling with stride 2 and no padding (LeNet's and most CNNs'), in
+/// blocks of kB windows (the generic loop runs scalar, with branches, on planes narrower
+/// than a vector). Rows narrower than a block are copied into a padded buffer first.
+template <class T>
+void max_pool_2x2_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict yp, int64_t* __restrict ip) {
+  constexpr int64_t kB = 8;
+  const int64_t W = g.W, OW = g.OW;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const T* r0 = xp + 2 * oh * W;  // the windows' two input rows
+    T* yr = yp + oh * OW;
+    int64_t* ir = ip + oh * OW;
+    const int64_t base = 2 * oh * W;
+    if (OW < kB) {  // rows (r0 | r1) in one buffer, padded; only OW results are kept
+      T buf[4 * kB] = {};
+      T yb[kB];
+      int64_t ib[kB];
+      std::copy(r0, r0 + 2 * OW, buf);
+      std::copy(r0 + W, r0 + W + 2 * OW, buf + 2 * kB);
+      max_2x2_block<T, kB>(buf, buf + 2 * kB, int32_t(W), base, yb, ib);
+      std::copy(yb, yb + OW, yr);
+      std::copy(ib, ib + OW, ir);
+      continue;
+    }
+    int64_t ow0 = 0;
+    for (; ow0 + kB <= OW; ow0 += kB)
+      max_2x2_block<T, kB>(r0 + 2 * ow0, r0 + W + 2 * ow0, int32_t(W), base + 2 * ow0, yr + ow0, ir + ow0);
+    if (ow0 < OW) {  // overlapping tail block (recomputes a few windows, same values)
+      ow0 = OW - kB;
+      max_2x2_block<T, kB>(r0 + 2 * ow0, r0 + W + 2 * ow0, int32_t(W), base + 2 * ow0, yr + ow0, ir + ow0);
+    }
+  }
+}
+
+template <class T>
+void max_pool_forward_t(const Pool2dGeom& g, const T* x, T* y, int64_t* idx) {
+  auto plane = &max_pool_plane<T, 0, 0, 0>;
+  if (g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0) plane = &max_pool_2x2_plane<T>;
+  else if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
+  else if (g.kH == 3 && g.kW == 3 && g.sW == 2) plane = &max_pool_plane<T, 3, 3, 2>;
+  else if (g.kH == 3 && g.kW == 3) plane = &max_pool_plane<T, 3, 3, 0>;
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) plane(g, x + p * g.H * g.W, y + p * g.OH * g.OW, idx + p * g.OH * g.OW);
+  });
+}
+
+template <class T>
+void max_pool_backward_t(const Pool2dGeom& g, const T* dy, const int64_t* idx, T* dx) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* dxp = dx + p * g.H * g.W;
+      const T* dyp = dy + p * g.OH * g.OW;
+      const int64_t* ip = idx + p * g.OH * g.OW;
+      std::fill(dxp, dxp + g.H * g.W, T(0));
+      for (int64_t i = 0; i < g.OH * g.OW; ++i) dxp[ip[i]] += dyp[i];
+    }
+  });
+}
+
+/// Window of output (oh, ow) clipped to the input, and its divisor: with count_include_pad
+/// the window clipped to the padded input (PyTorch's pool_size), else the real elements.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1, div;
+};
+inline AvgWindow avg_window(const Pool2dGeom& g, bool count_include_pad, int64_t oh, int64_t ow) {
+  int64_t h0 = oh * g.sH - g.pH, w0 = ow * g.sW - g.pW;
+  int64_t h1 = std::min(h0 + g.kH, g.H + g.pH), w1 = std::min(w0 + g.kW, g.W + g.pW);
+  const int64_t pool = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, g.H);
+  w1 = std::min(w1, g.W);
+  const int64_t div = count_include_pad ? pool : (h1 - h0) * (w1 - w0);
+  return {h0, h1, w0, w1, std::max<int64_t>(div, 1)};
+}
+
+template <class T>
+inline T window_sum(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+  T s = T(0);
+  for (int64_t h = h0; h < h1; ++h)
+    for (int64_t w = w0; w < w1; ++w) s += xp[h * W + w];
+  return s;
+}
+
+template <class T, int KH, int KW, int SW>
+void avg_pool_plane(const Pool2dGeom& g, bool cip, const T* __restrict xp, T* __restrict yp) {
+  const int64_t kH = KH > 0 ? KH : g.kH, kW = KW > 0 ? KW : g.kW, W = g.W, sW = SW > 0 ? SW : g.sW, pW = g.pW;
+  const T full = T(kH * kW);  // divisor of an interior window in both modes
+  for_each_window(
+      g,
+      [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+        const T* r = xp + h0 * W;
+        T* yr = yp + oh * g.OW;
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const int64_t w0 = ow * sW - pW;
+          T s = T(0);
+          for (int64_t kh = 0; kh < kH; ++kh)
+            for (int64_t kw = 0; kw < kW; ++kw) s += r[kh * W + w0 + kw];
+          yr[ow] = s / full;
+        }
+      },
+      [&](int64_t oh, int64_t ow) {
+        const AvgWindow a = avg_window(g, cip, oh, ow);
+        yp[oh * g.OW + ow] = window_sum(xp, W, a.h0, a.h1, a.w0, a.w1) / T(a.div);
+      });
+}
+
+template <class T>
+void avg_pool_forward_t(const Pool2dGeom& g, bool cip, const T* x, T* y) {
+  auto plane = &avg_pool_plane<T, 0, 0, 0>;
+  if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &avg_pool_plane<T, 2, 2, 2>;
+  else if (g.kH == 3 && g.kW == 3) plane = &avg_pool_plane<T, 3, 3, 0>;
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) plane(g, cip, x + p * g.H * g.W, y + p * g.OH * g.OW);
+  });
+}
+
+template <class T>
+void avg_pool_backward_t(const Pool2dGeom& g, bool cip, const T* dy, T* dx) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* dxp = dx + p * g.H * g.W;
+      const T* dyp = dy + p * g.OH * g.OW;
+      std::fill(dxp, dxp + g.H * g.W, T(0));
+      const T full = T(g.kH * g.kW);
+      auto spread = [&](T v, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
+      };
+      for_each_window(
+          g,
+          [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              const int64_t w0 = ow * g.sW - g.pW;
+              spread(dyp[oh * g.OW + ow] / full, h0, h0 + g.kH, w0, w0 + g.kW);
+            }
+          },
+          [&](int64_t oh, int64_t ow) {
+            const AvgWindow a = avg_window(g, cip, oh, ow);
+            spread(dyp[oh * g.OW + ow] / T(a.div), a.h0, a.h1, a.w0, a.w1);
+          });
+    }
+  });
+}
+
+// PyTorch's adaptive bins: [floor(i*n/out), ceil((i+1)*n/out)).
+inline int64_t bin_start(int64_t i, int64_t n, int64_t out) { return (i * n) / out; }
+inline int64_t bin_end(int64_t i, int64_t n, int64_t out) { return ((i + 1) * n + out - 1) / out; }
+
+template <class T>
+void adaptive_avg_forward_t(const Pool2dGeom& g, const T* x, T* y) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T* xp = x + p * g.H * g.W;
+      T* yp = y + p * g.OH * g.OW;
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+          T s = T(0);
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += xp[h * g.W + w];
+          yp[oh * g.OW + ow] = s / T((h1 - h0) * (w1 - w0));
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void adaptive_avg_backward_t(const Pool2dGeom& g, const T* dy, T* dx) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      T* dxp = dx + p * g.H * g.W;
+      const T* dyp = dy + p * g.OH * g.OW;
+      std::fill(dxp, dxp + g.H * g.W, T(0));
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+          const T v = dyp[oh * g.OW + ow] / T((h1 - h0) * (w1 - w0));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
+        }
+      }
+    }
+  });
+}
+
+void max_pool_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y, int64_t* idx) {
+  KILN_DISPATCH_FLOATING(dtype, "max_pool2d", [&]<class T>() {
+    max_pool_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx);
+  });
+}
+void max_pool_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx) {
+  KILN_DISPATCH_FLOATING(dtype, "max_pool2d", [&]<class T>() {
+    max_pool_backward_t<T>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
+  });
+}
+void avg_pool_forward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* x, void* y) {
+  KILN_DISPATCH_FLOATING(dtype, "avg_pool2d", [&]<class T>() {
+    avg_pool_forward_t<T>(g, cip, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+void avg_pool_backward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* dy, void* dx) {
+  KILN_DISPATCH_FLOATING(dtype, "avg_pool2d", [&]<class T>() {
+    avg_pool_backward_t<T>(g, cip, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+}
+void adaptive_avg_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y) {
+  KILN_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&]<class T>() {
+    adaptive_avg_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+}
+void adaptive_avg_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, void* dx) {
+  KILN_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&]<class T>() {
+    adaptive_avg_backward_t<T>(g, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+}
+
+const MaxPool2dKernels kMaxPoolCpu{&max_pool_forward_cpu, &max_pool_backward_cpu};
+const AvgPool2dKernels kAvgPoolCpu{&avg_pool_forward_cpu, &avg_pool_backward_cpu};
+const AdaptiveAvgPool2dKernels kAdaptiveAvgPoolCpu{&adaptive_avg_forward_cpu, &adaptive_avg_backward_cpu};
+
+}  // namespace
+
+void register_cpu_pool() {
+  // Each entry is a table of function pointers (forward, backward), see conv_kernels.h.
+  register_kernel(Op::max_pool2d, DeviceType::CPU, const_cast<MaxPool2dKernels*>(&kMaxPoolCpu));
+  register_kernel(Op::avg_pool2d, DeviceType::CPU, const_cast<AvgPool2dKernels*>(&kAvgPoolCpu));
+  register_kernel(Op::adaptive_avg_pool2d, DeviceType::CPU,
+                  const_cast<AdaptiveAvgPool2dKernels*>(&kAdaptiveAvgPoolCpu));
+}
+
+}  // namespace kiln
