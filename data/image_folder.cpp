@@ -4,6 +4,7 @@
 // decode in parallel.
 #include "data/image_folder.h"
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -158,6 +159,9 @@ void decode(const std::string& path, int channels, StbImage& img) {
   int w = 0, h = 0, n = 0;
   KILN_CHECK(stbi_info_from_memory(bytes.data(), int(bytes.size()), &w, &h, &n), "load_image: cannot decode '", path,
              "': ", stbi_failure_reason());
+  // stb_image 2.27 reports a top-down BMP's height as negative here (it takes the absolute
+  // value only when decoding): a negative count must not slip under the limits below
+  w = std::abs(w), h = std::abs(h);
   const int64_t pixels = int64_t(w) * int64_t(h);
   KILN_CHECK(pixels <= kMaxPixels, "load_image: '", path, "': a ", w, "x", h, " image is larger than the ",
              kMaxPixels, "-pixel limit");

@@ -103,3 +103,17 @@ TEST_CASE("load_image checks the declared size against the file before decoding"
   CHECK(has(e, "junk.png"));
   CHECK(has(e, "cannot decode"));
 }
+
+TEST_CASE("load_image: a top-down BMP's negative height counts against the pixel limits") {
+  // 43 bytes declaring 10 x -16711679 (top-down): stb's header scan reported the negative
+  // height, the pixel count came out negative, and decoding allocated 167 Mpixels (found
+  // by fuzz_image as a timeout)
+  TempDir tmp;
+  const std::vector<uint8_t> bmp = {0x42, 0x4d, 0x5e, 0, 0, 0, 0, 0, 0, 0, 0x46, 0, 0, 0, 0x28, 0, 0, 0, 0x0a, 0, 0, 0,
+                                    0x01, 0, 0x01, 0xff, 0x01, 0, 0x08, 0, 0, 0, 0, 0, 0x18, 0, 0, 0x01, 0x01, 0xa8,
+                                    0x2a, 0, 0x01};
+  write_bytes(tmp / "tall.bmp", bmp);
+  const std::string e = error_of([&] { load_image(tmp / "tall.bmp"); });
+  CHECK(has(e, "tall.bmp"));
+  CHECK(has(e, "10x16711679"));
+}
