@@ -125,26 +125,36 @@ bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
   return true;
 }
 
-// The same stb_image passes a null pointer to memcpy (undefined behaviour, found by
-// fuzz_image under UBSan) when a PNG's first IDAT chunk is empty. An empty IDAT chunk is
-// legal and carries nothing, so this drops every one (length 0, type, CRC: 12 bytes)
-// before decoding; a file that is not a PNG, or whose chunks run past its end, is left
-// as it is for stb to judge.
-void drop_empty_png_idat(std::vector<uint8_t>& b) {
+// Two more holes of the same stb_image in PNG chunks, both found by fuzz_image:
+// - it reallocates its IDAT buffer to a chunk's declared length before reading the chunk,
+//   so a 200-byte file declaring a 2 GB IDAT allocates 2 GB; a chunk that runs past the
+//   end of the file cannot be read anyway, so such a file is refused here (false);
+// - it passes a null pointer to memcpy (undefined behaviour) when the first IDAT chunk is
+//   empty; an empty IDAT chunk is legal and carries nothing, so every one is dropped
+//   (length 0, type, CRC: 12 bytes) before decoding.
+// The walk stops at IEND, as stb does (trailing bytes after it are ignored). A file that is
+// not a PNG is left as it is for stb to judge.
+bool prepare_png(std::vector<uint8_t>& b) {
   static constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
-  if (b.size() < 8 || !std::equal(kSignature, kSignature + 8, b.begin())) return;
+  if (b.size() < 8 || !std::equal(kSignature, kSignature + 8, b.begin())) return true;
   std::vector<uint8_t> out(b.begin(), b.begin() + 8);
   size_t pos = 8;
-  while (pos + 12 <= b.size()) {
+  bool dropped = false;
+  while (pos + 8 <= b.size()) {
     const size_t len = size_t(b[pos]) << 24 | size_t(b[pos + 1]) << 16 | size_t(b[pos + 2]) << 8 | b[pos + 3];
-    if (len > b.size() - pos - 12) break;  // runs past the end: keep the rest unchanged
-    const bool empty_idat = len == 0 && std::equal(b.begin() + long(pos + 4), b.begin() + long(pos + 8), "IDAT");
-    if (!empty_idat) out.insert(out.end(), b.begin() + long(pos), b.begin() + long(pos + 12 + len));
-    pos += 12 + len;
+    const auto type = b.begin() + long(pos + 4);
+    if (len > b.size() - pos - 8) return false;  // the chunk's data runs past the end of the file
+    const size_t next = std::min(b.size(), pos + 12 + len);  // (a missing CRC at the very end is stb's call)
+    const bool empty_idat = len == 0 && std::equal(type, type + 4, "IDAT");
+    if (empty_idat) dropped = true;
+    else out.insert(out.end(), b.begin() + long(pos), b.begin() + long(next));
+    pos = next;
+    if (std::equal(type, type + 4, "IEND")) break;
   }
-  if (out.size() + (b.size() - pos) == b.size()) return;  // nothing dropped
+  if (!dropped) return true;
   out.insert(out.end(), b.begin() + long(pos), b.end());
   b.swap(out);
+  return true;
 }
 
 void decode(const std::string& path, int channels, StbImage& img) {
@@ -153,7 +163,8 @@ void decode(const std::string& path, int channels, StbImage& img) {
   KILN_CHECK(!bytes.empty(), "load_image: '", path, "' is empty");
   KILN_CHECK(bytes.size() < (size_t(1) << 31), "load_image: '", path, "' is too large");
   const int64_t file_bytes = int64_t(bytes.size());
-  drop_empty_png_idat(bytes);
+  KILN_CHECK(prepare_png(bytes), "load_image: '", path, "' is a corrupt PNG: a chunk declares more bytes than the "
+             "file holds");
   KILN_CHECK(jpeg_huffman_tables_ok(bytes), "load_image: '", path, "' is a corrupt JPEG: a Huffman table (DHT) "
              "declares more than 256 codes");
   int w = 0, h = 0, n = 0;

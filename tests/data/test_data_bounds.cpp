@@ -1,6 +1,7 @@
 // Readers facing headers that declare more data than their file holds (cases found by
 // tests/fuzz): the error names the file and comes before any large allocation.
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <zlib.h>
 #include "data_test_util.h"
 #include "gradcheck.h"
@@ -116,4 +117,28 @@ TEST_CASE("load_image: a top-down BMP's negative height counts against the pixel
   const std::string e = error_of([&] { load_image(tmp / "tall.bmp"); });
   CHECK(has(e, "tall.bmp"));
   CHECK(has(e, "10x16711679"));
+}
+
+TEST_CASE("load_image: a PNG chunk longer than the file is refused before stb allocates it") {
+  // stb_image reallocated its IDAT buffer to the declared length first: 2 GB for a
+  // 200-byte file (found by fuzz_image as an out-of-memory)
+  TempDir tmp;
+  std::vector<uint8_t> png = png_header(2, 1, 0, {{1, 2, 3, 4}});
+  const auto idat = std::search(png.begin(), png.end(), std::begin("IDAT"), std::begin("IDAT") + 4);
+  REQUIRE(idat != png.end());
+  for (int k = 1; k <= 4; ++k) *(idat - k) = k == 4 ? 0x7f : 0xff;  // length 2^31 - 1
+  write_bytes(tmp / "huge_chunk.png", png);
+  const std::string e = error_of([&] { load_image(tmp / "huge_chunk.png", 1); });
+  CHECK(has(e, "huge_chunk.png"));
+  CHECK(has(e, "corrupt PNG"));
+  // trailing bytes after IEND are ignored, as stb ignores them
+  const std::vector<uint8_t> raw = {0, 10, 200};
+  uLongf n = compressBound(uLong(raw.size()));
+  std::vector<uint8_t> z(n);
+  REQUIRE(compress(z.data(), &n, raw.data(), uLong(raw.size())) == Z_OK);
+  z.resize(n);
+  std::vector<uint8_t> ok = png_header(2, 1, 0, {z});
+  ok.insert(ok.end(), {0xff, 0xff, 0xff, 0xff, 'J', 'U', 'N', 'K'});
+  write_bytes(tmp / "trailing.png", ok);
+  CHECK(load_image(tmp / "trailing.png", 1).to_vector<double>() == std::vector<double>{10, 200});
 }
