@@ -144,7 +144,7 @@ void conv2d_backward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w,
   const bool pw = is_pointwise(g);
   std::vector<T> cols((!pw && (dw || dx)) ? size_t(G * Kg * L) : 0);  // (C*kH*kW, L)
   for (int64_t n = lo; n < hi; ++n) {
-    const T* xn = x + n * g.C * g.H * g.W;
+    const T* xn = dw ? x + n * g.C * g.H * g.W : nullptr;  // x is null when only dx is wanted
     const T* dyn = dy + n * g.O * L;  // (O, L)
     if (dw) {
       const T* cn = xn;
