@@ -27,6 +27,17 @@ std::string pair_str(Int2 p) {
   return os.str();
 }
 const char* bool_str(bool b) { return b ? "true" : "false"; }
+// PyTorch's default for Conv2d and ConvTranspose2d: weight kaiming_uniform(a = sqrt(5)),
+// bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in from the weight's dim 1.
+void init_conv_parameters(Tensor& weight, Tensor& bias) {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = 1.0 / std::sqrt(double(init::fan_in_and_fan_out(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
 }  // namespace
 
 // ---------------------------------------------------------------- Linear
@@ -79,15 +90,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, Int2 k, Conv2dOptions o)
   reset_parameters();
 }
 
-void Conv2d::reset_parameters() {
-  if (!weight.defined()) return;
-  NoGradGuard ng;
-  init::kaiming_uniform_(weight, std::sqrt(5.0));
-  if (bias.defined()) {
-    double bound = 1.0 / std::sqrt(double(init::fan_in_and_fan_out(weight).first));
-    init::uniform_(bias, -bound, bound);
-  }
-}
+void Conv2d::reset_parameters() { init_conv_parameters(weight, bias); }
 
 Tensor Conv2d::forward(const Tensor& x) {
   check_built(weight, "Conv2d");
@@ -123,15 +126,7 @@ ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, Int2 k, ConvTranspose2
   reset_parameters();
 }
 
-void ConvTranspose2d::reset_parameters() {
-  if (!weight.defined()) return;
-  NoGradGuard ng;
-  init::kaiming_uniform_(weight, std::sqrt(5.0));  // fan_in from dim 1, as PyTorch computes it
-  if (bias.defined()) {
-    double bound = 1.0 / std::sqrt(double(init::fan_in_and_fan_out(weight).first));
-    init::uniform_(bias, -bound, bound);
-  }
-}
+void ConvTranspose2d::reset_parameters() { init_conv_parameters(weight, bias); }  // fan_in from dim 1, as PyTorch
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
   check_built(weight, "ConvTranspose2d");
