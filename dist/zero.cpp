@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "dist/dist.h"
 #include "ops/helpers.h"
+#include "optim/state_keys.h"
 
 namespace kiln::dist {
 
@@ -21,27 +22,6 @@ void for_shard_overlap(const std::vector<int64_t>& offsets, const std::vector<in
   }
 }
 
-std::vector<std::string> split3(const std::string& key) {
-  std::vector<std::string> parts;
-  size_t b = 0;
-  for (;;) {
-    const size_t e = key.find('.', b);
-    parts.push_back(key.substr(b, e == std::string::npos ? std::string::npos : e - b));
-    if (e == std::string::npos || parts.size() == 2) {
-      if (e != std::string::npos) parts.push_back(key.substr(e + 1));
-      break;
-    }
-    b = e + 1;
-  }
-  return parts;
-}
-
-bool parse_index(const std::string& s, size_t& out) {
-  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return false;
-  out = std::stoull(s);
-  return true;
-}
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<optim::ParamGroup>& groups,
@@ -152,9 +132,9 @@ optim::StateDict ZeroRedundancyOptimizer::state_dict() const {
       out[key] = t;
       continue;
     }
-    const auto parts = split3(key);
+    const auto parts = optim::split_state_key(key);
     size_t idx = 0;
-    KILN_CHECK(parts.size() == 3 && parse_index(parts[1], idx), name_, ".state_dict: unexpected key '", key,
+    KILN_CHECK(parts.size() == 3 && optim::parse_state_index(parts[1], idx), name_, ".state_dict: unexpected key '", key,
                "' in the shard optimizer's state");
     if (parts[0] == "param_groups") {
       if (parts[2] == "params") {
@@ -200,11 +180,11 @@ void ZeroRedundancyOptimizer::load_state_dict(const optim::StateDict& sd) {
   std::vector<std::vector<int64_t>> steps(flats_.size());
   for (size_t fi = 0; fi < flats_.size(); ++fi) steps[fi].assign(flats_[fi].params.size(), -1);
   for (const auto& [key, t] : sd) {
-    const auto parts = split3(key);
+    const auto parts = optim::split_state_key(key);
     size_t idx = 0;
     if (key == "step_count" || (parts.size() == 3 && parts[0] == "param_groups")) {
       if (parts.size() == 3 && parts[2] == "params") {
-        KILN_CHECK(parse_index(parts[1], idx) && idx < groups_.size(), name_, ".load_state_dict: '", key,
+        KILN_CHECK(optim::parse_state_index(parts[1], idx) && idx < groups_.size(), name_, ".load_state_dict: '", key,
                    "' names a group this optimizer does not have (it has ", groups_.size(), ")");
         KILN_CHECK(t.defined() && t.dim() == 1 && t.numel() == int64_t(groups_[idx].size()), name_,
                    ".load_state_dict: group ", idx, " has ", groups_[idx].size(), " parameter(s) but '", key, "' is ",
@@ -218,7 +198,7 @@ void ZeroRedundancyOptimizer::load_state_dict(const optim::StateDict& sd) {
       }
       continue;
     }
-    KILN_CHECK(parts.size() == 3 && parts[0] == "state" && parse_index(parts[1], idx), name_,
+    KILN_CHECK(parts.size() == 3 && parts[0] == "state" && optim::parse_state_index(parts[1], idx), name_,
                ".load_state_dict: unexpected key '", key, "'");
     KILN_CHECK(idx < where.size(), name_, ".load_state_dict: '", key, "' refers to parameter ", idx,
                " but this optimizer has ", where.size(), " parameter(s)");

@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/checked_math.h"
 #include "ops/helpers.h"
+#include "optim/state_keys.h"
 #include "optim/update_kernels.h"
 
 namespace kiln::optim {
@@ -218,29 +219,6 @@ StateDict Optimizer::state_dict() const {
   return sd;
 }
 
-namespace {
-std::vector<std::string> split_key(const std::string& s) {
-  std::vector<std::string> parts;
-  size_t b = 0;
-  for (;;) {
-    size_t e = s.find('.', b);
-    parts.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
-    if (e == std::string::npos) break;
-    b = e + 1;
-  }
-  return parts;
-}
-bool parse_index(const std::string& s, size_t& out) {
-  if (s.empty() || s.size() > 12) return false;
-  size_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + size_t(c - '0');
-  }
-  out = v;
-  return true;
-}
-}  // namespace
 
 void Optimizer::load_state_dict(const StateDict& sd) {
   NoGradGuard ng;
@@ -265,9 +243,9 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       count = checked_whole(scalar_of(key, t), name_ + ".load_state_dict", key);
       continue;
     }
-    auto parts = split_key(key);
+    auto parts = split_state_key(key);
     size_t idx = 0;
-    KILN_CHECK(parts.size() == 3 && (parts[0] == "param_groups" || parts[0] == "state") && parse_index(parts[1], idx),
+    KILN_CHECK(parts.size() == 3 && (parts[0] == "param_groups" || parts[0] == "state") && parse_state_index(parts[1], idx),
                name_, ".load_state_dict: unexpected key '", key, "'");
     if (parts[0] == "param_groups") {
       KILN_CHECK(idx < G, name_, ".load_state_dict: the state has a group ", idx, " ('", key,
