@@ -85,11 +85,18 @@ struct StbImage {
 constexpr int64_t kMaxPixels = int64_t(1) << 26;
 constexpr int64_t kMaxPixelsPerByte = 8 * 1032;
 
-// Debian 12's stb_image (2.27) writes past its Huffman tables when a JPEG's DHT segment
-// declares more than 256 codes (fixed upstream in 2.28; found by tests/fuzz/fuzz_image).
-// Such a file is corrupt: the JPEG standard allows at most 256 symbols per table. This
-// walks the JPEG's segments (and the entropy-coded data between them) and returns false
-// when a DHT table declares more.
+// Two holes of Debian 12's stb_image (2.27) in JPEG Huffman tables, both found by
+// tests/fuzz/fuzz_image:
+// - it writes past its tables when a DHT segment declares more than 256 codes (fixed
+//   upstream in 2.28); the JPEG standard allows at most 256 symbols per table;
+// - it decodes a scan with a table no DHT segment defined: its tables live in a malloc'd,
+//   never-zeroed struct, so the decoder walks uninitialised limits and indexes past them
+//   (its own assert in stbi__jpeg_huff_decode in a debug build, an out-of-bounds read in
+//   a release one). A baseline scan uses each of its components' DC and AC tables; a
+//   progressive scan uses the DC tables in a first DC scan and the AC table in an AC scan.
+// This walks the JPEG's segments (and the entropy-coded data between them) in order, as stb
+// does, and returns false when a table declares more than 256 codes or a scan names a
+// table not defined before it. A file that is not a JPEG is left for stb to judge.
 bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
   const size_t n = b.size();
   // stb finds the start-of-image marker after any number of 0xFF fill bytes, as for
@@ -99,6 +106,8 @@ bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
   while (pos < n && b[pos] == 0xFF) ++pos;
   if (pos >= n || b[pos] != 0xD8) return true;
   ++pos;
+  bool defined[2][4] = {};  // [DC = 0, AC = 1][table id]
+  bool progressive = false;
   while (pos + 4 <= n) {
     if (b[pos] != 0xFF) {  // entropy-coded data: skip to the next marker (FF not followed by 00 / RSTn)
       ++pos;
@@ -111,6 +120,8 @@ bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
     }
     if (m == 0xD9) return true;  // end of image
     const size_t len = size_t(b[pos + 2]) << 8 | b[pos + 3], end = pos + 2 + len;
+    if (m == 0xC2) progressive = true;
+    if (m == 0xC0 || m == 0xC1) progressive = false;
     // DHT: one or more tables of (class/id byte, 16 code counts, symbols). stb reads a truncated table's missing
     // bytes as 0, so the counts present are summed even when the file ends inside the table.
     if (m == 0xC4)
@@ -118,8 +129,23 @@ bool jpeg_huffman_tables_ok(const std::vector<uint8_t>& b) {
         size_t codes = 0;
         for (size_t i = p + 1; i <= p + 16 && i < n; ++i) codes += b[i];
         if (codes > 256) return false;
+        if (b[p] >> 4 <= 1 && (b[p] & 15) <= 3) defined[b[p] >> 4][b[p] & 15] = true;  // else stb refuses it
         p += 17 + codes;
       }
+    // SOS: component count, (component, DC table << 4 | AC table) per component, then spectral start, end and
+    // successive approximation. A scan header cut off by the end of the file is stb's to refuse.
+    if (m == 0xDA && pos + 5 <= n) {
+      const size_t count = b[pos + 4], tail = pos + 5 + 2 * count;
+      if (tail + 3 <= n) {
+        const bool dc_first = b[tail] == 0 && b[tail + 2] >> 4 == 0;  // spectral start 0, first approximation
+        const bool uses_dc = !progressive || dc_first, uses_ac = !progressive || b[tail] != 0;
+        for (size_t c = 0; c < count; ++c) {
+          const uint8_t tables = b[pos + 6 + 2 * c];
+          if (tables >> 4 > 3 || (tables & 15) > 3) continue;  // stb refuses the scan itself
+          if ((uses_dc && !defined[0][tables >> 4]) || (uses_ac && !defined[1][tables & 15])) return false;
+        }
+      }
+    }
     pos = pos + 2 + std::max<size_t>(len, 2);
   }
   return true;
@@ -166,7 +192,7 @@ void decode(const std::string& path, int channels, StbImage& img) {
   KILN_CHECK(prepare_png(bytes), "load_image: '", path, "' is a corrupt PNG: a chunk declares more bytes than the "
              "file holds");
   KILN_CHECK(jpeg_huffman_tables_ok(bytes), "load_image: '", path, "' is a corrupt JPEG: a Huffman table (DHT) "
-             "declares more than 256 codes");
+             "declares more than 256 codes, or a scan uses a table that no DHT segment defined");
   int w = 0, h = 0, n = 0;
   KILN_CHECK(stbi_info_from_memory(bytes.data(), int(bytes.size()), &w, &h, &n), "load_image: cannot decode '", path,
              "': ", stbi_failure_reason());

@@ -3,6 +3,7 @@
 // every malformed-input error (each message must name the file).
 #include <doctest/doctest.h>
 #include <zlib.h>
+#include <algorithm>
 #include <filesystem>
 #include "data_test_util.h"
 #include "gradcheck.h"
@@ -362,6 +363,33 @@ TEST_CASE("ImageFolder errors name the file or folder") {
   CHECK_THROWS_WITH_AS(loader.begin(), doctest::Contains("broken.png"), kiln::Error);
   CHECK_THROWS_WITH_AS(load_image(tmp / "bad/c/nothere.png"), doctest::Contains("nothere.png"), kiln::Error);
 }
+
+#ifdef KILN_TEST_HAVE_STBIW
+TEST_CASE("load_image: a JPEG scan using a Huffman table no DHT segment defined is refused") {
+  // stb_image 2.27 keeps its tables in a never-zeroed struct and decoded such a scan from
+  // uninitialised memory (its own assert in a debug build; found by fuzz_image, seed 2)
+  TempDir tmp;
+  std::vector<uint8_t> pixels(8 * 8 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = uint8_t(i * 7);
+  REQUIRE(stbi_write_jpg((tmp / "ok.jpg").c_str(), 8, 8, 3, pixels.data(), 90));
+  std::vector<uint8_t> jpg = kiln_test::read_bytes(tmp / "ok.jpg");
+  CHECK(load_image(tmp / "ok.jpg").shape() == Shape{8, 8, 3});
+  // stb_image_write writes one DHT segment with DC0, AC0, DC1, AC1: redefine AC0 as AC1
+  const uint8_t dht[2] = {0xFF, 0xC4};
+  auto seg = std::search(jpg.begin(), jpg.end(), dht, dht + 2);
+  REQUIRE(seg != jpg.end());
+  size_t p = size_t(seg - jpg.begin()) + 4;
+  int codes = 0;
+  for (int i = 1; i <= 16; ++i) codes += jpg[p + size_t(i)];
+  p += 17 + size_t(codes);  // the AC0 table's class/id byte
+  REQUIRE(jpg[p] == 0x10);
+  jpg[p] = 0x11;
+  write_bytes(tmp / "no_ac0.jpg", jpg);
+  const std::string e = error_of([&] { load_image(tmp / "no_ac0.jpg"); });
+  CHECK(e.find("no_ac0.jpg") != std::string::npos);
+  CHECK(e.find("no DHT segment defined") != std::string::npos);
+}
+#endif
 
 TEST_CASE("ImageFolder: an image size whose element count overflows is an error") {
   TempDir tmp;
