@@ -1,4 +1,4 @@
-// The (op, device) kernel table and the op name table generated from ops/op_list.def.
+// Which (op, device) pairs have a kernel (the typed tables are in dispatch.h), and the op name table generated from ops/op_list.def.
 #include "ops/dispatch.h"
 #include <array>
 #include <mutex>
@@ -9,19 +9,19 @@
 namespace kiln {
 
 namespace {
-constexpr size_t kNumOps = size_t(Op::kCount);
+using detail::kNumOps;
 const char* kOpNames[] = {
 #define KILN_OP(name) #name,
 #include "ops/op_list.def"
 #undef KILN_OP
 };
-std::array<std::array<void*, kNumDeviceTypes>, kNumOps> g_table{};
+std::array<std::array<bool, kNumDeviceTypes>, kNumOps> g_registered{};
 std::once_flag g_cpu_once;
 }  // namespace
 
 const char* op_name(Op op) { return size_t(op) < kNumOps ? kOpNames[size_t(op)] : "?"; }
 
-void register_kernel(Op op, DeviceType dev, void* fn) { g_table[size_t(op)][size_t(dev)] = fn; }
+void detail::note_registered(Op op, DeviceType dev) { g_registered[size_t(op)][size_t(dev)] = true; }
 
 void register_cpu_kernels() {
   std::call_once(g_cpu_once, [] {
@@ -41,15 +41,12 @@ void register_cpu_kernels() {
 
 bool supports(Op op, DeviceType dev) {
   register_cpu_kernels();
-  return g_table[size_t(op)][size_t(dev)] != nullptr;
+  return g_registered[size_t(op)][size_t(dev)];
 }
 
-void* lookup_kernel(Op op, Device dev) {
-  register_cpu_kernels();
-  void* fn = g_table[size_t(op)][size_t(dev.type)];
-  KILN_CHECK(fn != nullptr, op_name(op), ": no kernel for device ", dev.str(),
-             dev.is_cuda() ? " (this build has no CUDA kernel for it, or the CUDA backend is not built)" : "");
-  return fn;
+void detail::throw_no_kernel(Op op, Device dev) {
+  KILN_FAIL(op_name(op), ": no kernel for device ", dev.str(),
+            dev.is_cuda() ? " (this build has no CUDA kernel for it, or the CUDA backend is not built)" : "");
 }
 
 }  // namespace kiln

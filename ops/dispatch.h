@@ -1,8 +1,10 @@
-// Dispatch: a table of kernels keyed by (op, device type). CPU kernels are registered on
-// first use by register_cpu_kernels(); the CUDA backend registers its own at start-up.
-// A missing entry throws a kiln::Error naming the op and the device.
+// Dispatch: tables of kernels keyed by (op, device type), one table per kernel type. CPU
+// kernels are registered on first use by register_cpu_kernels(), and with them, in a CUDA
+// build, the CUDA ones. A missing entry throws a kiln::Error naming the op and the device.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <type_traits>
 #include "core/device.h"
 #include "core/error.h"
 
@@ -18,19 +20,53 @@ enum class Op : uint16_t {
 /// "relu", "matmul", ...
 const char* op_name(Op op);
 
-/// Stores fn (a kernel function pointer of the op's kernel type) for (op, device type).
-void register_kernel(Op op, DeviceType dev, void* fn);
+/// Registers every CPU kernel, and the CUDA ones in a CUDA build (idempotent; called by
+/// kernel<>() and supports() on first use).
+void register_cpu_kernels();
+
+namespace detail {
+constexpr size_t kNumOps = size_t(Op::kCount);
+/// How a kernel of type K is held: a function type K as a function pointer, a struct of
+/// function pointers (a family's kernel table) as a pointer to const.
+template <class K> using KernelPtr = std::conditional_t<std::is_function_v<K>, K*, const K*>;
+/// One slot table per kernel type: a kernel is registered and looked up through the same
+/// type, so it can never be read back as another (a lookup with the wrong type finds an
+/// empty slot and throws). Constant-initialised, filled once by register_cpu_kernels().
+template <class K>
+inline std::array<std::array<KernelPtr<K>, kNumDeviceTypes>, kNumOps> g_kernel_slots{};
+void note_registered(Op op, DeviceType dev);
+[[noreturn]] void throw_no_kernel(Op op, Device dev);
+}  // namespace detail
+
+/// Stores a kernel for (op, device type): a function (its type is the op's kernel type,
+/// e.g. UnaryKernelFn) or a family's table of functions (e.g. &kConv2dCpu).
+template <class Fn>
+  requires std::is_function_v<Fn>
+void register_kernel(Op op, DeviceType dev, Fn* fn) {
+  detail::g_kernel_slots<Fn>[size_t(op)][size_t(dev)] = fn;
+  detail::note_registered(op, dev);
+}
+template <class Table>
+  requires std::is_class_v<Table>
+void register_kernel(Op op, DeviceType dev, const Table* table) {
+  detail::g_kernel_slots<Table>[size_t(op)][size_t(dev)] = table;
+  detail::note_registered(op, dev);
+}
+
 /// True when (op, device type) has a kernel (tests use it to skip cleanly).
 bool supports(Op op, DeviceType dev);
-/// The raw kernel pointer; throws kiln::Error naming op and device if there is none.
-void* lookup_kernel(Op op, Device dev);
 
-/// Typed lookup: kernel<UnaryKernel>(Op::relu, x.device())(...).
-template <class Fn>
-Fn* kernel(Op op, Device dev) { return reinterpret_cast<Fn*>(lookup_kernel(op, dev)); }
+/// The kernel of type K for (op, dev): kernel<UnaryKernelFn>(Op::relu, x.device())(...),
+/// kernel<Conv2dKernels>(Op::conv2d, x.device())->forward(...). Throws kiln::Error naming
+/// op and device if there is none.
+template <class K>
+detail::KernelPtr<std::remove_cv_t<K>> kernel(Op op, Device dev) {
+  register_cpu_kernels();
+  const auto k = detail::g_kernel_slots<std::remove_cv_t<K>>[size_t(op)][size_t(dev.type)];
+  if (k == nullptr) detail::throw_no_kernel(op, dev);
+  return k;
+}
 
-/// Registers every CPU kernel (idempotent; called by lookup_kernel on first use).
-void register_cpu_kernels();
 
 // One registration function per op family, defined in ops/cpu/<family>.cpp.
 void register_cpu_elementwise();

@@ -3,7 +3,7 @@
 #include "ops/elementwise.h"
 #include <cmath>
 #include "core/copy.h"
-#include "ops/cpu/elementwise_kernels.h"
+#include "ops/kernels/elementwise.h"
 #include "ops/helpers.h"
 #include "ops/reduce.h"
 
@@ -25,8 +25,19 @@ EwArgs make_args(const Shape& shape, std::initializer_list<const Tensor*> ts, co
   return a;
 }
 
-bool is_comparison(Op op) {
-  return op == Op::eq || op == Op::ne || op == Op::lt || op == Op::le || op == Op::gt || op == Op::ge;
+// The binary rows of ops/elementwise_ops.def whose result is bool_.
+constexpr bool is_comparison(Op op) {
+  switch (op) {
+#define KILN_IS_BOOL_same false
+#define KILN_IS_BOOL_bool_ true
+#define KILN_BINARY(name, Fn, result) \
+  case Op::name: return KILN_IS_BOOL_##result;
+#include "ops/elementwise_ops.def"
+#undef KILN_BINARY
+#undef KILN_IS_BOOL_same
+#undef KILN_IS_BOOL_bool_
+    default: return false;
+  }
 }
 
 // Forward of a binary op without autograd: promotes, broadcasts, calls the kernel.
@@ -63,17 +74,27 @@ Tensor unary_raw(Op op, const Tensor& x0, double p0 = 0, double p1 = 0) {
   return out.to(x0.dtype());
 }
 
-// g * op'(x) through the unary backward kernel; y is the forward output.
-Tensor unary_grad(Op op, const Tensor& g0, const Tensor& x0, const Tensor& y0, double p0 = 0, double p1 = 0) {
+// Which tensor a unary op's derivative reads: the `reads` column of ops/elementwise_ops.def.
+enum class Reads { x, y, none };
+constexpr Reads unary_reads(Op op) {
+  switch (op) {
+#define KILN_UNARY(name, Fn, reads, api) \
+  case Op::name: return Reads::reads;
+#include "ops/elementwise_ops.def"
+#undef KILN_UNARY
+    default: return Reads::none;
+  }
+}
+
+// g * op'(s) through the unary backward kernel; s is the saved input or output.
+Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p1) {
   DType compute = g0.is_cpu() ? cpu_compute_dtype(g0.dtype()) : g0.dtype();
   Tensor g = g0.to(compute).contiguous();
-  Tensor x = x0.defined() ? x0.to(compute).contiguous() : Tensor();
-  Tensor y = y0.defined() ? y0.to(compute).contiguous() : Tensor();
+  Tensor s = s0.to(compute).contiguous();
   Tensor out = Tensor::empty(g.shape(), compute, g.device());
   UnaryArgs a;
   a.n = g.numel();
-  a.x = x.defined() ? x.raw_data() : nullptr;
-  a.y = y.defined() ? y.raw_data() : nullptr;
+  a.s = s.raw_data();
   a.g = g.raw_data();
   a.out = out.raw_data();
   a.p0 = p0;
@@ -83,22 +104,18 @@ Tensor unary_grad(Op op, const Tensor& g0, const Tensor& x0, const Tensor& y0, d
   return out.to(g0.dtype());
 }
 
-// A unary op whose derivative reads the input x.
-Tensor unary_x(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
+// A unary op with its backward: saves the input, the output or nothing, as its row says.
+Tensor unary_op(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
   Tensor out = unary_raw(op, x, p0, p1);
-  if (!x.is_floating_point()) return out;
-  Tensor xs = x.detach();
-  return record(out, op_name(op), {x}, {xs}, [op, xs, p0, p1](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{unary_grad(op, g, xs, Tensor(), p0, p1)};
-  });
-}
-
-// A unary op whose derivative is cheaper from the output y (exp, sqrt, tanh, sigmoid).
-Tensor unary_y(Op op, const Tensor& x) {
-  Tensor out = unary_raw(op, x);
-  Tensor ys = out.detach();
-  return record(out, op_name(op), {x}, {ys}, [op, ys](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{unary_grad(op, g, Tensor(), ys)};
+  if (!x.is_floating_point()) return out;  // integer neg / abs: not differentiable
+  const Reads reads = unary_reads(op);
+  if (reads == Reads::none)  // a constant derivative (neg): g stands in for s
+    return record(out, op_name(op), {x}, [op, p0, p1](const Tensor& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{unary_grad(op, g, g, p0, p1)};
+    });
+  Tensor s = reads == Reads::x ? x.detach() : out.detach();
+  return record(out, op_name(op), {x}, {s}, [op, s, p0, p1](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{unary_grad(op, g, s, p0, p1)};
   });
 }
 
@@ -189,44 +206,36 @@ Tensor operator/(double a, const Tensor& b) { return div(scalar_like(b, a), b); 
 
 Tensor pow(const Tensor& a, double e) {
   check_floating("pow", a);
-  Tensor out = unary_raw(Op::pow_scalar, a, e);
-  Tensor ad = a.detach();
-  return record(out, "pow", {a}, {ad}, [ad, e](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{unary_grad(Op::pow_scalar, g, ad, Tensor(), e)};
-  });
+  return unary_op(Op::pow_scalar, a, e);
 }
 Tensor pow(double base, const Tensor& e) { return pow(scalar_like(e, base), e); }
 
 // ---------------------------------------------------------------- unary
 
-Tensor neg(const Tensor& x) {
-  Tensor out = unary_raw(Op::neg, x);
-  return record(out, "neg", {x}, [](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{neg(g)};
-  });
-}
-Tensor exp(const Tensor& x) { check_floating("exp", x); return unary_y(Op::exp, x); }
-Tensor log(const Tensor& x) { check_floating("log", x); return unary_x(Op::log, x); }
-Tensor sqrt(const Tensor& x) { check_floating("sqrt", x); return unary_y(Op::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { check_floating("rsqrt", x); return unary_y(Op::rsqrt, x); }
-Tensor abs(const Tensor& x) { return unary_x(Op::abs, x); }
-Tensor sin(const Tensor& x) { check_floating("sin", x); return unary_x(Op::sin, x); }
-Tensor cos(const Tensor& x) { check_floating("cos", x); return unary_x(Op::cos, x); }
-Tensor tanh(const Tensor& x) { check_floating("tanh", x); return unary_y(Op::tanh, x); }
-Tensor sigmoid(const Tensor& x) { check_floating("sigmoid", x); return unary_y(Op::sigmoid, x); }
-// relu saves its output (relu'(x) == relu'(relu(x))): the input, often a BatchNorm output, is freed.
-Tensor relu(const Tensor& x) { check_floating("relu", x); return unary_y(Op::relu, x); }
-Tensor leaky_relu(const Tensor& x, double s) { check_floating("leaky_relu", x); return unary_x(Op::leaky_relu, x, s); }
+// The rows of ops/elementwise_ops.def whose api is `float` or `any`: Tensor name(x).
+#define KILN_UNARY_API_float(name) \
+  Tensor name(const Tensor& x) { check_floating(#name, x); return unary_op(Op::name, x); }
+#define KILN_UNARY_API_any(name) \
+  Tensor name(const Tensor& x) { return unary_op(Op::name, x); }
+#define KILN_UNARY_API_own(name)
+#define KILN_UNARY(name, Fn, reads, api) KILN_UNARY_API_##api(name)
+#include "ops/elementwise_ops.def"
+#undef KILN_UNARY
+#undef KILN_UNARY_API_float
+#undef KILN_UNARY_API_any
+#undef KILN_UNARY_API_own
+
+// ... and those with parameters (api `own`).
+Tensor leaky_relu(const Tensor& x, double s) { check_floating("leaky_relu", x); return unary_op(Op::leaky_relu, x, s); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check_floating("gelu", x);
-  return unary_x(approx == GeluApprox::tanh ? Op::gelu_tanh : Op::gelu, x);
+  return unary_op(approx == GeluApprox::tanh ? Op::gelu_tanh : Op::gelu, x);
 }
-Tensor silu(const Tensor& x) { check_floating("silu", x); return unary_x(Op::silu, x); }
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   check_floating("clamp", x);
   double l = lo ? *lo : -INFINITY, h = hi ? *hi : INFINITY;
   KILN_CHECK(!(lo && hi) || l <= h, "clamp: min ", l, " is greater than max ", h);
-  return unary_x(Op::clamp, x, l, h);
+  return unary_op(Op::clamp, x, l, h);
 }
 
 // ---------------------------------------------------------------- selection
@@ -260,11 +269,16 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 
 // ---------------------------------------------------------------- comparisons
 
-#define KILN_CMP(name)                                                                    \
-  Tensor name(const Tensor& a, const Tensor& b) { return binary_raw(Op::name, a, b); }    \
+// The binary rows of ops/elementwise_ops.def whose result is bool_ (not differentiable).
+#define KILN_BINARY_API_same(name)
+#define KILN_BINARY_API_bool_(name)                                                     \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary_raw(Op::name, a, b); } \
   Tensor name(const Tensor& a, double b) { return binary_raw(Op::name, a, scalar_like(a, b)); }
-KILN_CMP(eq) KILN_CMP(ne) KILN_CMP(lt) KILN_CMP(le) KILN_CMP(gt) KILN_CMP(ge)
-#undef KILN_CMP
+#define KILN_BINARY(name, Fn, result) KILN_BINARY_API_##result(name)
+#include "ops/elementwise_ops.def"
+#undef KILN_BINARY
+#undef KILN_BINARY_API_same
+#undef KILN_BINARY_API_bool_
 
 // ---------------------------------------------------------------- in-place (no autograd)
 

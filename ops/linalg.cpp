@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include "core/autograd.h"
-#include "ops/cpu/linalg_kernels.h"
+#include "ops/kernels/linalg.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
 #include "ops/reduce.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 #include "core/autograd.h"
-#include "ops/cpu/loss_kernels.h"
+#include "ops/kernels/loss.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/helpers.h"

@@ -66,6 +66,18 @@ KILN_HD_INLINE float m_erf(float x) { return ::erff(x); }
 KILN_HD_INLINE double m_erf(double x) { return ::erf(x); }
 KILN_HD_INLINE float m_sqrt(float x) { return ::sqrtf(x); }
 KILN_HD_INLINE double m_sqrt(double x) { return ::sqrt(x); }
+KILN_HD_INLINE float m_log(float x) { return ::logf(x); }
+KILN_HD_INLINE double m_log(double x) { return ::log(x); }
+KILN_HD_INLINE float m_log1p(float x) { return ::log1pf(x); }
+KILN_HD_INLINE double m_log1p(double x) { return ::log1p(x); }
+KILN_HD_INLINE float m_sin(float x) { return ::sinf(x); }
+KILN_HD_INLINE double m_sin(double x) { return ::sin(x); }
+KILN_HD_INLINE float m_cos(float x) { return ::cosf(x); }
+KILN_HD_INLINE double m_cos(double x) { return ::cos(x); }
+KILN_HD_INLINE float m_pow(float x, float y) { return ::powf(x, y); }
+KILN_HD_INLINE double m_pow(double x, double y) { return ::pow(x, y); }
+KILN_HD_INLINE float m_fabs(float x) { return ::fabsf(x); }
+KILN_HD_INLINE double m_fabs(double x) { return ::fabs(x); }
 
 /// relu propagates NaN (as PyTorch): only x <= 0 becomes 0. Its derivative passes the
 /// gradient everywhere but x <= 0 (PyTorch's threshold_backward), so it reads the same

@@ -8,7 +8,7 @@
 #include <vector>
 #include "core/autograd.h"
 #include "core/rng.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels/nn.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
 #include "ops/elementwise.h"

@@ -3,7 +3,7 @@
 #include "ops/norm.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
-#include "ops/cpu/norm_kernels.h"
+#include "ops/kernels/norm.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
 

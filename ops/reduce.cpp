@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 #include "core/autograd.h"
-#include "ops/cpu/reduce_kernels.h"
+#include "ops/kernels/reduce.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/helpers.h"

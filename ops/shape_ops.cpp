@@ -5,7 +5,7 @@
 #include <sstream>
 #include "core/autograd.h"
 #include "core/checked_math.h"
-#include "ops/cpu/shape_kernels.h"
+#include "ops/kernels/shape.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
 

@@ -9,8 +9,8 @@
 #include <omp.h>
 #include "core/parallel.h"
 #include "ops/cpu/conv_algos.h"
-#include "ops/cpu/conv_kernels.h"
-#include "ops/cpu/linalg_kernels.h"
+#include "ops/kernels/conv.h"
+#include "ops/kernels/linalg.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -168,8 +168,8 @@ const Conv2dKernels kConv2dCpu{&conv2d_forward_cpu, &conv2d_backward_cpu};
 }  // namespace
 
 void register_cpu_conv() {
-  // Each entry is a table of function pointers (forward, backward), see conv_kernels.h.
-  register_kernel(Op::conv2d, DeviceType::CPU, const_cast<Conv2dKernels*>(&kConv2dCpu));
+  // Each entry is a table of function pointers (forward, backward), see ops/kernels/conv.h.
+  register_kernel(Op::conv2d, DeviceType::CPU, &kConv2dCpu);
   register_cpu_pool();  // max, average and adaptive average pooling (pool.cpp)
 }
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 #include "core/parallel.h"
-#include "ops/cpu/conv_kernels.h"
+#include "ops/kernels/conv.h"
 
 namespace kiln::conv_cpu {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 #include "ops/cpu/conv_algos.h"
-#include "ops/cpu/linalg_kernels.h"
+#include "ops/kernels/linalg.h"
 
 namespace kiln::conv_cpu {
 

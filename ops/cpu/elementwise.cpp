@@ -1,9 +1,11 @@
 // CPU kernels of the elementwise family: broadcasting binary ops, unary ops (forward and
-// backward) and where. Contiguous operands take tight loops the compiler vectorises.
+// backward) and where. The op switches are generated from the table ops/elementwise_ops.def
+// and run the functors of ops/elementwise_functors.h, the same the CUDA loops run.
+// Contiguous operands take tight loops the compiler vectorises.
 #include <cmath>
 #include "core/strided.h"
-#include "ops/cpu/elementwise_kernels.h"
-#include "ops/math.h"
+#include "ops/kernels/elementwise.h"
+#include "ops/elementwise_functors.h"
 
 namespace kiln {
 namespace {
@@ -41,27 +43,16 @@ void binary_loop(const EwArgs& args, F f) {
   });
 }
 
+// The switch over the binary rows of ops/elementwise_ops.def: each runs its functor.
 template <class T>
 void binary_typed(Op op, const EwArgs& args) {
+  using bool_ = bool;
+  using same = T;
   switch (op) {
-    case Op::add: return binary_loop<T, T>(args, [](T x, T y) { return T(x + y); });
-    case Op::sub: return binary_loop<T, T>(args, [](T x, T y) { return T(x - y); });
-    case Op::mul: return binary_loop<T, T>(args, [](T x, T y) { return T(x * y); });
-    case Op::div:
-      if constexpr (std::is_integral_v<T>) {
-        return binary_loop<T, T>(args, [](T x, T y) { return y == 0 ? T(0) : T(x / y); });
-      } else {
-        return binary_loop<T, T>(args, [](T x, T y) { return T(x / y); });
-      }
-    case Op::pow: return binary_loop<T, T>(args, [](T x, T y) { return T(std::pow(x, y)); });
-    case Op::maximum: return binary_loop<T, T>(args, [](T x, T y) { return (x != x || x >= y) ? x : y; });
-    case Op::minimum: return binary_loop<T, T>(args, [](T x, T y) { return (x != x || x <= y) ? x : y; });
-    case Op::eq: return binary_loop<bool, T>(args, [](T x, T y) { return x == y; });
-    case Op::ne: return binary_loop<bool, T>(args, [](T x, T y) { return x != y; });
-    case Op::lt: return binary_loop<bool, T>(args, [](T x, T y) { return x < y; });
-    case Op::le: return binary_loop<bool, T>(args, [](T x, T y) { return x <= y; });
-    case Op::gt: return binary_loop<bool, T>(args, [](T x, T y) { return x > y; });
-    case Op::ge: return binary_loop<bool, T>(args, [](T x, T y) { return x >= y; });
+#define KILN_BINARY(name, Fn, result) \
+  case Op::name: return binary_loop<result, T>(args, elementwise::Fn##F<T>{});
+#include "ops/elementwise_ops.def"
+#undef KILN_BINARY
     default: KILN_FAIL("elementwise: op ", op_name(op), " is not a binary op");
   }
 }
@@ -82,80 +73,54 @@ void unary_loop(const UnaryArgs& a, F f) {
     for (int64_t i = b; i < e; ++i) out[i] = f(x[i]);
   });
 }
-// out = g * d(x) where d reads x (or y when from_y)
-template <class T, class F>
-void unary_grad_loop(const UnaryArgs& a, bool from_y, F d) {
-  const T* src = static_cast<const T*>(from_y ? a.y : a.x);
+// out = g * d(s), s the saved input or output (the row's `reads`)
+template <class T, class D>
+void unary_grad_loop(const UnaryArgs& a, D d) {
+  const T* s = static_cast<const T*>(a.s);
   const T* g = static_cast<const T*>(a.g);
   T* out = static_cast<T*>(a.out);
   parallel_for(0, a.n, 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = g[i] * d(src[i]);
+    for (int64_t i = b; i < e; ++i) out[i] = g[i] * d(s[i]);
   });
 }
 
+// The switch over the unary rows of ops/elementwise_ops.def, forward or backward.
 template <class T>
 void unary_typed(Op op, const UnaryArgs& a) {
-  using std::abs, std::cos, std::exp, std::log, std::sin, std::sqrt, std::tanh, std::pow;
+  using namespace elementwise;
   const T p0 = T(a.p0), p1 = T(a.p1);
-  if (!a.backward) {
-    switch (op) {
-      case Op::neg: return unary_loop<T>(a, [](T x) { return -x; });
-      case Op::exp: return unary_loop<T>(a, [](T x) { return math::m_exp(x); });
-      case Op::log: return unary_loop<T>(a, [](T x) { return log(x); });
-      case Op::sqrt: return unary_loop<T>(a, [](T x) { return sqrt(x); });
-      case Op::rsqrt: return unary_loop<T>(a, [](T x) { return math::rsqrt(x); });
-      case Op::abs: return unary_loop<T>(a, [](T x) { return abs(x); });
-      case Op::sin: return unary_loop<T>(a, [](T x) { return sin(x); });
-      case Op::cos: return unary_loop<T>(a, [](T x) { return cos(x); });
-      case Op::tanh: return unary_loop<T>(a, [](T x) { return math::fast_tanh(x); });
-      case Op::sigmoid: return unary_loop<T>(a, [](T x) { return math::sigmoid(x); });
-      case Op::relu: return unary_loop<T>(a, [](T x) { return math::relu(x); });
-      case Op::leaky_relu: return unary_loop<T>(a, [p0](T x) { return math::leaky_relu(x, p0); });
-      case Op::gelu: return unary_loop<T>(a, [](T x) { return math::gelu(x); });
-      case Op::gelu_tanh: return unary_loop<T>(a, [](T x) { return math::gelu_tanh(x); });
-      case Op::silu: return unary_loop<T>(a, [](T x) { return math::silu(x); });
-      case Op::clamp: return unary_loop<T>(a, [p0, p1](T x) { return math::clamp(x, p0, p1); });
-      case Op::pow_scalar: return unary_loop<T>(a, [p0](T x) { return T(pow(x, p0)); });
-      default: break;
-    }
-  } else {
-    switch (op) {
-      case Op::exp: return unary_grad_loop<T>(a, true, [](T y) { return y; });
-      case Op::log: return unary_grad_loop<T>(a, false, [](T x) { return T(1) / x; });
-      case Op::sqrt: return unary_grad_loop<T>(a, true, [](T y) { return T(0.5) / y; });
-      case Op::rsqrt: return unary_grad_loop<T>(a, true, [](T y) { return T(-0.5) * y * y * y; });
-      case Op::abs: return unary_grad_loop<T>(a, false, [](T x) { return math::sign(x); });
-      case Op::sin: return unary_grad_loop<T>(a, false, [](T x) { return cos(x); });
-      case Op::cos: return unary_grad_loop<T>(a, false, [](T x) { return -sin(x); });
-      case Op::tanh: return unary_grad_loop<T>(a, true, [](T y) { return math::tanh_grad_from_y(y); });
-      case Op::sigmoid: return unary_grad_loop<T>(a, true, [](T y) { return math::sigmoid_grad_from_y(y); });
-      // relu'(x) == relu'(relu(x)) (both 1 for NaN): reads whichever of x and y it is given,
-      // so the op may save its output instead of its input (frees BatchNorm outputs early).
-      case Op::relu: return unary_grad_loop<T>(a, a.x == nullptr, [](T x) { return math::relu_grad(x); });
-      case Op::leaky_relu: return unary_grad_loop<T>(a, false, [p0](T x) { return math::leaky_relu_grad(x, p0); });
-      case Op::gelu: return unary_grad_loop<T>(a, false, [](T x) { return math::gelu_grad(x); });
-      case Op::gelu_tanh: return unary_grad_loop<T>(a, false, [](T x) { return math::gelu_tanh_grad(x); });
-      case Op::silu: return unary_grad_loop<T>(a, false, [](T x) { return math::silu_grad(x); });
-      case Op::clamp:
-        return unary_grad_loop<T>(a, false, [p0, p1](T x) { return (x >= p0 && x <= p1) ? T(1) : T(0); });
-      case Op::pow_scalar:
-        return unary_grad_loop<T>(a, false, [p0](T x) { return p0 == T(0) ? T(0) : p0 * T(pow(x, p0 - T(1))); });
-      default: break;
-    }
+  switch (op) {
+#define KILN_UNARY(name, Fn, reads, api)                                                 \
+  case Op::name:                                                                        \
+    if (a.backward) return unary_grad_loop<T>(a, make_functor<Fn##D<T>>(p0, p1)); \
+    return unary_loop<T>(a, make_functor<Fn##F<T>>(p0, p1));
+#include "ops/elementwise_ops.def"
+#undef KILN_UNARY
+    default: break;
   }
   KILN_FAIL(op_name(op), ": no CPU unary ", a.backward ? "backward" : "forward", " kernel");
 }
 
+// Integer inputs: the forward of the rows whose api is `any`.
+#define KILN_UNARY_INT_float(name, Fn)
+#define KILN_UNARY_INT_own(name, Fn)
+#define KILN_UNARY_INT_any(name, Fn) \
+  case Op::name: return unary_loop<T>(a, elementwise::Fn##F<T>{});
+template <class T>
+void unary_int(Op op, const UnaryArgs& a) {
+  switch (op) {
+#define KILN_UNARY(name, Fn, reads, api) KILN_UNARY_INT_##api(name, Fn)
+#include "ops/elementwise_ops.def"
+#undef KILN_UNARY
+    default: KILN_FAIL(op_name(op), ": not supported for integer tensors");
+  }
+}
+
 void unary_cpu(Op op, DType dt, const UnaryArgs& a) {
-  if (op == Op::neg || op == Op::abs) {
-    if (!a.backward) {
-      KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() {
-        if constexpr (std::is_floating_point_v<T>) unary_typed<T>(op, a);
-        else if (op == Op::neg) unary_loop<T>(a, [](T x) { return T(-x); });
-        else unary_loop<T>(a, [](T x) { return x < T(0) ? T(-x) : x; });
-      });
-      return;
-    }
+  if (!is_floating(dt)) {
+    KILN_CHECK(!a.backward, op_name(op), ": no backward for integer tensors");
+    KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() { unary_int<T>(op, a); });
+    return;
   }
   KILN_DISPATCH_FLOATING(dt, op_name(op), [&]<class T>() { unary_typed<T>(op, a); });
 }
@@ -177,14 +142,13 @@ void where_cpu(DType dt, const EwArgs& args) {
 }  // namespace
 
 void register_cpu_elementwise() {
-  for (Op op : {Op::add, Op::sub, Op::mul, Op::div, Op::pow, Op::maximum, Op::minimum, Op::eq, Op::ne, Op::lt,
-                Op::le, Op::gt, Op::ge})
-    register_kernel(op, DeviceType::CPU, reinterpret_cast<void*>(&binary_cpu));
-  for (Op op : {Op::neg, Op::exp, Op::log, Op::sqrt, Op::rsqrt, Op::abs, Op::sin, Op::cos, Op::tanh, Op::sigmoid,
-                Op::relu, Op::leaky_relu, Op::gelu, Op::gelu_tanh, Op::silu, Op::clamp, Op::pow_scalar})
-    register_kernel(op, DeviceType::CPU, reinterpret_cast<void*>(&unary_cpu));
-  register_kernel(Op::where, DeviceType::CPU, reinterpret_cast<void*>(&where_cpu));
-  register_kernel(Op::masked_fill, DeviceType::CPU, reinterpret_cast<void*>(&where_cpu));
+#define KILN_UNARY(name, ...) register_kernel(Op::name, DeviceType::CPU, &unary_cpu);
+#define KILN_BINARY(name, ...) register_kernel(Op::name, DeviceType::CPU, &binary_cpu);
+#include "ops/elementwise_ops.def"
+#undef KILN_UNARY
+#undef KILN_BINARY
+  register_kernel(Op::where, DeviceType::CPU, &where_cpu);
+  register_kernel(Op::masked_fill, DeviceType::CPU, &where_cpu);
 }
 
 }  // namespace kiln

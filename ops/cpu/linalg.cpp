@@ -12,7 +12,7 @@
 #include <vector>
 #include <omp.h>
 #include "core/parallel.h"
-#include "ops/cpu/linalg_kernels.h"
+#include "ops/kernels/linalg.h"
 #include "ops/cpu/sgemm.h"
 #include "ops/dispatch.h"
 
@@ -185,8 +185,8 @@ void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int
 }  // namespace
 
 void register_cpu_linalg() {
-  register_kernel(Op::matmul, DeviceType::CPU, reinterpret_cast<void*>(&matmul_cpu));
-  register_kernel(Op::linear, DeviceType::CPU, reinterpret_cast<void*>(&linear_cpu));
+  register_kernel(Op::matmul, DeviceType::CPU, &matmul_cpu);
+  register_kernel(Op::linear, DeviceType::CPU, &linear_cpu);
 }
 
 }  // namespace kiln

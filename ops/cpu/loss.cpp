@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 #include "core/parallel.h"
-#include "ops/cpu/loss_kernels.h"
-#include "ops/cpu/reduce_kernels.h"
+#include "ops/kernels/loss.h"
+#include "ops/kernels/reduce.h"
 
 namespace kiln {
 
@@ -224,9 +224,9 @@ void mse_loss_cpu(DType dt, const MseLossKernelArgs& a) {
 }  // namespace
 
 void register_cpu_loss() {
-  register_kernel(Op::cross_entropy, DeviceType::CPU, reinterpret_cast<void*>(&cross_entropy_cpu));
-  register_kernel(Op::nll_loss, DeviceType::CPU, reinterpret_cast<void*>(&nll_loss_cpu));
-  register_kernel(Op::mse_loss, DeviceType::CPU, reinterpret_cast<void*>(&mse_loss_cpu));
+  register_kernel(Op::cross_entropy, DeviceType::CPU, &cross_entropy_cpu);
+  register_kernel(Op::nll_loss, DeviceType::CPU, &nll_loss_cpu);
+  register_kernel(Op::mse_loss, DeviceType::CPU, &mse_loss_cpu);
 }
 
 }  // namespace kiln

@@ -11,8 +11,8 @@
 #include <vector>
 #include "core/parallel.h"
 #include "core/rng.h"
-#include "ops/cpu/linalg_kernels.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels/linalg.h"
+#include "ops/kernels/nn.h"
 #include "ops/dispatch.h"
 #include "ops/nn_math.h"
 
@@ -259,9 +259,9 @@ const AttentionKernels kAttentionCpu{&attention_forward, &attention_backward, &a
 }  // namespace
 
 void register_cpu_nn() {
-  register_kernel(Op::dropout, DeviceType::CPU, const_cast<DropoutKernels*>(&kDropoutCpu));
-  register_kernel(Op::embedding, DeviceType::CPU, const_cast<EmbeddingKernels*>(&kEmbeddingCpu));
-  register_kernel(Op::scaled_dot_product_attention, DeviceType::CPU, const_cast<AttentionKernels*>(&kAttentionCpu));
+  register_kernel(Op::dropout, DeviceType::CPU, &kDropoutCpu);
+  register_kernel(Op::embedding, DeviceType::CPU, &kEmbeddingCpu);
+  register_kernel(Op::scaled_dot_product_attention, DeviceType::CPU, &kAttentionCpu);
 }
 
 }  // namespace kiln

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 #include "core/parallel.h"
-#include "ops/cpu/norm_kernels.h"
+#include "ops/kernels/norm.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -261,8 +261,8 @@ const LayerNormKernels kLayerNormCpu{&layer_norm_forward, &layer_norm_backward};
 }  // namespace
 
 void register_cpu_norm() {
-  register_kernel(Op::batch_norm, DeviceType::CPU, const_cast<BatchNormKernels*>(&kBatchNormCpu));
-  register_kernel(Op::layer_norm, DeviceType::CPU, const_cast<LayerNormKernels*>(&kLayerNormCpu));
+  register_kernel(Op::batch_norm, DeviceType::CPU, &kBatchNormCpu);
+  register_kernel(Op::layer_norm, DeviceType::CPU, &kLayerNormCpu);
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
 // CPU kernels of 2-D pooling (max, average, adaptive average), part of the conv op family
-// (conv_kernels.h) and registered through register_cpu_conv (conv.cpp). Loops over N*C
+// (ops/kernels/conv.h) and registered through register_cpu_conv (conv.cpp). Loops over N*C
 // planes in parallel; 2x2/2 max pooling vectorised.
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 #include "core/parallel.h"
-#include "ops/cpu/conv_kernels.h"
+#include "ops/kernels/conv.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -334,11 +334,10 @@ const AdaptiveAvgPool2dKernels kAdaptiveAvgPoolCpu{&adaptive_avg_forward_cpu, &a
 }  // namespace
 
 void register_cpu_pool() {
-  // Each entry is a table of function pointers (forward, backward), see conv_kernels.h.
-  register_kernel(Op::max_pool2d, DeviceType::CPU, const_cast<MaxPool2dKernels*>(&kMaxPoolCpu));
-  register_kernel(Op::avg_pool2d, DeviceType::CPU, const_cast<AvgPool2dKernels*>(&kAvgPoolCpu));
-  register_kernel(Op::adaptive_avg_pool2d, DeviceType::CPU,
-                  const_cast<AdaptiveAvgPool2dKernels*>(&kAdaptiveAvgPoolCpu));
+  // Each entry is a table of function pointers (forward, backward), see ops/kernels/conv.h.
+  register_kernel(Op::max_pool2d, DeviceType::CPU, &kMaxPoolCpu);
+  register_kernel(Op::avg_pool2d, DeviceType::CPU, &kAvgPoolCpu);
+  register_kernel(Op::adaptive_avg_pool2d, DeviceType::CPU, &kAdaptiveAvgPoolCpu);
 }
 
 }  // namespace kiln

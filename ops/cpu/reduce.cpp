@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <vector>
 #include "core/parallel.h"
-#include "ops/cpu/reduce_kernels.h"
+#include "ops/kernels/reduce.h"
 #include "ops/reduce_math.h"
 
 namespace kiln {
@@ -469,9 +469,9 @@ void softmax_cpu(Op op, DType dt, const SoftmaxArgs& a) {
 
 void register_cpu_reduce() {
   for (Op op : {Op::sum, Op::mean, Op::var, Op::std, Op::logsumexp, Op::max, Op::min, Op::argmax, Op::argmin})
-    register_kernel(op, DeviceType::CPU, reinterpret_cast<void*>(&reduce_cpu));
-  register_kernel(Op::softmax, DeviceType::CPU, reinterpret_cast<void*>(&softmax_cpu));
-  register_kernel(Op::log_softmax, DeviceType::CPU, reinterpret_cast<void*>(&softmax_cpu));
+    register_kernel(op, DeviceType::CPU, &reduce_cpu);
+  register_kernel(Op::softmax, DeviceType::CPU, &softmax_cpu);
+  register_kernel(Op::log_softmax, DeviceType::CPU, &softmax_cpu);
 }
 
 }  // namespace kiln

@@ -7,7 +7,7 @@
 #include <vector>
 #include "core/parallel.h"
 #include "core/strided.h"
-#include "ops/cpu/shape_kernels.h"
+#include "ops/kernels/shape.h"
 #include "ops/dispatch.h"
 
 namespace kiln {
@@ -159,10 +159,10 @@ const GatherKernels kGatherCpu{&gather_forward, &gather_backward};
 }  // namespace
 
 void register_cpu_shape() {
-  register_kernel(Op::cat, DeviceType::CPU, const_cast<CatKernels*>(&kCatCpu));
-  register_kernel(Op::stack, DeviceType::CPU, const_cast<CatKernels*>(&kCatCpu));
-  register_kernel(Op::index_select, DeviceType::CPU, const_cast<IndexSelectKernels*>(&kIndexSelectCpu));
-  register_kernel(Op::gather, DeviceType::CPU, const_cast<GatherKernels*>(&kGatherCpu));
+  register_kernel(Op::cat, DeviceType::CPU, &kCatCpu);
+  register_kernel(Op::stack, DeviceType::CPU, &kCatCpu);
+  register_kernel(Op::index_select, DeviceType::CPU, &kIndexSelectCpu);
+  register_kernel(Op::gather, DeviceType::CPU, &kGatherCpu);
 }
 
 }  // namespace kiln

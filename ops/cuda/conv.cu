@@ -1,4 +1,4 @@
-// CUDA kernels of the conv op family with the CPU's kernel tables (ops/cpu/conv_kernels.h):
+// CUDA kernels of the conv op family with the CPU's kernel tables (ops/kernels/conv.h):
 // conv2d forward / backward-data / backward-filter through cuDNN (algorithm by cuDNN's
 // heuristics, or timed when kiln::cudnn_benchmark(true), cached per shape), bias add and
 // bias gradient as small own kernels; max / avg / adaptive-avg pooling as own kernels
@@ -16,7 +16,7 @@
 #include "ops/conv.h"
 #include "ops/cuda/conv_algo.h"
 #include "ops/cuda/cudnn_readback.h"
-#include "ops/cpu/conv_kernels.h"
+#include "ops/kernels/conv.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/dtype_dispatch.h"
 #include "ops/cuda/handles.h"
@@ -510,11 +510,10 @@ cuda::ConvDescriptorReadback cuda::conv2d_descriptor_readback(DType dtype, const
 }
 
 void register_cuda_conv() {
-  register_kernel(Op::conv2d, DeviceType::CUDA, const_cast<Conv2dKernels*>(&kConv2dCuda));
-  register_kernel(Op::max_pool2d, DeviceType::CUDA, const_cast<MaxPool2dKernels*>(&kMaxPoolCuda));
-  register_kernel(Op::avg_pool2d, DeviceType::CUDA, const_cast<AvgPool2dKernels*>(&kAvgPoolCuda));
-  register_kernel(Op::adaptive_avg_pool2d, DeviceType::CUDA,
-                  const_cast<AdaptiveAvgPool2dKernels*>(&kAdaptiveAvgPoolCuda));
+  register_kernel(Op::conv2d, DeviceType::CUDA, &kConv2dCuda);
+  register_kernel(Op::max_pool2d, DeviceType::CUDA, &kMaxPoolCuda);
+  register_kernel(Op::avg_pool2d, DeviceType::CUDA, &kAvgPoolCuda);
+  register_kernel(Op::adaptive_avg_pool2d, DeviceType::CUDA, &kAdaptiveAvgPoolCuda);
 }
 
 }  // namespace kiln

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 #include "core/dtype.h"
-#include "ops/cpu/conv_kernels.h"
+#include "ops/kernels/conv.h"
 
 namespace kiln::cuda {
 

@@ -1,40 +1,30 @@
 // CUDA kernels of the broadcasting binary ops (arithmetic, maximum/minimum, comparisons):
 // the generic strided loop of core/cuda/loops.cuh over the operands' own strides (0 on
 // broadcast dims), vectorised when all three are contiguous. Kernel type BinaryKernelFn.
-#include <type_traits>
 #include "core/cuda/loops.cuh"
-#include "ops/cpu/elementwise_kernels.h"
+#include "ops/kernels/elementwise.h"
 #include "ops/cuda/dtype_dispatch.h"
-#include "ops/cuda/elementwise_functors.h"
+#include "ops/elementwise_functors.h"
 #include "ops/cuda/index_math.h"
 
 namespace kiln {
 namespace {
 using namespace kiln::cuda;
+using namespace kiln::elementwise;
 
 // ---- launchers ----
 
+// The switch over the binary rows of ops/elementwise_ops.def.
 template <class T>
 void binary_typed(Op op, const LoopLayout<3>& L, void* const* p) {
   using C = compute_t<T>;
+  using same = T;
+  using bool_ = bool;
   switch (op) {
-    case Op::add: return launch_elementwise<T, T, T>(L, p, AddF<C>{});
-    case Op::sub: return launch_elementwise<T, T, T>(L, p, SubF<C>{});
-    case Op::mul: return launch_elementwise<T, T, T>(L, p, MulF<C>{});
-    case Op::div:
-      if constexpr (std::is_integral_v<T>) return launch_elementwise<T, T, T>(L, p, IntDivF<C>{});
-      else return launch_elementwise<T, T, T>(L, p, DivF<C>{});
-    case Op::pow:
-      if constexpr (std::is_integral_v<T>) KILN_FAIL("pow: no CUDA kernel for integer tensors (kiln::pow computes them in float32)");
-      else return launch_elementwise<T, T, T>(L, p, PowF<C>{});
-    case Op::maximum: return launch_elementwise<T, T, T>(L, p, MaximumF<C>{});
-    case Op::minimum: return launch_elementwise<T, T, T>(L, p, MinimumF<C>{});
-    case Op::eq: return launch_elementwise<bool, T, T>(L, p, EqF<C>{});
-    case Op::ne: return launch_elementwise<bool, T, T>(L, p, NeF<C>{});
-    case Op::lt: return launch_elementwise<bool, T, T>(L, p, LtF<C>{});
-    case Op::le: return launch_elementwise<bool, T, T>(L, p, LeF<C>{});
-    case Op::gt: return launch_elementwise<bool, T, T>(L, p, GtF<C>{});
-    case Op::ge: return launch_elementwise<bool, T, T>(L, p, GeF<C>{});
+#define KILN_BINARY(name, Fn, result) \
+  case Op::name: return launch_elementwise<result, T, T>(L, p, Fn##F<C>{});
+#include "ops/elementwise_ops.def"
+#undef KILN_BINARY
     default: KILN_FAIL("elementwise: op ", op_name(op), " is not a binary op");
   }
 }

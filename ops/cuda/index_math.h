@@ -1,10 +1,10 @@
 // Index math of the GPU elementwise ops: from the kernel arguments of the elementwise
-// family (EwArgs / UnaryArgs, ops/cpu/elementwise_kernels.h) to the merged loop layout
+// family (EwArgs / UnaryArgs, ops/kernels/elementwise.h) to the merged loop layout
 // the generic loops run over (core/cuda/index_math.h has the offset calculator, the grid
 // split and the loop choice). Host C++, no CUDA header; the CPU test uses it as is.
 #pragma once
 #include "core/cuda/index_math.h"
-#include "ops/cpu/elementwise_kernels.h"
+#include "ops/kernels/elementwise.h"
 
 namespace kiln::cuda {
 

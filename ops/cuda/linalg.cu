@@ -1,5 +1,5 @@
 // CUDA kernels of the linalg op family (matmul, linear) through cuBLAS: the same kernel
-// types as the CPU (ops/cpu/linalg_kernels.h, row-major), mapped onto column-major cuBLAS.
+// types as the CPU (ops/kernels/linalg.h, row-major), mapped onto column-major cuBLAS.
 // One cuBLAS handle per device, created on first use and bound to the current stream.
 // float16/bfloat16 go through cuBLASLt with float32 accumulation (bias as an epilogue);
 // float32 uses TF32 tensor cores when set_float32_matmul_precision("high") allows it.
@@ -10,7 +10,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "ops/cpu/linalg_kernels.h"
+#include "ops/kernels/linalg.h"
 #include "ops/linalg.h"
 #include "ops/cuda/gemm_map.h"
 #include "ops/cuda/handles.h"
@@ -307,8 +307,8 @@ void linear_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, in
 }  // namespace
 
 void register_cuda_linalg() {
-  register_kernel(Op::matmul, DeviceType::CUDA, reinterpret_cast<void*>(&matmul_cuda));
-  register_kernel(Op::linear, DeviceType::CUDA, reinterpret_cast<void*>(&linear_cuda));
+  register_kernel(Op::matmul, DeviceType::CUDA, &matmul_cuda);
+  register_kernel(Op::linear, DeviceType::CUDA, &linear_cuda);
 }
 
 }  // namespace kiln

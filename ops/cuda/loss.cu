@@ -1,4 +1,4 @@
-// CUDA kernels of the loss family with the CPU's kernel types (ops/cpu/loss_kernels.h):
+// CUDA kernels of the loss family with the CPU's kernel types (ops/kernels/loss.h):
 // fused cross entropy (one block per (n, s) row over the c classes: max, sum of exp and,
 // with label smoothing, sum of logits by block reductions), nll_loss and mse_loss. The
 // reduced mse sums fixed per-block partials in a fixed order: deterministic, no atomics.
@@ -9,7 +9,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "ops/cpu/loss_kernels.h"
+#include "ops/kernels/loss.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/reduce_index.h"
 #include "ops/cuda/register.h"
@@ -229,9 +229,9 @@ void mse_loss_cuda(DType dt, const MseLossKernelArgs& a) {
 }  // namespace
 
 void register_cuda_loss() {
-  register_kernel(Op::cross_entropy, DeviceType::CUDA, reinterpret_cast<void*>(&cross_entropy_cuda));
-  register_kernel(Op::nll_loss, DeviceType::CUDA, reinterpret_cast<void*>(&nll_loss_cuda));
-  register_kernel(Op::mse_loss, DeviceType::CUDA, reinterpret_cast<void*>(&mse_loss_cuda));
+  register_kernel(Op::cross_entropy, DeviceType::CUDA, &cross_entropy_cuda);
+  register_kernel(Op::nll_loss, DeviceType::CUDA, &nll_loss_cuda);
+  register_kernel(Op::mse_loss, DeviceType::CUDA, &mse_loss_cuda);
 }
 
 }  // namespace kiln

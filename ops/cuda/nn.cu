@@ -1,4 +1,4 @@
-// CUDA kernels of the nn op family with the CPU's kernel types (ops/cpu/nn_kernels.h):
+// CUDA kernels of the nn op family with the CPU's kernel types (ops/kernels/nn.h):
 // dropout with the CPU's Philox keep rule (bitwise the same mask), embedding (gather, and a
 // deterministic sorted-run scatter-add backward), and attention as cuBLAS GEMMs around one
 // fused causal-mask + softmax kernel per row (16-bit inputs run in float32 internally).
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "ops/cpu/nn_kernels.h"
+#include "ops/kernels/nn.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/gemm_map.h"
 #include "ops/cuda/handles.h"
@@ -284,9 +284,9 @@ const AttentionKernels kAttentionCuda{&attention_forward, &attention_backward, n
 }  // namespace
 
 void register_cuda_nn() {
-  register_kernel(Op::dropout, DeviceType::CUDA, const_cast<DropoutKernels*>(&kDropoutCuda));
-  register_kernel(Op::embedding, DeviceType::CUDA, const_cast<EmbeddingKernels*>(&kEmbeddingCuda));
-  register_kernel(Op::scaled_dot_product_attention, DeviceType::CUDA, const_cast<AttentionKernels*>(&kAttentionCuda));
+  register_kernel(Op::dropout, DeviceType::CUDA, &kDropoutCuda);
+  register_kernel(Op::embedding, DeviceType::CUDA, &kEmbeddingCuda);
+  register_kernel(Op::scaled_dot_product_attention, DeviceType::CUDA, &kAttentionCuda);
 }
 
 }  // namespace kiln

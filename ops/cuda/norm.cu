@@ -1,4 +1,4 @@
-// CUDA kernels of the norm family with the CPU's kernel structs (ops/cpu/norm_kernels.h).
+// CUDA kernels of the norm family with the CPU's kernel structs (ops/kernels/norm.h).
 // batch_norm: training forward / backward and inference forward through cuDNN (spatial
 // mode), the eval-mode backward as small own kernels. layer_norm: one block per row for
 // the row statistics and dx; dweight / dbias as a two-stage column reduction (blocks over
@@ -10,7 +10,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "ops/cpu/norm_kernels.h"
+#include "ops/kernels/norm.h"
 #include "ops/cuda/cudnn_readback.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/handles.h"
@@ -357,8 +357,8 @@ cuda::BatchNormDescriptorReadback cuda::batch_norm_descriptor_readback(DType dty
 }
 
 void register_cuda_norm() {
-  register_kernel(Op::layer_norm, DeviceType::CUDA, const_cast<LayerNormKernels*>(&kLayerNormCuda));
-  register_kernel(Op::batch_norm, DeviceType::CUDA, const_cast<BatchNormKernels*>(&kBatchNormCuda));
+  register_kernel(Op::layer_norm, DeviceType::CUDA, &kLayerNormCuda);
+  register_kernel(Op::batch_norm, DeviceType::CUDA, &kBatchNormCuda);
 }
 
 }  // namespace kiln

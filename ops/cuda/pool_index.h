@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 #include "core/macros.h"
-#include "ops/cpu/conv_kernels.h"
+#include "ops/kernels/conv.h"
 
 namespace kiln::cuda {
 

@@ -1,6 +1,6 @@
 // CUDA kernels of the reduce family (sum, mean, var, std, logsumexp, max, min, argmax,
 // argmin, the max/min backward scatter; integer and bool sum/max/min/arg*) and softmax /
-// log_softmax, with the CPU's kernel types (ops/cpu/reduce_kernels.h). One block per
+// log_softmax, with the CPU's kernel types (ops/kernels/reduce.h). One block per
 // output row of the (outer, reduce, inner) view; its threads stride over the reduced dim
 // and combine with cub::BlockReduce. The max/min selection rules (NaN wins, ties keep the
 // first) are ops/reduce_math.h's.
@@ -8,7 +8,7 @@
 #include <limits>
 #include "core/cuda/runtime.h"
 #include "core/error.h"
-#include "ops/cpu/reduce_kernels.h"
+#include "ops/kernels/reduce.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/reduce_index.h"
 #include "ops/cuda/register.h"
@@ -276,9 +276,9 @@ void softmax_cuda(Op op, DType dt, const SoftmaxArgs& a) {
 
 void register_cuda_reduce() {
   for (Op op : {Op::sum, Op::mean, Op::var, Op::std, Op::logsumexp, Op::max, Op::min, Op::argmax, Op::argmin})
-    register_kernel(op, DeviceType::CUDA, reinterpret_cast<void*>(&reduce_cuda));
-  register_kernel(Op::softmax, DeviceType::CUDA, reinterpret_cast<void*>(&softmax_cuda));
-  register_kernel(Op::log_softmax, DeviceType::CUDA, reinterpret_cast<void*>(&softmax_cuda));
+    register_kernel(op, DeviceType::CUDA, &reduce_cuda);
+  register_kernel(Op::softmax, DeviceType::CUDA, &softmax_cuda);
+  register_kernel(Op::log_softmax, DeviceType::CUDA, &softmax_cuda);
 }
 
 }  // namespace kiln

@@ -1,6 +1,6 @@
 // CUDA kernels of the shape op family (cat/stack copies, index_select and its index_add
 // backward, gather and its scatter-add backward) with the CPU's kernel types
-// (ops/cpu/shape_kernels.h). Copies move elements by size; the backward passes are
+// (ops/kernels/shape.h). Copies move elements by size; the backward passes are
 // deterministic (sorted runs / one thread per colliding row, no float atomics).
 #include <cub/device/device_radix_sort.cuh>
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "ops/cpu/shape_kernels.h"
+#include "ops/kernels/shape.h"
 #include "ops/cuda/register.h"
 #include "ops/cuda/dtype_dispatch.h"
 #include "ops/cuda/shape_cuda.h"
@@ -219,10 +219,10 @@ void index_add_sorted(DType dt, const char* op, const void* src, const int64_t* 
 }  // namespace cuda
 
 void register_cuda_shape() {
-  register_kernel(Op::cat, DeviceType::CUDA, const_cast<CatKernels*>(&kCatCuda));
-  register_kernel(Op::stack, DeviceType::CUDA, const_cast<CatKernels*>(&kCatCuda));
-  register_kernel(Op::index_select, DeviceType::CUDA, const_cast<IndexSelectKernels*>(&kIndexSelectCuda));
-  register_kernel(Op::gather, DeviceType::CUDA, const_cast<GatherKernels*>(&kGatherCuda));
+  register_kernel(Op::cat, DeviceType::CUDA, &kCatCuda);
+  register_kernel(Op::stack, DeviceType::CUDA, &kCatCuda);
+  register_kernel(Op::index_select, DeviceType::CUDA, &kIndexSelectCuda);
+  register_kernel(Op::gather, DeviceType::CUDA, &kGatherCuda);
 }
 
 }  // namespace kiln

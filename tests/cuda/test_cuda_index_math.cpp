@@ -13,11 +13,12 @@
 #include "core/cuda/loops.h"
 #include "core/strided.h"
 #include "gradcheck.h"
-#include "ops/cuda/elementwise_functors.h"
+#include "ops/elementwise_functors.h"
 #include "ops/cuda/index_math.h"
 
 using namespace kiln;
 using namespace kiln::cuda;
+using namespace kiln::elementwise;
 
 namespace {
 
@@ -413,7 +414,7 @@ TEST_CASE("unary loops match the CPU ops: float64, and float16/bfloat16 computed
   Tensor xi = randint(-50, 50, {37});
   Tensor out = Tensor::empty({37}, DType::int64);
   check_contiguous<ElementwiseLoop<int64_t, int64_t>>(out, {xi}, NegF<int64_t>{}, neg(xi));
-  check_contiguous<ElementwiseLoop<int64_t, int64_t>>(out, {xi}, IntAbsF<int64_t>{}, abs(xi));
+  check_contiguous<ElementwiseLoop<int64_t, int64_t>>(out, {xi}, AbsF<int64_t>{}, abs(xi));
 }
 
 namespace {

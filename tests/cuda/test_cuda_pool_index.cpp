@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 #include <vector>
-#include "ops/cpu/conv_kernels.h"
+#include "ops/kernels/conv.h"
 #include "ops/cuda/pool_index.h"
 #include "ops/dispatch.h"
 

@@ -11,8 +11,8 @@
 #include <vector>
 #include "core/cuda/index_math.h"
 #include "gradcheck.h"
-#include "ops/cpu/nn_kernels.h"
-#include "ops/cpu/shape_kernels.h"
+#include "ops/kernels/nn.h"
+#include "ops/kernels/shape.h"
 #include "ops/cuda/shape_index.h"
 #include "ops/dispatch.h"
 

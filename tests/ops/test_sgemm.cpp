@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 #include "core/error.h"
-#include "ops/cpu/linalg_kernels.h"
+#include "ops/kernels/linalg.h"
 #include "ops/cpu/sgemm.h"
 
 using namespace kiln;

@@ -22,12 +22,12 @@ struct EwArgs {
 using BinaryKernelFn = void(Op op, DType dt, const EwArgs& args);
 
 /// Unary forward on contiguous arrays: out[i] = op(x[i]; p0, p1).
-/// Unary backward (backward=true): out[i] = g[i] * op'(x[i] or y[i]); ops whose derivative
-/// is cheaper from the output (tanh, sigmoid) read y, the others read x.
+/// Unary backward (backward=true): out[i] = g[i] * op'(s[i]), where s is what the op's row
+/// of ops/elementwise_ops.def reads: the input x, or the forward output y.
 struct UnaryArgs {
   int64_t n = 0;
-  const void* x = nullptr;   // (n) input
-  const void* y = nullptr;   // (n) forward output (backward only)
+  const void* x = nullptr;   // (n) input (forward only)
+  const void* s = nullptr;   // (n) the saved input or output the derivative reads (backward only)
   const void* g = nullptr;   // (n) output gradient (backward only)
   void* out = nullptr;       // (n)
   double p0 = 0, p1 = 0;     // op parameters (slope, clamp bounds, exponent)

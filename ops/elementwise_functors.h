@@ -1,0 +1,158 @@
+// The arithmetic of every elementwise op, once: one functor per row of
+// ops/elementwise_ops.def, NameF for the forward and, for a unary op, NameD for its
+// derivative. __host__ __device__ and free of CUDA headers, so the CPU loops
+// (ops/cpu/elementwise.cpp) and the CUDA loops (ops/cuda/elementwise*.cu) run the same
+// formulas in the same order, and a CPU test checks what the GPU computes. Built on the
+// scalar math of ops/math.h. T is the compute type: float or double (16-bit floats are
+// computed in float), or an integer type for the ops that take integers (neg, abs and the
+// binary ones). A functor's members are the op's parameters, filled from p0, p1 by
+// make_functor.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include "core/macros.h"
+#include "ops/math.h"
+
+namespace kiln::elementwise {
+
+using namespace kiln::math;
+
+/// A row's functor with the op's parameters: F{p0, p1}, F{p0} or F{}, whichever F takes.
+template <class F, class C>
+KILN_HD_INLINE F make_functor(C p0, C p1) {
+  if constexpr (requires { F{p0, p1}; }) return F{p0, p1};
+  else if constexpr (requires { F{p0}; }) return F{p0};
+  else return F{};
+}
+
+// ---------------------------------------------------------------- unary
+// NameF(x) is the op; NameD(s) its derivative, where s is the input x or, for the rows that
+// read y, the output y. The backward is g * NameD(s) (GradF).
+
+template <class T> struct NegF { KILN_HD_INLINE T operator()(T x) const { return T(-x); } };
+template <class T> struct NegD { KILN_HD_INLINE T operator()(T) const { return T(-1); } };
+
+template <class T> struct ExpF { KILN_HD_INLINE T operator()(T x) const { return m_exp(x); } };
+template <class T> struct ExpD { KILN_HD_INLINE T operator()(T y) const { return y; } };
+
+template <class T> struct LogF { KILN_HD_INLINE T operator()(T x) const { return m_log(x); } };
+template <class T> struct LogD { KILN_HD_INLINE T operator()(T x) const { return T(1) / x; } };
+
+template <class T> struct SqrtF { KILN_HD_INLINE T operator()(T x) const { return m_sqrt(x); } };
+template <class T> struct SqrtD { KILN_HD_INLINE T operator()(T y) const { return T(0.5) / y; } };
+
+template <class T> struct RsqrtF { KILN_HD_INLINE T operator()(T x) const { return math::rsqrt(x); } };
+template <class T> struct RsqrtD { KILN_HD_INLINE T operator()(T y) const { return T(-0.5) * y * y * y; } };
+
+/// abs of floats and of integers (an unsigned one is its own absolute value)
+template <class T> struct AbsF {
+  KILN_HD_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return m_fabs(x);
+    else if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? T(-x) : x;
+  }
+};
+template <class T> struct AbsD { KILN_HD_INLINE T operator()(T x) const { return math::sign(x); } };
+
+template <class T> struct SinF { KILN_HD_INLINE T operator()(T x) const { return m_sin(x); } };
+template <class T> struct SinD { KILN_HD_INLINE T operator()(T x) const { return m_cos(x); } };
+
+template <class T> struct CosF { KILN_HD_INLINE T operator()(T x) const { return m_cos(x); } };
+template <class T> struct CosD { KILN_HD_INLINE T operator()(T x) const { return -m_sin(x); } };
+
+template <class T> struct TanhF { KILN_HD_INLINE T operator()(T x) const { return fast_tanh(x); } };
+template <class T> struct TanhD { KILN_HD_INLINE T operator()(T y) const { return tanh_grad_from_y(y); } };
+
+template <class T> struct SigmoidF { KILN_HD_INLINE T operator()(T x) const { return math::sigmoid(x); } };
+template <class T> struct SigmoidD { KILN_HD_INLINE T operator()(T y) const { return sigmoid_grad_from_y(y); } };
+
+/// relu'(x) == relu'(relu(x)), so the row reads y and the input can be freed early (a
+/// BatchNorm output in a CNN).
+template <class T> struct ReluF { KILN_HD_INLINE T operator()(T x) const { return math::relu(x); } };
+template <class T> struct ReluD { KILN_HD_INLINE T operator()(T y) const { return relu_grad(y); } };
+
+template <class T> struct LeakyReluF {
+  T slope;
+  KILN_HD_INLINE T operator()(T x) const { return math::leaky_relu(x, slope); }
+};
+template <class T> struct LeakyReluD {
+  T slope;
+  KILN_HD_INLINE T operator()(T x) const { return leaky_relu_grad(x, slope); }
+};
+
+template <class T> struct GeluF { KILN_HD_INLINE T operator()(T x) const { return math::gelu(x); } };
+template <class T> struct GeluD { KILN_HD_INLINE T operator()(T x) const { return gelu_grad(x); } };
+
+template <class T> struct GeluTanhF { KILN_HD_INLINE T operator()(T x) const { return math::gelu_tanh(x); } };
+template <class T> struct GeluTanhD { KILN_HD_INLINE T operator()(T x) const { return gelu_tanh_grad(x); } };
+
+template <class T> struct SiluF { KILN_HD_INLINE T operator()(T x) const { return math::silu(x); } };
+template <class T> struct SiluD { KILN_HD_INLINE T operator()(T x) const { return silu_grad(x); } };
+
+template <class T> struct ClampF {
+  T lo, hi;
+  KILN_HD_INLINE T operator()(T x) const { return math::clamp(x, lo, hi); }
+};
+template <class T> struct ClampD {
+  T lo, hi;
+  KILN_HD_INLINE T operator()(T x) const { return (x >= lo && x <= hi) ? T(1) : T(0); }
+};
+
+template <class T> struct PowScalarF {
+  T p;
+  KILN_HD_INLINE T operator()(T x) const { return m_pow(x, p); }
+};
+template <class T> struct PowScalarD {
+  T p;
+  KILN_HD_INLINE T operator()(T x) const { return p == T(0) ? T(0) : p * m_pow(x, p - T(1)); }
+};
+
+/// out = g * d(s): the backward of a unary op from its derivative functor.
+template <class T, class D> struct GradF {
+  D d;
+  KILN_HD_INLINE T operator()(T g, T s) const { return g * d(s); }
+};
+
+// ---------------------------------------------------------------- binary
+
+template <class T> struct AddF { KILN_HD_INLINE T operator()(T x, T y) const { return T(x + y); } };
+template <class T> struct SubF { KILN_HD_INLINE T operator()(T x, T y) const { return T(x - y); } };
+template <class T> struct MulF { KILN_HD_INLINE T operator()(T x, T y) const { return T(x * y); } };
+/// Integers divide with x / 0 = 0 (never reached through kiln::div, which divides integers
+/// in float32, but defined rather than a crash).
+template <class T> struct DivF {
+  KILN_HD_INLINE T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) return y == 0 ? T(0) : T(x / y);
+    else return T(x / y);
+  }
+};
+/// Integers are raised in double (kiln::pow computes them in float32; defined all the same).
+template <class T> struct PowF {
+  KILN_HD_INLINE T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) return T(m_pow(double(x), double(y)));
+    else return m_pow(x, y);
+  }
+};
+/// maximum / minimum propagate a NaN in x.
+template <class T> struct MaximumF {
+  KILN_HD_INLINE T operator()(T x, T y) const { return (x != x || x >= y) ? x : y; }
+};
+template <class T> struct MinimumF {
+  KILN_HD_INLINE T operator()(T x, T y) const { return (x != x || x <= y) ? x : y; }
+};
+template <class T> struct EqF { KILN_HD_INLINE bool operator()(T x, T y) const { return x == y; } };
+template <class T> struct NeF { KILN_HD_INLINE bool operator()(T x, T y) const { return x != y; } };
+template <class T> struct LtF { KILN_HD_INLINE bool operator()(T x, T y) const { return x < y; } };
+template <class T> struct LeF { KILN_HD_INLINE bool operator()(T x, T y) const { return x <= y; } };
+template <class T> struct GtF { KILN_HD_INLINE bool operator()(T x, T y) const { return x > y; } };
+template <class T> struct GeF { KILN_HD_INLINE bool operator()(T x, T y) const { return x >= y; } };
+
+// ---------------------------------------------------------------- selection
+
+/// where / masked_fill: c ? a : b, the condition read as a byte.
+struct WhereF {
+  template <class T>
+  KILN_HD_INLINE T operator()(uint8_t c, T a, T b) const { return c ? a : b; }
+};
+
+}  // namespace kiln::elementwise
