@@ -39,6 +39,8 @@ enum class GeluApprox { none, tanh };
 /// GELU: x * Phi(x) (erf form) or the tanh approximation (GPT-2's).
 Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 Tensor silu(const Tensor& x);
+/// log(1 + e^x) (PyTorch's softplus with beta 1, threshold 20: x itself above 20).
+Tensor softplus(const Tensor& x);
 /// Clamps to [min, max]; either bound may be absent. Gradient 0 outside the range.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 

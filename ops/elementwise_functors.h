@@ -89,6 +89,19 @@ template <class T> struct GeluTanhD { KILN_HD_INLINE T operator()(T x) const { r
 template <class T> struct SiluF { KILN_HD_INLINE T operator()(T x) const { return math::silu(x); } };
 template <class T> struct SiluD { KILN_HD_INLINE T operator()(T x) const { return silu_grad(x); } };
 
+/// softplus: log(1 + e^x), and x itself above 20 (PyTorch's threshold: there the two agree
+/// to the last bit of a float and e^x would overflow soon); its derivative is the sigmoid,
+/// e^x / (e^x + 1), and 1 above 20.
+template <class T> struct SoftplusF {
+  KILN_HD_INLINE T operator()(T x) const { return x > T(20) ? x : m_log1p(m_exp(x)); }
+};
+template <class T> struct SoftplusD {
+  KILN_HD_INLINE T operator()(T x) const {
+    const T z = m_exp(x);
+    return x > T(20) ? T(1) : z / (z + T(1));
+  }
+};
+
 template <class T> struct ClampF {
   T lo, hi;
   KILN_HD_INLINE T operator()(T x) const { return math::clamp(x, lo, hi); }

@@ -63,6 +63,9 @@ TEST_CASE("unary ops: values") {
   CHECK(v(sigmoid(x))[3] == doctest::Approx(1 / (1 + std::exp(-2.0))));
   CHECK(v(sigmoid(T({-1000, 1000}, {2}))) == std::vector<double>{0, 1});
   CHECK(v(silu(x))[3] == doctest::Approx(2 / (1 + std::exp(-2.0))));
+  CHECK(v(softplus(x))[0] == doctest::Approx(std::log1p(std::exp(-2.0))));
+  CHECK(v(softplus(T({30}, {1})))[0] == 30.0);  // above the threshold: x itself
+  CHECK(std::abs(v(softplus(T({-200}, {1})))[0] / std::exp(-200.0) - 1) < 1e-12);  // float64: log1p keeps e^x
   CHECK(v(gelu(x))[3] == doctest::Approx(2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0)))));
   double u = std::sqrt(2 / M_PI) * (2 + 0.044715 * 8);
   CHECK(v(gelu(x, GeluApprox::tanh))[3] == doctest::Approx(0.5 * 2 * (1 + std::tanh(u))));
@@ -143,7 +146,7 @@ TEST_CASE("gradcheck: unary ops, inputs away from kinks") {
   };
   auto pos = [](Shape s) { return rand(s, f64) + 0.5; };
   using F = Tensor (*)(const Tensor&);
-  for (F f : {F(neg), F(exp), F(sin), F(cos), F(tanh), F(sigmoid), F(relu), F(silu), F(abs)}) {
+  for (F f : {F(neg), F(exp), F(sin), F(cos), F(tanh), F(sigmoid), F(relu), F(silu), F(softplus), F(abs)}) {
     CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {away({3, 4})}));
     CHECK(gradcheck([f](auto& in) { return f(in[0].t()); }, {away({4, 3})}));
   }
@@ -152,6 +155,8 @@ TEST_CASE("gradcheck: unary ops, inputs away from kinks") {
   CHECK(gradcheck([](auto& in) { return gelu(in[0]); }, {away({6})}));
   CHECK(gradcheck([](auto& in) { return gelu(in[0], GeluApprox::tanh); }, {away({6})}));
   CHECK(gradcheck([](auto& in) { return clamp(in[0], -1.0, 1.0); }, {T({-1.5, -0.5, 0.5, 1.5}, {4})}));
+  // softplus on both sides of its threshold (20)
+  CHECK(gradcheck([](auto& in) { return softplus(in[0]); }, {from_vector<double>({-30, -3, 19.5, 20.5, 40}, {5})}));
 }
 
 TEST_CASE("16-bit floats compute in float32 and round the result") {
