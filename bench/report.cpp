@@ -74,10 +74,15 @@ std::string format_table(const Report& rep) {
       continue;
     }
     const double ips = r.items_per_s(), mfu = r.mfu();
+    if (r.above_peak())
+      notes.push_back(r.device + " " + c.name + " " + c.precision + ": " + fmt("%.1f", r.gflops()) +
+                      " GFLOP/s is above the device's " + fmt("%.1f", r.peak_gflops) +
+                      " GFLOP/s peak: the timing was disturbed or the peak is underestimated; no MFU shown");
     rows.push_back({r.framework, c.name, r.device, c.precision, c.batch_label(), fmt("%.2f", r.median_ms),
                     fmt("%.2f", r.min_ms) + "-" + fmt("%.2f", r.max_ms),
                     std::isfinite(ips) ? si(ips) + " " + c.item_unit() : "-", fmt("%.1f", r.gflops()),
-                    std::isfinite(mfu) ? fmt("%.1f%%", 100.0 * mfu) : "peak unknown", mib(r.alloc_peak_bytes),
+                    std::isfinite(mfu) ? fmt("%.1f%%", 100.0 * mfu) : r.above_peak() ? "above peak" : "peak unknown",
+                    mib(r.alloc_peak_bytes),
                     mib(r.rss_peak_bytes)});
   }
   std::string out = rep.framework + " " + rep.version + " (" + rep.backend + "), " + std::to_string(rep.threads) +
@@ -87,9 +92,16 @@ std::string format_table(const Report& rep) {
   out += format_columns(rows, 5);
   out += format_speedup(rep.results);
   for (const auto& n : notes) out += "note: " + n + "\n";
+  const CpuPeak& p = rep.cpu_peak;
+  if (!p.method.empty()) {
+    out += "cpu peak: " + p.method + " = " + fmt("%.1f", p.fp32_gflops) + " GFLOP/s fp32, " +
+           fmt("%.1f", p.bf16_gflops) + " bf16, " + fmt("%.1f", p.fp16_gflops) + " fp16 (FMA loop: " +
+           fmt("%.1f", p.loop_gflops) + ")\n";
+    if (!p.note.empty()) out += "note: " + p.note + "\n";
+  }
   out += "items/s from the median step; GFLOP/s = analytic GEMM/conv FLOPs per step / median; MFU = GFLOP/s / "
-         "device peak (cpu: " + rep.cpu_peak_method + " = " + fmt("%.1f", rep.cpu_peak_gflops) +
-         " GFLOP/s); alloc = allocator high-water mark over the timed steps; RSS = " + rep.rss_scope + "\n";
+         "device peak for the precision; alloc = allocator high-water mark over the timed steps; RSS = " +
+         rep.rss_scope + "\n";
   return out;
 }
 
@@ -149,8 +161,14 @@ std::string to_json(const Report& rep) {
   o["date"] = rep.date;
   o["cpu"] = rep.cpu_model;
   o["threads"] = rep.threads;
-  o["cpu_peak_gflops"] = number(rep.cpu_peak_gflops);
-  o["cpu_peak_method"] = rep.cpu_peak_method;
+  o["cpu_peak_gflops"] = number(rep.cpu_peak.fp32_gflops);
+  o["cpu_peak_bf16_gflops"] = number(rep.cpu_peak.bf16_gflops);
+  o["cpu_peak_fp16_gflops"] = number(rep.cpu_peak.fp16_gflops);
+  o["cpu_peak_method"] = rep.cpu_peak.method;
+  o["cpu_peak_note"] = rep.cpu_peak.note;
+  o["cpu_isa"] = rep.cpu_peak.rates.isa;
+  o["cpu_clock_ghz"] = number(rep.cpu_peak.clock_ghz);
+  o["cpu_fma_loop_gflops"] = number(rep.cpu_peak.loop_gflops);
   o["rss_scope"] = rep.rss_scope;
   json::Value devices = json::Value::array();
   for (const auto& d : rep.devices) {

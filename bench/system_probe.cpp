@@ -5,17 +5,36 @@
 #include <omp.h>
 #include <algorithm>
 #include <cctype>
+#include <cstdarg>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <regex>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
 namespace kiln::bench {
+
+namespace {
+std::string format(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+}  // namespace
 
 std::string iso_date_utc() {
   std::time_t t = std::time(nullptr);
@@ -51,7 +70,7 @@ bool reset_peak_rss() {
   return std::fclose(f) == 0 && ok;
 }
 
-double measure_cpu_peak_gflops(int threads, double seconds) {
+double measure_cpu_peak_gflops(int threads, double seconds, int rounds) {
 #if defined(__AVX512F__)
   using V = __m512;
   constexpr int kLanes = 16;
@@ -102,12 +121,143 @@ double measure_cpu_peak_gflops(int threads, double seconds) {
   // machine would fool into tiny rounds dominated by thread wake-up.
   const int64_t iters = std::max<int64_t>(100000, int64_t(seconds * 2.5e8));
   double best = 0.0;
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < rounds; ++r) {
     const double dt = run(iters);
     const double flops = double(threads) * double(iters) * kChains * kLanes * 2.0;
     best = std::max(best, flops / dt * 1e-9);
   }
   return best;
+}
+
+double measure_cpu_clock_ghz(int threads, int rounds) {
+#if defined(__x86_64__)
+  // A chain of dependent 64-bit multiplies: 3 cycles each on every x86-64 core since
+  // Nehalem and Zen. (Not adds of an immediate: Golden Cove and later fold those at
+  // register renaming, several per cycle.)
+  constexpr int64_t kIters = 300000;  // 8 multiplies each: 7.2e6 cycles, about 2.5 ms
+  double best = 0.0;
+  for (int r = 0; r < rounds; ++r) {
+    double slowest = INFINITY;  // the round's rate is its slowest thread's
+#pragma omp parallel num_threads(threads) reduction(min : slowest)
+    {
+      uint64_t x = 1;
+      const double t0 = now_ms();
+      for (int64_t i = 0; i < kIters; ++i)
+        asm volatile(
+            "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
+            "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0"
+            : "+r"(x));
+      const double dt_s = (now_ms() - t0) * 1e-3;
+      slowest = std::min(slowest, double(kIters) * 8.0 * 3.0 / dt_s * 1e-9 + 0.0 * double(x));
+    }
+    best = std::max(best, slowest);
+  }
+  return best > 0.0 ? best : NAN;
+#else
+  (void)threads, (void)rounds;
+  return NAN;
+#endif
+}
+
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(1, 0, &a, &b, &c, &d)) return f;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27);
+  if (!osxsave) return f;
+  unsigned xlo, xhi;
+  asm volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  const bool os_avx = (xlo & 0x6) == 0x6, os_avx512 = (xlo & 0xE6) == 0xE6;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx2_fma = os_avx && fma && (b & (1u << 5));
+  f.avx512f = os_avx512 && (b & (1u << 16));
+  f.avx512_fp16 = f.avx512f && (d & (1u << 23));
+  const bool amx = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16 and AMX-TILE
+  unsigned a1, b1, c1, d1;
+  if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512_bf16 = f.avx512f && (a1 & (1u << 5));
+  // Linux hands out the AMX tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA)
+  if (amx) f.amx_bf16 = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#endif
+  return f;
+}
+
+CpuCoreRates cpu_core_rates(const std::string& m, const CpuFeatures& f) {
+  CpuCoreRates r;
+  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
+  std::string units;
+  if (f.avx512f) {
+    r.fp32 = 64;  // two 512-bit FMA units
+    units = "2 FMA units";
+    if (has("AMD")) {
+      // Zen 4 (EPYC 9xx4/8xx4/4xx4, Ryzen 7000/8000) splits 512-bit ops over 256-bit units;
+      // Zen 5 (EPYC 9xx5, Ryzen 9000) has full-width units
+      if (!std::regex_search(m, std::regex("EPYC 9[0-9][0-9]5|Ryzen.* 9[0-9][0-9][0-9]"))) {
+        r.fp32 = 32;
+        units = "256-bit units (Zen 4)";
+      }
+    } else if (!f.avx512_fp16 && (has("Bronze") || has("Silver") ||
+                                  (std::regex_search(m, std::regex("Gold 5[0-9][0-9][0-9]")) && !has("Gold 5122") &&
+                                   !has("Gold 5222")))) {
+      r.fp32 = 32;  // Skylake / Cascade Lake parts with one 512-bit FMA unit
+      units = "1 FMA unit";
+    }
+    r.isa = "AVX-512, " + units;
+  } else if (f.avx2_fma) {
+    r.fp32 = 32;
+    r.isa = "AVX2+FMA, 2 FMA units";
+  } else {
+    r.fp32 = 8;
+    r.isa = "SSE2";
+  }
+  // bf16: AMX tiles (1024 FLOP per cycle), else VDPBF16PS (twice the FMA rate), else the
+  // fp32 units (bf16 computed in fp32); fp16 likewise with AVX512_FP16
+  r.bf16 = f.amx_bf16 ? 1024.0 : f.avx512_bf16 ? 2 * r.fp32 : r.fp32;
+  r.fp16 = f.avx512_fp16 ? 2 * r.fp32 : r.fp32;
+  if (f.avx512_bf16) r.isa += ", AVX512_BF16";
+  if (f.avx512_fp16) r.isa += ", AVX512_FP16";
+  if (f.amx_bf16) r.isa += ", AMX-BF16";
+  return r;
+}
+
+CpuPeak combine_cpu_peak(const CpuCoreRates& rates, int threads, double clock_ghz, double loop_gflops) {
+  CpuPeak p;
+  p.rates = rates, p.threads = threads, p.clock_ghz = clock_ghz, p.loop_gflops = loop_gflops;
+  const double table = rates.fp32 * threads * clock_ghz;
+  if (!std::isfinite(table)) {
+    p.fp32_gflops = loop_gflops;
+    p.method = "fma-loop (clock not measurable here)";
+  } else if (std::isfinite(loop_gflops) && loop_gflops > 1.1 * table) {
+    p.fp32_gflops = loop_gflops;
+    p.method = "fma-loop";
+    p.note = format("the FMA loop (%.1f GFLOP/s) beat the table's %.0f FLOP/cycle x %d threads x %.2f GHz = %.1f: the "
+                 "table does not know this CPU (%s), so the loop is the peak",
+                 loop_gflops, rates.fp32, threads, clock_ghz, table, rates.isa.c_str());
+  } else {
+    p.fp32_gflops = table;
+    p.method = format("%.0f FLOP/cycle (%s) x %d threads x %.2f GHz measured", rates.fp32, rates.isa.c_str(), threads,
+                   clock_ghz);
+    if (std::isfinite(loop_gflops) && loop_gflops < 0.75 * table)
+      p.note = format("the FMA loop reached only %.0f%% of this peak (%.1f GFLOP/s): the machine was busy or throttled "
+                   "while measuring, so timings of this run may be slow too",
+                   100.0 * loop_gflops / table, loop_gflops);
+  }
+  p.bf16_gflops = p.fp32_gflops * rates.bf16 / rates.fp32;
+  p.fp16_gflops = p.fp32_gflops * rates.fp16 / rates.fp32;
+  return p;
+}
+
+double CpuPeak::gflops(const std::string& precision) const {
+  return precision == "fp32" ? fp32_gflops : precision == "bf16" ? bf16_gflops : precision == "fp16" ? fp16_gflops
+                                                                                                      : NAN;
+}
+
+CpuPeak probe_cpu_peak(int threads, double seconds) {
+  const double clock = measure_cpu_clock_ghz(threads);
+  // more, shorter rounds than a single long one: the best round is the one no other
+  // process interrupted
+  const double loop = measure_cpu_peak_gflops(threads, seconds / 2, 10);
+  return combine_cpu_peak(cpu_core_rates(cpu_model_name(), cpu_features()), threads, clock, loop);
 }
 
 const std::vector<GpuPeak>& gpu_peak_table() {

@@ -3,6 +3,7 @@
 // process's peak resident memory. Bodies in bench/system_probe.cpp (library kiln_bench_spec).
 #pragma once
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,10 +28,58 @@ int64_t process_peak_rss_bytes();
 bool reset_peak_rss();
 /// The CPU's measured FLOP ceiling: `threads` OpenMP threads each run 12 independent
 /// chains of vector FMAs (AVX-512, else AVX2+FMA, else SSE2 multiply-adds, else scalar:
-/// the widest vectors this build's own kernels can use) from registers for about
-/// `seconds`; the best of 5 rounds. This is the hardware's reachable fp32 peak at the
-/// current clocks, independent of any GEMM library, so kiln and libtorch share it.
-double measure_cpu_peak_gflops(int threads, double seconds = 0.05);
+/// the widest vectors this build's own kernels can use) from registers, in `rounds` short
+/// rounds of about `seconds` each; the best round. The hardware's reachable fp32 rate at
+/// the current clocks, independent of any GEMM library, so kiln and libtorch share it; on
+/// a busy machine it comes out low (which is why it only cross-checks the peak below).
+double measure_cpu_peak_gflops(int threads, double seconds = 0.05, int rounds = 5);
+
+/// The clock the cores run at now, in GHz: each of `threads` threads runs a chain of
+/// dependent integer multiplies (3 cycles each on every x86-64 core), best of `rounds` short
+/// rounds (a round that lost its core to another process is slower and not the best).
+/// NaN where not measurable (not x86-64).
+double measure_cpu_clock_ghz(int threads, int rounds = 20);
+
+/// What a CPU core can do per cycle, by instruction set: the basis of the CPU peak.
+struct CpuCoreRates {
+  std::string isa;          ///< "AVX-512, 2 FMA units, AVX512_BF16", ...
+  double fp32 = NAN;        ///< FLOP per cycle per core, fp32 FMA
+  double bf16 = NAN;        ///< bf16 dot products (VDPBF16PS; AMX TDPBF16PS where the OS allows it)
+  double fp16 = NAN;        ///< fp16 FMA (AVX512_FP16; else fp32's: kiln computes fp16 in fp32)
+};
+/// The instruction-set features that decide the rates (from CPUID, or given in tests).
+struct CpuFeatures {
+  bool avx2_fma = false, avx512f = false, avx512_bf16 = false, avx512_fp16 = false, amx_bf16 = false;
+};
+/// This CPU's features (CPUID; AMX only when Linux grants the process its tile state).
+CpuFeatures cpu_features();
+/// The per-core rates of a CPU from its model name and features: a table of known
+/// microarchitectures (AMD Zen 4 runs AVX-512 on 256-bit units: half of Intel's rate per
+/// cycle; Intel Xeon Bronze/Silver and Gold 5xxx of Skylake/Cascade Lake have one 512-bit
+/// FMA unit; AVX512_FP16 marks Sapphire Rapids or later, two units), then the instruction
+/// set alone (AVX-512: two FMA units, AVX2+FMA: two 256-bit units, else SSE: 8).
+CpuCoreRates cpu_core_rates(const std::string& model_name, const CpuFeatures& f);
+
+/// The CPU peak the MFU column divides by, for each precision: per-core rate (the table)
+/// x threads x measured clock, cross-checked by the FMA loop. If the loop beats the table
+/// by more than 10%, the table is wrong for this CPU and the loop is used; if it reaches
+/// less than 75% of it, the machine was busy or throttled while measuring, which `note`
+/// says (the table peak stands: a busy machine must not lower the peak and raise MFU).
+struct CpuPeak {
+  CpuCoreRates rates;
+  int threads = 0;
+  double clock_ghz = NAN;
+  double loop_gflops = NAN;   ///< the FMA loop, best round
+  double fp32_gflops = NAN, bf16_gflops = NAN, fp16_gflops = NAN;
+  std::string method;         ///< how fp32_gflops was obtained, for the report
+  std::string note;           ///< a disturbance seen while measuring ("" when none)
+  /// The peak for a precision: "fp32", "bf16", "fp16" (NaN for others).
+  double gflops(const std::string& precision) const;
+};
+/// Measures clock and loop and combines them with the table (`seconds`: per loop round).
+CpuPeak probe_cpu_peak(int threads, double seconds = 0.05);
+/// The combination itself (no measurement): used by probe_cpu_peak and the tests.
+CpuPeak combine_cpu_peak(const CpuCoreRates& rates, int threads, double clock_ghz, double loop_gflops);
 
 /// Dense (no sparsity) peak TFLOP/s of a GPU in one precision, from vendor data sheets.
 struct GpuPeak {

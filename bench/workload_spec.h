@@ -6,6 +6,7 @@
 // Its companions: bench/system_probe.h (CPU model, peak FLOP loop, GPU peaks, RSS) and
 // bench/report.h (the table, JSON and CSV writers).
 #pragma once
+#include "bench/system_probe.h"
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -88,7 +89,14 @@ struct Result {
   }
   double gflops() const { return median_ms > 0 ? flops_per_step / (median_ms * 1e6) : NAN; }
   /// Achieved / peak; NaN when the peak is unknown (never a guessed percentage).
-  double mfu() const { return std::isfinite(peak_gflops) && peak_gflops > 0 ? gflops() / peak_gflops : NAN; }
+  /// GFLOP/s over the peak; NaN when the peak is unknown or the rate is above it (a
+  /// disturbed timing or an underestimated peak, which the report names: never > 100%).
+  double mfu() const {
+    const double m = std::isfinite(peak_gflops) && peak_gflops > 0 ? gflops() / peak_gflops : NAN;
+    return m <= 1.0 ? m : NAN;
+  }
+  /// True when the measured rate is above the peak (see mfu()).
+  bool above_peak() const { return std::isfinite(peak_gflops) && peak_gflops > 0 && gflops() > peak_gflops; }
 };
 
 /// Median (mean of the middle two for an even count), min and max of the timed steps.
@@ -107,8 +115,7 @@ struct Report {
   std::string date;                         ///< ISO 8601 UTC
   std::string cpu_model;
   int threads = 0;
-  double cpu_peak_gflops = NAN;
-  std::string cpu_peak_method;
+  CpuPeak cpu_peak;  ///< the CPU's peak per precision (bench/system_probe.h); empty without the cpu device
   std::string rss_scope;  ///< what the RSS peak covers
   std::vector<DeviceInfo> devices;
   std::vector<Result> results;

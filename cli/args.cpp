@@ -66,7 +66,8 @@ Args parse_args(const std::string& command, const std::vector<FlagSpec>& specs, 
   };
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
+    if (arg == "-h" && find("help")) arg = "--help";
+    if ((arg == "--help" || arg == "-h") && !find("help")) {  // a command declaring --help prints its own
       std::printf("usage: kiln %s [flags]\n%s", command.c_str(), flags_help(specs).c_str());
       std::exit(0);
     }

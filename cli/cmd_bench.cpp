@@ -57,6 +57,10 @@ std::string usage() {
     auto v = [](double x) { return std::isfinite(x) ? bench::fmt("%.1f", x) : std::string("-"); };
     os << "  " << g.key << ": " << v(g.fp32) << " / " << v(g.tf32) << " / " << v(g.bf16) << "\n";
   }
+  const auto rates = bench::cpu_core_rates(bench::cpu_model_name(), bench::cpu_features());
+  os << "CPU peak used for MFU: FLOP/cycle per core x threads x the clock measured at start; this CPU ("
+     << rates.isa << "): " << rates.fp32 << " fp32, " << rates.bf16 << " bf16, " << rates.fp16
+     << " fp16 per cycle. An FMA loop cross-checks it; an MFU above 100% is never printed.\n";
   return os.str();
 }
 
@@ -350,11 +354,8 @@ int cmd_bench(int argc, char** argv, int first) {
   }
   KILN_CHECK(any_available, "kiln bench: no requested device is available: ", rep.devices[0].name, ": not available (",
              rep.devices[0].description, ")");
-  rep.cpu_peak_method = "fma-loop";
-  if (std::find(devices.begin(), devices.end(), "cpu") != devices.end()) {
-    rep.cpu_peak_gflops = bench::measure_cpu_peak_gflops(int(threads), smoke ? 0.01 : 0.05);
-    rep.cpu_peak_method = "fma-loop (" + std::to_string(threads) + " threads, measured at start)";
-  }
+  if (std::find(devices.begin(), devices.end(), "cpu") != devices.end())
+    rep.cpu_peak = bench::probe_cpu_peak(int(threads), smoke ? 0.01 : 0.05);
 
   bool failed = false;
   for (const auto& dev : rep.devices) {
@@ -364,7 +365,7 @@ int cmd_bench(int argc, char** argv, int first) {
         [&] { return bench::expand_configs(workloads, gpu_shapes, smoke, batches, warmup, timed, precisions); });
     for (const auto& c : configs) {
       double peak = NAN;
-      if (dev.name == "cpu") peak = c.precision == "fp32" ? rep.cpu_peak_gflops : NAN;  // no CPU bf16 ceiling measured
+      if (dev.name == "cpu") peak = rep.cpu_peak.gflops(c.precision);
       else peak = bench::gpu_peak_gflops(dev.description, c.precision);
       bench::Result r;
       try {

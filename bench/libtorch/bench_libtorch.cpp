@@ -369,19 +369,15 @@ int run(int argc, char** argv) {
     rep.devices.push_back(info);
   }
   if (!any) throw std::runtime_error("no requested device is available");
-  rep.cpu_peak_method = "fma-loop";
   for (const auto& d : rep.devices)
-    if (d.name == "cpu") {
-      rep.cpu_peak_gflops = bench::measure_cpu_peak_gflops(threads, smoke ? 0.01 : 0.05);
-      rep.cpu_peak_method = "fma-loop (" + std::to_string(threads) + " threads, measured at start)";
-    }
+    if (d.name == "cpu") rep.cpu_peak = bench::probe_cpu_peak(threads, smoke ? 0.01 : 0.05);
   bool failed = false;
   bool rss_per_workload = true;
   for (const auto& d : rep.devices) {
     if (!d.available) continue;
     const bool gpu_shapes = opt.count("gpu-shapes") || (d.name == "cuda" && !opt.count("cpu-shapes"));
     for (const auto& c : bench::expand_configs(workloads, gpu_shapes, smoke, batches, warmup, timed, precisions)) {
-      const double peak = d.name == "cpu" ? (c.precision == "fp32" ? rep.cpu_peak_gflops : NAN)
+      const double peak = d.name == "cpu" ? rep.cpu_peak.gflops(c.precision)
                                           : bench::gpu_peak_gflops(d.description, c.precision);
       bench::Result r;
       try {

@@ -130,6 +130,72 @@ TEST_CASE("bench: GPU peak table and MFU") {
   CHECK(std::isnan(r.mfu()));
   r.peak_gflops = 400.0;
   CHECK(r.mfu() == doctest::Approx(0.25));
+  // above the peak: no MFU, and the report says why instead
+  r.peak_gflops = 80.0;
+  CHECK(std::isnan(r.mfu()));
+  CHECK(r.above_peak());
+  r.framework = "kiln", r.device = "cpu", r.status = "ok";
+  r.config.name = "gpt", r.config.precision = "fp32";
+  bench::Report rep;
+  rep.results.push_back(r);
+  const std::string table = bench::format_table(rep);
+  CHECK(table.find("above peak") != std::string::npos);
+  CHECK(table.find("100.0 GFLOP/s is above the device's 80.0 GFLOP/s peak") != std::string::npos);
+  CHECK(table.find("125") == std::string::npos);  // the would-be MFU is never printed
+}
+
+TEST_CASE("bench: the CPU peak comes from per-core rates x threads x clock, cross-checked by the FMA loop") {
+  using bench::CpuFeatures;
+  const CpuFeatures spr{.avx2_fma = true, .avx512f = true, .avx512_bf16 = true, .avx512_fp16 = true};
+  const CpuFeatures zen4{.avx2_fma = true, .avx512f = true, .avx512_bf16 = true};
+  const CpuFeatures skx{.avx2_fma = true, .avx512f = true};
+  const CpuFeatures avx2{.avx2_fma = true};
+  auto rates = bench::cpu_core_rates("Intel(R) Xeon(R) Processor", spr);  // a VM hiding the model: AVX512_FP16
+  CHECK(rates.fp32 == 64);
+  CHECK(rates.bf16 == 128);
+  CHECK(rates.fp16 == 128);
+  CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Platinum 8480+", CpuFeatures{spr.avx2_fma, true, true, true, true})
+            .bf16 == 1024);  // AMX granted
+  rates = bench::cpu_core_rates("AMD EPYC 9654 96-Core Processor", zen4);  // Zen 4: 256-bit units
+  CHECK(rates.fp32 == 32);
+  CHECK(rates.bf16 == 64);
+  CHECK(rates.fp16 == 32);  // no AVX512_FP16: computed in fp32
+  CHECK(bench::cpu_core_rates("AMD EPYC 9755 128-Core Processor", zen4).fp32 == 64);  // Zen 5
+  CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Silver 4214 CPU @ 2.20GHz", skx).fp32 == 32);
+  CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz", skx).fp32 == 64);
+  CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Gold 5118 CPU @ 2.30GHz", skx).fp32 == 32);
+  CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Gold 5122 CPU @ 3.60GHz", skx).fp32 == 64);
+  rates = bench::cpu_core_rates("AMD Ryzen 9 5950X", avx2);
+  CHECK(rates.fp32 == 32);
+  CHECK(rates.bf16 == 32);  // no bf16 instructions: the fp32 units
+  CHECK(bench::cpu_core_rates("some CPU", CpuFeatures{}).fp32 == 8);
+
+  rates = bench::cpu_core_rates("Intel(R) Xeon(R) Processor", spr);
+  // a quiet machine: the loop close to the table, the table stands
+  auto p = bench::combine_cpu_peak(rates, 2, 3.0, 350.0);
+  CHECK(p.fp32_gflops == doctest::Approx(384.0));
+  CHECK(p.bf16_gflops == doctest::Approx(768.0));
+  CHECK(p.gflops("fp16") == doctest::Approx(768.0));
+  CHECK(std::isnan(p.gflops("tf32")));
+  CHECK(p.note.empty());
+  // a busy machine: the loop far below, the peak does not drop (MFU would rise past 100%)
+  p = bench::combine_cpu_peak(rates, 2, 3.0, 115.0);
+  CHECK(p.fp32_gflops == doctest::Approx(384.0));
+  CHECK(p.note.find("busy") != std::string::npos);
+  // the loop beats the table: the table does not know this CPU, the loop is the peak
+  p = bench::combine_cpu_peak(bench::cpu_core_rates("Intel(R) Xeon(R) Silver 4214", skx), 2, 3.0, 380.0);
+  CHECK(p.fp32_gflops == doctest::Approx(380.0));
+  CHECK(p.note.find("does not know this CPU") != std::string::npos);
+  // no clock (not x86-64): the loop
+  p = bench::combine_cpu_peak(rates, 2, NAN, 300.0);
+  CHECK(p.fp32_gflops == doctest::Approx(300.0));
+  // measured here: finite and positive (no timing asserted)
+  const double clock = bench::measure_cpu_clock_ghz(1, 2);
+#if defined(__x86_64__)
+  CHECK(clock > 0.0);
+#else
+  CHECK(std::isnan(clock));
+#endif
 }
 
 TEST_CASE("bench: kiln bench writes parseable JSON and CSV, and --compare merges runs") {
@@ -141,6 +207,8 @@ TEST_CASE("bench: kiln bench writes parseable JSON and CSV, and --compare merges
   CHECK(v.at("framework").as_string() == "kiln");
   CHECK(v.at("threads").as_int() == 1);
   CHECK(v.at("cpu_peak_gflops").as_number() > 0.0);
+  CHECK(v.at("cpu_peak_bf16_gflops").as_number() >= v.at("cpu_peak_gflops").as_number());
+  CHECK(!v.at("cpu_isa").as_string().empty());
   const auto& results = v.at("results").as_array();
   REQUIRE(results.size() == 2);
   CHECK(results[0].at("workload").as_string() == "mlp");
