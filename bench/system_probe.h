@@ -38,7 +38,7 @@ double measure_cpu_peak_gflops(int threads, double seconds = 0.05, int rounds = 
 /// dependent integer multiplies (3 cycles each on every x86-64 core), best of `rounds` short
 /// rounds (a round that lost its core to another process is slower and not the best).
 /// NaN where not measurable (not x86-64).
-double measure_cpu_clock_ghz(int threads, int rounds = 20);
+double measure_cpu_clock_ghz(int threads, int rounds = 50);
 
 /// What a CPU core can do per cycle, by instruction set: the basis of the CPU peak.
 struct CpuCoreRates {
