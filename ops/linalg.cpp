@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include "core/autograd.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/kernels/linalg.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
@@ -149,7 +150,13 @@ bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 
 /// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation); the CPU kernel
 /// takes float32/float64 only, so there 16-bit operands are computed in float32.
-bool gemm_in_float32(const Tensor& t) { return is_half(t.dtype()) && !t.device().is_cuda(); }
+// 16-bit floats on the CPU compute in float32 (converted, then rounded back), except bf16
+// where sgemm_bf16_preferred() (a CPU whose VDPBF16PS outruns its float32 FMAs): its GEMM
+// multiplies bf16 pairs and sums in float32, the matmul and linear kernels taking bf16
+// directly (ops/cpu/sgemm_bf16.cpp).
+bool gemm_in_float32(const Tensor& t) {
+  return is_half(t.dtype()) && !t.device().is_cuda() && !(t.dtype() == DType::bfloat16 && sgemm_bf16_preferred());
+}
 
 // 0 = "highest", 1 = "high", 2 = "medium"
 std::atomic<int> g_matmul_precision{0};

@@ -26,4 +26,19 @@ void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        int64_t lda, const float* B, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                        int threads);
 
+/// True when this build has the packed kernels and the CPU has AVX512_BF16 (checked once).
+bool sgemm_bf16_available();
+/// True when bf16 matmul / linear on the CPU should use sgemm_bf16: available, and a CPU
+/// whose VDPBF16PS doubles its float32 FMA rate (AMD Zen 4 and later; Intel's runs at the
+/// FMA rate). KILN_CPU_BF16_GEMM=1 or 0 overrides (for measuring both).
+bool sgemm_bf16_preferred();
+
+/// Row-major C (M, N) float32 = op(A) @ op(B) + beta * C [+ bias], with A and B bfloat16
+/// (raw 16-bit storage) and every product summed in float32 (VDPBF16PS; ops/cpu/sgemm_bf16.cpp).
+/// Transposes, strides and bias as sgemm_packed; beta is 0 (C not read) or 1. Throws
+/// kiln::Error when sgemm_bf16_available() is false.
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
+                const float* bias = nullptr);
+
 }  // namespace kiln

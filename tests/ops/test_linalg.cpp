@@ -154,6 +154,40 @@ TEST_CASE("matmul: 16-bit floats compute in float32 and round") {
   }
 }
 
+TEST_CASE("matmul and linear in bf16 on the CPU: bf16 products summed in float32, rounded once") {
+  // On a CPU with AVX512_BF16 these run ops/cpu/sgemm_bf16.cpp, elsewhere float32 GEMMs:
+  // either way each result is the float64 product of the bf16 values to within float32
+  // summation and one bf16 rounding.
+  manual_seed(5);
+  auto within = [](const Tensor& got, const Tensor& a, const Tensor& b, bool trans_b, Tensor add = Tensor()) {
+    Tensor ref = ref_matmul(a.to(DType::float64), trans_b ? b.to(DType::float64).t().contiguous()
+                                                          : b.to(DType::float64));
+    if (add.defined()) ref = ref + add.to(DType::float64);
+    const Tensor mag = ref_matmul(abs(a.to(DType::float64)), trans_b ? abs(b.to(DType::float64)).t().contiguous()
+                                                                     : abs(b.to(DType::float64)));
+    const Tensor err = abs(got.to(DType::float64) - ref) - (abs(ref) * (1.0 / 256) + mag * 1e-5);
+    return max(err).item<double>() <= 0.0;
+  };
+  const DType bf = DType::bfloat16;
+  Tensor a = randn({3, 37, 129}).to(bf), b = randn({129, 45}).to(bf);  // odd depth, batch folded into rows
+  CHECK(within(matmul(a, b).reshape({111, 45}), a.reshape({111, 129}), b, false));
+  Tensor p = randn({600, 64}).to(bf), q = randn({64, 50}).to(bf);  // big enough to round C on several threads
+  CHECK(within(matmul(p, q), p, q, false));
+  Tensor bb = randn({3, 129, 45}).to(bf);  // batched: one GEMM per entry
+  for (int64_t i = 0; i < 3; ++i) CHECK(within(matmul(a, bb).select(0, i), a.select(0, i), bb.select(0, i), false));
+  // linear forward and backward: x W^T + b, g W, g^T x
+  Tensor x = randn({64, 96}).to(bf).requires_grad_(), w = randn({40, 96}).to(bf).requires_grad_();
+  Tensor bias = randn({40}).to(bf);
+  Tensor y = linear(x, w, bias);
+  CHECK(y.dtype() == bf);
+  CHECK(within(y, x.detach(), w.detach(), true, bias));
+  Tensor g = randn({64, 40}).to(bf);
+  y.backward(g);
+  CHECK(x.grad().dtype() == bf);
+  CHECK(within(x.grad(), g, w.detach(), false));
+  CHECK(within(w.grad(), g.t().contiguous(), x.detach(), false));
+}
+
 TEST_CASE("matmul: gradcheck") {
   manual_seed(4);
   auto mm = [](std::vector<Tensor>& in) { return matmul(in[0], in[1]); };

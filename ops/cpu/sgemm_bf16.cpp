@@ -1,0 +1,301 @@
+// kiln's bf16 GEMM for CPUs with AVX512_BF16: C (float32) = op(A) @ op(B) [+ bias], A and B
+// bfloat16, products summed in float32. The loop nest is sgemm.cpp's (GotoBLAS: pack a
+// slice of B, pack blocks of A, a 12 x 32 register tile of C); what changes is the unit
+// of depth. VDPBF16PS multiplies *pairs* of bf16 values and adds both products to one
+// float32 lane:
+//
+//   c[j] += a[2p] * b[2p][j] + a[2p+1] * b[2p+1][j]        for 16 lanes j at once
+//
+// so the packed panels hold pairs along K: Ap[p][i] = (A(i, 2p), A(i, 2p+1)) and
+// Bp[p][j] = (B(2p, j), B(2p+1, j)), each pair one 32-bit lane (the low half is the even
+// k). Per pair the micro-kernel loads two vectors of B pairs, broadcasts 12 A pairs and
+// issues 24 VDPBF16PS: twice the multiply-adds of the float32 kernel's 24 FMAs per k, on
+// the same units. An operand whose pairs already lie side by side in memory (A = x in
+// x W^T, or the transposed W) is packed by moving 32-bit lanes with the float32 kernel's
+// transpose; the others interleave two rows of 16-bit values. An odd K gets a zero
+// partner for its last value.
+//
+// Whether it pays depends on the CPU: AMD Zen 4 runs one VDPBF16PS per cycle against one
+// 512-bit FMA (so twice the float32 rate), but Intel's Cooper Lake and Sapphire Rapids run
+// one VDPBF16PS per cycle against *two* FMAs: the same FLOP rate as float32, and measured
+// here (docs/benchmarks.md) this kernel is slower there than the float32 one plus the
+// conversions. So matmul and linear use it where sgemm_bf16_preferred() (AMD, or
+// KILN_CPU_BF16_GEMM=1); Intel's real bf16 speed-up is AMX, not written yet.
+#include "ops/cpu/sgemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+#include "core/error.h"
+#include "ops/cpu/sgemm_pack.h"
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace kiln {
+
+#if defined(__AVX512F__) && defined(__x86_64__)
+
+bool sgemm_bf16_available() {
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    const bool bf16 = a & (1u << 5);  // AVX512_BF16
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool bw_vl = (b & (1u << 30)) && (b & (1u << 31));  // AVX512BW, AVX512VL
+    return bf16 && bw_vl;  // this file is compiled with AVX-512 (F) enabled: the OS saves zmm state
+  }();
+  return ok;
+}
+
+bool sgemm_bf16_preferred() {
+  static const bool use = [] {
+    if (const char* env = std::getenv("KILN_CPU_BF16_GEMM")) return sgemm_bf16_available() && std::atoi(env) != 0;
+    unsigned a, b, c, d;
+    if (!sgemm_bf16_available() || !__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541 && d == 0x69746E65 && c == 0x444D4163;  // "AuthenticAMD"
+  }();
+  return use;
+}
+
+namespace {
+
+using namespace sgemm_detail;
+
+#define KILN_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+constexpr int MR = 12;         // rows of the C tile in registers
+constexpr int NR = 32;         // columns: two vectors of 16 float32 lanes
+constexpr int64_t KP = 256;    // pairs (512 depth) per slice: a B panel is KP x NR x 4 B = 32 KiB (L1)
+constexpr int64_t MC = 192;    // rows of a packed A block: MC x KP x 4 B = 192 KiB (L2)
+constexpr int64_t NC = 512;    // columns of a packed B block: KP x NC x 4 B = 512 KiB (L2)
+
+/// The pair (lo, hi) of bf16 values as one 32-bit lane.
+inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+/// 16 pairs from two rows of 16-bit values: lane j = (lo[j], hi[j]); `m` masks the lanes read.
+KILN_BF16_TARGET inline __m512i interleave16(const uint16_t* lo, const uint16_t* hi, __mmask16 m) {
+  const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo));
+  const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi)) : _mm512_setzero_si512();
+  return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+
+/// dst[p * step + i] = (s[i][2p], s[i][2p+1]) for rows i < rows <= 16 and pairs p < kp, where
+/// each row's values run along K (so a pair is one 32-bit load); the last pair of an odd
+/// depth `kc` gets a zero partner. Lanes past `rows` are not written.
+KILN_BF16_TARGET void pack_pairs_transposed(const uint16_t* const* s, int rows, int64_t kc, uint32_t* dst,
+                                            int64_t step) {
+  const __mmask16 keep = __mmask16((1u << rows) - 1);
+  const int64_t full = kc / 2;  // whole pairs
+  int64_t p = 0;
+  for (; p + 16 <= full; p += 16) {
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(s[i] + 2 * p) : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(dst + (p + q) * step, keep, r[q]);
+  }
+  for (; p < full; ++p)
+    for (int i = 0; i < rows; ++i) {
+      uint32_t v;
+      std::memcpy(&v, s[i] + 2 * p, sizeof v);
+      dst[p * step + i] = v;
+    }
+  if (kc % 2)
+    for (int i = 0; i < rows; ++i) dst[full * step + i] = pair(s[i][kc - 1], 0);
+}
+
+/// Packs op(A) rows [0, mc) x depth [0, kc) (A at the block's corner) into MR-row panels
+/// of pairs: Ap[panel][p][i] = (op(A)(i, 2p), op(A)(i, 2p+1)), zero rows past mc.
+KILN_BF16_TARGET void pack_a(bool trans_a, const uint16_t* A, int64_t lda, int64_t mc, int64_t kc, uint32_t* Ap) {
+  const int64_t kp = (kc + 1) / 2;
+  for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += MR * kp) {
+    const int mr = int(std::min<int64_t>(MR, mc - i0));
+    if (trans_a) {  // A stored (K, M): a pair is two stored rows' values at one column
+      const __mmask16 m = __mmask16((1u << mr) - 1);
+      for (int64_t p = 0; p < kp; ++p) {
+        const uint16_t* lo = A + 2 * p * lda + i0;
+        const uint16_t* hi = 2 * p + 1 < kc ? lo + lda : nullptr;
+        _mm512_mask_storeu_epi32(Ap + p * MR, 0x0FFF, interleave16(lo, hi, m));
+      }
+    } else {  // A stored (M, K): a row's pairs are adjacent, so transpose 32-bit lanes
+      const uint16_t* s[16];
+      for (int i = 0; i < 16; ++i) s[i] = A + (i0 + std::min(i, mr - 1)) * lda;
+      pack_pairs_transposed(s, mr, kc, Ap, MR);
+      for (int64_t p = 0; p < kp; ++p)
+        for (int i = mr; i < MR; ++i) Ap[p * MR + i] = 0;
+    }
+  }
+}
+
+/// Packs op(B) depth [0, kc) x columns [0, nc) (B at the block's corner) into NR-column
+/// panels of pairs: Bp[panel][p][j] = (op(B)(2p, j), op(B)(2p+1, j)), zero past nc.
+KILN_BF16_TARGET void pack_b(bool trans_b, const uint16_t* B, int64_t ldb, int64_t kc, int64_t nc, uint32_t* Bp) {
+  const int64_t kp = (kc + 1) / 2;
+  for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+    const int nr = int(std::min<int64_t>(NR, nc - j0));
+    uint32_t* d = Bp + j0 * kp;
+    if (!trans_b) {  // B stored (K, N): interleave stored rows 2p and 2p+1
+      const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
+      const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
+      for (int64_t p = 0; p < kp; ++p) {
+        const uint16_t* lo = B + 2 * p * ldb + j0;
+        const uint16_t* hi = 2 * p + 1 < kc ? lo + ldb : nullptr;
+        _mm512_store_si512(d + p * NR, interleave16(lo, hi, m0));
+        _mm512_store_si512(d + p * NR + 16, interleave16(lo + 16, hi ? hi + 16 : nullptr, m1));
+      }
+    } else {  // B stored (N, K): a column's pairs are adjacent, transpose 16 columns at a time
+      for (int h = 0; h < NR; h += 16) {
+        const int rows = std::clamp(nr - h, 0, 16);
+        if (rows > 0) {
+          const uint16_t* s[16];
+          for (int i = 0; i < 16; ++i) s[i] = B + (j0 + h + std::min(i, rows - 1)) * ldb;
+          pack_pairs_transposed(s, rows, kc, d + h, NR);
+        }
+        if (rows < 16)
+          for (int64_t p = 0; p < kp; ++p)
+            for (int j = h + rows; j < h + 16; ++j) d[p * NR + j] = 0;
+      }
+    }
+  }
+}
+
+/// C tile (mr x nr) = Ap panel @ Bp panel (kp pairs) + beta * C (+ bias on every row); beta
+/// is 0 (C not read) or 1. The 2 x ROWS float32 accumulators stay in registers.
+template <int ROWS>
+KILN_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* __restrict Ap, const uint32_t* __restrict Bp,
+                                   float* C, int64_t ldc, int mr, int nr, bool add_c, const float* bias) {
+  const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
+  const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
+  __m512 c0[ROWS], c1[ROWS];
+#pragma GCC unroll 12
+  for (int i = 0; i < ROWS; ++i) {
+    c0[i] = c1[i] = _mm512_setzero_ps();
+    if (i < mr) {
+      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
+    }
+  }
+  for (int64_t p = 0; p < kp; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp), b1 = (__m512bh)_mm512_load_si512(Bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < ROWS; ++i) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(Ap[i]));
+      c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
+      c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
+    }
+    Ap += MR;
+    Bp += NR;
+  }
+  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int i = 0; i < ROWS; ++i) {
+    if (i >= mr) break;
+    float* c = C + i * ldc;
+    __m512 r0 = _mm512_add_ps(c0[i], bias0), r1 = _mm512_add_ps(c1[i], bias1);
+    if (add_c) {
+      r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, c));
+      r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, c + 16));
+    }
+    _mm512_mask_storeu_ps(c, m0, r0);
+    _mm512_mask_storeu_ps(c + 16, m1, r1);
+  }
+}
+
+KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, const uint32_t* Ap, const uint32_t* Bp,
+                                   float* C, int64_t ldc, bool add_c, const float* bias) {
+  for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 while the A panels pass
+    for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+      const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
+      const uint32_t* a = Ap + i0 * kp;
+      const uint32_t* b = Bp + j0 * kp;
+      float* c = C + i0 * ldc + j0;
+      const float* bi = bias ? bias + j0 : nullptr;
+      if (mr > 8) micro_kernel<MR>(kp, a, b, c, ldc, mr, nr, add_c, bi);
+      else if (mr > 4) micro_kernel<8>(kp, a, b, c, ldc, mr, nr, add_c, bi);
+      else micro_kernel<4>(kp, a, b, c, ldc, mr, nr, add_c, bi);
+    }
+}
+
+thread_local Buffer tls_a, tls_b;  // packed A and B pairs (a float buffer holds 32-bit lanes)
+
+/// The whole loop nest on the calling thread.
+KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                                  int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                                  const float* bias) {
+  // K in equal even slices of at most 2 KP (the last may be odd)
+  const int64_t kslices = (K + 2 * KP - 1) / (2 * KP);
+  const int64_t kcmax = ((K + kslices - 1) / kslices + 1) / 2 * 2, kpmax = kcmax / 2;
+  auto* Bp = reinterpret_cast<uint32_t*>(tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kpmax));
+  auto* Ap = reinterpret_cast<uint32_t*>(tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kpmax));
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min(NC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kcmax) {
+      const int64_t kc = std::min(kcmax, K - pc), kp = (kc + 1) / 2;
+      pack_b(trans_b, trans_b ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, kc, nc, Bp);
+      const bool add_c = pc > 0 || beta != 0.f;  // later slices add to what the first wrote
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = std::min(MC, M - ic);
+        pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
+        macro_kernel(mc, nc, kp, Ap, Bp, C + ic * ldc + jc, ldc, add_c, pc == 0 && bias ? bias + jc : nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
+  KILN_CHECK(sgemm_bf16_available(), "matmul (cpu bf16 gemm): this CPU has no AVX512_BF16 (called for M=", M,
+             " N=", N, " K=", K, ")");
+  KILN_CHECK(beta == 0.f || beta == 1.f, "matmul (cpu bf16 gemm): beta must be 0 or 1, got ", beta);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = (beta == 0.f ? 0.f : C[i * ldc + j]) + (bias ? bias[j] : 0.f);
+    return;
+  }
+  // Threads take independent blocks of C (rows in multiples of 4 when C is at least as tall
+  // as wide, else whole NR-column panels), each packing what it needs in its own buffers.
+  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
+  const bool by_rows = M >= N;
+  const int64_t unit = by_rows ? 4 : NR, units = ((by_rows ? M : N) + unit - 1) / unit;
+  const int nt = int(std::min<int64_t>(want, units));
+  if (nt == 1) {
+    gemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t per = (units + T - 1) / T * unit, total = by_rows ? M : N;
+    const int64_t lo = std::min(total, t * per), n = std::min(total, lo + per) - lo;
+    if (n > 0) {
+      if (by_rows)
+        gemm_serial(trans_a, trans_b, n, N, K, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc,
+                    bias);
+      else
+        gemm_serial(trans_a, trans_b, M, n, K, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc,
+                    bias ? bias + lo : nullptr);
+    }
+  }
+}
+
+#else  // no AVX-512 in this build
+
+bool sgemm_bf16_available() { return false; }
+bool sgemm_bf16_preferred() { return false; }
+
+void sgemm_bf16(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t, float,
+                float*, int64_t, int, const float*) {
+  KILN_FAIL("matmul (cpu bf16 gemm): the AVX512_BF16 GEMM is not compiled into this build (no AVX-512); called for M=",
+            M, " N=", N, " K=", K);
+}
+
+#endif
+
+}  // namespace kiln

@@ -1,0 +1,100 @@
+// The pieces of kiln's packed CPU GEMMs that the float32 kernel (ops/cpu/sgemm.cpp) and the
+// bf16 kernel (ops/cpu/sgemm_bf16.cpp) share: growing aligned buffers, the row addressing
+// of an operand, and the 16 x 16 transpose that packs a transposed operand. The transpose
+// moves 32-bit lanes without arithmetic, so it packs float32 values and bf16 pairs alike.
+// AVX-512 only (the files that include it compile it under __AVX512F__).
+#pragma once
+#if defined(__AVX512F__)
+// GCC 12's shuffle intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
+// reports (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include "core/error.h"
+
+namespace kiln::sgemm_detail {
+
+/// A 64-byte aligned float buffer that only grows (one per thread and role, kept between calls).
+struct Buffer {
+  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
+  int64_t n = 0;
+  float* get(int64_t want) {
+    if (want > n) {
+      int64_t bytes = (want * int64_t(sizeof(float)) + 63) / 64 * 64;
+      float* q = static_cast<float*>(std::aligned_alloc(64, size_t(bytes)));
+      KILN_CHECK(q != nullptr, "matmul (cpu sgemm): could not allocate a ", bytes, "-byte packing buffer");
+      p.reset(q);
+      n = want;
+    }
+    return p.get();
+  }
+};
+
+/// How an operand's stored rows are found: row r starts at base + r * ld, or at
+/// base + rows[r] when a row table is given (an im2col without the copy: a convolution's
+/// input plane at each tap's offset).
+struct Rows {
+  const float* base;
+  int64_t ld;
+  const int64_t* rows = nullptr;
+  const float* row(int64_t r) const { return rows ? base + rows[r] : base + r * ld; }
+  Rows from_row(int64_t r) const { return rows ? Rows{base, ld, rows + r} : Rows{base + r * ld, ld, nullptr}; }
+  Rows from_col(int64_t c) const { return {base + c, ld, rows}; }
+};
+
+/// Transposes the 16 x 16 block held in r[0..15] (r[i] = row i) in place: afterwards r[j]
+/// is column j. Three rounds of shuffles: pairs of floats, then quadruples, then 128-bit lanes.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);      // lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1]
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  //         the same for 4L+2, 4L+3
+  }
+  __m512 u[16];  // u[4g + c], lane L: column 4L + c of rows 4g .. 4g+3
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // column 4L + c gathers lane L of u[c], u[4+c], u[8+c], u[12+c]
+    const __m512 x02 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 y02 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 x13 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512 y13 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    r[c] = _mm512_shuffle_f32x4(x02, y02, _MM_SHUFFLE(2, 0, 2, 0));
+    r[8 + c] = _mm512_shuffle_f32x4(x02, y02, _MM_SHUFFLE(3, 1, 3, 1));
+    r[4 + c] = _mm512_shuffle_f32x4(x13, y13, _MM_SHUFFLE(2, 0, 2, 0));
+    r[12 + c] = _mm512_shuffle_f32x4(x13, y13, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+/// Writes the transpose of stored rows [0, rows) of src over depth [0, kc) into
+/// dst[k * step + i] (i < rows <= 16; lanes past `rows` are not written): the packing of a
+/// transposed operand, 16 x 16 blocks at a time.
+inline void pack_transposed(const Rows& src, int rows, int64_t kc, float* dst, int64_t step) {
+  const __mmask16 keep = __mmask16((1u << rows) - 1);
+  const float* s[16];
+  for (int i = 0; i < 16; ++i) s[i] = src.row(std::min(i, rows - 1));
+  int64_t k = 0;
+  for (; k + 16 <= kc; k += 16) {
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(s[i] + k) : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int kk = 0; kk < 16; ++kk) _mm512_mask_storeu_ps(dst + (k + kk) * step, keep, r[kk]);
+  }
+  for (; k < kc; ++k)
+    for (int i = 0; i < rows; ++i) dst[k * step + i] = s[i][k];
+}
+
+}  // namespace kiln::sgemm_detail
+#endif

@@ -1,0 +1,112 @@
+// kiln's bf16 GEMM (ops/cpu/sgemm_bf16.cpp, AVX512_BF16) against a float64 reference of the
+// same bf16 values: every transpose, edges of the 12 x 32 tile and the pair packing (odd
+// K, odd row strides), K slices over 512, beta 1, a row bias, one and two threads. Skipped
+// (with a message naming the kernel) on a CPU without AVX512_BF16.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+#include "core/error.h"
+#include "ops/cpu/sgemm.h"
+
+using namespace kiln;
+
+namespace {
+
+uint16_t to_bf16(float f) {  // round to nearest even (inputs here are finite)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+double from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  float beta;
+  int threads;
+  bool bias = false;
+};
+
+void check_case(const Case& c) {
+  std::mt19937 g(unsigned(c.M * 131 + c.N * 17 + c.K));
+  std::normal_distribution<float> nd;
+  // odd row strides: pairs are then unaligned 32-bit loads
+  const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 3;
+  std::vector<uint16_t> A((c.ta ? c.K : c.M) * lda), B((c.tb ? c.N : c.K) * ldb);
+  for (auto& x : A) x = to_bf16(nd(g));
+  for (auto& x : B) x = to_bf16(nd(g));
+  std::vector<float> C(c.M * ldc), bias(c.bias ? c.N : 0);
+  for (auto& x : C) x = c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
+  for (auto& x : bias) x = nd(g);
+  const std::vector<float> C0 = C;
+  sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, c.threads,
+             c.bias ? bias.data() : nullptr);
+  double worst = 0;
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = from_bf16(c.ta ? A[k * lda + i] : A[i * lda + k]) * from_bf16(c.tb ? B[j * ldb + k] : B[k * ldb + j]);
+        acc += p, mag += std::abs(p);
+      }
+      const double add = (c.beta == 0.f ? 0.0 : double(C0[i * ldc + j])) + (c.bias ? double(bias[j]) : 0.0);
+      // float32 sums of K products: rounding grows with K and with the products' magnitudes
+      const double err = std::abs(double(C[i * ldc + j]) - (acc + add)) / (mag + std::abs(add) + 1.0);
+      if (!(err <= worst)) worst = err;  // NaN-safe
+    }
+  INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " beta=", c.beta, " threads=", c.threads,
+       " bias=", c.bias);
+  CHECK(worst < 1e-6 * (double(c.K) + 4.0));
+  for (int64_t i = 0; i < c.M; ++i)  // the padding columns of C are never written
+    for (int64_t j = c.N; j < ldc; ++j) {
+      const float before = C0[i * ldc + j], after = C[i * ldc + j];
+      CHECK((std::isnan(before) ? std::isnan(after) : after == before));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
+  if (!sgemm_bf16_available()) {
+    MESSAGE("skipped: the AVX512_BF16 micro-kernel cannot run here (no AVX512_BF16 on this CPU, or no AVX-512 in "
+            "this build); bf16 matmul on the CPU computes in float32 instead");
+    return;
+  }
+  MESSAGE("ran: the AVX512_BF16 micro-kernel; not run: an AMX-BF16 micro-kernel (not written yet)");
+  const int64_t small[] = {1, 3, 4, 5, 8, 11, 12, 13, 16, 17, 31, 33};
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      for (int64_t m : small)
+        for (int64_t n : {int64_t(1), int64_t(17), int64_t(32), int64_t(45)})
+          for (int64_t k : {int64_t(1), int64_t(2), m + n, int64_t(33)})  // odd and even depths, the 16-pair transpose
+            check_case({bool(ta), bool(tb), m, n, k, 0.f, 1});
+      check_case({bool(ta), bool(tb), 200, 70, 1100, 0.f, 2});         // K slices (equal, even), M blocks
+      check_case({bool(ta), bool(tb), 37, 530, 47, 1.f, 2});           // N blocks, beta 1, split by columns
+      check_case({bool(ta), bool(tb), 390, 33, 1025, 0.f, 2, true});  // odd K over slices, bias, split by rows
+      check_case({bool(ta), bool(tb), 45, 600, 300, 1.f, 1, true});
+    }
+}
+
+TEST_CASE("sgemm_bf16: K = 0 adds the bias to beta * C; bad beta and a missing kernel are errors") {
+  if (!sgemm_bf16_available()) {
+    CHECK_THROWS_WITH_AS(sgemm_bf16(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.f, nullptr, 2, 1),
+                         doctest::Contains("bf16"), Error);
+    return;
+  }
+  std::vector<float> C = {1, 2, 3, 4};
+  const float bias[2] = {10, 20};
+  sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, 1.f, C.data(), 2, 1, bias);
+  CHECK(C == std::vector<float>{11, 22, 13, 24});
+  CHECK_THROWS_WITH_AS(sgemm_bf16(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.5f, C.data(), 2, 1),
+                       doctest::Contains("beta must be 0 or 1"), Error);
+}
