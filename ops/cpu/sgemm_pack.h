@@ -7,8 +7,10 @@
 #if defined(__AVX512F__)
 // GCC 12's shuffle intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
 // reports (GCC bug 105593, fixed in GCC 13).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #include <algorithm>
 #include <cstdint>
