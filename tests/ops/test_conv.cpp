@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include "gradcheck.h"
+#include "ops/reference/conv2d.h"
 
 using namespace kiln;
 using kiln::test::allclose;
@@ -16,34 +17,17 @@ using kiln::test::T;
 
 namespace {
 
-/// Naive conv2d in float64: seven nested loops over a 4-D input.
+/// conv2d in float64 by ops/reference/conv2d.h: seven nested loops over a 4-D input.
 Tensor ref_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dArgs a) {
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t O = w.size(0), Cg = w.size(1), kH = w.size(2), kW = w.size(3), G = a.groups, Og = O / G;
-  const int64_t OH = (H + 2 * a.padding[0] - a.dilation[0] * (kH - 1) - 1) / a.stride[0] + 1;
-  const int64_t OW = (W + 2 * a.padding[1] - a.dilation[1] * (kW - 1) - 1) / a.stride[1] + 1;
-  auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
-  std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(O), 0.0);
-  std::vector<double> out(size_t(N * O * OH * OW));
-  (void)C;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < O; ++o)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          double s = bv[size_t(o)];
-          const int64_t g = o / Og;
-          for (int64_t c = 0; c < Cg; ++c)
-            for (int64_t i = 0; i < kH; ++i)
-              for (int64_t j = 0; j < kW; ++j) {
-                int64_t ih = oh * a.stride[0] - a.padding[0] + i * a.dilation[0];
-                int64_t iw = ow * a.stride[1] - a.padding[1] + j * a.dilation[1];
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                int64_t ci = g * Cg + c;
-                s += xv[size_t(((n * C + ci) * H + ih) * W + iw)] * wv[size_t(((o * Cg + c) * kH + i) * kW + j)];
-              }
-          out[size_t(((n * O + o) * OH + oh) * OW + ow)] = s;
-        }
-  return from_vector(out, {N, O, OH, OW});
+  const reference::Conv2dShape s{.N = x.size(0), .C = x.size(1), .H = x.size(2), .W = x.size(3), .O = w.size(0),
+                                 .kH = w.size(2), .kW = w.size(3), .stride_h = a.stride[0], .stride_w = a.stride[1],
+                                 .pad_h = a.padding[0], .pad_w = a.padding[1], .dil_h = a.dilation[0],
+                                 .dil_w = a.dilation[1], .groups = a.groups};
+  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>();
+  std::vector<double> out(size_t(s.N * s.O * s.out_h() * s.out_w()));
+  reference::conv2d<double>(s, xv.data(), wv.data(), b.defined() ? bv.data() : nullptr, out.data());
+  return from_vector(out, {s.N, s.O, s.out_h(), s.out_w()});
 }
 
 enum class PoolKind { max, avg, avg_nopad };
