@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include "bench/ladder.h"
 #include "bench/workloads.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -40,6 +41,7 @@ const std::vector<FlagSpec>& bench_flags() {
       {"csv", true, "", "write the results as CSV to this file"},
       {"plot-dir", true, "", "write PNG charts to this folder"},
       {"compare", true, "", "CSV files of bench runs (kiln and libtorch) to merge instead of running"},
+      {"ladder", false, "", "time the kernel ladder (GEMM, conv2d: reference loops to tuned kernels) instead"},
       {"help", false, "", "show this help"},
   };
   return f;
@@ -316,6 +318,12 @@ int cmd_bench(int argc, char** argv, int first) {
   KILN_CHECK(a.positional.empty(), "kiln bench: unexpected argument '", a.positional.empty() ? "" : a.positional[0],
              "'\n", usage());
   if (a.has("compare")) return run_compare(a);
+  if (a.flag("ladder")) {
+    const long long threads = a.integer("threads");
+    KILN_CHECK(threads >= 1 && threads <= 1024, "kiln bench: --threads must be in [1, 1024], got ", threads);
+    std::cout << bench::run_ladder(int(threads), a.flag("smoke"));
+    return 0;
+  }
 
   const std::vector<std::string> workloads = bench::parse_workloads(a.str("workloads"));
   const std::vector<std::string> devices = bench::split_list(a.str("devices"));

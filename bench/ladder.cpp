@@ -1,0 +1,186 @@
+// `kiln bench --ladder`: the kernel ladder of docs/course, timed on this machine. Each rung
+// computes the same product or convolution as the one before, faster:
+//   GEMM:  0 naive    the three loops of ops/reference/gemm.h
+//          1 blocked  loops reordered (i, k, j) in cache blocks: the inner loop runs along
+//                     rows of B and C, so it vectorises and reuses what the cache holds
+//          2 packed   kiln's GotoBLAS kernel (ops/cpu/sgemm.cpp): packed panels, a 12 x 32
+//                     register tile, AVX-512 FMAs (where the build has AVX-512)
+//   conv:  0 naive    the seven loops of ops/reference/conv2d.h
+//          1 im2col   copy the input's patches into a matrix, one GEMM (conv_im2col.cpp)
+//          2 wide     stride 1: the GEMM reads the patches where they lie (conv_wide.cpp)
+//          3 direct   few input channels: vector registers, no GEMM (conv_direct.cpp)
+// A rung that does not apply to a shape (direct needs at most 4 input channels) is not run.
+// Each result is checked against rung 0 before it is timed; times are medians.
+#include "bench/ladder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+#include "bench/report.h"
+#include "bench/system_probe.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/conv_algos.h"
+#include "ops/cpu/sgemm.h"
+#include "ops/reference/conv2d.h"
+#include "ops/reference/gemm.h"
+
+namespace kiln::bench {
+
+namespace {
+
+/// Median milliseconds of `reps` calls of f after one warm-up call.
+double median_ms(int reps, const std::function<void()>& f) {
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_ms();
+    f();
+    t.push_back(now_ms() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// Rung 1: C = A B with the loops in (i, k, j) order, blocked so a block of B (kBk x kBn)
+/// stays in cache while the rows of A pass; the j loop is contiguous in B and C, and the
+/// compiler vectorises it. Single-threaded, no packing, no register tile.
+void gemm_blocked(int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+  constexpr int64_t kBk = 128, kBn = 512;
+  std::fill(C, C + M * N, 0.f);
+  for (int64_t k0 = 0; k0 < K; k0 += kBk)
+    for (int64_t j0 = 0; j0 < N; j0 += kBn) {
+      const int64_t k1 = std::min(K, k0 + kBk), j1 = std::min(N, j0 + kBn);
+      for (int64_t i = 0; i < M; ++i) {
+        float* __restrict c = C + i * N;
+        for (int64_t k = k0; k < k1; ++k) {
+          const float a = A[i * K + k];
+          const float* __restrict b = B + k * N;
+          for (int64_t j = j0; j < j1; ++j) c[j] += a * b[j];
+        }
+      }
+    }
+}
+
+double max_rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0, scale = 0;
+  for (float w : want) scale = std::max(scale, double(std::abs(w)));
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  return worst / std::max(scale, 1e-30);
+}
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(g);
+  return v;
+}
+
+struct Row {
+  std::string kernel, shape, rung, note;
+  double ms, gflop;
+};
+
+}  // namespace
+
+std::string run_ladder(int threads, bool smoke) {
+  set_num_threads(threads);
+  const CpuPeak peak = probe_cpu_peak(threads, smoke ? 0.01 : 0.05);
+  const int reps = smoke ? 1 : 5;
+  std::vector<Row> rows;
+  auto add = [&](const std::string& kernel, const std::string& shape, const std::string& rung, double gflop,
+                 double ms, const std::string& note) { rows.push_back({kernel, shape, rung, note, ms, gflop}); };
+
+  // ---- GEMM: C (n x n) = A B
+  const int64_t n = smoke ? 64 : 512;
+  const auto A = random_floats(size_t(n * n), 1), B = random_floats(size_t(n * n), 2);
+  std::vector<float> want(size_t(n * n)), C(size_t(n * n));
+  const double gemm_gflop = 2.0 * double(n) * double(n) * double(n) * 1e-9;
+  const std::string gshape = std::to_string(n) + "^3";
+  add("gemm", gshape, "0 naive (1 thread)", gemm_gflop,
+      median_ms(smoke ? 1 : 2, [&] { reference::gemm<float>(false, false, n, n, n, A.data(), n, B.data(), n,
+                                                             want.data(), n); }),
+      "");
+  add("gemm", gshape, "1 blocked (1 thread)", gemm_gflop,
+      median_ms(reps, [&] { gemm_blocked(n, n, n, A.data(), B.data(), C.data()); }), "");
+  KILN_CHECK(max_rel_diff(C, want) < 1e-4, "kiln bench --ladder: the blocked GEMM disagrees with the reference");
+  if (sgemm_packed_available()) {
+    add("gemm", gshape, "2 packed (" + std::to_string(threads) + " threads)", gemm_gflop,
+        median_ms(reps, [&] { sgemm_packed(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n,
+                                           threads); }),
+        "");
+    KILN_CHECK(max_rel_diff(C, want) < 1e-4, "kiln bench --ladder: the packed GEMM disagrees with the reference");
+  } else {
+    add("gemm", gshape, "2 packed", gemm_gflop, NAN, "not in this build (no AVX-512)");
+  }
+
+  // ---- convolution: ConvNet's second layer (stride 1: im2col, wide) and first (1 channel: direct)
+  struct ConvShape {
+    const char* name;
+    int64_t N, C, H, W, O, k, pad;
+  };
+  const ConvShape shapes[] = {{"32->64 3x3 28x28", smoke ? 1 : 8, 32, 28, 28, 64, 3, 1},
+                              {"1->32 3x3 28x28", smoke ? 1 : 8, 1, 28, 28, 32, 3, 1}};
+  for (const ConvShape& s : shapes) {
+    Conv2dGeom g{s.N, s.C, s.H, s.W, s.O, s.k, s.k, 1, 1, s.pad, s.pad, 1, 1, 1, 0, 0};
+    const reference::Conv2dShape r{.N = s.N, .C = s.C, .H = s.H, .W = s.W, .O = s.O, .kH = s.k, .kW = s.k,
+                                   .pad_h = s.pad, .pad_w = s.pad};
+    g.OH = r.out_h(), g.OW = r.out_w();
+    const auto x = random_floats(size_t(s.N * s.C * s.H * s.W), 3), w = random_floats(size_t(s.O * s.C * s.k * s.k), 4);
+    std::vector<float> y0(size_t(s.N * s.O * g.OH * g.OW)), y(y0.size());
+    const double gflop = 2.0 * double(s.N * s.O * g.OH * g.OW) * double(s.C * s.k * s.k) * 1e-9;
+    add("conv2d", s.name, "0 naive (1 thread)", gflop,
+        median_ms(1, [&] { reference::conv2d<float>(r, x.data(), w.data(), nullptr, y0.data()); }), "");
+    auto rung = [&](const std::string& name, bool applies, const char* why, const std::function<void()>& f) {
+      if (!applies) return add("conv2d", s.name, name, gflop, NAN, why);
+      add("conv2d", s.name, name + " (" + std::to_string(threads) + " threads)", gflop, median_ms(reps, f), "");
+      KILN_CHECK(max_rel_diff(y, y0) < 1e-4, "kiln bench --ladder: conv2d rung ", name, " disagrees with the reference");
+    };
+    // the algorithms take samples [lo, hi) and a thread count over channels (1: over samples here)
+    auto over_samples = [&](const std::function<void(int64_t, int64_t)>& f) {
+      parallel_for(0, s.N, 1, [&](int64_t lo, int64_t hi) { f(lo, hi); });
+    };
+    rung("1 im2col", true, "", [&] {
+      over_samples([&](int64_t lo, int64_t hi) {
+        conv_cpu::conv2d_forward_im2col<float>(1, g, x.data(), w.data(), nullptr, y.data(), lo, hi);
+      });
+    });
+    rung("2 wide", conv_cpu::use_wide(g), "stride 1 and a layout it pays for only", [&] {
+      over_samples([&](int64_t lo, int64_t hi) {
+        conv_cpu::conv2d_forward_wide<float>(1, g, x.data(), w.data(), nullptr, y.data(), lo, hi);
+      });
+    });
+    rung("3 direct", s.C <= 4, "at most 4 input channels", [&] {
+      over_samples([&](int64_t lo, int64_t hi) {
+        conv_cpu::conv2d_forward_direct<float>(g, x.data(), w.data(), nullptr, y.data(), lo, hi);
+      });
+    });
+  }
+
+  std::vector<std::vector<std::string>> table = {{"kernel", "shape", "rung", "median ms", "GFLOP/s", "of peak",
+                                                  "speed-up", "note"}};
+  double base = NAN;
+  std::string last_key;
+  for (const Row& r : rows) {
+    if (r.kernel + r.shape != last_key) base = r.ms, last_key = r.kernel + r.shape;
+    const double gfs = r.gflop / (r.ms * 1e-3);
+    // the single-thread rungs against one core's peak, the others against all threads'
+    const double pk = peak.fp32_gflops / (r.rung.find("(1 thread)") != std::string::npos ? threads : 1);
+    table.push_back({r.kernel, r.shape, r.rung, std::isfinite(r.ms) ? fmt("%.3f", r.ms) : "-",
+                     std::isfinite(r.ms) ? fmt("%.1f", gfs) : "-",
+                     std::isfinite(r.ms) && gfs <= pk ? fmt("%.1f%%", 100.0 * gfs / pk) : "-",
+                     std::isfinite(r.ms) ? fmt("%.1fx", base / r.ms) : "-", r.note});
+  }
+  std::string out = "kernel ladder on " + cpu_model_name() + ", " + std::to_string(threads) + " threads\n";
+  out += format_columns(table, 3);
+  out += "cpu peak: " + peak.method + " = " + fmt("%.1f", peak.fp32_gflops) + " GFLOP/s fp32" +
+         (peak.note.empty() ? "" : "\nnote: " + peak.note) + "\n";
+  out += "each rung checked against rung 0 before timing; speed-up against rung 0 of the same shape; "
+         "one-thread rungs against one core's peak\n";
+  return out;
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,12 @@
+// `kiln bench --ladder`: the kernel ladder (bench/ladder.cpp), GEMM and convolution from the
+// reference loops of ops/reference/ to kiln's tuned kernels, each rung timed on this CPU.
+#pragma once
+#include <string>
+
+namespace kiln::bench {
+
+/// Runs every rung (checked against the reference first) and returns the table.
+/// smoke: tiny shapes and one timed call each (CI).
+std::string run_ladder(int threads, bool smoke);
+
+}  // namespace kiln::bench
