@@ -1,0 +1,24 @@
+// Exercise 1 (exercises/01_activation/README.md): fill in backward.
+#include "exercise.h"
+
+namespace {
+
+struct Mish : kiln::Function {
+  kiln::Tensor forward(const std::vector<kiln::Tensor>& in) override {
+    const kiln::Tensor& x = in[0];
+    save_for_backward({x});
+    return kiln::mul(x, kiln::tanh(kiln::softplus(x)));
+  }
+  std::vector<kiln::Tensor> backward(const kiln::Tensor& g) override {
+    const kiln::Tensor& x = saved()[0];
+    // TODO: return {g * dy/dx}. Differentiate y = x * tanh(s) with s = softplus(x):
+    // the product rule, tanh' = 1 - tanh^2, and softplus' = sigmoid.
+    (void)x;
+    return {g};  // wrong: this is the gradient of y = x
+  }
+  std::string name() const override { return "Mish"; }
+};
+
+}  // namespace
+
+kiln::Tensor mish(const kiln::Tensor& x) { return kiln::Function::apply(std::make_shared<Mish>(), {x}); }
