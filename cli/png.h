@@ -1,5 +1,4 @@
-// A minimal PNG encoder (8-bit RGB, no interlace) for the plots of the `kiln` command.
-// zlib does the deflate and the CRC32; the rest is the chunk layout of the PNG spec.
+// PNG files (8-bit RGB) for the plots of the `kiln` command, encoded by stb_image_write.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,9 +6,8 @@
 
 namespace kiln::cli {
 
-/// Encodes `rgb` (height rows of width*3 bytes, top row first) as a PNG file image:
-/// signature, IHDR (8-bit truecolour), one IDAT (every row with filter byte 0), IEND.
-/// Throws kiln::Error for a non-positive or huge size.
+/// Encodes `rgb` (height rows of width*3 bytes, top row first) as a PNG file image (8-bit
+/// truecolour). Throws kiln::Error for a non-positive or huge size.
 std::vector<uint8_t> encode_png(const uint8_t* rgb, int width, int height);
 
 /// encode_png() written to `path` atomically (temp file + rename); kiln::Error naming
