@@ -96,7 +96,9 @@ std::string format_table(const Report& rep) {
   if (!p.method.empty()) {
     out += "cpu peak: " + p.method + " = " + fmt("%.1f", p.fp32_gflops) + " GFLOP/s fp32, " +
            fmt("%.1f", p.bf16_gflops) + " bf16, " + fmt("%.1f", p.fp16_gflops) + " fp16 (FMA loop: " +
-           fmt("%.1f", p.loop_gflops) + ")\n";
+           fmt("%.1f", p.loop_gflops) +
+           (std::isfinite(p.bf16_loop_gflops) ? "; VDPBF16PS loop: " + fmt("%.1f", p.bf16_loop_gflops) : std::string()) +
+           ")\n";
     if (!p.note.empty()) out += "note: " + p.note + "\n";
   }
   out += "items/s from the median step; GFLOP/s = analytic GEMM/conv FLOPs per step / median; MFU = GFLOP/s / "
@@ -169,6 +171,7 @@ std::string to_json(const Report& rep) {
   o["cpu_isa"] = rep.cpu_peak.rates.isa;
   o["cpu_clock_ghz"] = number(rep.cpu_peak.clock_ghz);
   o["cpu_fma_loop_gflops"] = number(rep.cpu_peak.loop_gflops);
+  o["cpu_bf16_loop_gflops"] = number(rep.cpu_peak.bf16_loop_gflops);
   o["rss_scope"] = rep.rss_scope;
   json::Value devices = json::Value::array();
   for (const auto& d : rep.devices) {

@@ -129,6 +129,45 @@ double measure_cpu_peak_gflops(int threads, double seconds, int rounds) {
   return best;
 }
 
+#if defined(__x86_64__) && defined(__AVX512F__)
+__attribute__((target("avx512f,avx512bf16"))) static double bf16_chains(int threads, int64_t iters) {
+  double sink = 0.0;
+  const double t0 = now_ms();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  {
+    __m512 acc[24];
+    for (int k = 0; k < 24; ++k) acc[k] = _mm512_set1_ps(1e-3f * float(k + 1));
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x33803380);  // 1, 6e-8
+    for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+      for (int k = 0; k < 24; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], a, b);
+      __asm__ volatile("" : "+v"(a));  // keeps the loop from being folded
+    }
+    float f[16];
+    for (int k = 0; k < 24; ++k) {
+      _mm512_storeu_ps(f, acc[k]);
+      sink += f[0];
+    }
+  }
+  const double dt = (now_ms() - t0) * 1e-3;
+  if (sink == 12345.0) std::fputs("", stderr);
+  return double(threads) * double(iters) * 24 * 64 / dt * 1e-9;
+}
+#endif
+
+double measure_cpu_bf16_gflops(int threads, double seconds, int rounds) {
+#if defined(__x86_64__) && defined(__AVX512F__)
+  if (!cpu_features().avx512_bf16) return NAN;
+  const int64_t iters = std::max<int64_t>(10000, int64_t(seconds * 1.2e8));  // ~24 cycles an iteration
+  double best = 0.0;
+  for (int r = 0; r < rounds; ++r) best = std::max(best, bf16_chains(threads, iters));
+  return best;
+#else
+  (void)threads, (void)seconds, (void)rounds;
+  return NAN;
+#endif
+}
+
 double measure_cpu_clock_ghz(int threads, int rounds) {
 #if defined(__x86_64__)
   // A chain of dependent 64-bit multiplies: 3 cycles each on every x86-64 core since
@@ -262,7 +301,9 @@ CpuPeak probe_cpu_peak(int threads, double seconds) {
   // more, shorter rounds than a single long one: the best round is the one no other
   // process interrupted
   const double loop = measure_cpu_peak_gflops(threads, seconds / 2, 10);
-  return combine_cpu_peak(cpu_core_rates(cpu_model_name(), cpu_features()), threads, clock, loop);
+  CpuPeak p = combine_cpu_peak(cpu_core_rates(cpu_model_name(), cpu_features()), threads, clock, loop);
+  p.bf16_loop_gflops = measure_cpu_bf16_gflops(threads, seconds / 2, 10);
+  return p;
 }
 
 const std::vector<GpuPeak>& gpu_peak_table() {

@@ -34,6 +34,12 @@ bool reset_peak_rss();
 /// a busy machine it comes out low (which is why it only cross-checks the peak below).
 double measure_cpu_peak_gflops(int threads, double seconds = 0.05, int rounds = 5);
 
+/// The bf16 counterpart of the FMA loop: 24 independent chains of VDPBF16PS per thread
+/// (64 FLOP each; 24, because its latency is long), best of `rounds`. NaN where the CPU or
+/// the build has no AVX512_BF16. A measurement of the per-cycle bf16 rate the table
+/// assumes (cpu_core_rates), reported beside it.
+double measure_cpu_bf16_gflops(int threads, double seconds = 0.05, int rounds = 5);
+
 /// The clock the cores run at now, in GHz: each of `threads` threads runs a chain of
 /// dependent integer multiplies (3 cycles each on every x86-64 core), best of `rounds` short
 /// rounds (a round that lost its core to another process is slower and not the best).
@@ -70,6 +76,7 @@ struct CpuPeak {
   int threads = 0;
   double clock_ghz = NAN;
   double loop_gflops = NAN;   ///< the FMA loop, best round
+  double bf16_loop_gflops = NAN;  ///< the VDPBF16PS loop, best round (NaN without AVX512_BF16)
   double fp32_gflops = NAN, bf16_gflops = NAN, fp16_gflops = NAN;
   std::string method;         ///< how fp32_gflops was obtained, for the report
   std::string note;           ///< a disturbance seen while measuring ("" when none)
