@@ -79,6 +79,8 @@ std::vector<float> random_floats(size_t n, unsigned seed) {
   return v;
 }
 
+std::string threads_label(int n) { return std::to_string(n) + (n == 1 ? " thread" : " threads"); }
+
 struct Row {
   std::string kernel, shape, rung, note;
   double ms, gflop;
@@ -108,7 +110,7 @@ std::string run_ladder(int threads, bool smoke) {
       median_ms(reps, [&] { gemm_blocked(n, n, n, A.data(), B.data(), C.data()); }), "");
   KILN_CHECK(max_rel_diff(C, want) < 1e-4, "kiln bench --ladder: the blocked GEMM disagrees with the reference");
   if (sgemm_packed_available()) {
-    add("gemm", gshape, "2 packed (" + std::to_string(threads) + " threads)", gemm_gflop,
+    add("gemm", gshape, "2 packed (" + threads_label(threads) + ")", gemm_gflop,
         median_ms(reps, [&] { sgemm_packed(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n,
                                            threads); }),
         "");
@@ -136,7 +138,7 @@ std::string run_ladder(int threads, bool smoke) {
         median_ms(1, [&] { reference::conv2d<float>(r, x.data(), w.data(), nullptr, y0.data()); }), "");
     auto rung = [&](const std::string& name, bool applies, const char* why, const std::function<void()>& f) {
       if (!applies) return add("conv2d", s.name, name, gflop, NAN, why);
-      add("conv2d", s.name, name + " (" + std::to_string(threads) + " threads)", gflop, median_ms(reps, f), "");
+      add("conv2d", s.name, name + " (" + threads_label(threads) + ")", gflop, median_ms(reps, f), "");
       KILN_CHECK(max_rel_diff(y, y0) < 1e-4, "kiln bench --ladder: conv2d rung ", name, " disagrees with the reference");
     };
     // the algorithms take samples [lo, hi) and a thread count over channels (1: over samples here)
@@ -174,7 +176,7 @@ std::string run_ladder(int threads, bool smoke) {
                      std::isfinite(r.ms) && gfs <= pk ? fmt("%.1f%%", 100.0 * gfs / pk) : "-",
                      std::isfinite(r.ms) ? fmt("%.1fx", base / r.ms) : "-", r.note});
   }
-  std::string out = "kernel ladder on " + cpu_model_name() + ", " + std::to_string(threads) + " threads\n";
+  std::string out = "kernel ladder on " + cpu_model_name() + ", " + threads_label(threads) + "\n";
   out += format_columns(table, 3);
   out += "cpu peak: " + peak.method + " = " + fmt("%.1f", peak.fp32_gflops) + " GFLOP/s fp32" +
          (peak.note.empty() ? "" : "\nnote: " + peak.note) + "\n";

@@ -29,8 +29,8 @@ void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 /// True when this build has the packed kernels and the CPU has AVX512_BF16 (checked once).
 bool sgemm_bf16_available();
 /// True when bf16 matmul / linear on the CPU should use sgemm_bf16: available, and a CPU
-/// whose VDPBF16PS doubles its float32 FMA rate (AMD Zen 4 and later; Intel's runs at the
-/// FMA rate). KILN_CPU_BF16_GEMM=1 or 0 overrides (for measuring both).
+/// whose VDPBF16PS doubles its float32 FMA rate (AMD Zen 4 and later; Intel's measured at
+/// half of it). KILN_CPU_BF16_GEMM=1 or 0 overrides (for measuring both).
 bool sgemm_bf16_preferred();
 
 /// Row-major C (M, N) float32 = op(A) @ op(B) + beta * C [+ bias], with A and B bfloat16
