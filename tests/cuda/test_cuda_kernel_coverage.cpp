@@ -6,6 +6,7 @@
 #include <string>
 #include "gradcheck.h"
 #include "ops/dispatch.h"
+#include "ops/kernels/conv.h"
 #include "ops/kernels/elementwise.h"
 #include "optim/update_kernels.h"
 
@@ -29,6 +30,16 @@ TEST_CASE("every op with a CPU kernel has a CUDA kernel" * doctest::skip(kCpuOnl
   INFO("ops without a CUDA kernel: " << missing);
   CHECK(missing.empty());
   CHECK(cpu_ops > 40);
+}
+
+TEST_CASE("CUDA kernels registered in nvcc-compiled files are found through the typed tables" *
+          doctest::skip(kCpuOnlyBuild)) {
+  // registration (ops/cuda/*.cu, compiled by nvcc's host compiler) and lookup (here, g++)
+  // must meet in the same slot table of each kernel type: a lookup only, no launch
+  CHECK((kernel<UnaryKernelFn>(Op::relu, Device::cuda(0)) != nullptr));
+  CHECK((kernel<BinaryKernelFn>(Op::add, Device::cuda(0)) != nullptr));
+  CHECK(kernel<Conv2dKernels>(Op::conv2d, Device::cuda(0)) != nullptr);
+  CHECK(kernel<Conv2dKernels>(Op::conv2d, Device::cuda(0)) != kernel<Conv2dKernels>(Op::conv2d, Device::cpu()));
 }
 
 TEST_CASE("the fused optimizer kernels are registered for CUDA" * doctest::skip(kCpuOnlyBuild)) {
