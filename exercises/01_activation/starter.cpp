@@ -11,7 +11,7 @@ struct Mish : kiln::Function {
   }
   std::vector<kiln::Tensor> backward(const kiln::Tensor& g) override {
     const kiln::Tensor& x = saved()[0];
-    // TODO: return {g * dy/dx}. Differentiate y = x * tanh(s) with s = softplus(x):
+    // Your task: return {g * dy/dx}. Differentiate y = x * tanh(s) with s = softplus(x):
     // the product rule, tanh' = 1 - tanh^2, and softplus' = sigmoid.
     (void)x;
     return {g};  // wrong: this is the gradient of y = x

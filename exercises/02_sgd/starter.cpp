@@ -6,7 +6,7 @@ void sgd_step(std::vector<kiln::Tensor>& params, std::vector<kiln::Tensor>& buff
   if (buffers.size() != params.size()) buffers.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     kiln::Tensor g = params[i].grad();
-    // TODO: weight decay (g + wd * p), then the momentum buffer (g itself on the first
+    // Your task: weight decay (g + wd * p), then the momentum buffer (g itself on the first
     // step, momentum * buf + g after), then p -= lr * buf.
     (void)buffers;
     params[i].add_(g, -c.lr);  // plain SGD: no decay, no momentum

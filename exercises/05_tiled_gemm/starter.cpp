@@ -2,7 +2,7 @@
 #include "exercise.h"
 
 void gemm_fast(int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
-  // TODO: reorder and block the loops. As written, the k loop walks B down a column:
+  // Your task: reorder and block the loops. As written, the k loop walks B down a column:
   // one cache line per multiply-add, and nothing for the compiler to vectorise.
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
