@@ -232,32 +232,11 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     }
     return;
   }
-  // Otherwise threads take independent blocks of C: rows (in multiples of 4) when C is at
-  // least as tall as wide, else columns (in whole NR panels). Each packs what its block
-  // needs in its own buffers, so no thread waits for another and every panel a thread
-  // reads sits in its own core's caches; the price is packing the shared operand once per
-  // thread.
-  const bool by_rows = M >= N;
-  const int64_t unit = by_rows ? 4 : NR, units = ((by_rows ? M : N) + unit - 1) / unit;
-  const int nt = int(std::min<int64_t>(want, units));
-  if (nt == 1) {
-    sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, beta, C, ldc, bias);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int64_t per = (units + T - 1) / T * unit, total = by_rows ? M : N;
-    const int64_t lo = std::min(total, t * per), n = std::min(total, lo + per) - lo;
-    if (n > 0) {
-      if (by_rows)  // rows [lo, lo + n) of op(A) and C
-        sgemm_serial(trans_a, trans_b, n, N, K, alpha, trans_a ? A + lo : A + lo * lda, lda, B, beta, C + lo * ldc,
-                     ldc, bias);
-      else  // columns [lo, lo + n) of op(B) and C
-        sgemm_serial(trans_a, trans_b, M, n, K, alpha, A, lda, trans_b ? B.from_row(lo) : B.from_col(lo), beta,
-                     C + lo, ldc, bias ? bias + lo : nullptr);
-    }
-  }
+  // Otherwise threads take independent blocks of C (split_c, sgemm_pack.h).
+  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    sgemm_serial(trans_a, trans_b, rows, cols, K, alpha, trans_a ? A + r0 : A + r0 * lda, lda,
+                 trans_b ? B.from_row(c0) : B.from_col(c0), beta, C + r0 * ldc + c0, ldc, bias ? bias + c0 : nullptr);
+  });
 }
 
 }  // namespace

@@ -259,30 +259,12 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = (beta == 0.f ? 0.f : C[i * ldc + j]) + (bias ? bias[j] : 0.f);
     return;
   }
-  // Threads take independent blocks of C (rows in multiples of 4 when C is at least as tall
-  // as wide, else whole NR-column panels), each packing what it needs in its own buffers.
+  // Threads take independent blocks of C (split_c, sgemm_pack.h), as sgemm_packed does.
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
-  const bool by_rows = M >= N;
-  const int64_t unit = by_rows ? 4 : NR, units = ((by_rows ? M : N) + unit - 1) / unit;
-  const int nt = int(std::min<int64_t>(want, units));
-  if (nt == 1) {
-    gemm_serial(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int64_t per = (units + T - 1) / T * unit, total = by_rows ? M : N;
-    const int64_t lo = std::min(total, t * per), n = std::min(total, lo + per) - lo;
-    if (n > 0) {
-      if (by_rows)
-        gemm_serial(trans_a, trans_b, n, N, K, trans_a ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc,
-                    bias);
-      else
-        gemm_serial(trans_a, trans_b, M, n, K, A, lda, trans_b ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc,
-                    bias ? bias + lo : nullptr);
-    }
-  }
+  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    gemm_serial(trans_a, trans_b, rows, cols, K, trans_a ? A + r0 : A + r0 * lda, lda,
+                trans_b ? B + c0 * ldb : B + c0, ldb, beta, C + r0 * ldc + c0, ldc, bias ? bias + c0 : nullptr);
+  });
 }
 
 #else  // no AVX-512 in this build

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <omp.h>
 #include "core/error.h"
 
 namespace kiln::sgemm_detail {
@@ -96,6 +97,29 @@ inline void pack_transposed(const Rows& src, int rows, int64_t kc, float* dst, i
   }
   for (; k < kc; ++k)
     for (int i = 0; i < rows; ++i) dst[k * step + i] = s[i][k];
+}
+
+/// Splits C (M x N) into independent blocks, one per thread (at most `want`): rows in
+/// multiples of 4 when C is at least as tall as wide, else columns in whole `nr`-wide
+/// panels, and calls block(r0, rows, c0, cols) for each (once, with all of C, when one
+/// thread is enough). Each block packs what it needs in its thread's own buffers: no
+/// thread waits for another, at the price of packing the shared operand once per thread.
+template <class Block>
+void split_c(int want, int64_t M, int64_t N, int64_t nr, const Block& block) {
+  const bool by_rows = M >= N;
+  const int64_t unit = by_rows ? 4 : nr, units = ((by_rows ? M : N) + unit - 1) / unit;
+  const int nt = int(std::min<int64_t>(want, units));
+  if (nt <= 1) return block(int64_t(0), M, int64_t(0), N);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t per = (units + T - 1) / T * unit, total = by_rows ? M : N;
+    const int64_t lo = std::min(total, t * per), n = std::min(total, lo + per) - lo;
+    if (n > 0) {
+      if (by_rows) block(lo, n, int64_t(0), N);
+      else block(int64_t(0), M, lo, n);
+    }
+  }
 }
 
 }  // namespace kiln::sgemm_detail
