@@ -12,4 +12,14 @@ void copy_tensor(const Tensor& dst, const Tensor& src);
 using DeviceCopyFn = void (*)(const Tensor& dst, const Tensor& src);
 void register_device_copy(DeviceCopyFn fn);
 
+/// Signature of the CUDA backend's range fill: dst[i] = start + i * step, computed in
+/// float64 and converted to dst's dtype (dst contiguous). fill (step 0) and arange use it,
+/// so a device tensor is filled by a kernel with nothing uploaded.
+using DeviceRangeFn = void (*)(const Tensor& dst, double start, double step);
+void register_device_range(DeviceRangeFn fn);
+
+/// Fills a contiguous device tensor through the registered range fill; false when no
+/// backend registered one (the caller then fills another way).
+bool fill_range_on_device(const Tensor& dst, double start, double step);
+
 }  // namespace kiln

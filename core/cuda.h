@@ -2,6 +2,8 @@
 // memory. In a build without the CUDA backend the queries report no devices and the
 // rest throws kiln::Error. No CUDA header is needed to use this file.
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string>
 #include "core/tensor.h"
 
@@ -139,5 +141,34 @@ class Event {
 Tensor pinned_empty(const Shape& shape, DType dtype = DType::float32);
 /// True when t's storage came from pinned_empty.
 bool is_pinned(const Tensor& t);
+
+// ---- checks on the device, and host synchronisations ----
+
+/// The words of a device-side check's error, string literals:
+/// "<op>: <value> 70000 is out of range for 65 <range> (...)".
+struct ValueCheck {
+  const char* op;     ///< "embedding"
+  const char* value;  ///< "index"
+  const char* range;  ///< "rows of the weight"
+};
+
+/// Checks the int64 values of a contiguous GPU tensor on the GPU, without waiting for it:
+/// returns a copy in which every value outside [0, size), other than `allowed`, is
+/// replaced by `replacement` (so the op reading the copy stays in bounds), and records the
+/// first such value on the device. The next host read of that device (a copy to the CPU,
+/// `item()`, `synchronize()`) throws kiln::Error naming the op and the value. Ops that
+/// take indices or class targets use it so that a training step never waits for the GPU
+/// just to validate its inputs; on the CPU they check on the spot instead.
+Tensor checked_values(const Tensor& values, int64_t size, std::optional<int64_t> allowed, int64_t replacement,
+                      const ValueCheck& what);
+
+/// Throws the error of a device-side check that failed on `device` (-1: current) since
+/// the last report. Reads the device only if a check ran since then (a 32-byte copy).
+void raise_check_errors(int device = -1);
+
+/// Host synchronisations with a GPU since the process started: copies into host memory
+/// and the synchronize() calls of devices, streams and events. A training step that never
+/// waits for the GPU leaves it unchanged (tests/cuda/test_cuda_host_sync.cpp).
+uint64_t host_sync_count();
 
 }  // namespace kiln::cuda

@@ -47,5 +47,10 @@ void Event::wait(const Stream&) const { no_backend("Event::wait"); }
 float Event::elapsed_ms(const Event&) const { no_backend("Event::elapsed_ms"); }
 Tensor pinned_empty(const Shape&, DType) { no_backend("pinned_empty"); }
 bool is_pinned(const Tensor&) { return false; }
+Tensor checked_values(const Tensor&, int64_t, std::optional<int64_t>, int64_t, const ValueCheck&) {
+  no_backend("checked_values");
+}
+void raise_check_errors(int) {}  // no device, so no device-side check can have failed
+uint64_t host_sync_count() { return 0; }
 }  // namespace kiln::cuda
 #endif

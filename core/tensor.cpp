@@ -107,6 +107,7 @@ Tensor Tensor::detach() const {
 
 namespace {
 DeviceCopyFn g_device_copy = nullptr;
+DeviceRangeFn g_device_range = nullptr;
 
 template <class D, class S>
 void copy_cast_cpu(const Tensor& dst, const Tensor& src) {
@@ -132,6 +133,13 @@ void copy_cast_cpu(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 void register_device_copy(DeviceCopyFn fn) { g_device_copy = fn; }
+void register_device_range(DeviceRangeFn fn) { g_device_range = fn; }
+
+bool fill_range_on_device(const Tensor& dst, double start, double step) {
+  if (!g_device_range || dst.is_cpu() || !dst.is_contiguous()) return false;
+  if (dst.numel() > 0) g_device_range(dst, start, step);
+  return true;
+}
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(dst.shape() == src.shape(), "copy: shapes differ, destination ", shape_str(dst.shape()),
@@ -194,6 +202,7 @@ Tensor& Tensor::zero_() { return fill_(0.0); }
 // by the factories, whose fresh tensors start at version 0).
 static void fill_data(const Tensor& t, double v) {
   if (!t.is_cpu()) {
+    if (fill_range_on_device(t, v, 0.0)) return;  // a kernel, nothing uploaded
     Tensor src = full({}, v, {.dtype = t.dtype()}).expand(t.shape());
     copy_tensor(t, src);
     return;
@@ -356,6 +365,13 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
   KILN_CHECK(!std::isnan(span) && span < 0x1p62, "arange: [", start, ", ", end, ") with step ", step,
              " has too many elements (expected fewer than 2^62)");
   int64_t n = span > 0 ? int64_t(std::ceil(span - 1e-12)) : 0;
+  if (!o.device.is_cpu()) {  // computed on the device: the same float64 values, nothing uploaded
+    Tensor t = empty_for("arange", {n}, o.dtype, o.device);
+    if (fill_range_on_device(t, start, step)) {
+      if (o.requires_grad) t.requires_grad_();
+      return t;
+    }
+  }
   return generate("arange", {n}, o, [&](int64_t i) { return start + double(i) * step; });
 }
 Tensor arange(double end, TensorOptions o) { return arange(0.0, end, 1.0, o); }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include "core/autograd.h"
+#include "core/cuda.h"
 #include "ops/kernels/loss.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -54,31 +55,59 @@ Tensor class_targets(const char* op, const Tensor& target) {
   return target.detach().to(DType::int64).contiguous();
 }
 
-/// Checks every target is in [0, c) or equals ignore_index; returns how many are not ignored.
-int64_t check_targets(const char* op, const Tensor& tgt, int64_t c, int64_t ignore_index) {
-  Tensor t = tgt.is_cpu() ? tgt : tgt.to(Device::cpu());
-  const int64_t* p = t.data<int64_t>();
+/// Class targets checked against [0, c) or ignore_index, and how many count toward a mean.
+/// On the CPU: checked here (an Error names the bad value) and counted (`count`). On a GPU:
+/// checked on the device (a bad value becomes ignore_index in `tgt` and is reported at the
+/// next host read) and, for a mean, counted there (`count_dev`, of the loss dtype), so the
+/// loss never waits for the GPU.
+struct Targets {
+  Tensor tgt;
   int64_t count = 0;
-  for (int64_t k = 0; k < t.numel(); ++k) {
+  Tensor count_dev;
+};
+
+Targets check_targets(const char* op, const Tensor& tgt, int64_t c, int64_t ignore_index, Reduction r, DType dt) {
+  Targets t;
+  if (!tgt.is_cpu()) {
+    t.tgt = cuda::checked_values(tgt, c, ignore_index, ignore_index, {op, "target value", "classes"});
+    NoGradGuard ng;
+    if (r == Reduction::mean) t.count_dev = sum(ne(t.tgt, double(ignore_index))).to(dt);
+    return t;
+  }
+  t.tgt = tgt;
+  const int64_t* p = tgt.data<int64_t>();
+  for (int64_t k = 0; k < tgt.numel(); ++k) {
     const int64_t v = p[k];
     if (v == ignore_index) continue;
     KILN_CHECK(v >= 0 && v < c, op, ": target value ", v, " is out of range for ", c,
                " classes (expected 0 <= target < ", c, ", or ignore_index ", ignore_index, ")");
-    ++count;
+    ++t.count;
   }
-  return count;
+  return t;
 }
 
-/// Applies the reduction to per-element losses (no graph); mean divides by `count`.
-Tensor reduce_loss(const Tensor& per_element, Reduction r, int64_t count) {
+/// Applies the reduction to per-element losses (no graph); mean divides by the count of
+/// targets that are not ignored (NaN when there is none, as in PyTorch).
+Tensor reduce_loss(const Tensor& per_element, Reduction r, const Targets& t) {
   NoGradGuard ng;
   switch (r) {
     case Reduction::none: return per_element;
     case Reduction::sum: return sum(per_element);
     case Reduction::mean:
     default:
-      return mul(sum(per_element), count > 0 ? 1.0 / double(count) : std::numeric_limits<double>::quiet_NaN());
+      if (t.count_dev.defined()) return div(sum(per_element), t.count_dev);
+      return mul(sum(per_element), t.count > 0 ? 1.0 / double(t.count) : std::numeric_limits<double>::quiet_NaN());
   }
+}
+
+/// The incoming gradient of a reduced loss as the backward kernel reads it, and its scale:
+/// a mean's 1/count is the scale on the CPU, a division on the device.
+Tensor loss_grad(const Tensor& g, Reduction r, const Targets& t, double& scale) {
+  scale = 1.0;
+  if (r != Reduction::mean) return g.contiguous();
+  if (t.count_dev.defined()) return div(g, t.count_dev).contiguous();
+  if (t.count > 0) scale = 1.0 / double(t.count);
+  return g.contiguous();
 }
 
 }  // namespace
@@ -100,8 +129,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   // 16-bit logits: computed in float32, the loss is float32 (the cast is differentiable)
   if (is_half(logits.dtype())) return cross_entropy(logits.to(DType::float32), target, args);
   const ClassLayout L = class_layout(op, "logits", logits, target);
-  const int64_t count = check_targets(op, tgt, L.c, args.ignore_index);
   const DType dt = logits.dtype();
+  const Targets T = check_targets(op, tgt, L.c, args.ignore_index, args.reduction, dt);
   Tensor x = logits.detach().contiguous();                            // (n, c, s)
   Tensor loss = Tensor::empty(target.shape(), dt, logits.device());  // (n, s)
   Tensor mx = Tensor::empty(target.shape(), dt, logits.device());    // (n, s) max over classes
@@ -111,29 +140,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   a.c = L.c;
   a.s = L.s;
   a.logits = x.raw_data();
-  a.target = tgt.data<int64_t>();
+  a.target = T.tgt.data<int64_t>();
   a.ignore_index = args.ignore_index;
   a.label_smoothing = args.label_smoothing;
   a.row_max = mx.raw_data();
   a.log_sum = ls.raw_data();
   a.loss = loss.raw_data();
   kernel<CrossEntropyKernelFn>(Op::cross_entropy, logits.device())(dt, a);
-  Tensor out = reduce_loss(loss, args.reduction, count);
+  Tensor out = reduce_loss(loss, args.reduction, T);
   const Reduction red = args.reduction;
-  return record(out, op, {logits}, {x, tgt, mx, ls},
-                [x, tgt, mx, ls, a, red, count](const Tensor& g, const std::vector<bool>&) {
-    Tensor gc = g.contiguous();
+  return record(out, op, {logits}, {x, T.tgt, mx, ls},
+                [x, T, mx, ls, a, red](const Tensor& g, const std::vector<bool>&) {
+    double scale = 1.0;
+    Tensor gc = loss_grad(g, red, T, scale);
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
     CrossEntropyKernelArgs b = a;
     b.logits = x.raw_data();
-    b.target = tgt.data<int64_t>();
+    b.target = T.tgt.data<int64_t>();
     b.row_max = mx.raw_data();
     b.log_sum = ls.raw_data();
     b.loss = nullptr;
     b.backward = true;
     b.g = gc.raw_data();
     b.g_stride = red == Reduction::none ? 1 : 0;
-    b.scale = red == Reduction::mean && count > 0 ? 1.0 / double(count) : 1.0;
+    b.scale = scale;
     b.dlogits = dx.raw_data();
     kernel<CrossEntropyKernelFn>(Op::cross_entropy, x.device())(x.dtype(), b);
     return std::vector<Tensor>{dx};
@@ -151,8 +181,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   check_same_device(op, {log_probs, target});
   if (is_half(log_probs.dtype())) return nll_loss(log_probs.to(DType::float32), target, args);
   const ClassLayout L = class_layout(op, "log_probs", log_probs, target);
-  const int64_t count = check_targets(op, tgt, L.c, args.ignore_index);
   const DType dt = log_probs.dtype();
+  const Targets T = check_targets(op, tgt, L.c, args.ignore_index, args.reduction, dt);
   Tensor x = log_probs.detach().contiguous();                          // (n, c, s)
   Tensor loss = Tensor::empty(target.shape(), dt, log_probs.device());  // (n, s)
   NllLossKernelArgs a;
@@ -160,24 +190,25 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   a.c = L.c;
   a.s = L.s;
   a.log_probs = x.raw_data();
-  a.target = tgt.data<int64_t>();
+  a.target = T.tgt.data<int64_t>();
   a.ignore_index = args.ignore_index;
   a.loss = loss.raw_data();
   kernel<NllLossKernelFn>(Op::nll_loss, log_probs.device())(dt, a);
-  Tensor out = reduce_loss(loss, args.reduction, count);
+  Tensor out = reduce_loss(loss, args.reduction, T);
   const Reduction red = args.reduction;
   const Shape xs = x.shape();
-  return record(out, op, {log_probs}, {tgt}, [xs, tgt, a, red, count](const Tensor& g, const std::vector<bool>&) {
-    Tensor gc = g.contiguous();
+  return record(out, op, {log_probs}, {T.tgt}, [xs, T, a, red](const Tensor& g, const std::vector<bool>&) {
+    double scale = 1.0;
+    Tensor gc = loss_grad(g, red, T, scale);
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
     NllLossKernelArgs b = a;
     b.log_probs = nullptr;
-    b.target = tgt.data<int64_t>();
+    b.target = T.tgt.data<int64_t>();
     b.loss = nullptr;
     b.backward = true;
     b.g = gc.raw_data();
     b.g_stride = red == Reduction::none ? 1 : 0;
-    b.scale = red == Reduction::mean && count > 0 ? 1.0 / double(count) : 1.0;
+    b.scale = scale;
     b.dlog_probs = dx.raw_data();
     kernel<NllLossKernelFn>(Op::nll_loss, g.device())(g.dtype(), b);
     return std::vector<Tensor>{dx};

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 #include "core/autograd.h"
+#include "core/cuda.h"
 #include "core/rng.h"
 #include "ops/kernels/nn.h"
 #include "ops/dispatch.h"
@@ -24,14 +25,16 @@ DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.d
 Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }
 Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() != d) ? t.to(d) : t; }
 
-// Indices as a contiguous int64 tensor, every value checked to lie in [0, size).
+// Indices as a contiguous int64 tensor, every value checked to lie in [0, size): here on
+// the CPU, on the device for a GPU tensor (core/cuda.h: checked_values).
 Tensor checked_indices(const Tensor& idx, int64_t size, const char* op, const Tensor& table) {
   KILN_CHECK(idx.dtype() == DType::int64 || idx.dtype() == DType::int32, op,
              ": indices must be int64 or int32, got ", describe(idx));
   Tensor i64 = idx.to(DType::int64).contiguous();
-  Tensor host = i64.is_cpu() ? i64 : i64.to(Device::cpu());
-  const int64_t* p = host.data<int64_t>();
-  for (int64_t i = 0; i < host.numel(); ++i)
+  if (!i64.is_cpu())  // checked on the GPU, reported at the next host read (no wait here)
+    return cuda::checked_values(i64, size, std::nullopt, 0, {op, "index", "rows of the weight"});
+  const int64_t* p = i64.data<int64_t>();
+  for (int64_t i = 0; i < i64.numel(); ++i)
     KILN_CHECK(p[i] >= 0 && p[i] < size, op, ": index ", p[i], " is out of range for weight with V = ", size,
                " rows (weight shape ", shape_str(table.shape()), ", indices shape ", shape_str(idx.shape()), ")");
   return i64;

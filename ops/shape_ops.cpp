@@ -5,6 +5,7 @@
 #include <sstream>
 #include "core/autograd.h"
 #include "core/checked_math.h"
+#include "core/cuda.h"
 #include "ops/kernels/shape.h"
 #include "ops/dispatch.h"
 #include "ops/helpers.h"
@@ -48,14 +49,16 @@ void run_cat(Op op, const std::vector<Tensor>& conv, const std::vector<int64_t>&
       ->forward(out.element_size(), ptrs.data(), inner.data(), int64_t(conv.size()), out.raw_data(), outer);
 }
 
-// Indices as a contiguous int64 tensor with every value in [0, size).
+// Indices as a contiguous int64 tensor with every value in [0, size): checked here on the
+// CPU, on the device for a GPU tensor (core/cuda.h: checked_values).
 Tensor checked_index(const Tensor& index, int64_t size, int64_t dim, const char* op, const Tensor& x) {
   KILN_CHECK(index.dtype() == DType::int64 || index.dtype() == DType::int32, op,
              ": index must be int64 or int32, got ", describe(index));
   Tensor i64 = index.to(DType::int64).contiguous();
-  Tensor host = i64.is_cpu() ? i64 : i64.to(Device::cpu());
-  const int64_t* p = host.data<int64_t>();
-  for (int64_t i = 0; i < host.numel(); ++i)
+  if (!i64.is_cpu())  // checked on the GPU, reported at the next host read (no wait here)
+    return cuda::checked_values(i64, size, std::nullopt, 0, {op, "index", "entries along the indexed dim"});
+  const int64_t* p = i64.data<int64_t>();
+  for (int64_t i = 0; i < i64.numel(); ++i)
     KILN_CHECK(p[i] >= 0 && p[i] < size, op, ": index ", p[i], " is out of range for dim ", dim, " of size ", size,
                " (input shape ", shape_str(x.shape()), ", index shape ", shape_str(index.shape()), ")");
   return i64;

@@ -165,14 +165,17 @@ void device_to_host(const Tensor& dst, const Tensor& src) {
     s = Tensor::empty(src.shape(), dst.dtype(), src.device());
     copy_on_device(s, src);
   }
+  note_host_sync();
   if (dst.is_contiguous()) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), s.raw_data(), nbytes_of(s), cudaMemcpyDeviceToHost, stream));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host reads dst next
+    raise_check_errors(src.device().index);           // a bad index found since the last read
     return;
   }
   Tensor h = Tensor::empty(s.shape(), s.dtype(), Device::cpu());
   KILN_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), s.raw_data(), nbytes_of(s), cudaMemcpyDeviceToHost, stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  raise_check_errors(src.device().index);
   copy_tensor(dst, h);  // CPU scatter into the strided destination
 }
 
@@ -192,6 +195,7 @@ void device_to_device(const Tensor& dst, const Tensor& src) {
       copy_on_device(t, c);
       c = t;
     }
+    note_host_sync();
     KILN_CUDA_CHECK(cudaStreamSynchronize(current_raw_stream(-1)));  // c is complete
   }
   DeviceGuard g(dst.device().index);
@@ -200,7 +204,25 @@ void device_to_device(const Tensor& dst, const Tensor& src) {
   KILN_CUDA_CHECK(cudaMemcpyPeerAsync(up.raw_data(), dst.device().index, c.raw_data(), src.device().index,
                                       nbytes_of(c), current_raw_stream(-1)));
   if (!direct) copy_on_device(dst, expand_compact(up, dst.shape()));
+  note_host_sync();
   KILN_CUDA_CHECK(cudaStreamSynchronize(current_raw_stream(-1)));  // c (on the other GPU) may be freed next
+}
+
+// dst[i] = start + i * step in float64, converted as the CPU converts (fill and arange).
+template <class D>
+__global__ void range_kernel(D* p, int64_t n, double start, double step) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = static_cast<D>(start + double(i) * step);
+}
+
+void cuda_range(const Tensor& dst, double start, double step) {
+  DeviceGuard g(dst.device().index);
+  const LaunchConfig lc = launch_config(dst.numel(), loop_max_blocks());
+  KILN_DISPATCH_ALL(dst.dtype(), "fill", [&]<class D>() {
+    range_kernel<D><<<lc.grid, lc.block, 0, current_raw_stream(-1)>>>(static_cast<D*>(dst.raw_data()), dst.numel(),
+                                                                      start, step);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void cuda_copy(const Tensor& dst, const Tensor& src) {
@@ -211,7 +233,10 @@ void cuda_copy(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-void register_cuda_copy() { register_device_copy(&cuda_copy); }
+void register_cuda_copy() {
+  register_device_copy(&cuda_copy);
+  register_device_range(&cuda_range);
+}
 
 // ---------------------------------------------------------------- pinned tensors
 

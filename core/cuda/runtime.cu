@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <vector>
 #include "core/cuda.h"
 #include "core/cuda_memory.h"
@@ -111,12 +112,11 @@ void set_device(int device) { KILN_CUDA_CHECK(cudaSetDevice(resolve_device(devic
 int current_device() { return resolve_device(-1); }
 
 void synchronize(int device) {
-  if (device < 0) {
-    KILN_CUDA_CHECK(cudaDeviceSynchronize());
-    return;
-  }
-  DeviceGuard g(device);
+  std::optional<DeviceGuard> g;
+  if (device >= 0) g.emplace(device);
+  note_host_sync();
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  raise_check_errors(device);
 }
 
 DeviceGuard::DeviceGuard(int device) {
@@ -143,7 +143,9 @@ Stream Stream::default_stream(int device) { return Stream(resolve_device(device)
 
 void Stream::synchronize() const {
   DeviceGuard g(device_);
+  note_host_sync();
   KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
+  raise_check_errors(device_);
 }
 
 bool Stream::query() const {
@@ -212,7 +214,9 @@ void Event::record(const Stream& s) {
 void Event::record() { record(current_stream()); }
 
 void Event::synchronize() const {
-  if (event_) KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+  if (!event_) return;
+  note_host_sync();
+  KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
 }
 
 bool Event::query() const {

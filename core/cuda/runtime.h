@@ -17,5 +17,7 @@ int resolve_device(int device);
 cudaStream_t current_raw_stream(int device = -1);
 /// Number of streaming multiprocessors of `device` (cached).
 int multiprocessor_count(int device);
+/// Counts one host synchronisation (cuda::host_sync_count; core/cuda/device_check.cu).
+void note_host_sync();
 
 }  // namespace kiln::cuda
