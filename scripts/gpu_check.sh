@@ -96,10 +96,10 @@ row "LD_LIBRARY_PATH" "$LD_LIBRARY_PATH"
 # The GPU tests, most valuable first (runtime and allocator, linalg, nn, reduce, elementwise,
 # training parity, optim, conv, shape); the CPU emulations of GPU index math run in CI too.
 FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_cuda_parity_linalg test_cuda_parity_nn
-  test_cuda_reduce test_cuda_parity_elementwise test_cuda_training test_dist test_cuda_parity_optim test_cuda_parity_conv
-  test_cuda_parity_shape"
+  test_cuda_reduce test_cuda_parity_elementwise test_cuda_training test_cuda_host_sync test_dist test_cuda_parity_optim
+  test_cuda_parity_conv test_cuda_parity_shape"
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
-  test_cuda_shape_index"
+  test_cuda_shape_index test_cuda_block_rows"
 if [ "$SANITIZE" -eq 0 ]; then
   say "stage 1: configure ($BUILD_DIR, sm_$CUDA_ARCHS) and build"
   CMAKE_ARGS=(-S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"
@@ -121,7 +121,8 @@ if [ "$SANITIZE" -eq 0 ]; then
   # -k 0 / -k: build everything that can be built, so one broken test leaves the others
   KEEP=$([ -f "$BUILD_DIR/build.ninja" ] && echo "-k 0" || echo "-k")
   # shellcheck disable=SC2086
-  timeout "$(limit 300)" cmake --build "$BUILD_DIR" -j "$JOBS" --target kiln_cli $FIRST_TESTS $LATER_TESTS -- $KEEP \
+  timeout "$(limit 300)" cmake --build "$BUILD_DIR" -j "$JOBS" --target kiln_cli ptxas_resources $FIRST_TESTS $LATER_TESTS \
+    -- $KEEP \
     > "$LOGS/build.log" 2>&1
   BUILD_RC=$?
   grep -E "error|Error" "$LOGS/build.log" | head -n 30
@@ -134,6 +135,11 @@ if [ "$SANITIZE" -eq 0 ]; then
     row "ldd $(basename "$b")" "$([ "$missing" -eq 0 ] && echo "all found" || grep "not found" "$LOGS/ldd_$(basename "$b").txt" | tr -s ' \t' ' ' | tr '\n' ';')"
     grep -E "cublas|cudnn|cudart" "$LOGS/ldd_$(basename "$b").txt" | sed 's/^/    /'
   done
+  # every kernel's registers / spills / stack / shared memory for sm_$CUDA_ARCHS (ptxas's report)
+  if [ -x "$BUILD_DIR/tests/ptxas_resources" ]; then
+    "$BUILD_DIR/tests/ptxas_resources" "$BUILD_DIR/CMakeFiles/kiln.dir" > "$LOGS/ptxas_resources.log" 2>&1
+    row "ptxas resources" "$([ $? -eq 0 ] && echo ok || echo "OVER A LIMIT") (ptxas_resources.log)"
+  fi
 fi
 
 # ---------------------------------------------------------------- 2. GPU tests, one by one

@@ -1,5 +1,7 @@
-// Block-wide reductions shared by the row kernels (reduce, softmax, layer_norm): one block
-// of kReduceThreads threads per row, partials combined with cub::BlockReduce.
+// Block-wide reductions shared by the row kernels (reduce, softmax, layer_norm, losses,
+// attention, conv's bias gradient): one block of kReduceThreads threads per row, partials
+// combined with cub::BlockReduce; and DeviceBlock, the block the row bodies of
+// ops/cuda/row_kernels.h run in on the GPU.
 #pragma once
 #include <cub/block/block_reduce.cuh>
 #include "ops/cuda/reduce_index.h"
@@ -38,5 +40,31 @@ __device__ __forceinline__ T block_max(T v) {
   __syncthreads();
   return r;
 }
+
+/// `op` (associative) over every thread's partial, returned to all threads.
+template <class V, class Op>
+__device__ __forceinline__ V block_reduce(V v, Op op) {
+  __shared__ typename BlockReduce<V>::TempStorage tmp;
+  __shared__ V result;
+  V r = BlockReduce<V>(tmp).Reduce(v, op);
+  if (threadIdx.x == 0) result = r;
+  __syncthreads();
+  r = result;
+  __syncthreads();
+  return r;
+}
+
+/// The real block, for the bodies of ops/cuda/row_kernels.h (launched with kReduceThreads
+/// threads per block: cub's reductions are sized for it).
+struct DeviceBlock {
+  __device__ int thread() const { return int(threadIdx.x); }
+  __device__ int size() const { return int(blockDim.x); }
+  template <class A>
+  __device__ A sum(A v) const { return block_sum(v); }
+  template <class T>
+  __device__ T max(T v) const { return block_max(v); }
+  template <class V, class Op>
+  __device__ V reduce(V v, Op op) const { return block_reduce(v, op); }
+};
 
 }  // namespace kiln::cuda

@@ -22,13 +22,13 @@
 #include "ops/cuda/handles.h"
 #include "ops/cuda/pool_index.h"
 #include "ops/cuda/register.h"
+#include "ops/cuda/row_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/linalg.h"
 
 namespace kiln {
 namespace {
 
-using cuda::block_sum;
 using cuda::kReduceThreads;
 
 /// Accumulation type: float for the 16-bit types and float32, double for float64.
@@ -51,19 +51,12 @@ __global__ void add_bias_kernel(T* y, const T* bias, int64_t O, int64_t L, int64
     y[i] = T(A(y[i]) + A(bias[(i / L) % O]));
 }
 
-// dbias[o] = sum over (n, l) of dy (N, O, L): one block per channel, a fixed-order block sum.
+// dbias[o] = sum over (n, l) of dy (N, O, L): one block per channel, a fixed-order block
+// sum (ops/cuda/row_kernels.h's bias_grad_channel, run on the CPU by test_cuda_block_rows).
 template <class T>
 __global__ void bias_grad_kernel(const T* dy, T* db, int64_t N, int64_t O, int64_t L) {
-  using A = typename AccOf<T>::type;
-  for (int64_t o = blockIdx.x; o < O; o += gridDim.x) {
-    A s = A(0);
-    for (int64_t j = threadIdx.x; j < N * L; j += blockDim.x) {
-      const int64_t n = j / L, l = j - n * L;
-      s += A(dy[(n * O + o) * L + l]);
-    }
-    s = block_sum(s);
-    if (threadIdx.x == 0) db[o] = T(s);
-  }
+  for (int64_t o = blockIdx.x; o < O; o += gridDim.x)
+    cuda::rows::bias_grad_channel<T, typename AccOf<T>::type>(cuda::DeviceBlock{}, o, dy, db, N, O, L);
 }
 
 // One thread per output (p, oh, ow).

@@ -12,6 +12,7 @@
 #include "ops/kernels/loss.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/reduce_index.h"
+#include "ops/cuda/row_kernels.h"
 #include "ops/cuda/register.h"
 #include "ops/cuda/shape_cuda.h"
 #include "ops/dispatch.h"
@@ -20,8 +21,6 @@
 namespace kiln {
 namespace {
 
-using cuda::block_max;
-using cuda::block_sum;
 using cuda::kReduceThreads;
 using cuda::reduce_elem_offset;
 
@@ -41,37 +40,14 @@ void dispatch_loss(DType dt, const char* op, F&& f) {
 
 // ================================================================ kernels
 
-// One block per row k = n * S + s of the logits (N, C, S), its class c at
-// reduce_elem_offset(k, c, C, S). Sums in double, as the CPU.
+// One block per row k = n * S + s of the logits (N, C, S): ops/cuda/row_kernels.h's
+// cross_entropy_forward_row (run on the CPU by test_cuda_block_rows).
 template <class T>
 __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* loss, T* row_max, T* log_sum,
                                              int64_t rows, int64_t C, int64_t S, int64_t ignore_index, double eps) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, c, C, S)]);
-    m = block_max(m);
-    double se = 0, sx = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      const T xv = x[reduce_elem_offset(k, c, C, S)];
-      se += double(math::fast_exp(xv - m));
-      sx += double(xv);
-    }
-    se = block_sum(se);
-    if (eps > 0) sx = block_sum(sx);
-    if (threadIdx.x == 0) {
-      const double ls = log(se);  // kept apart from m (see CrossEntropyKernelArgs)
-      row_max[k] = m;
-      log_sum[k] = T(ls);
-      const int64_t t = tg[k];
-      if (t == ignore_index) {
-        loss[k] = T(0);
-      } else {
-        double v = (1.0 - eps) * (double(m) - double(x[reduce_elem_offset(k, t, C, S)])) + ls;
-        if (eps > 0) v += eps * (double(m) - sx / double(C));
-        loss[k] = T(v);
-      }
-    }
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::cross_entropy_forward_row<T>(cuda::DeviceBlock{}, k, x, tg, loss, row_max, log_sum, C, S,
+                                             ignore_index, eps);
 }
 
 // dx[n, c, s] = g (softmax[c] - eps / C) - g (1 - eps) [c == t], 0 where ignored.
@@ -122,22 +98,13 @@ __global__ void mse_kernel(const T* x, const T* y, T* out, int64_t n) {
 // Partial sums of (x - y)^2: block b takes i = b * B + t, + grid * B, ... (fixed by n).
 template <class T>
 __global__ void mse_partial_kernel(const T* x, const T* y, double* part, int64_t n) {
-  double acc = 0;
-  KILN_GRID_STRIDE(i, n) {
-    const double d = double(x[i]) - double(y[i]);
-    acc += d * d;
-  }
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+  cuda::rows::mse_partial_block<T>(cuda::DeviceBlock{}, blockIdx.x, gridDim.x, x, y, part, n);
 }
 
 // One block: out[0] = scale * sum of the partials.
 template <class T>
 __global__ void mse_finish_kernel(const double* part, int64_t np, T* out, double scale) {
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < np; i += blockDim.x) acc += part[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) out[0] = T(acc * scale);
+  cuda::rows::mse_finish_block<T>(cuda::DeviceBlock{}, part, np, out, scale);
 }
 
 template <class T>

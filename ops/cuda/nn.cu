@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "ops/kernels/nn.h"
 #include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/row_kernels.h"
 #include "ops/cuda/gemm_map.h"
 #include "ops/cuda/handles.h"
 #include "ops/cuda/dtype_dispatch.h"
@@ -24,8 +25,6 @@
 namespace kiln {
 namespace {
 
-using cuda::block_max;
-using cuda::block_sum;
 using cuda::kReduceThreads;
 
 template <class T> constexpr DType dtype_of() { return std::is_same_v<T, double> ? DType::float64 : DType::float32; }
@@ -57,33 +56,13 @@ __global__ void convert_kernel(const Src* in, Dst* out, int64_t n) {
     out[i] = Dst(static_cast<float>(in[i]));
 }
 
-// Keys query row i sees: j < i + 1 when causal (top-left aligned, as the CPU), else all.
-__device__ __forceinline__ int64_t keys_seen(int64_t i, int64_t Tk, bool causal) {
-  return causal ? (i + 1 < Tk ? i + 1 : Tk) : Tk;
-}
-
-// log sum_j<n exp(row[j]) over one row, by the whole block (every thread gets it).
-template <class T>
-__device__ T row_logsumexp(const T* row, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmax(m, row[j]);
-  m = block_max(m);
-  T sum = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += math::fast_exp(row[j] - m);
-  return m + log(block_sum(sum));
-}
-
 // One block per row k = b * Tq + i of the scores s (B, Tq, Tk) (already scaled): masks the
-// keys row i does not see, turns the row into probabilities in place, saves lse.
+// keys row i does not see, turns the row into probabilities in place, saves lse. The row
+// bodies are ops/cuda/row_kernels.h's (run on the CPU by test_cuda_block_rows).
 template <class T>
 __global__ void attention_softmax_kernel(T* s, T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    T* row = s + k * Tk;  // (Tk)
-    const int64_t ni = keys_seen(k % Tq, Tk, causal);
-    const T l = row_logsumexp(row, ni);
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - l) : T(0);
-    if (threadIdx.x == 0) lse[k] = l;
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::attention_softmax_row<T>(cuda::DeviceBlock{}, k, s, lse, nullptr, Tq, Tk, causal);
 }
 
 // Backward: the scores s (B, Tq, Tk) (scaled) become the probabilities p = exp(s - lse)
@@ -91,12 +70,8 @@ __global__ void attention_softmax_kernel(T* s, T* lse, int64_t rows, int64_t Tq,
 // saved it in 16 bits) is recomputed here from the row.
 template <class T>
 __global__ void attention_probs_kernel(T* s, const T* lse, int64_t rows, int64_t Tq, int64_t Tk, bool causal) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    T* row = s + k * Tk;
-    const int64_t ni = keys_seen(k % Tq, Tk, causal);
-    const T l = lse ? lse[k] : row_logsumexp(row, ni);
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) row[j] = j < ni ? math::fast_exp(row[j] - l) : T(0);
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::attention_softmax_row<T>(cuda::DeviceBlock{}, k, s, nullptr, lse, Tq, Tk, causal);
 }
 
 // Backward, one block per row k: dsum = dout_k . out_k, then in place
@@ -104,15 +79,8 @@ __global__ void attention_probs_kernel(T* s, const T* lse, int64_t rows, int64_t
 template <class T>
 __global__ void attention_dscores_kernel(const T* p, T* dp, const T* dout, const T* out, int64_t rows, int64_t Tk,
                                          int64_t Ev, T scale) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    T d = 0;
-    for (int64_t e = threadIdx.x; e < Ev; e += blockDim.x) d += dout[k * Ev + e] * out[k * Ev + e];
-    d = block_sum(d);
-    for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
-      const int64_t o = k * Tk + j;
-      dp[o] = p[o] * (dp[o] - d) * scale;
-    }
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::attention_dscores_row<T>(cuda::DeviceBlock{}, k, p, dp, dout, out, Tk, Ev, scale);
 }
 
 // ================================================================ launchers

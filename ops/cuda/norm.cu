@@ -13,6 +13,7 @@
 #include "ops/kernels/norm.h"
 #include "ops/cuda/cudnn_readback.h"
 #include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/row_kernels.h"
 #include "ops/cuda/handles.h"
 #include "ops/cuda/register.h"
 #include "ops/dispatch.h"
@@ -20,48 +21,22 @@
 namespace kiln {
 namespace {
 
-using cuda::block_sum;
 using cuda::kReduceThreads;
 
+// The row bodies are ops/cuda/row_kernels.h's (run on the CPU by test_cuda_block_rows).
 template <class T>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* out, T* save_mean, T* save_rstd,
                                           int64_t R, int64_t D, double eps) {
-  for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
-    const T* xr = x + row * D;
-    T s = 0;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) s += xr[d];
-    const T mean = block_sum(s) / T(D);
-    T ss = 0;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss += (xr[d] - mean) * (xr[d] - mean);
-    const T rstd = T(1.0 / sqrt(double(block_sum(ss)) / double(D) + eps));
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-      out[row * D + d] = (xr[d] - mean) * rstd * (w ? w[d] : T(1)) + (b ? b[d] : T(0));
-    if (threadIdx.x == 0) {
-      save_mean[row] = mean;
-      save_rstd[row] = rstd;
-    }
-  }
+  for (int64_t row = blockIdx.x; row < R; row += gridDim.x)
+    cuda::rows::layer_norm_forward_row<T>(cuda::DeviceBlock{}, row, x, w, b, out, save_mean, save_rstd, D, eps);
 }
 
 // dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = g * w, per row.
 template <class T>
 __global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                                      int64_t R, int64_t D) {
-  for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
-    const T m = mean[row], r = rstd[row];
-    T a = 0, c = 0;  // sums of gw and gw * xhat
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-      const T gw = g[row * D + d] * (w ? w[d] : T(1));
-      a += gw;
-      c += gw * (x[row * D + d] - m) * r;
-    }
-    a = block_sum(a) / T(D);
-    c = block_sum(c) / T(D);
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-      const T gw = g[row * D + d] * (w ? w[d] : T(1));
-      dx[row * D + d] = r * (gw - a - (x[row * D + d] - m) * r * c);
-    }
-  }
+  for (int64_t row = blockIdx.x; row < R; row += gridDim.x)
+    cuda::rows::layer_norm_dx_row<T>(cuda::DeviceBlock{}, row, g, x, w, mean, rstd, dx, D);
 }
 
 // dweight / dbias, stage 1: block (tile, chunk) sums rows [chunk * rows_per_chunk, ...) of
@@ -128,21 +103,8 @@ __global__ void bn_eval_dx_kernel(const T* g, const T* w, const T* sinv, T* dx, 
 template <class T>
 __global__ void bn_eval_dwb_kernel(const T* g, const T* x, const T* smean, const T* sinv, T* dw, T* db, int64_t N,
                                    int64_t C, int64_t S) {
-  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    const T m = smean[c];
-    T sg = 0, sgx = 0;
-    for (int64_t j = threadIdx.x; j < N * S; j += blockDim.x) {
-      const int64_t n = j / S, i = (n * C + c) * S + (j - n * S);
-      sg += g[i];
-      sgx += g[i] * (x[i] - m);
-    }
-    sg = block_sum(sg);
-    sgx = block_sum(sgx);
-    if (threadIdx.x == 0) {
-      if (dw) dw[c] = sgx * sinv[c];
-      if (db) db[c] = sg;
-    }
-  }
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x)
+    cuda::rows::bn_eval_dwb_channel<T>(cuda::DeviceBlock{}, c, g, x, smean, sinv, dw, db, N, C, S);
 }
 
 void check_dtype(DType dt) {

@@ -11,6 +11,7 @@
 #include "ops/kernels/reduce.h"
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/reduce_index.h"
+#include "ops/cuda/row_kernels.h"
 #include "ops/cuda/register.h"
 
 namespace kiln {
@@ -19,91 +20,21 @@ namespace {
 using cuda::kReduceThreads;
 using cuda::reduce_elem_offset;
 
-using cuda::BlockReduce;
-using cuda::block_max;
-using cuda::block_sum;
+using cuda::DeviceBlock;
 
-template <class T>
-struct Best {
-  T v;
-  int64_t i;  // -1: none yet
-};
-
-// The winner of two candidates: the later one (larger index) wins only when it is better.
-template <bool IsMax, class T>
-struct PickBest {
-  __device__ Best<T> operator()(const Best<T>& a, const Best<T>& b) const {
-    if (a.i < 0) return b;
-    if (b.i < 0) return a;
-    const Best<T>& first = a.i < b.i ? a : b;
-    const Best<T>& second = a.i < b.i ? b : a;
-    return math::reduce_better<IsMax>(second.v, first.v) ? second : first;
-  }
-};
-
-template <bool IsMax, class T>
-__device__ Best<T> block_best(Best<T> v) {
-  __shared__ typename BlockReduce<Best<T>>::TempStorage tmp;
-  __shared__ Best<T> result;
-  Best<T> b = BlockReduce<Best<T>>(tmp).Reduce(v, PickBest<IsMax, T>());
-  if (threadIdx.x == 0) result = b;
-  __syncthreads();
-  Best<T> r = result;
-  __syncthreads();
-  return r;
-}
-
+// The row bodies are ops/cuda/row_kernels.h's (run on the CPU by test_cuda_block_rows).
 // kind: 0 sum (times scale: mean), 1 var, 2 std, 3 logsumexp.
 template <class T>
 __global__ void reduce_sum_kernel(const T* x, T* out, int64_t rows, int64_t R, int64_t I, int kind, double scale,
                                   double denom) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    if (kind == 3) {  // logsumexp: max, then sum of exp(x - max)
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t r = threadIdx.x; r < R; r += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, r, R, I)]);
-      m = block_max(m);
-      T s = 0;
-      if (isfinite(m))
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += math::fast_exp(x[reduce_elem_offset(k, r, R, I)] - m);
-      s = block_sum(s);
-      if (threadIdx.x == 0) out[k] = math::logsumexp_finish(m, s);
-      continue;
-    }
-    T s = 0;
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += x[reduce_elem_offset(k, r, R, I)];
-    s = block_sum(s);
-    if (kind == 0) {
-      if (threadIdx.x == 0) out[k] = T(double(s) * scale);
-      continue;
-    }
-    const T mean = T(double(s) / double(R));
-    T ss = 0;
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
-      const T d = x[reduce_elem_offset(k, r, R, I)] - mean;
-      ss += d * d;
-    }
-    ss = block_sum(ss);
-    if (threadIdx.x == 0) {
-      const double v = R == 0 ? std::numeric_limits<double>::quiet_NaN() : double(ss) / denom;
-      out[k] = T(kind == 2 ? sqrt(v) : v);
-    }
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::reduce_sum_row<T>(DeviceBlock{}, k, x, out, R, I, kind, scale, denom);
 }
 
 template <bool IsMax, class T>
 __global__ void reduce_best_kernel(const T* x, T* values, int64_t* indices, int64_t rows, int64_t R, int64_t I) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    Best<T> b{T(0), -1};
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {  // r increases: later ones win only when better
-      const T v = x[reduce_elem_offset(k, r, R, I)];
-      if (b.i < 0 || math::reduce_better<IsMax>(v, b.v)) b = {v, r};
-    }
-    b = block_best<IsMax>(b);
-    if (threadIdx.x == 0) {
-      if (values) values[k] = b.v;
-      if (indices) indices[k] = b.i;
-    }
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::reduce_best_row<IsMax, T>(DeviceBlock{}, k, x, values, indices, R, I);
 }
 
 // dx (outer, reduce, inner) = 0 except dx[o, idx[k], i] = g[k].
@@ -159,12 +90,8 @@ void reduce_t(Op op, const ReduceArgs& a) {
 // Integer sum: int64 accumulator and output (as the CPU).
 template <class T>
 __global__ void reduce_sum_int_kernel(const T* x, int64_t* out, int64_t rows, int64_t R, int64_t I) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    int64_t s = 0;
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) s += int64_t(x[reduce_elem_offset(k, r, R, I)]);
-    s = block_sum(s);
-    if (threadIdx.x == 0) out[k] = s;
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::reduce_sum_int_row<T>(DeviceBlock{}, k, x, out, R, I);
 }
 
 // Integer and bool (read as uint8) inputs: sum (int64 out), max/min (values in x's dtype),
@@ -219,35 +146,13 @@ void reduce_cuda(Op op, DType dt, const ReduceArgs& a) {
 
 template <class T>
 __global__ void softmax_kernel(bool is_log, const T* x, T* y, int64_t rows, int64_t D, int64_t I) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t r = threadIdx.x; r < D; r += blockDim.x) m = fmax(m, x[reduce_elem_offset(k, r, D, I)]);
-    m = block_max(m);
-    T s = 0;
-    for (int64_t r = threadIdx.x; r < D; r += blockDim.x) s += math::fast_exp(x[reduce_elem_offset(k, r, D, I)] - m);
-    s = block_sum(s);
-    const T log_s = log(s);  // log_softmax = (x - m) - log(s): m + log(s) would round log(s) away
-    for (int64_t r = threadIdx.x; r < D; r += blockDim.x) {
-      const int64_t off = reduce_elem_offset(k, r, D, I);
-      y[off] = is_log ? (x[off] - m) - log_s : math::fast_exp(x[off] - m) / s;
-    }
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) cuda::rows::softmax_row<T>(DeviceBlock{}, k, is_log, x, y, D, I);
 }
 
 template <class T>
 __global__ void softmax_backward_kernel(bool is_log, const T* y, const T* g, T* dx, int64_t rows, int64_t D, int64_t I) {
-  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x) {
-    T s = 0;  // softmax: sum(g * y); log_softmax: sum(g)
-    for (int64_t r = threadIdx.x; r < D; r += blockDim.x) {
-      const int64_t off = reduce_elem_offset(k, r, D, I);
-      s += is_log ? g[off] : g[off] * y[off];
-    }
-    s = block_sum(s);
-    for (int64_t r = threadIdx.x; r < D; r += blockDim.x) {
-      const int64_t off = reduce_elem_offset(k, r, D, I);
-      dx[off] = is_log ? g[off] - math::fast_exp(y[off]) * s : y[off] * (g[off] - s);
-    }
-  }
+  for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
+    cuda::rows::softmax_backward_row<T>(DeviceBlock{}, k, is_log, y, g, dx, D, I);
 }
 
 void softmax_cuda(Op op, DType dt, const SoftmaxArgs& a) {
