@@ -69,6 +69,7 @@ void validate_config(const TrainConfig& c, const std::string& where, bool from_f
   check(std::isfinite(c.save_every_minutes) && c.save_every_minutes >= 0, "save-every-minutes",
         c.save_every_minutes, "a finite number >= 0");
   check(c.max_skips >= 1, "max-skips", c.max_skips, ">= 1");
+  check(c.log_every >= 0, "log-every", c.log_every, ">= 0");
 }
 
 // The saved fields of TrainConfig, one line each, for both directions.
@@ -187,6 +188,7 @@ TrainConfig merge_resumed_config(const TrainConfig& saved, const TrainConfig& cm
   c.stop_at = cmd.stop_at;
   c.max_minutes = cmd.max_minutes;
   c.progress = cmd.progress;
+  c.log_every = cmd.log_every;
   c.zero = cmd.zero;  // how the ranks share the optimizer state: the checkpoint holds the full state either way
   // A resumed run goes on saving where it was resumed from unless told otherwise.
   c.save = cmd.given.count("save") ? cmd.save : cmd.resume;

@@ -38,6 +38,7 @@
 #include "ops/dispatch.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
+#include "ops/shape_ops.h"
 #include "optim/adam.h"
 #include "optim/batch_finder.h"
 #include "optim/grad_scaler.h"
@@ -93,6 +94,8 @@ const std::vector<FlagSpec>& train_flags() {
       {"metrics", true, "", "metrics CSV (a PNG plot is written beside it); default runs/TASK-MODEL.csv"},
       {"log", true, "", "also write the log to this file"},
       {"no-progress", false, "", "no progress bar or progress lines, only the per-epoch log"},
+      {"log-every", true, "0", "optimizer steps between reads of the loss from the device (progress, metrics and "
+                               "the divergence guard's count; a read waits for the GPU); 0: 1 on the CPU, 10 on a GPU"},
       {"zero", false, "", "under mpirun: ZeRO-1, each rank keeps 1/ranks of the optimizer state (gradients "
                           "reduce-scattered, weights all-gathered at the step)"},
   };
@@ -220,7 +223,16 @@ void Trainer::wrap_model() {
   if (dist::world_size() > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model.module);
 }
 
-double Trainer::micro_step(const Tensor& input, const Tensor& target, bool last) {
+void Trainer::set_read_every() {
+  read_every = cfg.log_every > 0 ? cfg.log_every : device.is_cuda() ? 10 : 1;
+  if (dist::world_size() > 1 && read_every > 1) {
+    if (cfg.log_every > 1) spdlog::info("--log-every {}: under mpirun the loss is read every step (the ranks agree "
+                                        "on it)", cfg.log_every);
+    read_every = 1;
+  }
+}
+
+Tensor Trainer::micro_step(const Tensor& input, const Tensor& target, bool last) {
   if (ddp) ddp->set_require_sync(last && !cfg.zero);  // ZeRO-1 reduce-scatters in its step
   Tensor loss;
   {
@@ -231,32 +243,95 @@ double Trainer::micro_step(const Tensor& input, const Tensor& target, bool last)
   }
   Tensor scaled = scaler->scale(cfg.accum > 1 ? loss / double(cfg.accum) : loss);
   scaled.backward();
-  return loss.item();
+  return loss.detach().to(DType::float64);  // summed over the group in float64 (as doubles were)
 }
 
-bool Trainer::optimizer_step(double& loss) {
-  agree(loss);
-  bool took = false;
-  try {
+namespace {
+// A diverged run's error, naming the checkpoint that was kept.
+[[noreturn]] void diverged(const Error& e, const Trainer& t) {
+  KILN_FAIL(e.what(), t.saved_step >= 0 ? "; the last checkpoint, " + t.saved_path + " (step " +
+                                              std::to_string(t.saved_step) + "), was kept"
+                                        : std::string());
+}
+}  // namespace
+
+void Trainer::optimizer_step(const Tensor& group_loss, double lr) {
+  Pending p;
+  p.log.lr = lr;
+  if (read_every > 1 && dist::world_size() == 1 && device.is_cuda() && opt->can_skip_on_device()) {
+    // nothing read: the skip is decided on the device and counted by read_steps()
+    stop_sig = stop_requested();
+    p.loss = group_loss;
     if (scaler->is_enabled()) {  // fp16: the scaler checks the gradients and skips
       scaler->step(*opt);
       scaler->update();
-      took = !scaler->last_step_skipped() && std::isfinite(loss);
-      guard->record(!took, std::isfinite(loss) ? "inf/NaN gradients under fp16 loss scaling (scale now " +
-                                                     std::to_string(scaler->get_scale()) + ")"
-                                               : "loss " + std::to_string(loss));
-    } else if ((took = guard->check(loss, *opt))) {
-      opt->step();
+      p.skipped = scaler->last_step_skipped_flag();
+    } else {
+      p.skipped = guard->check_on_device(group_loss, *opt);
+      opt->step_unless(p.skipped);
     }
-  } catch (const Error& e) {
-    KILN_FAIL(e.what(), saved_step >= 0 ? "; the last checkpoint, " + saved_path + " (step " +
-                                              std::to_string(saved_step) + "), was kept"
-                                        : std::string());
+  } else {
+    double loss = group_loss.item();
+    agree(loss);
+    bool took = false;
+    try {
+      if (scaler->is_enabled()) {  // fp16: the scaler checks the gradients and skips
+        scaler->step(*opt);
+        scaler->update();
+        took = !scaler->last_step_skipped() && std::isfinite(loss);
+        guard->record(!took, std::isfinite(loss) ? "inf/NaN gradients under fp16 loss scaling (scale now " +
+                                                       std::to_string(scaler->get_scale()) + ")"
+                                                 : "loss " + std::to_string(loss));
+      } else if ((took = guard->check(loss, *opt))) {
+        opt->step();
+      }
+    } catch (const Error& e) {
+      diverged(e, *this);
+    }
+    p.log.loss = loss;
+    p.log.took = took;
   }
   opt->zero_grad();
   if (sched) sched->step();
   ++step;
-  return took;
+  p.log.step = step;
+  pending.push_back(std::move(p));
+}
+
+bool Trainer::read_due(bool at_end) const {
+  if (pending.empty()) return false;
+  return at_end || int64_t(pending.size()) >= read_every || stop_sig != 0 || stop_requested() || save_due();
+}
+
+void Trainer::read_steps(const std::function<void(const StepLog&)>& on_step) {
+  // one copy to the host for every loss and flag still on the device
+  std::vector<Tensor> parts;
+  for (const Pending& p : pending)
+    if (p.loss.defined()) {
+      parts.push_back(p.loss.reshape({1}));
+      parts.push_back(p.skipped.reshape({1}).to(DType::float64));
+    }
+  const std::vector<double> v = parts.empty() ? std::vector<double>{} : cat(parts, 0).to_vector<double>();
+  size_t j = 0;
+  for (Pending& p : pending) {
+    if (p.loss.defined()) {
+      StepLog& l = p.log;
+      l.loss = v[j++];
+      const bool flagged = v[j++] != 0;
+      l.took = !flagged && std::isfinite(l.loss);
+      try {
+        guard->record(!l.took, l.took                    ? std::string()
+                               : !std::isfinite(l.loss) ? "loss " + std::to_string(l.loss)
+                               : scaler->is_enabled() ? "inf/NaN gradients under fp16 loss scaling (scale now " +
+                                                            std::to_string(scaler->get_scale()) + ")"
+                                                      : std::string("an inf/NaN gradient"));
+      } catch (const Error& e) {
+        diverged(e, *this);
+      }
+    }
+    on_step(p.log);
+  }
+  pending.clear();
 }
 
 void Trainer::agree(double& loss) {
@@ -475,6 +550,7 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.resume = a.str("resume", "");
   c.metrics = a.str("metrics", "");
   c.progress = !a.flag("no-progress");
+  c.log_every = a.integer("log-every");
   c.zero = a.flag("zero");
   c.keep = a.integer("keep");
   c.max_skips = a.integer("max-skips");
@@ -515,6 +591,7 @@ TrainResult run_training(TrainConfig cfg) {
   Trainer t;
   t.cfg = cfg;
   t.device = pick_device(cfg.device);
+  t.set_read_every();
   if (!cfg.save.empty()) {
     const auto dir = std::filesystem::path(cfg.save).parent_path();
     KILN_CHECK(dir.empty() || std::filesystem::is_directory(dir), "--save ", cfg.save, ": folder ", dir.string(),

@@ -58,6 +58,7 @@ struct TrainConfig {
   bool zero = false;           ///< under mpirun: ZeRO-1 (optimizer state sharded over the ranks)
   bool batch_auto = false;     ///< --batch-size auto: find the largest batch that fits (batch_size is then 0 until found)
   int64_t memory_limit = 0;    ///< --memory-limit in bytes for --batch-size auto (0: 90% of the GPU's memory)
+  int64_t log_every = 0;       ///< optimizer steps between host reads of the loss (0: 1 on the CPU, 10 on a GPU)
   // not saved: how this command line relates to a resumed run
   std::set<std::string> given; ///< flags given on the command line (e.g. "lr")
   bool override_saved = false; ///< --override: given flags may change a resumed run's configuration

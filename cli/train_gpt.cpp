@@ -98,26 +98,30 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
     const int64_t end = std::min(cfg.steps, (t.step / cfg.eval_every + 1) * cfg.eval_every), first = t.step;
     ProgressBar bar("train " + std::to_string(t.epoch + 1) + "/" + std::to_string(n_evals), end - first);
     StepMeter meter(tokens_per_step, first);
+    // per optimizer step, once the host has read it (every --log-every steps on a GPU)
+    auto on_step = [&](const StepLog& s) {
+      result.losses.push_back(s.loss);
+      tally.add(s.loss, s.took);
+      const double rate = meter.rate(s.step);
+      if (cfg.progress) bar.update(s.step - first, s.loss, rate, "tokens/s");
+      if (tally.window_n == 50 && s.step != end)  // a row per 50 steps, loss averaged over them
+        metrics.append(tally.take_window(s.step, t.epoch + 1, s.lr, rate));
+    };
     while (t.step < end) {
       const double lr = t.opt->lr();
-      double loss = 0;
+      Tensor loss;  // float64 on the device, summed over the accumulation group
       for (int64_t m = 0; m < cfg.accum; ++m) {
         // The batch of (step, micro-batch) is a pure function of the seed: resuming needs no
         // data state. Under mpirun each rank takes its rows of the global batch.
         data::Rng rng(cfg.seed, uint64_t(t.step * cfg.accum + m));
         data::Batch b = text.train().get_batch(cfg.batch_size, cfg.context, rng);
         if (W > 1) b.input = b.input.narrow(0, dist::rank() * rows, rows), b.target = b.target.narrow(0, dist::rank() * rows, rows);
-        loss += t.micro_step(b.input.to(t.device), b.target.to(t.device), m + 1 == cfg.accum);
+        const Tensor l = t.micro_step(b.input.to(t.device), b.target.to(t.device), m + 1 == cfg.accum);
+        loss = loss.defined() ? loss + l : l;
       }
-      loss /= double(cfg.accum);
-      const bool took = t.optimizer_step(loss);
-      result.losses.push_back(loss);
-      tally.add(loss, took);
-      const double rate = meter.rate(t.step);
-      if (cfg.progress) bar.update(t.step - first, loss, rate, "tokens/s");
-      if (tally.window_n == 50 && t.step != end)  // a row per 50 steps, loss averaged over them
-        metrics.append(tally.take_window(t.step, t.epoch + 1, lr, rate));
-      if (t.step != end && (result.signal = t.checkpoint_point(tally))) break;
+      t.optimizer_step(loss / double(cfg.accum), lr);
+      if (t.read_due(t.step == end)) t.read_steps(on_step);
+      if (t.step != end && t.pending.empty() && (result.signal = t.checkpoint_point(tally))) break;
     }
     if (cfg.progress) bar.finish();
     if (result.signal) break;

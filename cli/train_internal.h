@@ -81,6 +81,16 @@ struct Tally {
   }
 };
 
+/// One optimizer step as the loops see it once the host has read it: its mean loss,
+/// whether it was taken (not skipped for a non-finite loss or gradients), the learning
+/// rate it ran with and the step count after it.
+struct StepLog {
+  double loss = 0;
+  bool took = true;
+  double lr = 0;
+  int64_t step = 0;
+};
+
 /// Everything that changes as a run goes and that a checkpoint must restore.
 struct Trainer {
   TrainConfig cfg;
@@ -99,6 +109,14 @@ struct Trainer {
   Clock::time_point last_save = Clock::now();
   int64_t saved_step = -1;     // step of the last checkpoint written or resumed from (-1: none)
   std::string saved_path;      // and its file
+  // Steps the host has not read yet (--log-every): on a GPU the loss and the skip flag stay
+  // there until read_steps() reads them all at once.
+  struct Pending {
+    Tensor loss, skipped;  // on the device; undefined once read
+    StepLog log;
+  };
+  std::vector<Pending> pending;
+  int64_t read_every = 1;  // cfg.log_every resolved for the device and the ranks
 
   /// The optimizer (AdamW for gpt, else SGD; ZeRO-1 with --zero), the schedule, the
   /// GradScaler and the divergence guard, for a run of total_steps optimizer steps.
@@ -113,14 +131,26 @@ struct Trainer {
   void find_batch(const std::function<std::pair<Tensor, Tensor>(int64_t)>& sample, int64_t max_per_rank);
   /// Wraps the model for data-parallel training when the job has several ranks.
   void wrap_model();
-  /// One forward + backward of a micro-batch; returns its (unscaled) loss. Under mpirun
-  /// the gradients are averaged over the ranks in the backward of the group's last
-  /// micro-batch only (`last`).
-  double micro_step(const Tensor& input, const Tensor& target, bool last = true);
+  /// Resolves --log-every (0: 1 on the CPU, 10 on a GPU; 1 under mpirun, whose ranks
+  /// agree on the loss every step).
+  void set_read_every();
+  /// One forward + backward of a micro-batch; returns its (unscaled) loss, detached, as
+  /// float64 on the device (not read). Under mpirun the gradients are averaged over the
+  /// ranks in the backward of the group's last micro-batch only (`last`).
+  Tensor micro_step(const Tensor& input, const Tensor& target, bool last = true);
   /// The optimizer step closing a group of cfg.accum micro-batches whose mean loss is
-  /// `loss`. Skipped (and counted) when the loss or a gradient is not finite; throws once
-  /// --max-skips steps in a row were skipped. Returns whether the step was taken.
-  bool optimizer_step(double& loss);
+  /// `loss`, run at learning rate `lr`; queued in `pending`. Skipped when the loss or a
+  /// gradient is not finite. With read_every > 1 on a GPU that decision stays on the
+  /// device (DivergenceGuard::check_on_device, or the GradScaler's) and nothing is read;
+  /// otherwise the loss is read and the guard decides here.
+  void optimizer_step(const Tensor& loss, double lr);
+  /// Whether the queued steps should be read now: read_every of them, the loop's last
+  /// step (`at_end`), or a stop signal or checkpoint that needs the tallies current.
+  bool read_due(bool at_end) const;
+  /// Reads every queued step (one host synchronisation for all of them), counts its skip
+  /// with the guard (which throws once --max-skips steps in a row were skipped) and calls
+  /// on_step in step order.
+  void read_steps(const std::function<void(const StepLog&)>& on_step);
   /// Under mpirun: `loss` becomes the mean of the ranks' losses (so the divergence guard
   /// decides the same everywhere), and a stop signal any rank got stops all after this step.
   void agree(double& loss);
@@ -128,7 +158,8 @@ struct Trainer {
   bool save_due() const;
   /// Writes the checkpoint (when --save is set) with the data position within the epoch.
   void save(const Tally& tally);
-  /// After a step: saves when due or when a signal asks the run to stop; returns the signal.
+  /// After a step whose reads are done: saves when due or when a signal asks the run to
+  /// stop; returns the signal.
   int checkpoint_point(const Tally& tally);
 };
 

@@ -143,25 +143,31 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
     loader.set_start_batch(tally.micro);  // 0, or where a checkpoint saved mid-epoch stopped
     ProgressBar bar("epoch " + std::to_string(t.epoch + 1) + "/" + std::to_string(cfg.epochs), steps_per_epoch);
     StepMeter meter(cfg.batch_size * cfg.accum, tally.done);
-    double group_loss = 0;
-    for (auto& batch : loader) {
-      if (tally.done == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
-      group_loss += t.micro_step(batch.input.to(t.device), batch.target.to(t.device), (tally.micro + 1) % cfg.accum == 0);
-      if (++tally.micro % cfg.accum) continue;
-      const double lr = t.opt->lr();
-      double loss = group_loss / double(cfg.accum);
-      group_loss = 0;
-      const bool took = t.optimizer_step(loss);
-      result.losses.push_back(loss);
-      tally.add(loss, took);
-      const double rate = meter.rate(tally.done);
-      if (cfg.progress) bar.update(tally.done, loss, rate);
+    // per optimizer step, once the host has read it (every --log-every steps on a GPU)
+    auto on_step = [&](const StepLog& s) {
+      result.losses.push_back(s.loss);
+      tally.add(s.loss, s.took);
+      if (cfg.progress) bar.update(tally.done, s.loss, meter.rate(tally.done));
       if (tally.window_n == 50 && tally.done < steps_per_epoch) {  // a row per 50 steps; the epoch's last below
-        metrics.append(tally.take_window(t.step, t.epoch + 1, lr, meter.window_rate(tally.window_n)));
+        metrics.append(tally.take_window(s.step, t.epoch + 1, s.lr, meter.window_rate(tally.window_n)));
         meter.new_window();
       }
-      if (tally.done < steps_per_epoch && (result.signal = t.checkpoint_point(tally))) break;
+    };
+    Tensor group_loss;  // float64 on the device, summed over the accumulation group
+    for (auto& batch : loader) {
+      const int64_t queued = tally.done + int64_t(t.pending.size());
+      if (queued == steps_per_epoch) break;  // a partial accumulation group at the end is dropped
+      const Tensor loss = t.micro_step(batch.input.to(t.device), batch.target.to(t.device),
+                                       (tally.micro + 1) % cfg.accum == 0);
+      group_loss = group_loss.defined() ? group_loss + loss : loss;
+      if (++tally.micro % cfg.accum) continue;
+      t.optimizer_step(group_loss / double(cfg.accum), t.opt->lr());
+      group_loss = Tensor();
+      const bool last = queued + 1 == steps_per_epoch;
+      if (t.read_due(last)) t.read_steps(on_step);
+      if (!last && t.pending.empty() && (result.signal = t.checkpoint_point(tally))) break;
     }
+    t.read_steps(on_step);  // the loader ran out before the last read
     if (cfg.progress) bar.finish();
     if (result.signal) break;
     const double secs = meter.elapsed();

@@ -1,7 +1,10 @@
 // DivergenceGuard (see divergence_guard.h).
 #include "optim/divergence_guard.h"
 #include <cmath>
+#include "core/autograd.h"
 #include "core/error.h"
+#include "ops/elementwise.h"
+#include "ops/helpers.h"
 #include "optim/grad_scaler.h"
 
 namespace kiln::optim {
@@ -28,6 +31,23 @@ bool DivergenceGuard::check(double loss, const std::vector<Tensor>& params, cons
   if (agree) bad = agree->agree_found_inf(bad);
   record(bad, bad ? "an inf/NaN gradient" : "");
   return !bad;
+}
+
+Tensor DivergenceGuard::check_on_device(const Tensor& loss, const Optimizer& opt) {
+  KILN_CHECK(loss.defined() && loss.numel() == 1 && loss.device().is_cuda(), "DivergenceGuard.check_on_device: "
+             "expected a one-element loss on a GPU, got ", loss.defined() ? describe(loss) : std::string("none"));
+  NoGradGuard ng;
+  const Device dev = loss.device();
+  // 0 * loss is NaN exactly when the loss is inf or NaN
+  Tensor found = ne(mul(loss.detach(), 0.0), 0.0).to(DType::float32).reshape({});
+  std::vector<Tensor> grads;
+  for (const Tensor& p : opt.all_params())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  KILN_CHECK(found_inf_and_unscale_on_device_(grads, found, ones({}, {.dtype = DType::float32, .device = dev})),
+             "DivergenceGuard.check_on_device: the gradients of ", opt.name(), " must be contiguous float32/float64 "
+             "tensors on ", dev.str(), " (use check() otherwise)");
+  opt.agree_found_inf(found);
+  return found;
 }
 
 void DivergenceGuard::record(bool skipped, const std::string& reason) {

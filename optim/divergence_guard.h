@@ -20,6 +20,9 @@ struct DivergenceGuardOptions {
 /// Usage, once per optimizer step, after backward:
 ///   if (guard.check(loss.item(), model.parameters())) opt.step();   // else the step is skipped
 ///   opt.zero_grad();
+/// On a GPU without waiting for it (the decision stays on the device, counted when read):
+///   Tensor bad = guard.check_on_device(loss, opt); opt.step_unless(bad); ... later:
+///   guard.record(bad.item() != 0, "...");
 /// With a GradScaler, let the scaler decide and report what it did:
 ///   scaler.step(opt); scaler.update(); guard.record(scaler.last_step_skipped(), "inf/NaN gradients (GradScaler)");
 class DivergenceGuard {
@@ -34,6 +37,12 @@ class DivergenceGuard {
   /// (dist::ZeroRedundancyOptimizer), the ranks agree (any inf/NaN skips the step on all).
   /// `loss` must already be the same on every rank (e.g. the mean over ranks).
   bool check(double loss, const Optimizer& opt);
+  /// The device form of check(opt), with no host synchronisation: returns a one-element
+  /// float32 flag on the gradients' GPU, non-zero when `loss` (a tensor on that GPU) or a
+  /// gradient is not finite, for opt.step_unless(flag). Nothing is counted here: read the
+  /// flag later and pass it to record() (kiln train does every --log-every steps).
+  /// Needs contiguous float32/float64 gradients on one CUDA device.
+  Tensor check_on_device(const Tensor& loss, const Optimizer& opt);
   /// Records a step the caller took (skipped = false) or skipped, with the reason.
   void record(bool skipped, const std::string& reason = "");
 

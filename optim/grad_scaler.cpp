@@ -63,6 +63,29 @@ void GradScaler::ensure_device(Device dev) const {
   last_found_dev_ = full({}, last_found_inf_ ? 1.0 : 0.0, f32);
 }
 
+bool found_inf_and_unscale_on_device_(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                      const Tensor& inv_scale) {
+  const Device dev = found_inf.device();
+  auto* k = reinterpret_cast<UnscaleMultiKernelFn*>(fused_update_kernel(FusedUpdate::unscale_multi, dev));
+  if (!dev.is_cuda() || !k) return false;
+  for (const auto& g : grads)
+    if (!(g.device() == dev) || !fused_dtype_ok(g.dtype()) || !g.is_contiguous()) return false;
+  for (DType dt : {DType::float32, DType::float64}) {
+    std::vector<TensorSlot> slots;
+    for (const auto& g : grads) {
+      if (g.dtype() != dt || g.numel() == 0) continue;
+      TensorSlot sl;
+      sl.g = g.raw_data();
+      sl.n = g.numel();
+      slots.push_back(sl);
+    }
+    if (!slots.empty())
+      k(dt, slots.data(), int64_t(slots.size()), static_cast<float*>(found_inf.raw_data()),
+        static_cast<const float*>(inv_scale.raw_data()));
+  }
+  return true;
+}
+
 bool GradScaler::device_unscale_ok(const std::vector<Tensor>& grads) const {
   if (grads.empty() || !grads[0].device().is_cuda()) return false;
   const Device dev = grads[0].device();
@@ -84,6 +107,11 @@ int64_t GradScaler::growth_tracker() const {
 }
 
 bool GradScaler::last_step_skipped() const { return on_device() ? last_found_dev_.item() != 0 : last_found_inf_; }
+
+Tensor GradScaler::last_step_skipped_flag() const {
+  if (on_device()) return last_found_dev_.clone();  // update() overwrites it in place next step
+  return full({}, last_found_inf_ ? 1.0 : 0.0, {.dtype = DType::float32});
+}
 
 Tensor GradScaler::scale(const Tensor& loss) const {
   if (!enabled_) return loss;
@@ -119,21 +147,8 @@ void GradScaler::unscale_(Optimizer& opt) {
     NoGradGuard ng;
     const Device dev = grads[0].device();
     ensure_device(dev);
-    auto* k = reinterpret_cast<UnscaleMultiKernelFn*>(fused_update_kernel(FusedUpdate::unscale_multi, dev));
     Tensor found = zeros({}, {.dtype = DType::float32, .device = dev});
-    for (DType dt : {DType::float32, DType::float64}) {
-      std::vector<TensorSlot> slots;
-      for (const auto& g : grads) {
-        if (g.dtype() != dt || g.numel() == 0) continue;
-        TensorSlot sl;
-        sl.g = g.raw_data();
-        sl.n = g.numel();
-        slots.push_back(sl);
-      }
-      if (!slots.empty())
-        k(dt, slots.data(), int64_t(slots.size()), static_cast<float*>(found.raw_data()),
-          static_cast<const float*>(inv_scale_dev_.raw_data()));
-    }
+    found_inf_and_unscale_on_device_(grads, found, inv_scale_dev_);  // device_unscale_ok: it runs
     opt.agree_found_inf(found);
     st.found_inf = false;
     st.found_inf_dev = found;

@@ -17,6 +17,14 @@ namespace kiln::optim {
 /// gradient's device, else tensor ops).
 bool found_inf_and_unscale_(std::vector<Tensor>& grads, float inv_scale);
 
+/// The device form, with no host synchronisation: one multi-tensor launch per dtype
+/// multiplies the gradients by the one-element float32 device tensor inv_scale and sets
+/// the one-element float32 device tensor found_inf to 1 when one held an inf or NaN.
+/// Returns false (and does nothing) unless every gradient is a contiguous float32/float64
+/// tensor on found_inf's CUDA device with the fused kernel there.
+bool found_inf_and_unscale_on_device_(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                      const Tensor& inv_scale);
+
 struct GradScalerOptions {
   double init_scale = 65536.0;  ///< 2^16
   double growth_factor = 2.0;
@@ -68,6 +76,9 @@ class GradScaler {
   int64_t growth_interval() const { return growth_interval_; }
   /// Whether the last update() saw an inf/NaN (its step was skipped).
   bool last_step_skipped() const;
+  /// The same without reading it: a one-element float32 tensor, 1 for a skipped step (on
+  /// the device path a copy on the GPU, for reading later; else on the CPU).
+  Tensor last_step_skipped_flag() const;
   /// True once the scale lives on a CUDA device.
   bool on_device() const { return scale_dev_.defined(); }
 

@@ -165,6 +165,49 @@ TEST_CASE("divergence guard: a diverging run stops by itself, reports skipped st
   CHECK(any_skipped);
 }
 
+TEST_CASE("--log-every N: the loop reads the loss every N steps and trains, logs and saves exactly as with 1") {
+  TinyMnist d;
+  // 10 steps of 2 micro-batches per epoch, checkpoints every 3 steps (a read comes first)
+  auto run = [&](const std::string& every, const std::string& name) {
+    return train(d.args({"--epochs", "2", "--accum", "2", "--log-every", every, "--save", d.tmp / (name + ".safetensors"),
+                         "--save-every", "3", "--metrics", d.tmp / (name + ".csv")}));
+  };
+  const TrainResult a = run("1", "a"), b = run("4", "b");
+  check_bitwise_equal(a.losses, b.losses);
+  CHECK(a.accuracy == b.accuracy);
+  const auto ra = read_metrics_csv(d.tmp / "a.csv"), rb = read_metrics_csv(d.tmp / "b.csv");
+  REQUIRE(ra.size() == rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    INFO("row " << i);
+    CHECK(ra[i].step == rb[i].step);
+    CHECK(ra[i].loss == rb[i].loss);
+    CHECK(ra[i].lr == rb[i].lr);
+    CHECK(ra[i].skipped == rb[i].skipped);
+  }
+  const TrainingState sa = Checkpoint::open(d.tmp / "a.safetensors").state();
+  const TrainingState sb = Checkpoint::open(d.tmp / "b.safetensors").state();
+  CHECK(sa.step == sb.step);
+  CHECK(sa.data.dump() == sb.data.dump());  // the same tallies and data position
+  // a mid-epoch checkpoint of the N = 4 run (step 3) resumes to the same losses
+  std::string mid;
+  for (int k = 0; k <= 2; ++k) {
+    const std::string p = k ? kept_file_path(d.tmp / "b.safetensors", k) : std::string(d.tmp / "b.safetensors");
+    if (std::filesystem::exists(p) && Checkpoint::open(p).state().step % 10 != 0) mid = p;
+  }
+  REQUIRE(!mid.empty());
+  std::filesystem::copy_file(mid, d.tmp / "mid.safetensors");
+  const TrainResult rest = train({"mnist", "--resume", d.tmp / "mid.safetensors", "--log-every", "4", "--no-progress",
+                                  "--metrics", d.tmp / "m.csv"});
+  const std::vector<double> tail(a.losses.begin() + rest.first_step, a.losses.end());
+  check_bitwise_equal(tail, rest.losses);
+  // the divergence guard still stops a run, counting skips when it reads them
+  CHECK(error_of([&] {
+          train(d.args({"--lr", "1e4", "--epochs", "30", "--max-skips", "5", "--log-every", "7", "--metrics",
+                        d.tmp / "div.csv"}));
+        }).find("training diverged") != std::string::npos);
+  CHECK(error_of([&] { train(d.args({"--log-every", "-1"})); }).find("log-every") != std::string::npos);
+}
+
 TEST_CASE("bad flags of train and generate are errors, found before any training") {
   TinyMnist d;
   CHECK(error_of([&] { train(d.args({"--lr", "inf"})); }).find("lr") != std::string::npos);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <vector>
+#include "kiln/testing.h"
 #include "parity.h"
 
 using namespace kiln;
@@ -144,4 +145,36 @@ TEST_CASE("a training step waits for the GPU zero times" * doctest::skip(kNoGpu)
             scaler.update();
           }) == 0);
   }
+}
+
+TEST_CASE("DivergenceGuard::check_on_device: the skip decided on the GPU, counted when read" * doctest::skip(kNoGpu)) {
+  manual_seed(4);
+  models::MLP m({.in = 8, .hidden = {16}, .out = 3});
+  m.to(kGpu);
+  optim::SGD opt(m.parameters(), {.lr = 0.1});
+  optim::DivergenceGuard guard({.max_consecutive_skips = 3});
+  const Tensor x = randn({4, 8}).to(kGpu), y = randint(0, 3, {4}).to(kGpu);
+  auto weights = [&] { return m.parameters().front().to(Device::cpu()); };
+  for (int bad = 0; bad < 3; ++bad) {  // 0: a good step; 1: a NaN loss; 2: an inf gradient
+    INFO("case " << bad);
+    opt.zero_grad();
+    Tensor loss = cross_entropy(m(x), y);
+    loss.backward();
+    if (bad == 1) loss = mul(loss, NAN);
+    if (bad == 2) {
+      NoGradGuard ng;
+      m.parameters().back().grad().fill_(INFINITY);
+    }
+    const Tensor before = weights();
+    const uint64_t syncs = cuda::host_sync_count();
+    const Tensor flag = guard.check_on_device(loss.detach(), opt);
+    opt.step_unless(flag);
+    CHECK(cuda::host_sync_count() == syncs);  // nothing read
+    CHECK((flag.item() != 0) == (bad != 0));
+    const bool moved = !kiln::testing::allclose(weights(), before, 0, 0);
+    CHECK(moved == (bad == 0));
+    guard.record(flag.item() != 0, "test");
+  }
+  CHECK(guard.skipped() == 2);
+  CHECK(guard.consecutive() == 2);
 }
