@@ -315,10 +315,44 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   run_backward({*this}, {grad}, retain_graph);
 }
 
+Tensor Function::forward(const std::vector<Tensor>&) {
+  KILN_FAIL(name(), ": override forward (one output, Function::apply) or forward_many (several outputs, "
+            "Function::apply_many)");
+}
+std::vector<Tensor> Function::backward(const Tensor&) {
+  KILN_FAIL(name(), ": override backward to go with forward");
+}
+std::vector<Tensor> Function::forward_many(const std::vector<Tensor>&) {
+  KILN_FAIL(name(), ": override forward_many (several outputs, Function::apply_many) or forward (one output, "
+            "Function::apply)");
+}
+std::vector<Tensor> Function::backward_many(const std::vector<Tensor>&) {
+  KILN_FAIL(name(), ": override backward_many to go with forward_many");
+}
+
 void Function::save_for_backward(const std::vector<Tensor>& ts) {
   saved_.clear();
   for (const auto& t : ts) saved_.push_back(t.defined() ? t.detach() : Tensor());
 }
+
+void Function::mark_non_differentiable(const std::vector<Tensor>& outputs) {
+  for (const Tensor& t : outputs)
+    if (t.defined()) non_diff_.push_back(t.impl_ptr());
+}
+
+bool Function::is_marked(const Tensor& t) const {
+  for (const auto& p : non_diff_)
+    if (p.get() == &t.impl()) return true;
+  return false;
+}
+
+namespace {
+// The gradients a Function's backward returned: one per input.
+std::vector<Tensor> checked_grads(std::vector<Tensor> gs, size_t n, const std::string& name) {
+  KILN_CHECK(gs.size() == n, name, ": backward returned ", gs.size(), " gradients for ", n, " inputs");
+  return gs;
+}
+}  // namespace
 
 Tensor Function::apply(std::shared_ptr<Function> fn, const std::vector<Tensor>& inputs) {
   Tensor out;
@@ -327,16 +361,74 @@ Tensor Function::apply(std::shared_ptr<Function> fn, const std::vector<Tensor>& 
     out = fn->forward(inputs);
   }
   KILN_CHECK(out.defined(), fn->name(), ": forward returned an undefined tensor");
+  const bool marked = fn->is_marked(out);
+  fn->non_diff_.clear();
   out = out.detach();
+  if (marked || !out.is_floating_point()) return out;
   record_node(out, "Function", inputs, fn->saved(), [fn](const Tensor& g, const std::vector<bool>& needs) {
     fn->needs_ = needs;
-    std::vector<Tensor> gs = fn->backward(g);
-    KILN_CHECK(gs.size() == needs.size(), fn->name(), ": backward returned ", gs.size(),
-               " gradients for ", needs.size(), " inputs");
-    return gs;
+    return checked_grads(fn->backward(g), needs.size(), fn->name());
   });
   if (out.grad_fn()) out.grad_fn()->name = fn->name();
   return out;
+}
+
+std::vector<Tensor> Function::apply_many(std::shared_ptr<Function> fn, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard g;
+    outs = fn->forward_many(inputs);
+  }
+  const std::string name = fn->name();
+  std::vector<size_t> diff;  // the outputs that get a gradient
+  for (size_t i = 0; i < outs.size(); ++i) {
+    KILN_CHECK(outs[i].defined(), name, ": forward_many returned an undefined tensor as output ", i);
+    if (outs[i].is_floating_point() && !fn->is_marked(outs[i])) diff.push_back(i);
+  }
+  fn->non_diff_.clear();
+  for (Tensor& o : outs) o = o.detach();
+  if (diff.empty() || !any_requires_grad(inputs)) return outs;
+  // The call's node sits behind a hidden 1-D tensor as long as the differentiable outputs
+  // together; output i's node hands its gradient to that node as its slice [off_i, off_i +
+  // n_i) of zeros, the engine sums those, and the call's node cuts the sum back into one
+  // gradient per output.
+  const Tensor& first = outs[diff[0]];
+  std::vector<int64_t> off, len;
+  std::vector<Shape> shapes;
+  int64_t total = 0;
+  for (size_t i : diff) {
+    const Tensor& o = outs[i];
+    KILN_CHECK(o.dtype() == first.dtype() && o.device() == first.device(), name, ": the differentiable outputs "
+               "must share one dtype and device, got output ", diff[0], " ", dtype_name(first.dtype()), " on ",
+               first.device().str(), " and output ", i, " ", dtype_name(o.dtype()), " on ", o.device().str(),
+               " (mark_non_differentiable the ones that need no gradient)");
+    off.push_back(total);
+    len.push_back(o.numel());
+    shapes.push_back(o.shape());
+    total += o.numel();
+  }
+  const TensorOptions opts{.dtype = first.dtype(), .device = first.device()};
+  Tensor joint = zeros({}, opts).expand({total});  // a graph handle: never read, holds no memory
+  const size_t n_out = outs.size();
+  record_node(joint, "Function", inputs, fn->saved(),
+              [fn, diff, off, len, shapes, n_out, name](const Tensor& g, const std::vector<bool>& needs) {
+                fn->needs_ = needs;
+                std::vector<Tensor> gos(n_out);
+                const Tensor gc = g.contiguous();
+                for (size_t k = 0; k < diff.size(); ++k) gos[diff[k]] = gc.narrow(0, off[k], len[k]).reshape(shapes[k]);
+                return checked_grads(fn->backward_many(gos), needs.size(), name);
+              });
+  if (joint.grad_fn()) joint.grad_fn()->name = name;
+  for (size_t k = 0; k < diff.size(); ++k) {
+    const int64_t o = off[k], n = len[k];
+    record_node(outs[diff[k]], "Function", {joint}, {}, [o, n, total, opts](const Tensor& g, const std::vector<bool>&) {
+      Tensor packed = zeros({total}, opts);
+      packed.narrow(0, o, n).copy_(g.reshape({n}));
+      return std::vector<Tensor>{packed};
+    });
+    outs[diff[k]].grad_fn()->name = name + " output " + std::to_string(diff[k]);
+  }
+  return outs;
 }
 
 }  // namespace kiln

@@ -104,11 +104,26 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 ///     std::vector<Tensor> backward(const Tensor& g) override { auto x = saved()[0]; return {g * 3.0 * x * x}; }
 ///   };
 ///   Tensor y = kiln::Function::apply(std::make_shared<Cube>(), {x});
+/// Each apply() takes a fresh object, so the object is the call's context: tensors for the
+/// backward go through save_for_backward (detached, with in-place changes detected),
+/// anything else (a dim, a flag, a scale, shapes) in plain members set in forward.
+/// Several outputs: override forward_many / backward_many instead and call apply_many.
+/// backward_many gets one gradient per output (zeros for a differentiable output that
+/// received none, undefined for a non-differentiable one) and returns one per input.
+/// Outputs that are not floating point (indices, counts) and those passed to
+/// mark_non_differentiable in forward get no gradient; the differentiable outputs must
+/// share one dtype and device.
 class Function {
  public:
   virtual ~Function() = default;
-  virtual Tensor forward(const std::vector<Tensor>& inputs) = 0;
-  virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  /// One output (used by apply). The default throws: override it or forward_many.
+  virtual Tensor forward(const std::vector<Tensor>& inputs);
+  /// The gradients of the inputs from the output's gradient (used by apply).
+  virtual std::vector<Tensor> backward(const Tensor& grad_output);
+  /// Several outputs (used by apply_many). The default throws: override it or forward.
+  virtual std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs);
+  /// The gradients of the inputs from one gradient per output (used by apply_many).
+  virtual std::vector<Tensor> backward_many(const std::vector<Tensor>& grad_outputs);
   /// Name used in error messages and printed graphs.
   virtual std::string name() const { return "Function"; }
 
@@ -117,13 +132,22 @@ class Function {
   const std::vector<Tensor>& saved() const { return saved_; }
   /// Whether input i needs a gradient (valid inside backward).
   bool needs_input_grad(size_t i) const { return i < needs_.size() && needs_[i]; }
+  /// Called in forward / forward_many on outputs it returns: they get no gradient (a mask,
+  /// sorted indices as floats, a statistic reported alongside).
+  void mark_non_differentiable(const std::vector<Tensor>& outputs);
 
   /// Runs fn->forward on inputs and records fn->backward on the tape.
   static Tensor apply(std::shared_ptr<Function> fn, const std::vector<Tensor>& inputs);
+  /// Runs fn->forward_many on inputs and records fn->backward_many on the tape: one node
+  /// for the call (named fn->name()) and one per differentiable output, whose gradients
+  /// reach the call's node together, so backward_many runs once per backward.
+  static std::vector<Tensor> apply_many(std::shared_ptr<Function> fn, const std::vector<Tensor>& inputs);
 
  private:
+  bool is_marked(const Tensor& t) const;
   std::vector<Tensor> saved_;
   std::vector<bool> needs_;
+  std::vector<std::shared_ptr<TensorImpl>> non_diff_;  // outputs marked in forward (cleared by apply)
 };
 
 }  // namespace kiln
