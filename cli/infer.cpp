@@ -53,7 +53,7 @@ Loaded load_trained(const std::string& path, Device device) {
   l.cfg = config_from_json(s.extra.at("config"), "'" + ck.path() + "': config");
   l.cfg.checkpoint_activations = false;
   if (l.cfg.task == "gpt") {
-    l.model = make_model(l.cfg, 0, 0, int64_t(numbers_of(l.meta, "kiln.vocab", path).size()));
+    l.model = make_model(l.cfg, 0, 0, tokenizer_from_metadata(l.meta, path).size());
   } else {
     const int64_t channels = int64_t(numbers_of(l.meta, "kiln.normalize_mean", path).size());
     auto it = l.meta.find("kiln.image_size");
@@ -74,9 +74,7 @@ int threads_flag(const Args& a) {
   return int(n);
 }
 
-data::CharVocab vocab_of(const Loaded& l, const std::string& path) {
-  return vocab_from_json(json::parse(l.meta.at("kiln.vocab"), path + " metadata kiln.vocab"), path);
-}
+data::Tokenizer tokenizer_of(const Loaded& l, const std::string& path) { return tokenizer_from_metadata(l.meta, path); }
 
 }  // namespace
 
@@ -84,10 +82,10 @@ int cmd_generate(int argc, char** argv, int first) {
   const std::vector<FlagSpec> specs = {
       {"checkpoint", true, "", "a GPT checkpoint written by kiln train gpt --save"},
       {"prompt", true, "", "text to continue (default: a newline)"},
-      {"tokens", true, "500", "characters to generate"},
+      {"tokens", true, "500", "tokens to generate (characters, or BPE tokens for --tokenizer bpe models)"},
       {"temperature", true, "0.8", "softmax temperature (0: greedy)"},
-      {"top-k", true, "20", "sample among the k most likely characters (0: all)"},
-      {"top-p", true, "1", "then among the most likely characters whose probabilities sum to p (nucleus; 1: all)"},
+      {"top-k", true, "20", "sample among the k most likely tokens (0: all)"},
+      {"top-p", true, "1", "then among the most likely tokens whose probabilities sum to p (nucleus; 1: all)"},
       {"seed", true, "0", "sampling seed"},
       {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
       {"threads", true, "", "CPU threads"},
@@ -98,7 +96,7 @@ int cmd_generate(int argc, char** argv, int first) {
   Loaded l = load_trained(path, pick_device(a.str("device")));
   KILN_CHECK(l.model.gpt != nullptr, "kiln generate: ", path, " holds a '", l.cfg.model,
              "' model; generate needs a GPT checkpoint (kiln train gpt --save F)");
-  const data::CharVocab vocab = vocab_of(l, path);
+  const data::Tokenizer vocab = tokenizer_of(l, path);
   const std::string prompt = a.str("prompt", "\n");
   KILN_CHECK(!prompt.empty(), "kiln generate: --prompt must not be empty");
   std::vector<int64_t> ids;
@@ -119,7 +117,7 @@ int cmd_generate(int argc, char** argv, int first) {
   Tensor out = l.model.gpt->generate(idx, tokens, temperature,
                                      top_k > 0 ? std::optional<int64_t>(top_k) : std::nullopt,
                                      top_p < 1 ? std::optional<double>(top_p) : std::nullopt);
-  std::printf("%s\n", vocab.decode(out.select(0, 0).to(Device::cpu())).c_str());
+  std::printf("%s\n", data::utf8_replace_invalid(vocab.decode(out.select(0, 0).to(Device::cpu()))).c_str());
   return 0;
 }
 
@@ -140,7 +138,7 @@ int cmd_eval(int argc, char** argv, int first) {
   NoGradGuard no_grad;
   if (l.cfg.task == "gpt") {
     const std::string text_path = a.str("text", l.cfg.data);
-    data::CharText text(text_path, {.context = l.cfg.context, .val_fraction = 0.1, .vocab = vocab_of(l, path)});
+    data::CharText text(text_path, {.context = l.cfg.context, .val_fraction = 0.1, .tokenizer = tokenizer_of(l, path)});
     data::DataLoader loader(text.val(), {.batch_size = a.integer("batch-size", 16)});
     double total = 0;
     int64_t n = 0;
@@ -151,9 +149,10 @@ int cmd_eval(int argc, char** argv, int first) {
                double(count);
       n += count;
     }
-    KILN_CHECK(n > 0, "kiln eval: ", text_path, " has no validation window of ", l.cfg.context, " characters");
-    std::printf("validation loss of %s on %s: %.4f nats/char over %lld characters\n", path.c_str(), text_path.c_str(),
-                total / double(n), static_cast<long long>(n));
+    const char* unit = l.cfg.tokenizer == "bpe" ? "token" : "char";
+    KILN_CHECK(n > 0, "kiln eval: ", text_path, " has no validation window of ", l.cfg.context, " tokens");
+    std::printf("validation loss of %s on %s: %.4f nats/%s over %lld %ss\n", path.c_str(), text_path.c_str(),
+                total / double(n), unit, static_cast<long long>(n), unit);
     return 0;
   }
   const std::string dir = a.str("data", l.cfg.data);

@@ -28,6 +28,26 @@ data::CharVocab vocab_from_json(const json::Value& v, const std::string& what) {
   return data::CharVocab(std::move(cps));
 }
 
+std::map<std::string, std::string> tokenizer_metadata(const data::Tokenizer& t) {
+  if (t.is_bpe()) return {{"kiln.tokenizer", "bpe"}, {"kiln.bpe", t.bpe().to_json().dump()}};
+  std::vector<double> cps;
+  for (char32_t c : t.chars().code_points()) cps.push_back(double(c));
+  return {{"kiln.tokenizer", "char"}, {"kiln.vocab", json_array(cps).dump()}};
+}
+
+data::Tokenizer tokenizer_from_metadata(const std::map<std::string, std::string>& meta, const std::string& file) {
+  auto kind = meta.find("kiln.tokenizer");
+  const std::string k = kind == meta.end() ? "char" : kind->second;
+  KILN_CHECK(k == "char" || k == "bpe", file, ": metadata \"kiln.tokenizer\" is '", k, "' (expected char or bpe)");
+  const std::string key = k == "bpe" ? "kiln.bpe" : "kiln.vocab";
+  auto it = meta.find(key);
+  const std::string where = file + ": metadata \"" + key + "\"";
+  KILN_CHECK(it != meta.end(), where, " is missing (not a GPT checkpoint written by kiln train gpt?)");
+  const json::Value v = json::parse(it->second, where);
+  if (k == "bpe") return data::Tokenizer(data::BpeTokenizer::from_json(v, where));
+  return data::Tokenizer(vocab_from_json(v, where));
+}
+
 void validate_config(const TrainConfig& c, const std::string& where, bool from_flags) {
   // named as the flag ("--batch-size 0") or as the saved key ("key \"batch_size\" = 0")
   auto check = [&](bool ok, const char* flag, const auto& value, const char* expected) {
@@ -70,6 +90,9 @@ void validate_config(const TrainConfig& c, const std::string& where, bool from_f
         c.save_every_minutes, "a finite number >= 0");
   check(c.max_skips >= 1, "max-skips", c.max_skips, ">= 1");
   check(c.log_every >= 0, "log-every", c.log_every, ">= 0");
+  check(c.tokenizer == "char" || c.tokenizer == "bpe", "tokenizer", c.tokenizer, "char or bpe");
+  check(c.tokenizer == "char" || gpt, "tokenizer", c.tokenizer, "char: only the gpt task has a tokenizer");
+  check(c.vocab_size >= 256 && c.vocab_size <= 65536, "vocab-size", c.vocab_size, "256 to 65536");
 }
 
 // The saved fields of TrainConfig, one line each, for both directions.
@@ -79,6 +102,8 @@ void validate_config(const TrainConfig& c, const std::string& where, bool from_f
   X(eval_every) X(eval_batches) X(context) X(layers) X(heads) X(width) X(dropout) X(prompt) X(sample_tokens) \
   X(stop_at) X(save) X(resume) X(metrics) X(progress) X(keep) X(save_every_steps) X(save_every_minutes)     \
   X(max_skips)
+// Saved fields added later: a checkpoint written before them was trained with the default.
+#define KILN_TRAIN_CONFIG_LATER_FIELDS(X) X(tokenizer) X(vocab_size)
 
 namespace {
 json::Value to_json(const std::string& s) { return json::Value(s); }
@@ -129,6 +154,7 @@ json::Value config_to_json(const TrainConfig& c) {
   json::Value j = json::Value::object();
 #define X(f) j[#f] = to_json(c.f);
   KILN_TRAIN_CONFIG_FIELDS(X)
+  KILN_TRAIN_CONFIG_LATER_FIELDS(X)
 #undef X
   return j;
 }
@@ -144,6 +170,14 @@ TrainConfig config_from_json(const json::Value& j, const std::string& where) {
     KILN_FAIL(where, ": key \"" #f "\": ", e.what());                 \
   }
   KILN_TRAIN_CONFIG_FIELDS(X)
+#undef X
+#define X(f)                                                          \
+  try {                                                               \
+    if (j.contains(#f)) from_json(j.at(#f), c.f);                     \
+  } catch (const Error& e) {                                          \
+    KILN_FAIL(where, ": key \"" #f "\": ", e.what());                 \
+  }
+  KILN_TRAIN_CONFIG_LATER_FIELDS(X)
 #undef X
   validate_config(c, where, false);
   return c;
@@ -225,6 +259,8 @@ TrainConfig merge_resumed_config(const TrainConfig& saved, const TrainConfig& cm
   setting("layers", c.layers, cmd.layers, false);
   setting("heads", c.heads, cmd.heads, false);
   setting("width", c.width, cmd.width, false);
+  setting("tokenizer", c.tokenizer, cmd.tokenizer, false);
+  setting("vocab-size", c.vocab_size, cmd.vocab_size, false);
   return c;
 }
 

@@ -2,6 +2,7 @@
 // holds the rest): the run's configuration as JSON, checked value by value when read back,
 // and the rules by which a resumed run's command line may (or may not) change it.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 #include "cli/train.h"
@@ -36,5 +37,11 @@ std::string describe_config(const TrainConfig& c);
 json::Value json_array(const std::vector<double>& values);
 /// A vocabulary saved as an array of code points.
 data::CharVocab vocab_from_json(const json::Value& v, const std::string& what);
+/// A GPT checkpoint's tokenizer metadata: "kiln.tokenizer" ("char" or "bpe") with
+/// "kiln.vocab" (the code points) or "kiln.bpe" (the merges, data::BpeTokenizer's JSON).
+std::map<std::string, std::string> tokenizer_metadata(const data::Tokenizer& t);
+/// Reads it back (a checkpoint without "kiln.tokenizer" is a character one); errors name
+/// `file` and the key.
+data::Tokenizer tokenizer_from_metadata(const std::map<std::string, std::string>& meta, const std::string& file);
 
 }  // namespace kiln::cli

@@ -82,6 +82,9 @@ const std::vector<FlagSpec>& train_flags() {
       {"heads", true, "4", "gpt: attention heads"},
       {"width", true, "128", "gpt: embedding width"},
       {"dropout", true, "0", "gpt: dropout probability"},
+      {"tokenizer", true, "char", "gpt: char (one token per character) or bpe (byte-level BPE trained on the "
+                                  "training text)"},
+      {"vocab-size", true, "512", "gpt --tokenizer bpe: tokens in the BPE vocabulary (256 bytes + merges)"},
       {"prompt", true, "", "gpt: prompt of the sample printed at the end (default: a newline)"},
       {"sample-tokens", true, "300", "gpt: characters sampled at the end"},
       {"stop-at", true, "0", "end this run after epoch N (vision) or step N (gpt) as if interrupted; --resume continues it"},
@@ -543,6 +546,9 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.heads = a.integer("heads");
   c.width = a.integer("width");
   c.dropout = a.number("dropout");
+  c.tokenizer = a.str("tokenizer");
+  c.vocab_size = a.integer("vocab-size");
+  KILN_CHECK(!c.given.count("vocab-size") || c.tokenizer == "bpe", "kiln train: --vocab-size is for --tokenizer bpe");
   c.prompt = a.str("prompt", "\n");
   c.sample_tokens = a.integer("sample-tokens");
   c.stop_at = a.integer("stop-at");

@@ -42,6 +42,8 @@ struct TrainConfig {
   int64_t eval_batches = 20;   ///< validation batches per estimate (gpt)
   int64_t context = 128, layers = 4, heads = 4, width = 128;
   double dropout = 0.0;
+  std::string tokenizer = "char";  ///< gpt: char | bpe (byte-level BPE trained on the training text)
+  int64_t vocab_size = 512;    ///< gpt --tokenizer bpe: tokens of the BPE vocabulary (256 bytes + merges)
   std::string prompt = "\n";   ///< sample printed at the end of a gpt run
   int64_t sample_tokens = 300;
   // files

@@ -38,25 +38,23 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   KILN_CHECK(!cfg.data.empty(), "kiln train gpt: --text FILE is required (for example a file of "
              "/usr/share/games/fortunes, or scripts/fortunes_corpus.sh's output)");
   data::CharTextOptions topt{.context = cfg.context, .val_fraction = 0.1};
-  if (resumed) {
-    auto it = resumed->metadata().find("kiln.vocab");
-    const std::string where = "'" + resumed->path() + "': metadata \"kiln.vocab\"";
-    KILN_CHECK(it != resumed->metadata().end(), where, " is missing");
-    topt.vocab = vocab_from_json(json::parse(it->second, where), where);
-  }
+  if (resumed) topt.tokenizer = tokenizer_from_metadata(resumed->metadata(), "'" + resumed->path() + "'");
+  else if (cfg.tokenizer == "bpe") topt.bpe_vocab = cfg.vocab_size;  // trained on the training split
   data::CharText text(cfg.data, topt);
+  const data::Tokenizer& tok = text.tokenizer();
+  const char* unit = tok.is_bpe() ? "tokens" : "characters";
   KILN_CHECK(text.val().num_tokens() > cfg.context + 1, "kiln train gpt: ", cfg.data, " is too short for context ",
-             cfg.context, " (", text.tokens().numel(), " characters)");
+             cfg.context, " (", text.val().num_tokens(), " validation ", unit, ")");
   // The sample's prompt is checked now, not after hours of training.
   std::vector<int64_t> prompt_ids;
   try {
-    prompt_ids = text.vocab().encode(cfg.prompt);
+    prompt_ids = tok.encode(cfg.prompt);
   } catch (const Error& e) {
     KILN_FAIL("kiln train gpt: --prompt has a character that is not in the text's vocabulary: ", e.what());
   }
-  spdlog::info("data: {} characters ({} train / {} validation), vocabulary of {} from {}", text.tokens().numel(),
-               text.train().num_tokens(), text.val().num_tokens(), text.vocab().size(), cfg.data);
-  t.model = make_model(cfg, 0, 0, text.vocab().size());
+  spdlog::info("data: {} {} ({} train / {} validation), {} vocabulary of {} from {}", text.tokens().numel(), unit,
+               text.train().num_tokens(), text.val().num_tokens(), tok.kind(), tok.size(), cfg.data);
+  t.model = make_model(cfg, 0, 0, tok.size());
   t.model.module->to(t.device);
   t.wrap_model();
   const int W = dist::world_size();
@@ -72,9 +70,7 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
              "multiple of the ", W, " ranks");
   const int64_t rows = cfg.batch_size / W;
   t.make_optimizer(cfg.steps);  // a resumed run restores its planned schedule
-  std::vector<double> vocab_cp;
-  for (char32_t c : text.vocab().code_points()) vocab_cp.push_back(double(c));
-  t.metadata = {{"kiln.vocab", json_array(vocab_cp).dump()}};
+  t.metadata = tokenizer_metadata(tok);
   Tally tally;
   if (resumed) {
     tally = t.restore(*resumed);
@@ -159,8 +155,8 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   t.model.module->eval();
   Tensor idx = from_vector(prompt_ids, {1, int64_t(prompt_ids.size())}).to(t.device);
   Tensor out = t.model.gpt->generate(idx, cfg.sample_tokens, 0.8, 20);
-  result.sample = text.vocab().decode(out.select(0, 0).to(Device::cpu()));
-  spdlog::info("final validation loss: {:.4f} nats/char (metrics: {}{})", val, csv,
+  result.sample = data::utf8_replace_invalid(tok.decode(out.select(0, 0).to(Device::cpu())));
+  spdlog::info("final validation loss: {:.4f} nats/{} (metrics: {}{})", val, tok.is_bpe() ? "token" : "char", csv,
                result.skipped ? ", " + std::to_string(result.skipped) + " steps skipped" : std::string());
   std::printf("---- sample (temperature 0.8, top-k 20) ----\n%s\n--------------------------------------------\n",
               result.sample.c_str());

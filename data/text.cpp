@@ -11,37 +11,63 @@ namespace kiln::data {
 
 // ---------------------------------------------------------------- UTF-8
 
+namespace {
+// The code point starting at byte i of s and its length in bytes, or why the bytes there
+// are not UTF-8 (then c and len are unset).
+const char* utf8_next(std::string_view s, size_t i, char32_t& c, size_t& len) {
+  const uint8_t b0 = uint8_t(s[i]);
+  if (b0 < 0x80) {
+    c = b0;
+    len = 1;
+    return nullptr;
+  }
+  size_t n = 0;
+  char32_t v = 0;
+  if ((b0 & 0xE0) == 0xC0) { n = 2; v = b0 & 0x1F; }
+  else if ((b0 & 0xF0) == 0xE0) { n = 3; v = b0 & 0x0F; }
+  else if ((b0 & 0xF8) == 0xF0) { n = 4; v = b0 & 0x07; }
+  else return "unexpected byte";
+  if (i + n > s.size()) return "sequence cut short by the end of the text";
+  for (size_t k = 1; k < n; ++k) {
+    const uint8_t b = uint8_t(s[i + k]);
+    if ((b & 0xC0) != 0x80) return "missing continuation byte";
+    v = (v << 6) | (b & 0x3F);
+  }
+  static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < kMin[n]) return "overlong encoding";
+  if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return "not a Unicode scalar value";
+  c = v;
+  len = n;
+  return nullptr;
+}
+}  // namespace
+
 std::vector<char32_t> utf8_decode(std::string_view s, const std::string& what) {
   std::vector<char32_t> out;
   out.reserve(s.size());
-  const size_t n = s.size();
-  auto bad = [&](size_t at, const char* why) {
-    KILN_FAIL(what, ": invalid UTF-8 at byte offset ", at, " (", why, ")");
-  };
-  for (size_t i = 0; i < n;) {
-    const uint8_t b0 = uint8_t(s[i]);
-    if (b0 < 0x80) {
-      out.push_back(b0);
+  for (size_t i = 0; i < s.size();) {
+    char32_t c = 0;
+    size_t len = 0;
+    if (const char* why = utf8_next(s, i, c, len)) KILN_FAIL(what, ": invalid UTF-8 at byte offset ", i, " (", why, ")");
+    out.push_back(c);
+    i += len;
+  }
+  return out;
+}
+
+std::string utf8_replace_invalid(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    char32_t c = 0;
+    size_t len = 0;
+    if (utf8_next(s, i, c, len)) {
+      utf8_append(out, 0xFFFD);  // one replacement per bad byte
       ++i;
       continue;
     }
-    int len = 0;
-    char32_t c = 0;
-    if ((b0 & 0xE0) == 0xC0) { len = 2; c = b0 & 0x1F; }
-    else if ((b0 & 0xF0) == 0xE0) { len = 3; c = b0 & 0x0F; }
-    else if ((b0 & 0xF8) == 0xF0) { len = 4; c = b0 & 0x07; }
-    else bad(i, "unexpected byte");
-    if (i + size_t(len) > n) bad(i, "sequence cut short by the end of the text");
-    for (int k = 1; k < len; ++k) {
-      const uint8_t b = uint8_t(s[i + size_t(k)]);
-      if ((b & 0xC0) != 0x80) bad(i, "missing continuation byte");
-      c = (c << 6) | (b & 0x3F);
-    }
-    static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < kMin[len]) bad(i, "overlong encoding");
-    if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) bad(i, "not a Unicode scalar value");
-    out.push_back(c);
-    i += size_t(len);
+    out.append(s.substr(i, len));
+    i += len;
   }
   return out;
 }
@@ -232,25 +258,52 @@ CharText::CharText(const std::string& path, CharTextOptions options) : path_(pat
   KILN_CHECK(options.context >= 1, "CharText: context must be >= 1, got ", options.context);
   std::vector<uint8_t> bytes = read_file_bytes(path);
   KILN_CHECK(!bytes.empty(), "CharText: '", path, "' is empty");
-  std::vector<char32_t> cps =
-      utf8_decode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), "CharText: '" + path + "'");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::vector<char32_t> cps = utf8_decode(text, "CharText: '" + path + "'");  // valid UTF-8 either way
+  const bool bpe = options.tokenizer ? options.tokenizer->is_bpe() : options.bpe_vocab > 0;
+  if (bpe) {
+    // split by characters (never inside one), then encode each split on its own
+    const int64_t n_cp = int64_t(cps.size());
+    const int64_t cut_cp = std::min<int64_t>(n_cp, int64_t(double(n_cp) * (1.0 - options.val_fraction)));
+    std::string train_text;
+    for (int64_t i = 0; i < cut_cp; ++i) utf8_append(train_text, cps[size_t(i)]);
+    const std::string_view val_text = text.substr(train_text.size());
+    cps = {};
+    tokenizer_ = options.tokenizer ? *options.tokenizer
+                                   : Tokenizer(BpeTokenizer::train(train_text, options.bpe_vocab));
+    std::vector<int64_t> ids = tokenizer_.encode(train_text);
+    const int64_t n_train = int64_t(ids.size());
+    const std::vector<int64_t> val_ids = tokenizer_.encode(val_text);
+    ids.insert(ids.end(), val_ids.begin(), val_ids.end());
+    tokens_ = from_vector(ids, {int64_t(ids.size())});
+    train_ = TokenDataset(tokens_.narrow(0, 0, n_train), options.context);
+    val_ = TokenDataset(tokens_.narrow(0, n_train, tokens_.numel() - n_train), options.context);
+    return;
+  }
   bytes = {};
-  vocab_ = options.vocab ? *options.vocab : CharVocab(cps);
+  tokenizer_ = options.tokenizer ? *options.tokenizer : Tokenizer(options.vocab ? *options.vocab : CharVocab(cps));
+  const CharVocab& vocab = tokenizer_.chars();
   const int64_t n = int64_t(cps.size());
   tokens_ = Tensor::empty({n}, DType::int64);
   int64_t* t = tokens_.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    t[i] = vocab_.id(cps[size_t(i)]);
+    t[i] = vocab.id(cps[size_t(i)]);
     if (t[i] < 0) {
       std::string ch;
       utf8_append(ch, cps[size_t(i)]);
       KILN_FAIL("CharText: '", path, "': character '", ch, "' (character ", i,
-                ") is not in the given vocabulary of ", vocab_.size(), " characters");
+                ") is not in the given vocabulary of ", vocab.size(), " characters");
     }
   }
   const int64_t n_train = std::min<int64_t>(n, int64_t(double(n) * (1.0 - options.val_fraction)));
   train_ = TokenDataset(tokens_.narrow(0, 0, n_train), options.context);
   val_ = TokenDataset(tokens_.narrow(0, n_train, n - n_train), options.context);
+}
+
+const CharVocab& CharText::vocab() const {
+  KILN_CHECK(!tokenizer_.is_bpe(), "CharText::vocab: '", path_, "' is tokenized by byte-level BPE, not characters; use "
+             "tokenizer()");
+  return tokenizer_.chars();
 }
 
 }  // namespace kiln::data

@@ -1,12 +1,13 @@
-// Character-level text data for GPT training: a vocabulary of the Unicode code points
-// of a UTF-8 text (multi-byte characters are single tokens), a token stream with random
-// (B, T) windows, and a sequential Dataset view of it.
+// Text data for GPT training: a vocabulary of the Unicode code points of a UTF-8 text
+// (multi-byte characters are single tokens) or a byte-level BPE tokenizer (data/bpe.h),
+// a token stream with random (B, T) windows, and a sequential Dataset view of it.
 #pragma once
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 #include "core/tensor.h"
+#include "data/bpe.h"
 #include "data/dataset.h"
 #include "data/rng.h"
 
@@ -50,6 +51,9 @@ class CharVocab {
 std::vector<char32_t> utf8_decode(std::string_view utf8, const std::string& what = "text");
 /// Encodes one code point as UTF-8 and appends it.
 void utf8_append(std::string& out, char32_t c);
+/// The bytes with every invalid UTF-8 sequence replaced by U+FFFD, for printing text a
+/// byte-level model generated (it may stop inside a character or emit a stray byte).
+std::string utf8_replace_invalid(std::string_view bytes);
 
 /// A token stream (int64 (N)) viewed as a Dataset of non-overlapping windows of
 /// `context` tokens (example i: input tokens[i*T, i*T+T), target shifted by one), and a
@@ -76,6 +80,31 @@ class TokenDataset : public Dataset {
   int64_t context_ = 1;
 };
 
+/// What turns a GPT's text into token ids and back: characters (CharVocab) or byte-level
+/// BPE (BpeTokenizer).
+class Tokenizer {
+ public:
+  /// Characters, from a vocabulary.
+  explicit Tokenizer(CharVocab vocab) : chars_(std::move(vocab)) {}
+  /// Byte-level BPE.
+  explicit Tokenizer(BpeTokenizer bpe) : bpe_(std::move(bpe)), is_bpe_(true) {}
+  bool is_bpe() const { return is_bpe_; }
+  /// "char" or "bpe".
+  const char* kind() const { return is_bpe_ ? "bpe" : "char"; }
+  int64_t size() const { return is_bpe_ ? bpe_.size() : chars_.size(); }
+  /// Token ids of a UTF-8 text (characters: throws for one not in the vocabulary).
+  std::vector<int64_t> encode(std::string_view utf8) const { return is_bpe_ ? bpe_.encode(utf8) : chars_.encode(utf8); }
+  std::string decode(const std::vector<int64_t>& ids) const { return is_bpe_ ? bpe_.decode(ids) : chars_.decode(ids); }
+  std::string decode(const Tensor& ids) const { return is_bpe_ ? bpe_.decode(ids) : chars_.decode(ids); }
+  const CharVocab& chars() const { return chars_; }  ///< empty for BPE
+  const BpeTokenizer& bpe() const { return bpe_; }   ///< bytes only for characters
+
+ private:
+  CharVocab chars_;
+  BpeTokenizer bpe_;
+  bool is_bpe_ = false;
+};
+
 /// Options of CharText.
 struct CharTextOptions {
   /// Window length of the sequential Dataset views train() / val().
@@ -85,14 +114,22 @@ struct CharTextOptions {
   /// Use this vocabulary instead of building one from the text (a character missing
   /// from it is an error).
   std::optional<CharVocab> vocab = std::nullopt;
+  /// Use this tokenizer (characters or BPE) instead; wins over `vocab` and `bpe_vocab`.
+  std::optional<Tokenizer> tokenizer = std::nullopt;
+  /// > 0: train a byte-level BPE of this many tokens (>= 256) on the training split and
+  /// use it instead of characters.
+  int64_t bpe_vocab = 0;
 };
 
-/// A UTF-8 text file (plain or .gz) as character tokens: vocabulary, train split (the
-/// first 1 - val_fraction of the tokens) and validation split.
+/// A UTF-8 text file (plain or .gz) as tokens, characters by default (or byte-level BPE:
+/// options.tokenizer, options.bpe_vocab): the tokenizer, the train split (the first
+/// 1 - val_fraction of the text) and the validation split.
 class CharText {
  public:
   explicit CharText(const std::string& path, CharTextOptions options = {});
-  const CharVocab& vocab() const { return vocab_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  /// The character vocabulary (throws for a BPE-tokenized text: use tokenizer()).
+  const CharVocab& vocab() const;
   const TokenDataset& train() const { return train_; }
   const TokenDataset& val() const { return val_; }
   /// All tokens, int64 (N).
@@ -101,7 +138,7 @@ class CharText {
 
  private:
   std::string path_;
-  CharVocab vocab_;
+  Tokenizer tokenizer_{CharVocab()};
   Tensor tokens_;
   TokenDataset train_, val_;
 };

@@ -79,6 +79,48 @@ TEST_CASE("kiln train gpt: resume with dropout and AdamW is bitwise equal; gener
                        doctest::Contains("prompt"), kiln::Error);
 }
 
+TEST_CASE("kiln train gpt --tokenizer bpe: subword tokens, saved with the checkpoint, resumed bitwise") {
+  TempDir tmp;
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "the quick brown fox jumps over the lazy dog. " + std::to_string(i % 9) + "\n";
+  kiln_test::write_text(tmp / "text.txt", text);
+  const std::vector<std::string> common = {"gpt", "--text", tmp / "text.txt", "--tokenizer", "bpe", "--vocab-size",
+                                           "300", "--layers", "1", "--width", "16", "--heads", "2", "--context", "8",
+                                           "--batch-size", "4", "--eval-every", "4", "--eval-batches", "2",
+                                           "--threads", "2", "--no-progress", "--sample-tokens", "10", "--seed", "3"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = common;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  TrainResult full = train(with({"--steps", "8", "--save", tmp / "full.safetensors", "--metrics", tmp / "m.csv"}));
+  REQUIRE(full.losses.size() == 8);
+  CHECK(std::isfinite(full.val_loss));
+  const auto meta = kiln::load_metadata(tmp / "full.safetensors");
+  CHECK(meta.at("kiln.tokenizer") == "bpe");
+  const data::BpeTokenizer bpe = data::BpeTokenizer::from_json(json::parse(meta.at("kiln.bpe"), "t"), "t");
+  CHECK(bpe.size() <= 300);
+  CHECK(bpe.size() > 256);
+  // the model's embedding has one row per BPE token
+  CHECK(kiln::load(tmp / "full.safetensors").at("wte.weight").size(0) == bpe.size());
+  TrainResult p1 = train(with({"--steps", "8", "--stop-at", "4", "--save", tmp / "p.safetensors", "--metrics", tmp / "p.csv"}));
+  TrainResult p2 = train({"gpt", "--resume", tmp / "p.safetensors", "--steps", "8", "--no-progress", "--metrics",
+                          tmp / "p.csv"});
+  std::vector<double> joined = p1.losses;
+  joined.insert(joined.end(), p2.losses.begin(), p2.losses.end());
+  check_bitwise_equal(full.losses, joined);
+  CHECK(command(cmd_generate, {"--checkpoint", tmp / "full.safetensors", "--prompt", "the ", "--tokens", "5"}) == 0);
+  CHECK(command(cmd_eval, {"--checkpoint", tmp / "full.safetensors"}) == 0);
+  // the tokenizer shapes the model: it cannot change on resume
+  CHECK(error_of([&] {
+          train({"gpt", "--resume", tmp / "p.safetensors", "--tokenizer", "char", "--override", "--no-progress"});
+        }).find("--tokenizer") != std::string::npos);
+  CHECK(error_of([&] { train({"gpt", "--text", tmp / "text.txt", "--vocab-size", "300"}); })
+            .find("--vocab-size is for --tokenizer bpe") != std::string::npos);
+  CHECK(error_of([&] { train({"gpt", "--text", tmp / "text.txt", "--tokenizer", "words"}); }).find("char or bpe") !=
+        std::string::npos);
+}
+
 TEST_CASE("kiln train: bad input is a clear kiln::Error") {
   TempDir tmp;
   CHECK(error_of([&] { train({"imagenet"}); }).find("unknown task") != std::string::npos);
