@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 #include <vector>
+#include "data/bpe.h"
 #include "data/text.h"
 #include "nn/serialize.h"
 
@@ -252,6 +253,10 @@ int main(int argc, char** argv) {
   write_gz(at("char_text", "seed_text.txt.gz"), Bytes(ascii.begin(), ascii.end()));
   data::CharVocab::from_text(utf8).save(at("char_vocab", "seed_vocab.json"));
   data::CharVocab().save(at("char_vocab", "seed_empty.json"));
+  // BPE tokenizers (also read as text to encode)
+  data::BpeTokenizer::train(ascii + utf8, 320).save(at("bpe", "seed_bpe.json"));
+  data::BpeTokenizer().save(at("bpe", "seed_bytes_only.json"));
+  write(at("bpe", "seed_text.txt"), utf8);
   std::printf("seed corpus written to %s\n", out_dir.c_str());
   return 0;
 }
