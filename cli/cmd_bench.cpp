@@ -15,12 +15,14 @@
 #include "bench/workloads.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/plot.h"
+#include "monitor/plot.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "ops/cpu/sgemm.h"
 
 namespace kiln::cli {
+
+using namespace kiln::monitor;  // the plots
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include <functional>
 #include <memory>
 #include "cli/args.h"
-#include "cli/metrics.h"
-#include "cli/progress.h"
+#include "monitor/metrics.h"
+#include "monitor/progress.h"
 #include "cli/run_state.h"
 #include "cli/signals.h"
 #include "core/cuda.h"

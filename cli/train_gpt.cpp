@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <spdlog/spdlog.h>
-#include "cli/progress.h"
+#include "monitor/progress.h"
 #include "cli/run_state.h"
 #include "cli/train_internal.h"
 #include "data/text.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "cli/metrics.h"
-#include "cli/step_meter.h"
+#include "monitor/metrics.h"
+#include "monitor/step_meter.h"
 #include "cli/train.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -26,6 +26,8 @@
 #include "optim/run_checkpoint.h"
 
 namespace kiln::cli {
+
+using namespace kiln::monitor;  // the progress bar, step meter and metrics log
 
 /// What a run has done within its current epoch (vision) or evaluation interval (gpt):
 /// saved as a checkpoint's data position, so a run saved mid-epoch resumes exactly.

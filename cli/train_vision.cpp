@@ -6,7 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <spdlog/spdlog.h>
-#include "cli/progress.h"
+#include "monitor/progress.h"
 #include "cli/run_state.h"
 #include "cli/train_internal.h"
 #include "data/dataloader.h"

@@ -1,14 +1,16 @@
 // Trains a small CNN (the "convnet" of WORKLOADS.md, spelled out layer by layer) on
 // Fashion-MNIST or MNIST: DataLoader with shuffling and worker threads, SGD with momentum,
-// the training loss every few steps and the test accuracy after each epoch.
+// a live progress bar, the training loss every few steps and the test accuracy after each
+// epoch in a metrics CSV with its PNG plot (kiln's monitor/, the same as `kiln train`'s).
 //
 //   mnist_cnn [--data DIR] [--epochs N] [--batch-size N] [--limit N] [--threads N]
-//             [--workers N] [--log-every N] [--save PATH]
+//             [--workers N] [--log-every N] [--save PATH] [--metrics CSV]
 //
 //   mnist_cnn                                   # Fashion-MNIST from /usr/share/datasets/fashion-mnist
 //   mnist_cnn --data ~/mnist --epochs 1         # any folder with the four MNIST IDX files (.gz or not)
 //   mnist_cnn --limit 1000                      # only the first 1000 train and test images (quick try)
-// The trained weights go to mnist_cnn.safetensors (--save PATH to change).
+// The trained weights go to mnist_cnn.safetensors (--save PATH to change), the metrics to
+// mnist_cnn.csv and mnist_cnn.png (--metrics CSV to change).
 //
 // Sanity check: it exits with status 1 if a loss is NaN/inf, or if (with 2+ epochs) the
 // last epoch's mean loss is not below the first's; the smoke test relies on that.
@@ -45,7 +47,8 @@ static kiln::data::TensorDataset first_n(const kiln::data::MNIST& d, int64_t n) 
 }
 
 static int run(int argc, char** argv) {
-  std::string data_dir = "/usr/share/datasets/fashion-mnist", save_path = "mnist_cnn.safetensors";
+  std::string data_dir = "/usr/share/datasets/fashion-mnist", save_path = "mnist_cnn.safetensors",
+              metrics_path = "mnist_cnn.csv";
   int epochs = 2, batch_size = 64, threads = 2, workers = 2, log_every = 100;
   int64_t limit = 0;
   for (int i = 1; i < argc; ++i) {
@@ -59,6 +62,7 @@ static int run(int argc, char** argv) {
     else if (a == "--workers") workers = std::stoi(next());
     else if (a == "--log-every") log_every = std::stoi(next());
     else if (a == "--save") save_path = next();
+    else if (a == "--metrics") metrics_path = next();
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   kiln::set_num_threads(threads);
@@ -80,10 +84,15 @@ static int run(int argc, char** argv) {
 
   double first_epoch_loss = 0, epoch_loss = 0;
   int64_t step = 0;
+  kiln::monitor::MetricsLog metrics(metrics_path);  // a CSV row per log_every steps, a PNG plot beside it
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     model.train();  // batch norm uses the batch's statistics
-    double loss_sum = 0, window = 0;
-    int64_t batches = 0;
+    double loss_sum = 0, window = 0;  // window: the loss summed since the last CSV row
+    int64_t batches = 0, window_n = 0;
+    // one line redrawn in place on a terminal, plain lines every 10% in a log
+    kiln::monitor::ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(epochs),
+                                   train_loader.size());
+    kiln::monitor::StepMeter meter(batch_size, 0);  // samples per second
     for (auto& batch : train_loader) {
       Tensor x = batch.input.to(device), y = batch.target.to(device);  // (B, 1, 28, 28), (B)
       opt.zero_grad();
@@ -92,12 +101,15 @@ static int run(int argc, char** argv) {
       opt.step();
       const double l = loss.item();
       if (!std::isfinite(l)) { std::fprintf(stderr, "loss is %f at step %lld\n", l, (long long)step); return 1; }
-      loss_sum += l, window += l, ++batches;
-      if (++step % log_every == 0) {
-        std::printf("epoch %d  step %6lld  loss %.4f\n", epoch, (long long)step, window / log_every);
-        window = 0;
+      loss_sum += l, window += l, ++batches, ++window_n, ++step;
+      bar.update(batches, l, meter.rate(batches));
+      if (window_n == log_every && batches < train_loader.size()) {  // the epoch's last row is below
+        metrics.append({.step = step, .epoch = epoch, .loss = window / double(window_n), .lr = opt.lr(),
+                        .items_per_s = meter.rate(batches)});
+        window = 0, window_n = 0;
       }
     }
+    bar.finish();
     epoch_loss = loss_sum / double(batches);
     if (epoch == 1) first_epoch_loss = epoch_loss;
 
@@ -109,9 +121,12 @@ static int run(int argc, char** argv) {
       Tensor pred = kiln::argmax(model(batch.input.to(device)), 1);  // (B) class ids
       correct += int64_t(kiln::sum(pred == batch.target.to(device)).item());
     }
-    std::printf("epoch %d  mean train loss %.4f  test accuracy %.2f%%\n", epoch, epoch_loss,
-                100.0 * double(correct) / double(test_set.size()));
+    const double accuracy = double(correct) / double(test_set.size());
+    std::printf("epoch %d  mean train loss %.4f  test accuracy %.2f%%\n", epoch, epoch_loss, 100.0 * accuracy);
+    metrics.append({.step = step, .epoch = epoch, .loss = window / double(window_n), .lr = opt.lr(),
+                    .items_per_s = meter.rate(batches), .accuracy = accuracy});
   }
+  std::printf("metrics: %s, plot: %s\n", metrics.path().c_str(), metrics.write_plot("mnist_cnn").c_str());
 
   // The weights (and batch norm statistics) as a safetensors file, readable by Python too.
   // Load them back with: model.load_state_dict(kiln::load(save_path));

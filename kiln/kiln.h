@@ -1,5 +1,6 @@
-// The one header a kiln user includes: core, ops, optim, data, nn and models (dist/, the
-// data-parallel library kiln_dist, has its own headers).
+// The one header a kiln user includes: core, ops, optim, data, nn, models and monitor (the
+// progress bar, metrics CSV and plots of a training loop). dist/, the data-parallel
+// library kiln_dist, has its own headers.
 #pragma once
 #include "core/allocator.h"
 #include "core/autograd.h"
@@ -40,5 +41,8 @@
 #include "data/vision.h"
 #include "nn/nn.h"
 #include "models/models.h"
+#include "monitor/metrics.h"
+#include "monitor/progress.h"
+#include "monitor/step_meter.h"
 #include "core/file_io.h"
 #include "core/json.h"

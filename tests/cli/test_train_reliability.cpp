@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-#include "cli/metrics.h"
+#include "monitor/metrics.h"
 #include "cli/train_test_util.h"
 #include "optim/run_checkpoint.h"
 

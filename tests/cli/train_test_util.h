@@ -8,12 +8,14 @@
 #include "cli/run_state.h"
 #include "cli/train.h"
 #include "data/data_test_util.h"
+#include "monitor/metrics.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 #include "nn/serialize.h"
 
 using namespace kiln;
 using namespace kiln::cli;
+using namespace kiln::monitor;
 using kiln::test::error_of;
 using kiln_test::idx_bytes;
 using kiln_test::TempDir;

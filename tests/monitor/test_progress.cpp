@@ -6,14 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include "cli/metrics.h"
-#include "cli/progress.h"
+#include "monitor/metrics.h"
+#include "monitor/progress.h"
 #include "core/error.h"
 #include "data/data_test_util.h"
 #include "gradcheck.h"
 #include "data/io.h"
 
-using namespace kiln::cli;
+using namespace kiln::monitor;
 using kiln::test::error_of;
 using kiln_test::TempDir;
 

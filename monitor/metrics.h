@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 #include <vector>
-#include "cli/plot.h"
+#include "monitor/plot.h"
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 /// One CSV row. A NaN is written as "nan" (a diverged value is never hidden); an absent
 /// accuracy or validation loss (between evaluations) as an empty field.
@@ -66,4 +66,4 @@ class MetricsLog {
   std::vector<MetricsRow> rows_;
 };
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

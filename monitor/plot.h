@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 /// Series::rgb value meaning "the panel's next palette colour".
 inline constexpr uint32_t kAutoColor = 0xFFFFFFFFu;
@@ -95,4 +95,4 @@ Image render_bar_chart(const BarChart& chart, int width = 900, int height = 420)
 void write_bar_chart_png(const std::string& path, const BarChart& chart, int width = 900,
                          int height = 420);
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

@@ -1,6 +1,6 @@
 // PNG encoding through stb_image_write (Debian's libstb-dev, the same package as the
 // stb_image that decodes kiln's image datasets): 8-bit RGB, written atomically.
-#include "cli/png.h"
+#include "monitor/png.h"
 #include <string_view>
 #include "core/error.h"
 #include "core/file_io.h"
@@ -14,7 +14,7 @@
 #include "stb_image_write.h"
 #pragma GCC diagnostic pop
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 std::vector<uint8_t> encode_png(const uint8_t* rgb, int width, int height) {
   KILN_CHECK(rgb != nullptr && width > 0 && height > 0 && width <= 32768 && height <= 32768,
@@ -35,4 +35,4 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

@@ -1,15 +1,15 @@
 // The metrics log of a `kiln` run: CSV writing/reading (resume truncation through a
 // temp file + rename) and the loss/accuracy plot drawn with plot.h.
-#include "cli/metrics.h"
+#include "monitor/metrics.h"
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <utility>
-#include "cli/png.h"
+#include "monitor/png.h"
 #include "core/error.h"
 #include "core/file_io.h"
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 namespace {
 
@@ -155,4 +155,4 @@ std::string MetricsLog::write_plot(const std::string& title) const {
   return png;
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

@@ -1,14 +1,14 @@
 // The raster plotter of plot.h: a clipped canvas (pixels, rectangles, 2 px Bresenham lines,
 // bitmap text), nice-tick axes, and the two layouts built on them (line panels, grouped bars).
-#include "cli/plot.h"
+#include "monitor/plot.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include "cli/png.h"
+#include "monitor/png.h"
 #include "core/error.h"
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 namespace {
 
@@ -496,4 +496,4 @@ void write_bar_chart_png(const std::string& path, const BarChart& chart, int wid
   write_png(path, img.rgb.data(), img.width, img.height);
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

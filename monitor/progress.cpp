@@ -1,12 +1,12 @@
 // The live progress display of the `kiln` command: a bar redrawn with "\r" on terminals,
 // throttled plain lines (every 10%, at most one per 2 s) when the output is a log file.
-#include "cli/progress.h"
+#include "monitor/progress.h"
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "--:--";
@@ -125,4 +125,4 @@ void ProgressBar::finish() {
   }
 }
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

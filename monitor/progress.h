@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 /// "0:42", "12:05", "1:02:03" (seconds rounded); "--:--" for a negative or non-finite time.
 std::string format_duration(double seconds);
@@ -71,4 +71,4 @@ class ProgressBar {
   bool line_open_ = false;        // terminal mode: a line is drawn and not yet ended
 };
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

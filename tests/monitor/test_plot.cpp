@@ -18,15 +18,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
-#include "cli/metrics.h"
-#include "cli/plot.h"
-#include "cli/png.h"
+#include "monitor/metrics.h"
+#include "monitor/plot.h"
+#include "monitor/png.h"
 #include "core/error.h"
 #include "data/data_test_util.h"
 #include "gradcheck.h"
 #include "data/io.h"
 
-using namespace kiln::cli;
+using namespace kiln::monitor;
 using kiln::test::error_of;
 using kiln_test::TempDir;
 

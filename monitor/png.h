@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 /// Encodes `rgb` (height rows of width*3 bytes, top row first) as a PNG file image (8-bit
 /// truecolour). Throws kiln::Error for a non-positive or huge size.
@@ -14,4 +14,4 @@ std::vector<uint8_t> encode_png(const uint8_t* rgb, int width, int height);
 /// the path when it cannot be written.
 void write_png(const std::string& path, const uint8_t* rgb, int width, int height);
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor

@@ -1,11 +1,11 @@
 // The step timing of `kiln train`'s loops, one struct for both: throughput (samples or
 // tokens per second) since a loop began and over the current window of metrics-CSV rows.
-// The ETA is the progress bar's (cli/progress.h), from the same steps.
+// The ETA is the progress bar's (monitor/progress.h), from the same steps.
 #pragma once
 #include <chrono>
 #include <cstdint>
 
-namespace kiln::cli {
+namespace kiln::monitor {
 
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -35,4 +35,4 @@ struct StepMeter {
   void new_window() { window_start = Clock::now(); }
 };
 
-}  // namespace kiln::cli
+}  // namespace kiln::monitor
