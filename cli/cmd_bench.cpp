@@ -32,7 +32,7 @@ const std::vector<FlagSpec>& bench_flags() {
       {"devices", true, "cpu", "comma-separated: cpu,cuda (an unavailable one is reported, not run)"},
       {"threads", true, "2", "CPU threads (kiln::set_num_threads)"},
       {"precision", true, "fp32", "comma-separated: fp32, tf32 (GPU), bf16 (autocast)"},
-      {"batch", true, "", "batch size of the model workloads (default: WORKLOADS.md's)"},
+      {"batch", true, "", "batch size of the model workloads (default: the workload's, bench/workload_spec.h)"},
       {"sweep-batch", true, "", "batch sizes to repeat over, e.g. 16,32,...,1024"},
       {"warmup", true, "", "warm-up steps (default: per workload)"},
       {"timed", true, "", "timed steps (default: per workload)"},
@@ -53,7 +53,7 @@ std::string usage() {
   std::ostringstream os;
   os << "usage: kiln bench [flags]\n"
         "Times zero_grad + forward + loss + backward + optimizer step of the reference workloads\n"
-        "(shared/WORKLOADS.md) and reports median step time, min-max, samples/s, GFLOP/s, MFU and\n"
+        "(bench/workload_spec.h) and reports median step time, min-max, samples/s, GFLOP/s, MFU and\n"
         "peak memory. kiln bench --compare a.csv,b.csv,... merges interleaved kiln/libtorch (or PyTorch) runs.\n\n"
      << flags_help(bench_flags())
      << "\nGPU peaks used for MFU (dense TFLOP/s fp32 / tf32 / bf16; other GPUs: \"peak unknown\"):\n";
