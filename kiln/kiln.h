@@ -23,6 +23,7 @@
 #include "ops/shape_ops.h"
 #include "core/autocast.h"
 #include "optim/adam.h"
+#include "optim/batch_finder.h"
 #include "optim/clip_grad.h"
 #include "optim/divergence_guard.h"
 #include "optim/grad_scaler.h"
