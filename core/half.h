@@ -1,10 +1,16 @@
 // 16-bit float storage types: Half (IEEE binary16) and BFloat16 (bfloat16).
 // Stored as uint16_t bits; converted to/from float with round-to-nearest-even.
-// The conversions are plain bit manipulation, usable on host and device alike.
+// The conversions are plain bit manipulation, usable on host and device alike; on an x86
+// CPU with F16C (the build's -march) the binary16 ones use its conversion instructions,
+// which give the same bits (tests/core/test_half.cpp) about ten times faster.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include "core/macros.h"
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>
+#define KILN_HAVE_F16C 1
+#endif
 
 namespace kiln {
 
@@ -23,8 +29,9 @@ KILN_HD_INLINE float bits_float(uint32_t u) {
 #endif
 }
 
-/// float -> binary16 bits, round to nearest even; overflow gives inf, NaN stays NaN.
-KILN_HD_INLINE uint16_t float_to_half_bits(float f) {
+/// float -> binary16 bits, round to nearest even; overflow gives inf, NaN stays NaN (the
+/// portable definition; float_to_half_bits below may use the CPU's instruction instead).
+KILN_HD_INLINE uint16_t float_to_half_bits_soft(float f) {
   uint32_t x = float_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
@@ -52,7 +59,8 @@ KILN_HD_INLINE uint16_t float_to_half_bits(float f) {
   return uint16_t(sign | q);
 }
 
-KILN_HD_INLINE float half_bits_to_float(uint16_t h) {
+/// binary16 bits -> float, exact (the portable definition).
+KILN_HD_INLINE float half_bits_to_float_soft(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -64,6 +72,25 @@ KILN_HD_INLINE float half_bits_to_float(uint16_t h) {
     return sign ? -v : v;
   }
   return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/// float -> binary16 bits: VCVTPS2PH (round to nearest even) where the CPU has F16C, else
+/// float_to_half_bits_soft. The same bits for every float, except that a NaN keeps the top
+/// of its payload instead of becoming the canonical quiet NaN.
+KILN_HD_INLINE uint16_t float_to_half_bits(float f) {
+#ifdef KILN_HAVE_F16C
+  return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#else
+  return float_to_half_bits_soft(f);
+#endif
+}
+/// binary16 bits -> float: VCVTPH2PS where the CPU has F16C, else the portable definition.
+KILN_HD_INLINE float half_bits_to_float(uint16_t h) {
+#ifdef KILN_HAVE_F16C
+  return _cvtsh_ss(h);
+#else
+  return half_bits_to_float_soft(h);
+#endif
 }
 
 /// float -> bfloat16 bits, round to nearest even; NaN stays a quiet NaN.
