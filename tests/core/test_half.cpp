@@ -4,20 +4,11 @@
 #include <doctest/doctest.h>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include "core/half.h"
 
 using namespace kiln;
-
-namespace {
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-}  // namespace
 
 TEST_CASE("binary16 -> float: every one of the 65536 values, exactly") {
   int mismatches = 0;
@@ -46,7 +37,7 @@ TEST_CASE("float -> binary16: round to nearest even at every boundary, subnormal
                       std::nextafter(mid, -std::numeric_limits<float>::infinity())})
         check(f);
     }
-  for (uint32_t u = 0; u < 0xffffffffu - 4093; u += 4093) check(from_bits(u));  // a spread of all floats
+  for (uint32_t u = 0; u < 0xffffffffu - 4093; u += 4093) check(bits_float(u));  // a spread of all floats
   CHECK(mismatches == 0);
   CHECK(float_to_half_bits(65504.0f) == 0x7bffu);
   CHECK(float_to_half_bits(65520.0f) == 0x7c00u);   // rounds up to inf
