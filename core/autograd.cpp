@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include "core/autocast.h"
 #include "core/copy.h"
+#include "ops/elementwise.h"
 
 namespace kiln {
 
@@ -141,9 +142,15 @@ namespace {
 // Adds g into a leaf's .grad. The first gradient is stored as is when nothing else can
 // see it (fresh, contiguous, solely owned); otherwise it is copied, so a leaf's grad never
 // aliases another tensor (optimizers and clipping change grads in place).
-void accumulate_leaf(TensorImpl& leaf, const Tensor& g) {
+void accumulate_leaf(TensorImpl& leaf, const Tensor& g, bool create_graph) {
   Tensor gg = g;
   if (gg.dtype() != leaf.dtype) gg = gg.to(leaf.dtype);
+  if (create_graph && (gg.requires_grad() || (leaf.grad && leaf.grad->requires_grad))) {
+    // keep the gradient's graph: a copy (no aliasing), and sums out of place
+    if (gg.shape() != leaf.shape) gg = gg.reshape(leaf.shape);
+    leaf.grad = (leaf.grad ? add(Tensor(leaf.grad), gg) : gg.clone()).impl_ptr();
+    return;
+  }
   if (!leaf.grad) {
     bool owned = gg.impl_ptr().use_count() <= 2 && gg.storage().use_count() == 1 && gg.is_contiguous() &&
                  gg.offset() == 0 && !gg.requires_grad();
@@ -165,27 +172,69 @@ void check_saved(const Node& n) {
   }
 }
 
-// a + b as a fresh tensor (gradients arriving on two edges of one node).
-Tensor add_grads(const Tensor& a, const Tensor& b) {
+// a + b as a fresh tensor (gradients arriving on two edges of one node); recorded when
+// the backward creates a graph.
+Tensor add_grads(const Tensor& a, const Tensor& b, bool create_graph) {
+  if (create_graph) return add(a, b);
   Tensor s = a.detach().clone();
   s.add_(b);
   return s;
 }
 
-// A leaf's whole gradient of this backward: its grad hooks, the accumulation into .grad,
-// then its post-accumulate hooks.
-void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+// Under create_graph, a gradient returned by a node whose closure is not twice
+// differentiable: the same data, with a grad_fn that refuses to run, so a second
+// backward through it stops with an error instead of silently treating it as a constant.
+Tensor refuse_double_backward(const Tensor& gi, const std::string& op) {
+  Tensor t = gi.detach();
+  auto node = std::make_shared<Node>();
+  node->name = op + "_backward";
+  node->backward = [op](const Tensor&, const std::vector<bool>&) -> std::vector<Tensor> {
+    KILN_FAIL("double backward through '", op, "' is not implemented: its backward runs a kernel autograd "
+              "cannot differentiate, and a create_graph gradient that passed through it was differentiated "
+              "again. Twice-differentiable ops: elementwise ops and activations, reductions, softmax and "
+              "log_softmax, matmul and linear, views, cat and stack (docs/training.md)");
+  };
+  t.impl().requires_grad = true;
+  t.impl().grad_fn = std::move(node);
+  return t;
+}
+
+// The node whose closure runs now on this thread (for saved_output); nested backwards
+// (checkpointing) restore the outer one.
+thread_local Node* t_running = nullptr;
+
+// Where grad() wants gradients: its inputs, by leaf or by producing node, and the results.
+struct Capture {
+  std::unordered_map<TensorImpl*, size_t> leaves;
+  std::unordered_map<Node*, size_t> nodes;
+  std::vector<Tensor> grads;
+};
+
+// A leaf's whole gradient of this backward: its grad hooks, then (backward) the
+// accumulation into .grad and its post-accumulate hooks, or (grad) the captured result.
+void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, bool create_graph, Capture* cap) {
   const std::shared_ptr<GradHooks> hooks = leaf->hooks;  // a hook may remove hooks
-  accumulate_leaf(*leaf, hooks ? hooks->apply(g) : g);
+  if (cap && !cap->leaves.count(leaf.get())) return;  // grad(): neither hooks nor .grad of other leaves
+  const Tensor gh = hooks ? hooks->apply(g) : g;
+  if (cap) {
+    auto it = cap->leaves.find(leaf.get());
+    Tensor& slot = cap->grads[it->second];
+    slot = slot.defined() ? add_grads(slot, gh, create_graph) : gh;  // a root that is also reached
+    return;
+  }
+  accumulate_leaf(*leaf, gh, create_graph);
   if (hooks)
     for (const auto& [id, fn] : std::vector(hooks->post_accumulate)) fn(Tensor(leaf));
 }
 
 }  // namespace
 
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+namespace {
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, BackwardOptions opts,
+               Capture* cap) {
   autocast no_autocast(autocast_dtype(), false);  // backward formulas run in the forward's dtypes
-  NoGradGuard no_grad;
+  const bool create = opts.create_graph, retain_graph = opts.retain_graph || create;
+  GradModeGuard grad_mode(create);  // the backward's own ops are recorded only for create_graph
   // 1. Count, for every node reachable from the roots, how many edges point at it.
   std::unordered_map<Node*, int> deps;
   std::unordered_map<Node*, Tensor> pending;  // summed gradient waiting at each node
@@ -211,13 +260,13 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                  " but tensor on ", root.device().str());
     }
     if (!root.grad_fn()) {  // a leaf: its gradient is the seed
-      finish_leaf(root.impl_ptr(), seed);
+      finish_leaf(root.impl_ptr(), seed, create, cap);
       continue;
     }
     Node* n = root.grad_fn().get();
     auto it = pending.find(n);
     if (it == pending.end()) pending[n] = seed;
-    else it->second = add_grads(it->second, seed);
+    else it->second = add_grads(it->second, seed, create);
     if (deps.count(n)) continue;
     deps[n] = 0;
     stack.push_back(n);
@@ -239,14 +288,14 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     if (gi.defined()) {
       auto it = leaf_pending.find(key);
       if (it == leaf_pending.end()) leaf_pending.emplace(key, gi);
-      else it->second = add_grads(it->second, gi);
+      else it->second = add_grads(it->second, gi, create);
     }
     if (--leaf_deps[key] > 0) return;
     auto it = leaf_pending.find(key);
     if (it == leaf_pending.end()) return;  // no gradient reached this leaf
     Tensor g = std::move(it->second);
     leaf_pending.erase(it);
-    finish_leaf(leaf, g);
+    finish_leaf(leaf, g, create, cap);
   };
   // 2. Process nodes whose every consumer has delivered its gradient (Kahn's order).
   std::vector<Node*> ready;
@@ -262,11 +311,27 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     Tensor g = std::move(pending[n]);
     pending.erase(n);
     if (!n->hooks.grad.empty()) g = n->hooks.apply(g);
+    if (cap) {
+      auto c = cap->nodes.find(n);
+      if (c != cap->nodes.end()) cap->grads[c->second] = g;
+    }
     std::vector<bool> needs(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) needs[i] = n->next[i].valid();
-    std::vector<Tensor> in_grads = n->backward(g, needs);
+    Node* const outer = t_running;
+    t_running = n;
+    std::vector<Tensor> in_grads;
+    try {
+      in_grads = n->backward(g, needs);
+    } catch (...) {
+      t_running = outer;
+      throw;
+    }
+    t_running = outer;
     KILN_CHECK(in_grads.size() == n->next.size(), "backward of '", n->name, "' returned ", in_grads.size(),
                " gradients for ", n->next.size(), " inputs");
+    if (create && !n->twice_differentiable)
+      for (Tensor& gi : in_grads)
+        if (gi.defined()) gi = refuse_double_backward(gi, n->name);
     if (!retain_graph) {
       n->backward = nullptr;
       n->saved.clear();
@@ -287,7 +352,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       if (gi.defined()) {
         auto it = pending.find(m);
         if (it == pending.end()) pending.emplace(m, gi);
-        else it->second = add_grads(it->second, gi);
+        else it->second = add_grads(it->second, gi, create);
       }
       if (--deps[m] == 0) {
         if (pending.count(m)) ready.push_back(m);
@@ -311,8 +376,59 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   }
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  run_backward({*this}, {grad}, retain_graph);
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, BackwardOptions opts) {
+  run_graph(roots, grads, opts, nullptr);
+}
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  run_graph(roots, grads, {.retain_graph = retain_graph}, nullptr);
+}
+
+void Tensor::backward(const Tensor& grad, bool retain_graph, bool create_graph) const {
+  run_graph({*this}, {grad}, {.retain_graph = retain_graph, .create_graph = create_graph}, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, GradOptions opts) {
+  KILN_CHECK(!outputs.empty(), "grad: no outputs given");
+  KILN_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "grad: ", outputs.size(),
+             " outputs but ", grad_outputs.size(), " grad_outputs (give one per output, or none)");
+  Capture cap;
+  cap.grads.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    KILN_CHECK(x.defined() && x.requires_grad(), "grad: input ", i, " (",
+               x.defined() ? shape_str(x.shape()) : "undefined", ") does not require grad");
+    const bool fresh = x.grad_fn() ? cap.nodes.emplace(x.grad_fn().get(), i).second
+                                   : cap.leaves.emplace(x.impl_ptr().get(), i).second;
+    KILN_CHECK(fresh, "grad: input ", i, " is given twice");
+  }
+  std::vector<Tensor> seeds = grad_outputs;
+  seeds.resize(outputs.size());
+  run_graph(outputs, seeds, {.retain_graph = opts.retain_graph.value_or(opts.create_graph),
+                             .create_graph = opts.create_graph}, &cap);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    KILN_CHECK(cap.grads[i].defined() || opts.allow_unused, "grad: input ", i, " (shape ",
+               shape_str(inputs[i].shape()), ") is not used to compute the outputs; pass allow_unused = true "
+               "to get an undefined gradient for it");
+    if (!opts.create_graph && cap.grads[i].defined()) cap.grads[i] = cap.grads[i].detach();
+  }
+  return cap.grads;
+}
+
+Tensor& twice_differentiable(Tensor& out) {
+  if (out.grad_fn()) out.grad_fn()->twice_differentiable = true;
+  return out;
+}
+
+Tensor saved_output(const Tensor& y) {
+  if (!grad_mode_enabled() || !t_running || !y.defined()) return y;
+  Tensor v = y.detach();
+  v.impl().requires_grad = true;
+  v.impl().grad_fn = t_running->shared_from_this();
+  return v;
 }
 
 Tensor Function::forward(const std::vector<Tensor>&) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 #include "core/tensor.h"
@@ -41,7 +42,7 @@ struct SavedTensor {
   uint64_t version = 0;
 };
 
-struct Node {
+struct Node : std::enable_shared_from_this<Node> {
   std::string name;             // op name, used in error messages
   GradHooks hooks;              // hooks on the gradient of this node's output (non-leaf tensors)
   std::vector<Edge> next;       // one per input, in the op's input order
@@ -50,6 +51,10 @@ struct Node {
   BackwardFn backward;          // released (empty) after a backward without retain_graph
   std::vector<SavedTensor> saved;  // checked before backward runs; released with it
   bool released = false;
+  /// The backward closure is built from recorded ops on live tensors (twice_differentiable()),
+  /// so under create_graph it records a graph of its own; when false, the gradients it
+  /// returns under create_graph refuse a further backward with an error naming the op.
+  bool twice_differentiable = false;
   ~Node();                      // iterative: a 100,000-node chain does not recurse
 };
 
@@ -84,8 +89,9 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 /// Records `out` as produced by op `name` from `inputs`: when grad mode is on and an
 /// input requires grad, gives `out` a grad_fn with `backward`. Returns out.
-/// Closures must capture what they need as detached tensors (t.detach()), never
-/// tensors with a grad_fn, so the graph has no cycles. Every tensor the closure captures
+/// Closures never capture `out` itself (a cycle): its data is captured detached and read
+/// through saved_output(). Inputs may be captured as they are (a twice-differentiable
+/// formula needs them live) or detached. Every tensor the closure captures
 /// must be listed in `saved` (undefined ones are skipped): their versions are recorded
 /// now, and backward throws naming the op if one was changed in place in between.
 /// (An initializer_list: nothing is allocated when no input needs grad.)
@@ -94,8 +100,42 @@ Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
 /// The same for a closure that captures no tensor.
 Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn backward);
 
+/// Marks the node `record` just gave `out` (if any) as twice differentiable: its closure
+/// computes every gradient with recorded ops, reading live inputs (not detached ones) and
+/// its own output through saved_output(). Returns out.
+Tensor& twice_differentiable(Tensor& out);
+
+/// Inside a backward closure: the op's saved output `y` (kept detached, so the graph has
+/// no cycle) as a tensor of the graph again, produced by the node now running, when
+/// create_graph is on; `y` itself otherwise. (PyTorch's SavedVariable for outputs.)
+Tensor saved_output(const Tensor& y);
+
+/// How a backward runs. create_graph records the backward's own ops, so the gradients it
+/// produces have a grad_fn and can be differentiated again (second derivatives, gradient
+/// penalties, Hessian-vector products); it implies retain_graph.
+struct BackwardOptions {
+  bool retain_graph = false;
+  bool create_graph = false;
+};
+
 /// Runs backward from several roots with their seed gradients at once.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, BackwardOptions opts);
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+
+struct GradOptions {
+  std::optional<bool> retain_graph = std::nullopt;  ///< default: create_graph
+  bool create_graph = false;         ///< the returned gradients get a grad_fn (double backward)
+  bool allow_unused = false;         ///< an input no output depends on gets an undefined tensor, not an error
+};
+
+/// The gradients of sum(outputs[i] * grad_outputs[i]) with respect to `inputs`, returned
+/// instead of accumulated into any .grad (torch.autograd.grad). grad_outputs may be empty
+/// when every output has one element. With create_graph the results are differentiable:
+///   Tensor y = sum(x * x * x);
+///   Tensor dy = kiln::grad({y}, {x}, {}, {.create_graph = true})[0];   // 3x^2
+///   Tensor d2 = kiln::grad({sum(dy)}, {x})[0];                         // 6x
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs = {}, GradOptions opts = {});
 
 /// A user-defined differentiable function: subclass, implement forward (runs with grad
 /// mode off) and backward (one gradient per input), then call Function::apply.

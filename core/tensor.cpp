@@ -164,9 +164,9 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   Tensor out = Tensor::empty(shape(), dtype(), device());
   copy_tensor(out, *this);
-  return record(out, "clone", {*this}, [](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "clone", {*this}, [](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g};
-  });
+  }));
 }
 
 Tensor Tensor::to(DType dt) const {
@@ -175,9 +175,9 @@ Tensor Tensor::to(DType dt) const {
   copy_tensor(out, *this);
   if (!is_floating(dt)) return out;
   DType src = dtype();
-  return record(out, "to_dtype", {*this}, [src](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "to_dtype", {*this}, [src](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g.to(src)};
-  });
+  }));
 }
 
 Tensor Tensor::to(Device dev) const {
@@ -185,9 +185,9 @@ Tensor Tensor::to(Device dev) const {
   Tensor out = Tensor::empty(shape(), dtype(), dev);
   copy_tensor(out, *this);
   Device src = device();
-  return record(out, "to_device", {*this}, [src](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "to_device", {*this}, [src](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g.to(src)};
-  });
+  }));
 }
 
 static void check_inplace(const Tensor& t, const char* op) {

@@ -100,7 +100,8 @@ class Tensor {
   void remove_hook(int64_t id) const;
   /// Reverse-mode differentiation from this tensor. Without `grad`, the tensor must have
   /// one element and the seed is 1. Gradients accumulate into leaves' .grad.
-  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
+  /// create_graph: the gradients get a grad_fn of their own (see kiln::grad, core/autograd.h).
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   /// Same data, cut from the graph (requires_grad false, no grad_fn).
   Tensor detach() const;
 

@@ -10,19 +10,21 @@
 //
 // A check makes each floating input a float64 leaf that requires grad, runs f, and
 // compares the analytic gradient of sum(f(in) * R) (R random) with central differences,
-// element by element.
+// element by element. gradgradcheck_report does the same for second derivatives.
 #pragma once
 #include <cmath>
 #include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
+#include "core/autograd.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "nn/module.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
+#include "ops/shape_ops.h"
 
 namespace kiln::testing {
 
@@ -152,6 +154,47 @@ inline bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, doubl
   for (size_t i = 0; i < va.size(); ++i)
     if (!(std::fabs(va[i] - vb[i]) <= atol + rtol * std::fabs(vb[i]))) return false;
   return true;
+}
+
+/// The second-order check (PyTorch's gradgradcheck): the gradients of f with respect to its
+/// floating inputs for a random output gradient V, computed with create_graph, are
+/// gradient-checked as a function of (inputs, V). Empty when the analytic second
+/// derivatives agree with finite differences of the first, else a report (the last
+/// tensor named in it is V).
+inline std::string gradgradcheck_report(const TensorFn& f, std::vector<Tensor> inputs, GradcheckOptions o = {}) {
+  std::vector<size_t> floating;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].is_floating_point()) floating.push_back(i);
+  Shape out_shape;
+  {
+    NoGradGuard ng;
+    std::vector<Tensor> probe = inputs;
+    out_shape = f(probe).shape();
+  }
+  inputs.push_back(randn(out_shape, f64));  // V
+  // The first-order gradients, flattened into one tensor, from a backward that records a
+  // graph (create_graph) or not: the two run different formulas, so both are checked.
+  auto first_order = [&f, floating](std::vector<Tensor>& in, bool create_graph) {
+    GradModeGuard on(true);  // the finite differences evaluate under NoGradGuard
+    std::vector<Tensor> xs(in.begin(), in.end() - 1), wrt;
+    for (size_t i : floating) wrt.push_back(xs[i]);
+    Tensor out = f(xs).to(DType::float64);
+    std::vector<Tensor> g = grad({out}, wrt, {in.back()}, {.create_graph = create_graph, .allow_unused = true});
+    std::vector<Tensor> flat;
+    for (size_t k = 0; k < g.size(); ++k)
+      flat.push_back((g[k].defined() ? g[k] : zeros_like(wrt[k])).reshape({-1}));
+    return cat(flat);
+  };
+  std::vector<Tensor> leaves = inputs;
+  for (size_t i : floating) leaves[i] = inputs[i].detach().to(DType::float64).requires_grad_();
+  leaves.back().requires_grad_();
+  Tensor plain = first_order(leaves, false), graph = first_order(leaves, true).detach();
+  std::string rep = gradcheck_report(f, std::vector<Tensor>(inputs.begin(), inputs.end() - 1), o);
+  if (!rep.empty()) return "first order:\n" + rep;
+  if (!allclose(graph, plain, 1e-9, 1e-12))
+    return "the create_graph backward's gradients differ from the plain backward's by up to " +
+           std::to_string(max_abs_diff(graph, plain)) + "\n";
+  return gradcheck_report([&](std::vector<Tensor>& in) { return first_order(in, true); }, std::move(inputs), o);
 }
 
 /// The message of the kiln::Error that f throws, or "(no error)" when it throws none.

@@ -104,26 +104,72 @@ Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p
   return out.to(g0.dtype());
 }
 
-// A unary op with its backward: saves the input, the output or nothing, as its row says.
-Tensor unary_op(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
-  Tensor out = unary_raw(op, x, p0, p1);
-  if (!x.is_floating_point()) return out;  // integer neg / abs: not differentiable
-  const Reads reads = unary_reads(op);
-  if (reads == Reads::none)  // a constant derivative (neg): g stands in for s
-    return record(out, op_name(op), {x}, [op, p0, p1](const Tensor& g, const std::vector<bool>&) {
-      return std::vector<Tensor>{unary_grad(op, g, g, p0, p1)};
-    });
-  Tensor s = reads == Reads::x ? x.detach() : out.detach();
-  return record(out, op_name(op), {x}, {s}, [op, s, p0, p1](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{unary_grad(op, g, s, p0, p1)};
-  });
-}
-
 Tensor scalar_like(const Tensor& t, double v) {
   DType dt = t.dtype();
   if (!is_floating(dt) && v != std::floor(v)) dt = DType::float32;
   if (dt == DType::bool_) dt = DType::int64;
   return full({}, v, {.dtype = dt, .device = t.device()});
+}
+
+// gelu's derivative Phi(x) + x phi(x) as an op of its own (the functor computes it; erf is
+// not an op), whose derivative phi(x) (2 - x^2) is written in ops: gelu twice differentiable.
+Tensor gelu_derivative(const Tensor& x) {
+  Tensor d = unary_grad(Op::gelu, ones_like(x), x.detach(), 0, 0);
+  return twice_differentiable(record(d, "gelu_derivative", {x}, {x}, [x](const Tensor& g, const std::vector<bool>&) {
+    Tensor phi = mul(exp(mul(mul(x, x), -0.5)), 0.3989422804014327);  // 1/sqrt(2 pi)
+    return std::vector<Tensor>{mul(g, mul(phi, sub(scalar_like(x, 2.0), mul(x, x))))};
+  }));
+}
+
+// f'(s) written in recorded ops, for a backward under create_graph: s is the live input x
+// or the output y (saved_output), as the op's `reads` column says. Piecewise-constant
+// derivatives (abs, relu, leaky_relu, clamp) are constants: the kernel computes them.
+Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
+  switch (op) {
+    case Op::exp: return s;
+    case Op::log: return div(scalar_like(s, 1.0), s);
+    case Op::sqrt: return div(scalar_like(s, 0.5), s);
+    case Op::rsqrt: return mul(mul(s, mul(s, s)), -0.5);
+    case Op::sin: return cos(s);
+    case Op::cos: return neg(sin(s));
+    case Op::tanh: return sub(scalar_like(s, 1.0), mul(s, s));
+    case Op::sigmoid: return mul(s, sub(scalar_like(s, 1.0), s));
+    case Op::gelu: return gelu_derivative(s);
+    case Op::gelu_tanh: {  // t = tanh(k (x + c x^3)): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2)
+      const double k = 0.7978845608028654, c = 0.044715;
+      Tensor x2 = mul(s, s);
+      Tensor t = tanh(mul(add(s, mul(mul(x2, s), c)), k));
+      Tensor inner = mul(add(mul(x2, 3.0 * c), 1.0), k);
+      return add(mul(add(t, 1.0), 0.5), mul(mul(mul(s, 0.5), sub(scalar_like(s, 1.0), mul(t, t))), inner));
+    }
+    case Op::silu: {  // sigma (1 + x (1 - sigma))
+      Tensor sg = sigmoid(s);
+      return mul(sg, add(mul(s, sub(scalar_like(s, 1.0), sg)), 1.0));
+    }
+    case Op::softplus: return where(gt(s, 20.0), ones_like(s), sigmoid(s));
+    case Op::pow_scalar: return p0 == 0 ? zeros_like(s) : mul(pow(s, p0 - 1), p0);
+    default: return unary_grad(op, ones_like(s), s.detach(), p0, p1);  // neg, abs, relu, leaky_relu, clamp
+  }
+}
+
+// A unary op with its backward: saves the input, the output or nothing, as its row says.
+// Under create_graph the backward is g * f'(s) in recorded ops (unary_derivative).
+Tensor unary_op(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
+  Tensor out = unary_raw(op, x, p0, p1);
+  if (!x.is_floating_point()) return out;  // integer neg / abs: not differentiable
+  const Reads reads = unary_reads(op);
+  if (reads == Reads::none)  // a constant derivative (neg): g stands in for s
+    return twice_differentiable(record(out, op_name(op), {x}, [op, p0, p1](const Tensor& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{grad_mode_enabled() ? neg(g) : unary_grad(op, g, g, p0, p1)};
+    }));
+  // the input is kept live (a twice-differentiable formula reads it); the output detached
+  Tensor s = reads == Reads::x ? x : out.detach();
+  return twice_differentiable(
+      record(out, op_name(op), {x}, {s}, [op, s, reads, p0, p1](const Tensor& g, const std::vector<bool>&) {
+        if (grad_mode_enabled())  // create_graph
+          return std::vector<Tensor>{mul(g, unary_derivative(op, reads == Reads::x ? s : saved_output(s), p0, p1))};
+        return std::vector<Tensor>{unary_grad(op, g, s, p0, p1)};
+      }));
 }
 
 }  // namespace
@@ -133,58 +179,56 @@ Tensor scalar_like(const Tensor& t, double v) {
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::add, a, b);
   Shape sa = a.shape(), sb = b.shape();
-  return record(out, "add", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
+  return twice_differentiable(record(out, "add", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
     return std::vector<Tensor>{n[0] ? sum_to(g, sa) : Tensor(), n[1] ? sum_to(g, sb) : Tensor()};
-  });
+  }));
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::sub, a, b);
   Shape sa = a.shape(), sb = b.shape();
-  return record(out, "sub", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
+  return twice_differentiable(record(out, "sub", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
     return std::vector<Tensor>{n[0] ? sum_to(g, sa) : Tensor(), n[1] ? sum_to(neg(g), sb) : Tensor()};
-  });
+  }));
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::mul, a, b);
-  Tensor ad = a.detach(), bd = b.detach();
-  return record(out, "mul", {a, b}, {ad, bd}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
-    return std::vector<Tensor>{n[0] ? sum_to(g * bd, ad.shape()) : Tensor(),
-                               n[1] ? sum_to(g * ad, bd.shape()) : Tensor()};
-  });
+  return twice_differentiable(record(out, "mul", {a, b}, {a, b}, [a, b](const Tensor& g, const std::vector<bool>& n) {
+    return std::vector<Tensor>{n[0] ? sum_to(g * b, a.shape()) : Tensor(), n[1] ? sum_to(g * a, b.shape()) : Tensor()};
+  }));
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::div, a, b);
-  Tensor ad = a.detach(), bd = b.detach();
-  return record(out, "div", {a, b}, {ad, bd}, [ad, bd](const Tensor& g, const std::vector<bool>& n) {
+  return twice_differentiable(record(out, "div", {a, b}, {a, b}, [a, b](const Tensor& g, const std::vector<bool>& n) {
     Tensor ga, gb;
-    if (n[0]) ga = sum_to(g / bd, ad.shape());
-    if (n[1]) gb = sum_to(neg(g) * ad / (bd * bd), bd.shape());
+    if (n[0]) ga = sum_to(g / b, a.shape());
+    if (n[1]) gb = sum_to(neg(g) * a / (b * b), b.shape());
     return std::vector<Tensor>{ga, gb};
-  });
+  }));
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::pow, a, b);
-  Tensor ad = a.detach(), bd = b.detach(), yd = out.detach();
-  return record(out, "pow", {a, b}, {ad, bd, yd}, [ad, bd, yd](const Tensor& g, const std::vector<bool>& n) {
+  Tensor yd = out.detach();
+  auto backward = [a, b, yd](const Tensor& g, const std::vector<bool>& n) {
     Tensor ga, gb;
-    if (n[0]) ga = sum_to(g * bd * pow(ad, bd - 1.0), ad.shape());
+    if (n[0]) ga = sum_to(g * b * pow(a, b - 1.0), a.shape());
     if (n[1]) {
       // d a^b / db = a^b log a; defined as 0 where a == 0 (PyTorch's convention)
-      Tensor la = where(eq(ad, 0.0), zeros_like(ad), log(ad));
-      gb = sum_to(g * yd * la, bd.shape());
+      Tensor la = where(eq(a, 0.0), zeros_like(a), log(a));
+      gb = sum_to(g * saved_output(yd) * la, b.shape());
     }
     return std::vector<Tensor>{ga, gb};
-  });
+  };
+  return twice_differentiable(record(out, "pow", {a, b}, {a, b, yd}, backward));
 }
 
 static Tensor max_min(Op op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(op, a, b);
-  Tensor ad = a.detach(), bd = b.detach();
-  return record(out, op_name(op), {a, b}, {ad, bd}, [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
+  Tensor ad = a.detach(), bd = b.detach();  // only compared: constants of the backward
+  auto backward = [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
     // ties split the gradient evenly, as PyTorch does
     Tensor win_a = op == Op::maximum ? gt(ad, bd) : lt(ad, bd);
     Tensor tie = eq(ad, bd);
@@ -193,7 +237,8 @@ static Tensor max_min(Op op, const Tensor& a, const Tensor& b) {
     if (n[0]) ga = sum_to(g * wa, ad.shape());
     if (n[1]) gb = sum_to(g * (1.0 - wa), bd.shape());
     return std::vector<Tensor>{ga, gb};
-  });
+  };
+  return twice_differentiable(record(out, op_name(op), {a, b}, {ad, bd}, backward));
 }
 Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(Op::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(Op::minimum, a, b); }
@@ -252,11 +297,12 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   out = out.to(dt);
   Tensor cd = c.detach();
   Shape sa = a0.shape(), sb = b0.shape();
-  return record(out, "where", {a0, b0}, {cd}, [cd, sa, sb](const Tensor& g, const std::vector<bool>& n) {
+  auto backward = [cd, sa, sb](const Tensor& g, const std::vector<bool>& n) {
     Tensor z = zeros({}, {.dtype = g.dtype(), .device = g.device()});
     return std::vector<Tensor>{n[0] ? sum_to(where(cd, g, z), sa) : Tensor(),
                                n[1] ? sum_to(where(cd, z, g), sb) : Tensor()};
-  });
+  };
+  return twice_differentiable(record(out, "where", {a0, b0}, {cd}, backward));
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {

@@ -179,6 +179,26 @@ std::string float32_matmul_precision() { return kPrecisionNames[g_matmul_precisi
 
 bool float32_matmul_allows_tf32() { return g_matmul_precision.load() != 0; }
 
+namespace {
+// matmul's backward in recorded ops (create_graph): g (batch..., M, N) with the 1-D
+// operands' added dims; a and b live (each defined when the other's gradient is needed).
+std::vector<Tensor> matmul_backward_graph(const Tensor& g, const Tensor& a, const Tensor& b, const Shape& a_shape,
+                                          const Shape& b_shape, const std::vector<bool>& needs) {
+  Tensor da, db;
+  if (needs[0]) {  // g b^T, summed over broadcast batch dims
+    Tensor b2 = b_shape.size() == 1 ? b.unsqueeze(1) : b;  // (K) -> (K, 1)
+    Shape target = a_shape.size() == 1 ? Shape{1, a_shape[0]} : a_shape;
+    da = sum_to(matmul(g, b2.transpose(-1, -2)), target).reshape(a_shape);
+  }
+  if (needs[1]) {  // a^T g
+    Tensor a2 = a_shape.size() == 1 ? a.unsqueeze(0) : a;  // (K) -> (1, K)
+    Shape target = b_shape.size() == 1 ? Shape{b_shape[0], 1} : b_shape;
+    db = sum_to(matmul(a2.transpose(-1, -2), g), target).reshape(b_shape);
+  }
+  return {da, db};
+}
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (auto r = autocast_op(AutocastTo::low, [&](const Tensor& ac, const Tensor& bc) { return matmul(ac, bc); }, a, b))
     return *r;  // autocast: the op ran on cast inputs
@@ -213,10 +233,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor as = gb ? a2 : Tensor(), bs = ga ? b2 : Tensor();  // saved: what the needed gradients read
+  Tensor al = gb ? a : Tensor(), bl = ga ? b : Tensor();      // the same, live (create_graph)
   record(out, "matmul", {a, b}, {as, bs},
-         [a2 = as, b2 = bs, dt = a.dtype(), full_shape = full.shape(),
+         [a2 = as, b2 = bs, al, bl, dt = a.dtype(), full_shape = full.shape(),
           a_shape = a.shape(), b_shape = b.shape()](const Tensor& g,
                                                     const std::vector<bool>& needs) -> std::vector<Tensor> {
+           if (grad_mode_enabled())  // create_graph: the same products in recorded ops
+             return matmul_backward_graph(g.to(dt).reshape(full_shape), al, bl, a_shape, b_shape, needs);
            Tensor gf = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), full_shape);  // (batch..., M, N)
            Tensor da, db;
            if (needs[0]) {
@@ -242,7 +265,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            }
            return {da, db};
          });
-  return out;
+  return twice_differentiable(out);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -300,9 +323,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
   const bool gx = x.requires_grad(), gw = weight.requires_grad();
   Tensor xs = gw ? x2 : Tensor(), ws = gx ? w : Tensor();  // saved: what the needed gradients read
+  Tensor xl = gw ? x : Tensor(), wl = gx ? weight : Tensor();  // the same, live (create_graph)
   record(out, "linear", {x, weight, bias}, {xs, ws},
-         [x2 = xs, w = ws, dt = x.dtype(), ldx, M, O, I, x_shape = x.shape()](
+         [x2 = xs, w = ws, xl, wl, dt = x.dtype(), ldx, M, O, I, x_shape = x.shape()](
              const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+           if (grad_mode_enabled()) {  // create_graph: the same products in recorded ops
+             Tensor gl = g.to(dt), dx, dw, db;
+             if (needs[0]) dx = matmul(gl, wl);                                                // g W
+             if (needs[1]) dw = matmul(gl.reshape({M, O}).transpose(0, 1), xl.reshape({M, I}));  // g^T x
+             if (needs.size() > 2 && needs[2]) db = sum(gl.reshape({M, O}), {0});
+             return {dx, dw, db};
+           }
            Tensor g2 = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), {M, O});  // (M, O)
            Tensor dx, dw, db;
            if (needs[0]) dx = contiguous_as(gemm2d(false, false, M, I, O, g2, O, w, I), x_shape);  // g W
@@ -310,7 +341,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
            if (needs.size() > 2 && needs[2]) db = sum(g2, {0});              // (O)
            return {dx, dw, db};
          });
-  return out;
+  return twice_differentiable(out);
 }
 
 }  // namespace kiln

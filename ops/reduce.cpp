@@ -150,9 +150,9 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   Tensor out = run_reduce(Op::sum, x, d, keepdim, fl ? x.dtype() : DType::int64);
   if (!fl) return out;
   Shape xs = x.shape(), ks = reduced_shape(xs, d, true);
-  return record(out, "sum", {x}, [xs, ks](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "sum", {x}, [xs, ks](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{expand_back(g, ks, xs)};
-  });
+  }));
 }
 
 Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
@@ -171,9 +171,9 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   }
   Tensor out = run_reduce(Op::mean, x, d, keepdim, x.dtype());
   Shape xs = x.shape(), ks = reduced_shape(xs, d, true);
-  return record(out, "mean", {x}, [xs, ks, n](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "mean", {x}, [xs, ks, n](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{expand_back(mul(g, 1.0 / double(n)), ks, xs)};
-  });
+  }));
 }
 
 // ---------------------------------------------------------------- var / std
@@ -187,14 +187,16 @@ Tensor var_std(Op op, const char* name, const Tensor& x, const Dims& dims, bool 
   const double denom = double(reduced_count(x.shape(), d)) - correction;
   Tensor out = run_reduce(op, x, d, keepdim, x.dtype(), correction);
   Shape ks = reduced_shape(x.shape(), d, true);
-  Tensor xd = x.detach(), yd = out.detach();
+  Tensor yd = out.detach();
   const bool is_std = op == Op::std;
-  return record(out, name, {x}, {xd, yd}, [xd, yd, d, ks, denom, is_std](const Tensor& g, const std::vector<bool>&) {
-    // d var / dx = 2 (x - mean) / denom;  d std / dx = (x - mean) / (std denom)
-    Tensor centered = sub(xd, mean(xd, d, true));
-    Tensor scale = is_std ? div(g.reshape(ks), mul(yd.reshape(ks), denom)) : mul(g.reshape(ks), 2.0 / denom);
-    return std::vector<Tensor>{mul(centered, scale)};
-  });
+  return twice_differentiable(
+      record(out, name, {x}, {x, yd}, [x, yd, d, ks, denom, is_std](const Tensor& g, const std::vector<bool>&) {
+        // d var / dx = 2 (x - mean) / denom;  d std / dx = (x - mean) / (std denom)
+        Tensor centered = sub(x, mean(x, d, true));
+        Tensor scale = is_std ? div(g.reshape(ks), mul(saved_output(yd).reshape(ks), denom))
+                              : mul(g.reshape(ks), 2.0 / denom);
+        return std::vector<Tensor>{mul(centered, scale)};
+      }));
 }
 }  // namespace
 
@@ -220,11 +222,12 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   auto d = checked_dims("logsumexp", x, dims);
   Tensor out = run_reduce(Op::logsumexp, x, d, keepdim, x.dtype());
   Shape ks = reduced_shape(x.shape(), d, true);
-  Tensor xd = x.detach(), yd = out.detach();
-  return record(out, "logsumexp", {x}, {xd, yd}, [xd, yd, ks](const Tensor& g, const std::vector<bool>&) {
+  Tensor yd = out.detach();
+  auto backward = [x, yd, ks](const Tensor& g, const std::vector<bool>&) {
     // d lse / dx = softmax(x) = exp(x - lse)
-    return std::vector<Tensor>{mul(g.reshape(ks), exp(sub(xd, yd.reshape(ks))))};
-  });
+    return std::vector<Tensor>{mul(g.reshape(ks), exp(sub(x, saved_output(yd).reshape(ks))))};
+  };
+  return twice_differentiable(record(out, "logsumexp", {x}, {x, yd}, backward));
 }
 
 // ---------------------------------------------------------------- max / min / argmax / argmin
@@ -232,8 +235,14 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
 namespace {
 
 /// Scatters g (outer, inner) to the chosen indices: dx (outer, reduce, inner), shape in_shape.
+/// Under create_graph, g times a one-hot mask of the indices, so dx is recorded (linear in g).
 Tensor max_min_backward(Op op, const Tensor& g, const Tensor& indices, const Shape& in_shape, int64_t O, int64_t R,
                         int64_t I) {
+  if (grad_mode_enabled()) {
+    Tensor positions = arange(double(R), {.dtype = DType::int64, .device = g.device()}).reshape({1, R, 1});
+    Tensor hot = eq(positions, indices.reshape({O, 1, I}));
+    return mul(g.reshape({O, 1, I}), hot.to(g.dtype())).reshape(in_shape);
+  }
   Tensor gc = g.contiguous();
   Tensor dx = Tensor::empty(in_shape, g.dtype(), g.device());
   if (dx.numel() == 0) return dx;
@@ -287,9 +296,10 @@ ValuesIndices max_min_dim(Op op, const char* name, const Tensor& x, int64_t dim,
   if (want_values && x.is_floating_point()) {
     Tensor idx = r.indices;
     Shape xs = x.shape();
-    record(r.values, name, {x}, {idx}, [op, idx, xs, O, R, I](const Tensor& g, const std::vector<bool>&) {
-      return std::vector<Tensor>{max_min_backward(op, g, idx, xs, O, R, I)};
-    });
+    twice_differentiable(
+        record(r.values, name, {x}, {idx}, [op, idx, xs, O, R, I](const Tensor& g, const std::vector<bool>&) {
+          return std::vector<Tensor>{max_min_backward(op, g, idx, xs, O, R, I)};
+        }));
   }
   return r;
 }
@@ -311,9 +321,10 @@ Tensor max_min_all(Op op, const char* name, const Tensor& x) {
   kernel<ReduceKernelFn>(op, x.device())(op, x.dtype(), a);
   if (!x.is_floating_point()) return values;
   Shape xs = x.shape();
-  return record(values, name, {x}, {idx}, [op, idx, xs, R](const Tensor& g, const std::vector<bool>&) {
+  auto backward = [op, idx, xs, R](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{max_min_backward(op, g, idx, xs, 1, R, 1)};
-  });
+  };
+  return twice_differentiable(record(values, name, {x}, {idx}, backward));
 }
 
 }  // namespace
@@ -352,7 +363,12 @@ Tensor softmax_impl(Op op, const char* name, const Tensor& x, int64_t dim) {
     kernel<SoftmaxKernelFn>(op, x.device())(op, x.dtype(), a);
   }
   Tensor yd = y.detach();
-  return record(y, name, {x}, {yd}, [op, yd, a](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(y, name, {x}, {yd}, [op, yd, a, d](const Tensor& g, const std::vector<bool>&) {
+    if (grad_mode_enabled()) {  // create_graph: the same formulas in recorded ops
+      Tensor yl = saved_output(yd);
+      if (op == Op::softmax) return std::vector<Tensor>{mul(yl, sub(g, sum(mul(g, yl), {d}, true)))};
+      return std::vector<Tensor>{sub(g, mul(exp(yl), sum(g, {d}, true)))};
+    }
     Tensor gc = g.contiguous();
     Tensor dx = Tensor::empty(yd.shape(), yd.dtype(), yd.device());
     if (dx.numel() == 0) return std::vector<Tensor>{dx};
@@ -364,7 +380,7 @@ Tensor softmax_impl(Op op, const char* name, const Tensor& x, int64_t dim) {
     b.backward = true;
     kernel<SoftmaxKernelFn>(op, yd.device())(op, yd.dtype(), b);
     return std::vector<Tensor>{dx};
-  });
+  }));
 }
 }  // namespace
 

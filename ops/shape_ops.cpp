@@ -96,7 +96,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     NoGradGuard ng;
     run_cat(Op::cat, conv, inner, outer, out);
   }
-  return record(out, "cat", conv, [d, sizes](const Tensor& g, const std::vector<bool>& needs) {
+  return twice_differentiable(record(out, "cat", conv, [d, sizes](const Tensor& g, const std::vector<bool>& needs) {
     std::vector<Tensor> gs(sizes.size());
     int64_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -104,7 +104,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
       off += sizes[i];
     }
     return gs;
-  });
+  }));
 }
 
 Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
@@ -128,12 +128,12 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
     run_cat(Op::stack, conv, inner, outer, out);
   }
   const size_t n = ts.size();
-  return record(out, "stack", conv, [d, n](const Tensor& g, const std::vector<bool>& needs) {
+  return twice_differentiable(record(out, "stack", conv, [d, n](const Tensor& g, const std::vector<bool>& needs) {
     std::vector<Tensor> gs(n);
     for (size_t i = 0; i < n; ++i)
       if (needs[i]) gs[i] = g.select(d, int64_t(i));
     return gs;
-  });
+  }));
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {

@@ -7,6 +7,7 @@
 #include "core/checked_math.h"
 #include "ops/helpers.h"
 #include "ops/reduce.h"
+#include "ops/shape_ops.h"
 
 namespace kiln {
 namespace {
@@ -81,11 +82,26 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   return ns;
 }
 
+// g (in_shape but end - start long in dim d) at [start, end) of dim d of a zero tensor of
+// in_shape, by cat: recorded, so slice and select backwards under create_graph are too.
+Tensor pad_with_zeros(const Tensor& g, const Shape& in_shape, int64_t d, int64_t start, int64_t end) {
+  auto zero_part = [&](int64_t n) {
+    Shape s = in_shape;
+    s[d] = n;
+    return zeros(s, {.dtype = g.dtype(), .device = g.device()});
+  };
+  std::vector<Tensor> parts;
+  if (start > 0) parts.push_back(zero_part(start));
+  parts.push_back(g);
+  if (end < in_shape[d]) parts.push_back(zero_part(in_shape[d] - end));
+  return parts.size() == 1 ? g : cat(parts, d);
+}
+
 Tensor reshape_backward_record(Tensor& out, const char* name, const Tensor& in) {
   Shape s = in.shape();
-  return record(out, name, {in}, [s](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, name, {in}, [s](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g.reshape(s)};
-  });
+  }));
 }
 
 }  // namespace
@@ -137,9 +153,9 @@ Tensor Tensor::permute(const Shape& dims) const {
     inv[d] = int64_t(i);
   }
   Tensor out = make_view("permute", *this, ns, st, offset());
-  return record(out, "permute", {*this}, [inv](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "permute", {*this}, [inv](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g.permute(inv)};
-  });
+  }));
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
@@ -176,13 +192,14 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   const int64_t off = checked_add(offset(), checked_mul(start, strides()[d], "slice", shape()), "slice", shape());
   Tensor out = make_view("slice", *this, ns, st, off);
   Shape in_shape = shape();
-  DType dt = dtype();
-  return record(out, "slice", {*this}, [in_shape, dt, d, start, end, step](const Tensor& g, const std::vector<bool>&) {
+  record(out, "slice", {*this}, [in_shape, d, start, end, step](const Tensor& g, const std::vector<bool>&) {
+    if (grad_mode_enabled() && step == 1)  // create_graph: g between zeros, recorded
+      return std::vector<Tensor>{pad_with_zeros(g, in_shape, d, start, end)};
     Tensor z = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
     z.slice(d, start, end, step).copy_(g);
-    (void)dt;
     return std::vector<Tensor>{z};
   });
+  return step == 1 ? twice_differentiable(out) : out;
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -208,11 +225,14 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   const int64_t off = checked_add(offset(), checked_mul(index, strides()[d], "select", shape()), "select", shape());
   Tensor out = make_view("select", *this, ns, st, off);
   Shape in_shape = shape();
-  return record(out, "select", {*this}, [in_shape, d, index](const Tensor& g, const std::vector<bool>&) {
+  auto backward = [in_shape, d, index](const Tensor& g, const std::vector<bool>&) {
+    if (grad_mode_enabled())  // create_graph: g between zeros, recorded
+      return std::vector<Tensor>{pad_with_zeros(g.unsqueeze(d), in_shape, d, index, index + 1)};
     Tensor z = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
     z.select(d, index).copy_(g);
     return std::vector<Tensor>{z};
-  });
+  };
+  return twice_differentiable(record(out, "select", {*this}, backward));
 }
 
 Tensor Tensor::expand(const Shape& shape_in) const {
@@ -238,9 +258,9 @@ Tensor Tensor::expand(const Shape& shape_in) const {
   if (ns == shape()) return *this;
   Tensor out = make_view("expand", *this, ns, st, offset());
   Shape in_shape = shape();
-  return record(out, "expand", {*this}, [in_shape](const Tensor& g, const std::vector<bool>&) {
+  return twice_differentiable(record(out, "expand", {*this}, [in_shape](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{sum_to(g, in_shape)};
-  });
+  }));
 }
 
 Tensor Tensor::squeeze() const {

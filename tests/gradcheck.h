@@ -31,6 +31,13 @@ inline bool gradcheck(const TensorFn& f, std::vector<Tensor> inputs, GradcheckOp
   return r.empty();
 }
 
+/// The same for second derivatives (kiln::testing::gradgradcheck_report).
+inline bool gradgradcheck(const TensorFn& f, std::vector<Tensor> inputs, GradcheckOptions o = {}) {
+  std::string r = kiln::testing::gradgradcheck_report(f, std::move(inputs), o);
+  if (!r.empty()) MESSAGE("gradgradcheck mismatch:\n" << r);
+  return r.empty();
+}
+
 /// Max |a - b| over all elements (after converting both to float64 on the CPU).
 inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   REQUIRE(a.shape() == b.shape());
