@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 #include "bench/workloads.h"
-#include "dist/ddp.h"
-#include "dist/dist.h"
+#include "kiln/dist/ddp.h"
+#include "kiln/dist/dist.h"
 #include "kiln/kiln.h"
 
 using namespace kiln;

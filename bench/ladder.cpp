@@ -20,12 +20,12 @@
 #include <vector>
 #include "bench/report.h"
 #include "bench/system_probe.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "ops/cpu/conv_algos.h"
-#include "ops/cpu/sgemm.h"
-#include "ops/reference/conv2d.h"
-#include "ops/reference/gemm.h"
+#include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/cpu/conv_algos.h"
+#include "kiln/ops/cpu/sgemm.h"
+#include "kiln/ops/reference/conv2d.h"
+#include "kiln/ops/reference/gemm.h"
 
 namespace kiln::bench {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <utility>
-#include "core/json.h"
+#include "kiln/core/json.h"
 
 namespace kiln::bench {
 

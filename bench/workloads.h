@@ -9,8 +9,8 @@
 #include "bench/report.h"
 #include "bench/system_probe.h"
 #include "bench/workload_spec.h"
-#include "nn/module.h"
-#include "optim/optimizer.h"
+#include "kiln/nn/module.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::bench {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cli {
 

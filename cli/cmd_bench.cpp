@@ -15,10 +15,10 @@
 #include "bench/workloads.h"
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "monitor/plot.h"
-#include "core/error.h"
-#include "core/json.h"
-#include "ops/cpu/sgemm.h"
+#include "kiln/monitor/plot.h"
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
+#include "kiln/ops/cpu/sgemm.h"
 
 namespace kiln::cli {
 

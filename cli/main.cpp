@@ -6,8 +6,8 @@
 #include <string>
 #include "cli/commands.h"
 #include "cli/train.h"
-#include "core/error.h"
-#include "dist/dist.h"
+#include "kiln/core/error.h"
+#include "kiln/dist/dist.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cli {
 

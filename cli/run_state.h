@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 #include "cli/train.h"
-#include "core/json.h"
-#include "data/text.h"
+#include "kiln/core/json.h"
+#include "kiln/data/text.h"
 
 namespace kiln::cli {
 

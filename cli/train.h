@@ -7,11 +7,11 @@
 #include <vector>
 #include <memory>
 #include <set>
-#include "core/device.h"
-#include "data/dataset.h"
-#include "data/vision.h"
-#include "models/gpt.h"
-#include "nn/module.h"
+#include "kiln/core/device.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/vision.h"
+#include "kiln/models/gpt.h"
+#include "kiln/nn/module.h"
 
 namespace kiln::cli {
 

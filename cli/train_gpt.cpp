@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <spdlog/spdlog.h>
-#include "monitor/progress.h"
+#include "kiln/monitor/progress.h"
 #include "cli/run_state.h"
 #include "cli/train_internal.h"
-#include "data/text.h"
-#include "ops/loss.h"
+#include "kiln/data/text.h"
+#include "kiln/ops/loss.h"
 
 namespace kiln::cli {
 

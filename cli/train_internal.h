@@ -11,19 +11,19 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "monitor/metrics.h"
-#include "monitor/step_meter.h"
+#include "kiln/monitor/metrics.h"
+#include "kiln/monitor/step_meter.h"
 #include "cli/train.h"
-#include "core/error.h"
-#include "core/json.h"
-#include "core/tensor.h"
-#include "dist/ddp.h"
-#include "dist/dist.h"
-#include "optim/divergence_guard.h"
-#include "optim/grad_scaler.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
-#include "optim/run_checkpoint.h"
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
+#include "kiln/core/tensor.h"
+#include "kiln/dist/ddp.h"
+#include "kiln/dist/dist.h"
+#include "kiln/optim/divergence_guard.h"
+#include "kiln/optim/grad_scaler.h"
+#include "kiln/optim/lr_scheduler.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/optim/run_checkpoint.h"
 
 namespace kiln::cli {
 

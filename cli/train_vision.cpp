@@ -6,13 +6,13 @@
 #include <cmath>
 #include <memory>
 #include <spdlog/spdlog.h>
-#include "monitor/progress.h"
+#include "kiln/monitor/progress.h"
 #include "cli/run_state.h"
 #include "cli/train_internal.h"
-#include "data/dataloader.h"
-#include "data/transforms.h"
-#include "data/vision.h"
-#include "dist/sampler.h"
+#include "kiln/data/dataloader.h"
+#include "kiln/data/transforms.h"
+#include "kiln/data/vision.h"
+#include "kiln/dist/sampler.h"
 
 namespace kiln::cli {
 

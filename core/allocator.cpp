@@ -1,9 +1,9 @@
 // CPU allocator (64-byte aligned, caching large blocks, with byte counters) and the
 // per-device-type allocator registry.
-#include "core/allocator.h"
-#include "core/storage.h"
-#include "core/cuda.h"
-#include "core/error.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/storage.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/error.h"
 #include <atomic>
 #include <cstdlib>
 #include <mutex>

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include "core/device.h"
+#include "kiln/core/device.h"
 
 namespace kiln {
 

@@ -1,5 +1,5 @@
 // Thread-local autocast state and the casting helpers ops call under mixed precision.
-#include "core/autocast.h"
+#include "kiln/core/autocast.h"
 
 namespace kiln {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <tuple>
 #include <initializer_list>
-#include "core/dtype.h"
-#include "core/tensor.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -1,12 +1,12 @@
 // The backward engine: reverse topological walk with explicit stacks (no recursion),
 // gradient summation across edges, accumulation into leaves, graph release.
-#include "core/autograd.h"
+#include "kiln/core/autograd.h"
 #include <atomic>
 #include <span>
 #include <unordered_map>
-#include "core/autocast.h"
-#include "core/copy.h"
-#include "ops/elementwise.h"
+#include "kiln/core/autocast.h"
+#include "kiln/core/copy.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln {
 

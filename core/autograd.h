@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 #include <vector>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

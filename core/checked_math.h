@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 

@@ -1,6 +1,6 @@
 // Copies between tensors of any dtype, layout and (through a registered hook) device.
 #pragma once
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

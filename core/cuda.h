@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::cuda {
 

@@ -1,9 +1,9 @@
 // CUDA runtime API for a build without the CUDA backend: no devices; everything that
 // needs one throws kiln::Error saying how to build with CUDA.
 #ifndef KILN_WITH_CUDA
-#include "core/cuda.h"
-#include "core/cuda_memory.h"
-#include "core/error.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda_memory.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cuda {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "core/half.h"
-#include "core/error.h"
+#include "kiln/core/half.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 

@@ -1,6 +1,6 @@
 // File input/output helpers: zlib's gz* API (which also reads plain files) for reads,
 // temp-file + fsync + rename for writes.
-#include "core/file_io.h"
+#include "kiln/core/file_io.h"
 #include <zlib.h>
 #include <algorithm>
 #include <atomic>
@@ -12,7 +12,7 @@
 #include <signal.h>
 #include <unistd.h>
 #include <cstdlib>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
-#include "core/macros.h"
+#include "kiln/core/macros.h"
 #if defined(__F16C__) && !defined(__CUDA_ARCH__)
 #include <immintrin.h>
 #define KILN_HAVE_F16C 1

@@ -1,12 +1,12 @@
 // kiln::json: accessors, the writer (shortest round-trip doubles via std::to_chars) and
 // a recursive-descent parser with a depth limit and byte offsets in its errors.
-#include "core/json.h"
+#include "kiln/core/json.h"
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_set>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::json {
 

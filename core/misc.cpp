@@ -2,11 +2,11 @@
 // threads and the global Philox generator.
 #include <atomic>
 #include <mutex>
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/parallel.h"
-#include "core/rng.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rng.h"
 
 namespace kiln {
 

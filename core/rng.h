@@ -3,7 +3,7 @@
 // CUDA threads draw the same numbers in any order, and a seed makes a run repeatable.
 #pragma once
 #include <cstdint>
-#include "core/macros.h"
+#include "kiln/core/macros.h"
 
 namespace kiln {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include "core/allocator.h"
+#include "kiln/core/allocator.h"
 
 namespace kiln {
 

@@ -6,8 +6,8 @@
 #include <array>
 #include <cstdint>
 #include <vector>
-#include "core/error.h"
-#include "core/parallel.h"
+#include "kiln/core/error.h"
+#include "kiln/core/parallel.h"
 
 namespace kiln {
 

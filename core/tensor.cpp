@@ -1,15 +1,15 @@
 // Tensor handle: metadata, factories, copies/conversions, element access and printing.
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <iomanip>
 #include <sstream>
-#include "core/autograd.h"
-#include "core/checked_math.h"
-#include "core/copy.h"
-#include "core/rng.h"
-#include "core/strided.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/core/copy.h"
+#include "kiln/core/rng.h"
+#include "kiln/core/strided.h"
 
 namespace kiln {
 

@@ -9,9 +9,9 @@
 #include <ostream>
 #include <string>
 #include <vector>
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/storage.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/storage.h"
 
 namespace kiln {
 

@@ -1,8 +1,8 @@
 // Byte-level BPE (see bpe.h): chunking, training, encoding, decoding and the JSON form.
-#include "data/bpe.h"
+#include "kiln/data/bpe.h"
 #include <limits>
-#include "core/error.h"
-#include "core/file_io.h"
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
 
 namespace kiln::data {
 

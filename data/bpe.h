@@ -19,8 +19,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-#include "core/json.h"
-#include "core/tensor.h"
+#include "kiln/core/json.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::data {
 

@@ -3,17 +3,17 @@
 // in a map keyed by batch number; the consumer takes batch k only when it is ready,
 // so order (and content) never depends on the worker count. Workers stay at most
 // `workers * prefetch` batches ahead of the consumer.
-#include "data/dataloader.h"
+#include "kiln/data/dataloader.h"
 #include <condition_variable>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
-#include "core/autograd.h"
-#include "core/cuda.h"
-#include "core/error.h"
-#include "core/rng.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
 
 namespace kiln::data {
 

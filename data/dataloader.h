@@ -9,8 +9,8 @@
 #include <optional>
 #include <type_traits>
 #include <vector>
-#include "data/dataset.h"
-#include "data/transforms.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/transforms.h"
 
 namespace kiln::data {
 

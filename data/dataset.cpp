@@ -1,12 +1,12 @@
 // Dataset's default batching (get() per index, then one copy per example) and
 // TensorDataset's gather fast path (memcpy per run of consecutive rows, fused dtype
 // conversion and scaling for compactly stored uint8 images).
-#include "data/dataset.h"
+#include "kiln/data/dataset.h"
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include "core/error.h"
-#include "data/rng.h"
+#include "kiln/core/error.h"
+#include "kiln/data/rng.h"
 
 namespace kiln::data {
 

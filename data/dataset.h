@@ -7,7 +7,7 @@
 #include <optional>
 #include <span>
 #include <vector>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::data {
 

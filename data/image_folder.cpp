@@ -2,14 +2,14 @@
 // (STB_IMAGE_STATIC: its symbols stay private to this file, so kiln users may link
 // their own copy). Decoding happens on the thread that asks, so DataLoader workers
 // decode in parallel.
-#include "data/image_folder.h"
+#include "kiln/data/image_folder.h"
 #include <algorithm>
 #include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include "core/error.h"
-#include "data/io.h"
+#include "kiln/core/error.h"
+#include "kiln/data/io.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"

@@ -1,14 +1,14 @@
 // File input for the data readers: the IDX parser streaming straight into the tensor
 // through core's FileReader (plain or gzip), and find_file.
-#include "data/io.h"
+#include "kiln/data/io.h"
 #include <algorithm>
 #include <bit>
 #include <filesystem>
 #include <iomanip>
 #include <fstream>
 #include <sstream>
-#include "core/checked_math.h"
-#include "core/error.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/core/error.h"
 
 namespace kiln::data {
 

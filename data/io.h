@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#include "core/file_io.h"
-#include "core/tensor.h"
+#include "kiln/core/file_io.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::data {
 

@@ -3,7 +3,7 @@
 // A (seed, stream) pair names one independent stream, so results never depend on threads.
 #pragma once
 #include <cstdint>
-#include "core/rng.h"
+#include "kiln/core/rng.h"
 
 namespace kiln::data {
 

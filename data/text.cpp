@@ -1,11 +1,11 @@
 // Character-level text: UTF-8 decoding/encoding, the code-point vocabulary (with its
 // small JSON file, written atomically), token windows and the CharText corpus.
-#include "data/text.h"
+#include "kiln/data/text.h"
 #include <algorithm>
 #include <cstring>
-#include "core/error.h"
-#include "core/json.h"
-#include "data/io.h"
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
+#include "kiln/data/io.h"
 
 namespace kiln::data {
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#include "core/tensor.h"
-#include "data/bpe.h"
-#include "data/dataset.h"
-#include "data/rng.h"
+#include "kiln/core/tensor.h"
+#include "kiln/data/bpe.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/rng.h"
 
 namespace kiln::data {
 

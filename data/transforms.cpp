@@ -1,9 +1,9 @@
 // Transforms on CPU tensors: plain loops over (sample, channel, row), one allocation
 // per call. Random transforms draw per sample in sample order from the given Rng.
-#include "data/transforms.h"
+#include "kiln/data/transforms.h"
 #include <algorithm>
 #include <cstring>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::data {
 

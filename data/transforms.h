@@ -6,8 +6,8 @@
 #include <functional>
 #include <initializer_list>
 #include <vector>
-#include "core/tensor.h"
-#include "data/rng.h"
+#include "kiln/core/tensor.h"
+#include "kiln/data/rng.h"
 
 namespace kiln::data {
 

@@ -1,11 +1,11 @@
 // MNIST / Fashion-MNIST (IDX) and CIFAR-10 (binary batch) readers. Every check names
 // the file: missing files, wrong magic numbers, truncation, count mismatches, labels
 // out of range.
-#include "data/vision.h"
+#include "kiln/data/vision.h"
 #include <cstring>
 #include <filesystem>
-#include "core/error.h"
-#include "data/io.h"
+#include "kiln/core/error.h"
+#include "kiln/data/io.h"
 
 namespace kiln::data {
 

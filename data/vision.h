@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 #include <vector>
-#include "data/dataset.h"
+#include "kiln/data/dataset.h"
 
 namespace kiln::data {
 

@@ -1,10 +1,10 @@
 // DistributedDataParallel (see ddp.h): the Reducer owns the buckets and the hooks.
-#include "dist/ddp.h"
+#include "kiln/dist/ddp.h"
 #include <chrono>
 #include <unordered_map>
-#include "core/autograd.h"
-#include "core/error.h"
-#include "dist/dist.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/dist/dist.h"
 
 namespace kiln::dist {
 

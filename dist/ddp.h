@@ -16,7 +16,7 @@
 #pragma once
 #include <memory>
 #include <string>
-#include "nn/module.h"
+#include "kiln/nn/module.h"
 
 namespace kiln::dist {
 

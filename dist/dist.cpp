@@ -1,6 +1,6 @@
 // kiln::dist on MPI (CPU tensors, launch, bootstrap) and NCCL (CUDA tensors), with a
 // one-process fallback (see dist.h).
-#include "dist/dist.h"
+#include "kiln/dist/dist.h"
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-#include "core/cuda.h"
-#include "core/error.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/error.h"
 #if KILN_WITH_MPI
 #include <mpi.h>
 #endif

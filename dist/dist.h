@@ -9,7 +9,7 @@
 #pragma once
 #include <memory>
 #include <string>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::dist {
 

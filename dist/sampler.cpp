@@ -1,9 +1,9 @@
 // DistributedSampler (see sampler.h).
-#include "dist/sampler.h"
+#include "kiln/dist/sampler.h"
 #include <numeric>
-#include "core/error.h"
-#include "data/rng.h"
-#include "dist/dist.h"
+#include "kiln/core/error.h"
+#include "kiln/data/rng.h"
+#include "kiln/dist/dist.h"
 
 namespace kiln::dist {
 

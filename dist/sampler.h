@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <vector>
-#include "data/dataloader.h"
+#include "kiln/data/dataloader.h"
 
 namespace kiln::dist {
 

@@ -1,10 +1,10 @@
 // ZeroRedundancyOptimizer (see zero.h).
-#include "dist/zero.h"
+#include "kiln/dist/zero.h"
 #include <algorithm>
-#include "core/error.h"
-#include "dist/dist.h"
-#include "ops/helpers.h"
-#include "optim/state_keys.h"
+#include "kiln/core/error.h"
+#include "kiln/dist/dist.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/optim/state_keys.h"
 
 namespace kiln::dist {
 

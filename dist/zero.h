@@ -22,7 +22,7 @@
 #include <functional>
 #include <memory>
 #include <vector>
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::dist {
 

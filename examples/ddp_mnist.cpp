@@ -12,9 +12,9 @@
 #include <cstring>
 #include <string>
 #include <kiln/kiln.h>
-#include "dist/ddp.h"
-#include "dist/dist.h"
-#include "dist/sampler.h"
+#include "kiln/dist/ddp.h"
+#include "kiln/dist/dist.h"
+#include "kiln/dist/sampler.h"
 
 namespace dist = kiln::dist;
 using kiln::Tensor;

@@ -17,14 +17,14 @@
 #include <sstream>
 #include <string>
 #include <vector>
-#include "core/autograd.h"
-#include "core/error.h"
-#include "core/rng.h"
-#include "core/tensor.h"
-#include "nn/module.h"
-#include "ops/elementwise.h"
-#include "ops/reduce.h"
-#include "ops/shape_ops.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
+#include "kiln/core/tensor.h"
+#include "kiln/nn/module.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln::testing {
 

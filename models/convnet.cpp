@@ -1,6 +1,6 @@
 // models::ConvNet implementation.
-#include "models/convnet.h"
-#include "nn/checkpoint.h"
+#include "kiln/models/convnet.h"
+#include "kiln/nn/checkpoint.h"
 
 namespace kiln::models {
 

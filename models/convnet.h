@@ -2,8 +2,8 @@
 // pools, then Linear 3136-128, ReLU, Linear 128-10. Children: features, classifier.
 #pragma once
 #include <cstdint>
-#include "nn/container.h"
-#include "nn/layers.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
 
 namespace kiln::models {
 

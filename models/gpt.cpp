@@ -1,13 +1,13 @@
 // models::GPT implementation: forward and sampling (generate).
-#include "models/gpt.h"
+#include "kiln/models/gpt.h"
 #include <algorithm>
 #include <cmath>
 #include <vector>
-#include "core/autograd.h"
-#include "core/rng.h"
-#include "nn/checkpoint.h"
-#include "nn/init.h"
-#include "ops/linalg.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/rng.h"
+#include "kiln/nn/checkpoint.h"
+#include "kiln/nn/init.h"
+#include "kiln/ops/linalg.h"
 
 namespace kiln::models {
 

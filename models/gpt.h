@@ -4,9 +4,9 @@
 #pragma once
 #include <cstdint>
 #include <optional>
-#include "nn/attention.h"
-#include "nn/container.h"
-#include "nn/layers.h"
+#include "kiln/nn/attention.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
 
 namespace kiln::models {
 

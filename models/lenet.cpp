@@ -1,6 +1,6 @@
 // models::LeNet5 implementation.
-#include "models/lenet.h"
-#include "nn/checkpoint.h"
+#include "kiln/models/lenet.h"
+#include "kiln/nn/checkpoint.h"
 
 namespace kiln::models {
 

@@ -2,8 +2,8 @@
 // Children: features (Sequential), classifier (Sequential).
 #pragma once
 #include <cstdint>
-#include "nn/container.h"
-#include "nn/layers.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
 
 namespace kiln::models {
 

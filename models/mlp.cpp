@@ -1,7 +1,7 @@
 // models::MLP implementation.
-#include "models/mlp.h"
+#include "kiln/models/mlp.h"
 #include <sstream>
-#include "ops/elementwise.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln::models {
 

@@ -3,8 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <vector>
-#include "nn/container.h"
-#include "nn/layers.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
 
 namespace kiln::models {
 

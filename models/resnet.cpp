@@ -1,8 +1,8 @@
 // models::ResNet20 and BasicBlock implementation.
-#include "models/resnet.h"
-#include "nn/checkpoint.h"
-#include "ops/conv.h"
-#include "ops/elementwise.h"
+#include "kiln/models/resnet.h"
+#include "kiln/nn/checkpoint.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln::models {
 

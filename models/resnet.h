@@ -4,8 +4,8 @@
 // shape changes (option B), identity otherwise.
 #pragma once
 #include <cstdint>
-#include "nn/container.h"
-#include "nn/layers.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
 
 namespace kiln::models {
 

@@ -1,13 +1,13 @@
 // The metrics log of a `kiln` run: CSV writing/reading (resume truncation through a
 // temp file + rename) and the loss/accuracy plot drawn with plot.h.
-#include "monitor/metrics.h"
+#include "kiln/monitor/metrics.h"
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <utility>
-#include "monitor/png.h"
-#include "core/error.h"
-#include "core/file_io.h"
+#include "kiln/monitor/png.h"
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
 
 namespace kiln::monitor {
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 #include <vector>
-#include "monitor/plot.h"
+#include "kiln/monitor/plot.h"
 
 namespace kiln::monitor {
 

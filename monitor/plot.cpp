@@ -1,12 +1,12 @@
 // The raster plotter of plot.h: a clipped canvas (pixels, rectangles, 2 px Bresenham lines,
 // bitmap text), nice-tick axes, and the two layouts built on them (line panels, grouped bars).
-#include "monitor/plot.h"
+#include "kiln/monitor/plot.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include "monitor/png.h"
-#include "core/error.h"
+#include "kiln/monitor/png.h"
+#include "kiln/core/error.h"
 
 namespace kiln::monitor {
 

@@ -1,9 +1,9 @@
 // PNG encoding through stb_image_write (Debian's libstb-dev, the same package as the
 // stb_image that decodes kiln's image datasets): 8-bit RGB, written atomically.
-#include "monitor/png.h"
+#include "kiln/monitor/png.h"
 #include <string_view>
-#include "core/error.h"
-#include "core/file_io.h"
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"

@@ -1,6 +1,6 @@
 // The live progress display of the `kiln` command: a bar redrawn with "\r" on terminals,
 // throttled plain lines (every 10%, at most one per 2 s) when the output is a log file.
-#include "monitor/progress.h"
+#include "kiln/monitor/progress.h"
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // MultiheadAttention and TransformerBlock: construction, shape checks and forward.
-#include "nn/attention.h"
+#include "kiln/nn/attention.h"
 #include <sstream>
-#include "ops/nn_functional.h"
+#include "kiln/ops/nn_functional.h"
 
 namespace kiln::nn {
 

@@ -1,8 +1,8 @@
 // Attention layers: MultiheadAttention (fused qkv projection, kiln's fused
 // scaled_dot_product_attention, output projection) and the pre-LayerNorm TransformerBlock.
 #pragma once
-#include "nn/container.h"
-#include "nn/layers.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/layers.h"
 
 namespace kiln::nn {
 

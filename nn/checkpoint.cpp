@@ -1,10 +1,10 @@
 // Activation checkpointing on kiln::Function: the forward keeps only the (detached)
 // inputs and the RNG state; the backward restores the RNG state, recomputes with grad
 // mode on from fresh leaf copies of the inputs, backpropagates and returns their grads.
-#include "nn/checkpoint.h"
+#include "kiln/nn/checkpoint.h"
 #include <unordered_set>
-#include "core/autocast.h"
-#include "core/rng.h"
+#include "kiln/core/autocast.h"
+#include "kiln/core/rng.h"
 
 namespace kiln {
 

@@ -7,8 +7,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include "core/autograd.h"
-#include "nn/module.h"
+#include "kiln/core/autograd.h"
+#include "kiln/nn/module.h"
 
 namespace kiln {
 

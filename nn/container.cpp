@@ -1,5 +1,5 @@
 // Sequential and ModuleList: positional children and Sequential's forward.
-#include "nn/container.h"
+#include "kiln/nn/container.h"
 
 namespace kiln::nn {
 namespace detail {

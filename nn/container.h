@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
-#include "nn/module.h"
+#include "kiln/nn/module.h"
 
 namespace kiln::nn {
 

@@ -1,10 +1,10 @@
 // Parameter initialisation: draws with kiln::rand/randn (Philox) in float32 (float64 for
 // float64 tensors) on the tensor's device, then copies into the tensor in place.
-#include "nn/init.h"
+#include "kiln/nn/init.h"
 #include <cmath>
-#include "core/autograd.h"
-#include "core/error.h"
-#include "ops/elementwise.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln::nn::init {
 

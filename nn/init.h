@@ -2,7 +2,7 @@
 // Philox generator (seeded with kiln::manual_seed), each under NoGradGuard.
 #pragma once
 #include <utility>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::nn::init {
 

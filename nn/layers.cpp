@@ -1,14 +1,14 @@
 // Standard layers: construction (parameter registration + PyTorch default init),
 // forward through the ops, argument checks and the summary text of each layer.
-#include "nn/layers.h"
+#include "kiln/nn/layers.h"
 #include <cmath>
 #include <sstream>
-#include "nn/checkpoint.h"
-#include "nn/init.h"
-#include "ops/linalg.h"
-#include "ops/nn_functional.h"
-#include "ops/norm.h"
-#include "ops/reduce.h"
+#include "kiln/nn/checkpoint.h"
+#include "kiln/nn/init.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/nn_functional.h"
+#include "kiln/ops/norm.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::nn {
 

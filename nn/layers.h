@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "nn/module.h"
-#include "ops/conv.h"
-#include "ops/elementwise.h"
-#include "ops/nn_functional.h"
+#include "kiln/nn/module.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/nn_functional.h"
 
 namespace kiln::nn {
 

@@ -1,5 +1,5 @@
 // Loss modules: summary text (the forwards are inline in nn/loss.h).
-#include "nn/loss.h"
+#include "kiln/nn/loss.h"
 #include <sstream>
 
 namespace kiln::nn {

@@ -1,8 +1,8 @@
 // Losses as modules (wrapping ops/loss.h): CrossEntropyLoss, NLLLoss, MSELoss.
 //   nn::CrossEntropyLoss loss_fn({.label_smoothing = 0.1});  auto loss = loss_fn(logits, target);
 #pragma once
-#include "nn/module.h"
-#include "ops/loss.h"
+#include "kiln/nn/module.h"
+#include "kiln/ops/loss.h"
 
 namespace kiln::nn {
 

@@ -1,6 +1,6 @@
 // nn::Module: registration, recursive traversal (parameters, buffers, modes, placement),
 // state_dict save/load with one error listing every bad entry, and the printed summary.
-#include "nn/module.h"
+#include "kiln/nn/module.h"
 #include <atomic>
 #include <cxxabi.h>
 #include <cstdlib>

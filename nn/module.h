@@ -11,10 +11,10 @@
 #include <typeinfo>
 #include <utility>
 #include <vector>
-#include "core/autograd.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "nn/ordered_dict.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/nn/ordered_dict.h"
 
 namespace kiln::nn {
 

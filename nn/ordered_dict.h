@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::nn {
 

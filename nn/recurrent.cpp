@@ -1,12 +1,12 @@
 // LSTM and GRU (see recurrent.h).
-#include "nn/recurrent.h"
+#include "kiln/nn/recurrent.h"
 #include <cmath>
 #include <tuple>
 #include <sstream>
-#include "nn/init.h"
-#include "ops/elementwise.h"
-#include "ops/linalg.h"
-#include "ops/shape_ops.h"
+#include "kiln/nn/init.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln::nn::detail {
 

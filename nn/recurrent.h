@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include "nn/module.h"
+#include "kiln/nn/module.h"
 
 namespace kiln::nn {
 

@@ -1,6 +1,6 @@
 // safetensors writer and validating reader, and the JSON (value or base64) form of
 // tensor maps used for optimizer / scheduler / GradScaler side files.
-#include "nn/serialize.h"
+#include "kiln/nn/serialize.h"
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -11,7 +11,7 @@
 #include <limits>
 #include <memory>
 #include <vector>
-#include "core/file_io.h"
+#include "kiln/core/file_io.h"
 
 #define XXH_INLINE_ALL  // header-only use of Debian's xxHash (libxxhash-dev)
 #if defined(__AVX512F__)

@@ -21,9 +21,9 @@
 #pragma once
 #include <map>
 #include <string>
-#include "core/json.h"
-#include "core/tensor.h"
-#include "nn/module.h"
+#include "kiln/core/json.h"
+#include "kiln/core/tensor.h"
+#include "kiln/nn/module.h"
 
 namespace kiln {
 

@@ -18,10 +18,10 @@
 //   double loss = nn::accumulate_gradients(4, [&](int i) { return loss_fn(model(x[i]), y[i]); });
 //   opt.step(); opt.zero_grad();
 #pragma once
-#include "core/autograd.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "ops/elementwise.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/elementwise.h"
 
 namespace kiln::nn {
 

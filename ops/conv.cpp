@@ -1,15 +1,15 @@
 // conv2d and 2-D pooling: argument checks, output shapes, the call through the dispatch
 // table (a forward/backward kernel table per op, see ops/kernels/conv.h) and the
 // backward lambdas, which call the backward kernels directly.
-#include "ops/conv.h"
+#include "kiln/ops/conv.h"
 #include <atomic>
 #include <sstream>
-#include "core/autocast.h"
-#include "core/autograd.h"
-#include "ops/kernels/conv.h"
-#include "ops/dispatch.h"
-#include "ops/elementwise.h"
-#include "ops/helpers.h"
+#include "kiln/core/autocast.h"
+#include "kiln/core/autograd.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
 
 namespace kiln {
 

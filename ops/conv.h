@@ -1,7 +1,7 @@
 // 2-D convolution and pooling on NCHW tensors.
 #pragma once
 #include <array>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

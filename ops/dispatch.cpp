@@ -1,9 +1,9 @@
 // Which (op, device) pairs have a kernel (the typed tables are in dispatch.h), and the op name table generated from ops/op_list.def.
-#include "ops/dispatch.h"
+#include "kiln/ops/dispatch.h"
 #include <array>
 #include <mutex>
 #ifdef KILN_WITH_CUDA
-#include "ops/cuda/register.h"
+#include "kiln/ops/cuda/register.h"
 #endif
 
 namespace kiln {
@@ -12,7 +12,7 @@ namespace {
 using detail::kNumOps;
 const char* kOpNames[] = {
 #define KILN_OP(name) #name,
-#include "ops/op_list.def"
+#include "kiln/ops/op_list.def"
 #undef KILN_OP
 };
 std::array<std::array<bool, kNumDeviceTypes>, kNumOps> g_registered{};

@@ -5,14 +5,14 @@
 #include <array>
 #include <cstdint>
 #include <type_traits>
-#include "core/device.h"
-#include "core/error.h"
+#include "kiln/core/device.h"
+#include "kiln/core/error.h"
 
 namespace kiln {
 
 enum class Op : uint16_t {
 #define KILN_OP(name) name,
-#include "ops/op_list.def"
+#include "kiln/ops/op_list.def"
 #undef KILN_OP
   kCount
 };

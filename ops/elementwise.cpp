@@ -1,11 +1,11 @@
 // Elementwise ops: broadcasting, dtype promotion, the call through dispatch, and each
 // op's backward right next to its forward.
-#include "ops/elementwise.h"
+#include "kiln/ops/elementwise.h"
 #include <cmath>
-#include "core/copy.h"
-#include "ops/kernels/elementwise.h"
-#include "ops/helpers.h"
-#include "ops/reduce.h"
+#include "kiln/core/copy.h"
+#include "kiln/ops/kernels/elementwise.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln {
 namespace {
@@ -32,7 +32,7 @@ constexpr bool is_comparison(Op op) {
 #define KILN_IS_BOOL_bool_ true
 #define KILN_BINARY(name, Fn, result) \
   case Op::name: return KILN_IS_BOOL_##result;
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_BINARY
 #undef KILN_IS_BOOL_same
 #undef KILN_IS_BOOL_bool_
@@ -80,7 +80,7 @@ constexpr Reads unary_reads(Op op) {
   switch (op) {
 #define KILN_UNARY(name, Fn, reads, api) \
   case Op::name: return Reads::reads;
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
     default: return Reads::none;
   }
@@ -264,7 +264,7 @@ Tensor pow(double base, const Tensor& e) { return pow(scalar_like(e, base), e); 
   Tensor name(const Tensor& x) { return unary_op(Op::name, x); }
 #define KILN_UNARY_API_own(name)
 #define KILN_UNARY(name, Fn, reads, api) KILN_UNARY_API_##api(name)
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
 #undef KILN_UNARY_API_float
 #undef KILN_UNARY_API_any
@@ -321,7 +321,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor name(const Tensor& a, const Tensor& b) { return binary_raw(Op::name, a, b); } \
   Tensor name(const Tensor& a, double b) { return binary_raw(Op::name, a, scalar_like(a, b)); }
 #define KILN_BINARY(name, Fn, result) KILN_BINARY_API_##result(name)
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_BINARY
 #undef KILN_BINARY_API_same
 #undef KILN_BINARY_API_bool_

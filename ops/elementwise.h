@@ -2,7 +2,7 @@
 // All differentiable float ops record their backward on the autograd tape.
 #pragma once
 #include <optional>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -10,8 +10,8 @@
 #pragma once
 #include <cstdint>
 #include <type_traits>
-#include "core/macros.h"
-#include "ops/math.h"
+#include "kiln/core/macros.h"
+#include "kiln/ops/math.h"
 
 namespace kiln::elementwise {
 

@@ -1,5 +1,5 @@
 // Shared op helpers: dims, broadcasting, device/dtype checks (sum_to lives in reduce.cpp).
-#include "ops/helpers.h"
+#include "kiln/ops/helpers.h"
 #include <algorithm>
 #include <sstream>
 

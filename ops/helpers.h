@@ -3,8 +3,8 @@
 #pragma once
 #include <string>
 #include <vector>
-#include "core/autograd.h"
-#include "core/tensor.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

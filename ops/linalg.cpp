@@ -1,16 +1,16 @@
 // matmul and linear: argument checks, batch broadcasting, output allocation, the call
 // through the dispatch table, and the backward formulas (dA = g B^T, dB = A^T g).
 // Transposed (non-contiguous) operands are handed to the GEMM as transposes, not copied.
-#include "ops/linalg.h"
-#include "core/autocast.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/core/autocast.h"
 #include <algorithm>
 #include <atomic>
-#include "core/autograd.h"
-#include "ops/cpu/sgemm.h"
-#include "ops/kernels/linalg.h"
-#include "ops/dispatch.h"
-#include "ops/helpers.h"
-#include "ops/reduce.h"
+#include "kiln/core/autograd.h"
+#include "kiln/ops/cpu/sgemm.h"
+#include "kiln/ops/kernels/linalg.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln {
 

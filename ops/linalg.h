@@ -3,7 +3,7 @@
 // switch (TF32 on CUDA).
 #pragma once
 #include <string>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -1,16 +1,16 @@
 // Losses: cross_entropy (fused log-softmax + pick + label smoothing), nll_loss and mse_loss:
 // argument and target checks, reductions, the call through dispatch and the fused backward.
-#include "ops/loss.h"
-#include "core/autocast.h"
+#include "kiln/ops/loss.h"
+#include "kiln/core/autocast.h"
 #include <cmath>
 #include <limits>
-#include "core/autograd.h"
-#include "core/cuda.h"
-#include "ops/kernels/loss.h"
-#include "ops/dispatch.h"
-#include "ops/elementwise.h"
-#include "ops/helpers.h"
-#include "ops/reduce.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/cuda.h"
+#include "kiln/ops/kernels/loss.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln {
 

@@ -2,7 +2,7 @@
 // 16-bit float inputs are computed in float32 and the loss is float32 (autocast keeps
 // losses in fp32); gradients flow back to the 16-bit input in its own dtype.
 #pragma once
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -8,7 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include "core/macros.h"
+#include "kiln/core/macros.h"
 
 namespace kiln::math {
 

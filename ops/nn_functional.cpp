@@ -1,19 +1,19 @@
 // nn functions: dropout (Philox mask regenerated in the backward), embedding (row gather,
 // deterministic scatter-add backward) and fused scaled dot-product attention. Checks,
 // allocation, the call through dispatch (ops/cpu/nn.cpp) and the backward lambdas.
-#include "ops/nn_functional.h"
-#include "core/autocast.h"
+#include "kiln/ops/nn_functional.h"
+#include "kiln/core/autocast.h"
 #include <algorithm>
 #include <cmath>
 #include <vector>
-#include "core/autograd.h"
-#include "core/cuda.h"
-#include "core/rng.h"
-#include "ops/kernels/nn.h"
-#include "ops/dispatch.h"
-#include "ops/helpers.h"
-#include "ops/elementwise.h"
-#include "ops/shape_ops.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/rng.h"
+#include "kiln/ops/kernels/nn.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 

@@ -2,8 +2,8 @@
 // interpolation (upsampling).
 #pragma once
 #include <array>
-#include "core/tensor.h"
-#include "ops/conv.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/conv.h"
 
 namespace kiln {
 

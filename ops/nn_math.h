@@ -2,8 +2,8 @@
 // (KILN_HD): dropout's per-element keep rule.
 #pragma once
 #include <cstdint>
-#include "core/macros.h"
-#include "core/rng.h"
+#include "kiln/core/macros.h"
+#include "kiln/core/rng.h"
 
 namespace kiln::math {
 

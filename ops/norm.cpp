@@ -1,11 +1,11 @@
 // Normalisation ops: batch_norm and layer_norm. Argument checks, output allocation, the
 // call through dispatch to the fused kernels (ops/cpu/norm.cpp) and the backward lambda.
-#include "ops/norm.h"
-#include "core/autocast.h"
-#include "core/autograd.h"
-#include "ops/kernels/norm.h"
-#include "ops/dispatch.h"
-#include "ops/helpers.h"
+#include "kiln/ops/norm.h"
+#include "kiln/core/autocast.h"
+#include "kiln/core/autograd.h"
+#include "kiln/ops/kernels/norm.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/helpers.h"
 
 namespace kiln {
 

@@ -1,7 +1,7 @@
 // Normalisation: batch norm (training with batch statistics and running-stat update,
 // inference with running stats) and layer norm.
 #pragma once
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

@@ -1,16 +1,16 @@
 // Reductions (sum, mean, var, std, logsumexp, max/min, argmax/argmin), softmax and
 // log_softmax: argument checks, the (outer, reduce, inner) layout, the call through
 // dispatch and the backward formulas. Also sum_to (the backward of broadcasting).
-#include "ops/reduce.h"
-#include "core/autocast.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/core/autocast.h"
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include "core/autograd.h"
-#include "ops/kernels/reduce.h"
-#include "ops/dispatch.h"
-#include "ops/elementwise.h"
-#include "ops/helpers.h"
+#include "kiln/core/autograd.h"
+#include "kiln/ops/kernels/reduce.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
 
 namespace kiln {
 

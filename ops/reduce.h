@@ -4,7 +4,7 @@
 // keeps them in fp32). Every floating op is differentiable. Negative dims count from the end.
 #pragma once
 #include <vector>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

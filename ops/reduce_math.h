@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-#include "core/macros.h"
-#include "ops/math.h"  // fast_exp
+#include "kiln/core/macros.h"
+#include "kiln/ops/math.h"  // fast_exp
 
 namespace kiln::math {
 

@@ -1,15 +1,15 @@
 // topk and multinomial (see sampling.h): the index search is plain C++ over the rows of
 // a contiguous float64 copy, the values of topk a gather (so autograd differentiates them).
-#include "ops/sampling.h"
+#include "kiln/ops/sampling.h"
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
-#include "core/autograd.h"
-#include "core/error.h"
-#include "core/rng.h"
-#include "ops/helpers.h"
-#include "ops/shape_ops.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <utility>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

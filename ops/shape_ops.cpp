@@ -1,14 +1,14 @@
 // Joining, splitting and indexing: cat, stack, split/chunk (views), index_select and
 // gather. Checks, output allocation, the call through dispatch (ops/cpu/shape.cpp) and
 // the backward lambdas (narrow / select of the gradient, index_add, scatter-add).
-#include "ops/shape_ops.h"
+#include "kiln/ops/shape_ops.h"
 #include <sstream>
-#include "core/autograd.h"
-#include "core/checked_math.h"
-#include "core/cuda.h"
-#include "ops/kernels/shape.h"
-#include "ops/dispatch.h"
-#include "ops/helpers.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/core/cuda.h"
+#include "kiln/ops/kernels/shape.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/helpers.h"
 
 namespace kiln {
 

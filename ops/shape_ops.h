@@ -1,7 +1,7 @@
 // Joining, splitting and indexing: cat, stack, split/chunk, index_select, gather.
 #pragma once
 #include <vector>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln {
 

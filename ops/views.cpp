@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
-#include "core/autograd.h"
-#include "core/checked_math.h"
-#include "ops/helpers.h"
-#include "ops/reduce.h"
-#include "ops/shape_ops.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 namespace {

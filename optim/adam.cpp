@@ -1,9 +1,9 @@
 // Adam and AdamW: options checks, bias corrections, the fused-kernel call and the
 // generic tensor-op fallback.
-#include "optim/adam.h"
+#include "kiln/optim/adam.h"
 #include <cmath>
-#include "ops/elementwise.h"
-#include "optim/update_kernels.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

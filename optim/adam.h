@@ -2,7 +2,7 @@
 // optional AMSGrad, following torch.optim.Adam / AdamW (foreach=False).
 #pragma once
 #include <utility>
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,11 +1,11 @@
 // find_batch_size (see batch_finder.h).
-#include "optim/batch_finder.h"
+#include "kiln/optim/batch_finder.h"
 #include <string>
-#include "core/allocator.h"
-#include "core/autograd.h"
-#include "core/cuda_memory.h"
-#include "core/error.h"
-#include "core/rng.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/cuda_memory.h"
+#include "kiln/core/error.h"
+#include "kiln/core/rng.h"
 
 namespace kiln::optim {
 

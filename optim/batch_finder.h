@@ -12,9 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <vector>
-#include "core/device.h"
-#include "nn/module.h"
-#include "optim/optimizer.h"
+#include "kiln/core/device.h"
+#include "kiln/nn/module.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,12 +1,12 @@
 // clip_grad_norm_ / clip_grad_value_: a deterministic blocked CPU reduction for contiguous
 // float32/float64 gradients, tensor ops (any device) otherwise.
-#include "optim/clip_grad.h"
+#include "kiln/optim/clip_grad.h"
 #include <cmath>
-#include "core/autograd.h"
-#include "core/parallel.h"
-#include "ops/elementwise.h"
-#include "ops/helpers.h"
-#include "ops/reduce.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::optim {
 

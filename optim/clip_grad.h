@@ -3,7 +3,7 @@
 #pragma once
 #include <limits>
 #include <vector>
-#include "core/tensor.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::optim {
 

@@ -1,11 +1,11 @@
 // DivergenceGuard (see divergence_guard.h).
-#include "optim/divergence_guard.h"
+#include "kiln/optim/divergence_guard.h"
 #include <cmath>
-#include "core/autograd.h"
-#include "core/error.h"
-#include "ops/elementwise.h"
-#include "ops/helpers.h"
-#include "optim/grad_scaler.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/optim/grad_scaler.h"
 
 namespace kiln::optim {
 

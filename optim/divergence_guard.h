@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "core/tensor.h"
-#include "optim/optimizer.h"
+#include "kiln/core/tensor.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

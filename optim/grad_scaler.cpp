@@ -1,13 +1,13 @@
 // GradScaler (dynamic loss scaling) and the unscale + inf/NaN check over gradients.
-#include "optim/grad_scaler.h"
+#include "kiln/optim/grad_scaler.h"
 #include <cfloat>
 #include <cmath>
-#include "core/autograd.h"
-#include "core/checked_math.h"
-#include "ops/elementwise.h"
-#include "ops/helpers.h"
-#include "ops/reduce.h"
-#include "optim/update_kernels.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

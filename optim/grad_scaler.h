@@ -7,8 +7,8 @@
 #include <map>
 #include <optional>
 #include <vector>
-#include "core/autocast.h"
-#include "optim/optimizer.h"
+#include "kiln/core/autocast.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,9 +1,9 @@
 // Learning-rate schedulers: closed-form lr per step, written into the optimizer's groups.
-#include "optim/lr_scheduler.h"
+#include "kiln/optim/lr_scheduler.h"
 #include <cmath>
 #include <numbers>
 #include <string>
-#include "core/checked_math.h"
+#include "kiln/core/checked_math.h"
 
 namespace kiln::optim {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <vector>
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

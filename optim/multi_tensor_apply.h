@@ -6,8 +6,8 @@
 #include <cfloat>
 #include <cstdint>
 #include <vector>
-#include "core/macros.h"
-#include "optim/update_math.h"
+#include "kiln/core/macros.h"
+#include "kiln/optim/update_math.h"
 
 namespace kiln::optim {
 

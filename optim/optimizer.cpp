@@ -1,13 +1,13 @@
 // Optimizer base: parameter-group bookkeeping, step() driver, zero_grad and the flat
 // state_dict()/load_state_dict() format shared by every optimizer.
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 #include <cmath>
 #include <set>
-#include "core/autograd.h"
-#include "core/checked_math.h"
-#include "ops/helpers.h"
-#include "optim/state_keys.h"
-#include "optim/update_kernels.h"
+#include "kiln/core/autograd.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/optim/state_keys.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 #include <vector>
-#include "core/tensor.h"
-#include "optim/update_kernels.h"
+#include "kiln/core/tensor.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

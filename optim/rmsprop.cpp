@@ -1,8 +1,8 @@
 // RMSprop: options checks, the fused-kernel call and the generic tensor-op fallback.
-#include "optim/rmsprop.h"
+#include "kiln/optim/rmsprop.h"
 #include <cmath>
-#include "ops/elementwise.h"
-#include "optim/update_kernels.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

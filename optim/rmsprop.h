@@ -1,6 +1,6 @@
 // RMSprop with optional momentum, centering and L2 weight decay (torch.optim.RMSprop).
 #pragma once
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

@@ -1,12 +1,12 @@
 // One-file training checkpoints (see run_checkpoint.h): the parts' tensors under prefixes
 // in one safetensors file, the run's state as JSON in its metadata.
-#include "optim/run_checkpoint.h"
+#include "kiln/optim/run_checkpoint.h"
 #include <cmath>
 #include <filesystem>
-#include "core/error.h"
-#include "core/file_io.h"
-#include "core/rng.h"
-#include "nn/serialize.h"
+#include "kiln/core/error.h"
+#include "kiln/core/file_io.h"
+#include "kiln/core/rng.h"
+#include "kiln/nn/serialize.h"
 
 namespace kiln {
 

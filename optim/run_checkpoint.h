@@ -18,11 +18,11 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "core/json.h"
-#include "nn/module.h"
-#include "optim/grad_scaler.h"
-#include "optim/lr_scheduler.h"
-#include "optim/optimizer.h"
+#include "kiln/core/json.h"
+#include "kiln/nn/module.h"
+#include "kiln/optim/grad_scaler.h"
+#include "kiln/optim/lr_scheduler.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln {
 

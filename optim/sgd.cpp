@@ -1,8 +1,8 @@
 // SGD: options checks, the fused-kernel call and the generic tensor-op fallback.
-#include "optim/sgd.h"
+#include "kiln/optim/sgd.h"
 #include <cmath>
-#include "ops/elementwise.h"
-#include "optim/update_kernels.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

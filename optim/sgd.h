@@ -1,6 +1,6 @@
 // SGD with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD semantics).
 #pragma once
-#include "optim/optimizer.h"
+#include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 

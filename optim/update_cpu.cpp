@@ -3,8 +3,8 @@
 // also takes the CUDA kernels of optim/cuda/update.cu in a CUDA build).
 #include <array>
 #include <vector>
-#include "core/parallel.h"
-#include "optim/update_kernels.h"
+#include "kiln/core/parallel.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 

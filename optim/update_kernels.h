@@ -5,10 +5,10 @@
 // no entry, optimizers fall back to a generic path built from kiln tensor ops.
 #pragma once
 #include <cstdint>
-#include "core/device.h"
-#include "core/dtype.h"
-#include "optim/multi_tensor_apply.h"
-#include "optim/update_math.h"
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/optim/multi_tensor_apply.h"
+#include "kiln/optim/update_math.h"
 
 namespace kiln::optim {
 

@@ -4,7 +4,7 @@
 // unscale-and-check step.
 #pragma once
 #include <cmath>
-#include "core/macros.h"
+#include "kiln/core/macros.h"
 
 namespace kiln::optim {
 

@@ -4,10 +4,10 @@
 #include <cuda_runtime.h>
 #include <memory>
 #include <mutex>
-#include "core/allocator.h"
-#include "core/cuda/caching_allocator.h"
-#include "core/cuda/check.h"
-#include "core/cuda/runtime.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/cuda/caching_allocator.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/runtime.h"
 
 namespace kiln::cuda {
 namespace {

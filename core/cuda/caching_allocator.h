@@ -12,8 +12,8 @@
 #include <set>
 #include <string>
 #include <unordered_map>
-#include "core/allocator.h"
-#include "core/error.h"
+#include "kiln/core/allocator.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cuda {
 

@@ -3,7 +3,7 @@
 // file and the line:  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream));
 #pragma once
 #include <cuda_runtime.h>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cuda::detail {
 

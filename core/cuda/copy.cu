@@ -6,12 +6,12 @@
 #include <cuda_runtime.h>
 #include <memory>
 #include <mutex>
-#include "core/checked_math.h"
-#include "core/copy.h"
-#include "core/cuda.h"
-#include "core/cuda/check.h"
-#include "core/cuda/loops.cuh"
-#include "core/cuda/runtime.h"
+#include "kiln/core/checked_math.h"
+#include "kiln/core/copy.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/loops.cuh"
+#include "kiln/core/cuda/runtime.h"
 
 namespace kiln::cuda {
 namespace {

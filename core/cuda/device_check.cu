@@ -12,10 +12,10 @@
 #include <mutex>
 #include <string>
 #include <vector>
-#include "core/cuda.h"
-#include "core/cuda/check.h"
-#include "core/cuda/index_math.h"
-#include "core/cuda/runtime.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/core/cuda/runtime.h"
 
 namespace kiln::cuda {
 namespace {

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include "core/macros.h"
+#include "kiln/core/macros.h"
 
 // `#pragma unroll` for nvcc, nothing for host compilers (GCC would warn about it).
 #if defined(__CUDA_ARCH__)

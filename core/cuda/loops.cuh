@@ -4,10 +4,10 @@
 //   launch_elementwise<float, float, float>(layout, ptrs, AddF<float>{});
 #pragma once
 #include <cuda_runtime.h>
-#include "core/cuda/check.h"
-#include "core/cuda/index_math.h"
-#include "core/cuda/loops.h"
-#include "core/cuda/runtime.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/core/cuda/loops.h"
+#include "kiln/core/cuda/runtime.h"
 
 namespace kiln::cuda {
 

@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
-#include "core/cuda/index_math.h"
-#include "core/half.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/core/half.h"
 
 namespace kiln::cuda {
 

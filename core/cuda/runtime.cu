@@ -6,10 +6,10 @@
 #include <mutex>
 #include <optional>
 #include <vector>
-#include "core/cuda.h"
-#include "core/cuda_memory.h"
-#include "core/cuda/runtime.h"
-#include "core/error.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda_memory.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
 
 namespace kiln::cuda {
 

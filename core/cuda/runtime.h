@@ -2,8 +2,8 @@
 // properties cached per device. Users go through core/cuda.h.
 #pragma once
 #include <cuda_runtime.h>
-#include "core/cuda.h"
-#include "core/cuda/check.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda/check.h"
 
 namespace kiln::cuda {
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 #include "exercise.h"
-#include "ops/reference/gemm.h"
+#include "kiln/ops/reference/gemm.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Exercise 6: a first CUDA kernel, y = a * x + y (saxpy), written so the CPU can check it.
 #pragma once
 #include <cstdint>
-#include "core/macros.h"  // KILN_HD: __host__ __device__ under nvcc
+#include "kiln/core/macros.h"  // KILN_HD: __host__ __device__ under nvcc
 
 namespace ex06 {
 

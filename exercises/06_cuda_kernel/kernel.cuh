@@ -2,7 +2,7 @@
 // exercise is saxpy_thread and saxpy_launch; this part is given.
 #pragma once
 #include <cuda_runtime.h>
-#include "core/cuda/check.h"
+#include "kiln/core/cuda/check.h"
 #include "exercise.h"
 
 namespace ex06 {

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <vector>
 #include <omp.h>
-#include "core/parallel.h"
-#include "ops/cpu/conv_algos.h"
-#include "ops/kernels/conv.h"
-#include "ops/kernels/linalg.h"
-#include "ops/dispatch.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/cpu/conv_algos.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/kernels/linalg.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

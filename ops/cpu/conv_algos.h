@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
-#include "core/parallel.h"
-#include "ops/kernels/conv.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/kernels/conv.h"
 
 namespace kiln::conv_cpu {
 

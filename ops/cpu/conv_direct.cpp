@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
-#include "ops/cpu/conv_algos.h"
+#include "kiln/ops/cpu/conv_algos.h"
 
 namespace kiln::conv_cpu {
 

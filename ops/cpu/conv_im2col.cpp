@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
-#include "ops/cpu/conv_algos.h"
-#include "ops/kernels/linalg.h"
+#include "kiln/ops/cpu/conv_algos.h"
+#include "kiln/ops/kernels/linalg.h"
 
 namespace kiln::conv_cpu {
 

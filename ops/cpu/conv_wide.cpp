@@ -6,8 +6,8 @@
 // gradient as a forward.
 #include <algorithm>
 #include <vector>
-#include "ops/cpu/conv_algos.h"
-#include "ops/kernels/linalg.h"
+#include "kiln/ops/cpu/conv_algos.h"
+#include "kiln/ops/kernels/linalg.h"
 
 namespace kiln::conv_cpu {
 

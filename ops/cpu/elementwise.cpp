@@ -3,9 +3,9 @@
 // and run the functors of ops/elementwise_functors.h, the same the CUDA loops run.
 // Contiguous operands take tight loops the compiler vectorises.
 #include <cmath>
-#include "core/strided.h"
-#include "ops/kernels/elementwise.h"
-#include "ops/elementwise_functors.h"
+#include "kiln/core/strided.h"
+#include "kiln/ops/kernels/elementwise.h"
+#include "kiln/ops/elementwise_functors.h"
 
 namespace kiln {
 namespace {
@@ -51,7 +51,7 @@ void binary_typed(Op op, const EwArgs& args) {
   switch (op) {
 #define KILN_BINARY(name, Fn, result) \
   case Op::name: return binary_loop<result, T>(args, elementwise::Fn##F<T>{});
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_BINARY
     default: KILN_FAIL("elementwise: op ", op_name(op), " is not a binary op");
   }
@@ -94,7 +94,7 @@ void unary_typed(Op op, const UnaryArgs& a) {
   case Op::name:                                                                        \
     if (a.backward) return unary_grad_loop<T>(a, make_functor<Fn##D<T>>(p0, p1)); \
     return unary_loop<T>(a, make_functor<Fn##F<T>>(p0, p1));
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
     default: break;
   }
@@ -110,7 +110,7 @@ template <class T>
 void unary_int(Op op, const UnaryArgs& a) {
   switch (op) {
 #define KILN_UNARY(name, Fn, reads, api) KILN_UNARY_INT_##api(name, Fn)
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
     default: KILN_FAIL(op_name(op), ": not supported for integer tensors");
   }
@@ -144,7 +144,7 @@ void where_cpu(DType dt, const EwArgs& args) {
 void register_cpu_elementwise() {
 #define KILN_UNARY(name, ...) register_kernel(Op::name, DeviceType::CPU, &unary_cpu);
 #define KILN_BINARY(name, ...) register_kernel(Op::name, DeviceType::CPU, &binary_cpu);
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
 #undef KILN_BINARY
   register_kernel(Op::where, DeviceType::CPU, &where_cpu);

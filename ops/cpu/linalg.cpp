@@ -11,11 +11,11 @@
 #include <type_traits>
 #include <vector>
 #include <omp.h>
-#include "core/half.h"
-#include "core/parallel.h"
-#include "ops/kernels/linalg.h"
-#include "ops/cpu/sgemm.h"
-#include "ops/dispatch.h"
+#include "kiln/core/half.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/kernels/linalg.h"
+#include "kiln/ops/cpu/sgemm.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <vector>
-#include "core/parallel.h"
-#include "ops/kernels/loss.h"
-#include "ops/kernels/reduce.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/kernels/loss.h"
+#include "kiln/ops/kernels/reduce.h"
 
 namespace kiln {
 

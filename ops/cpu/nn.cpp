@@ -9,12 +9,12 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
-#include "core/parallel.h"
-#include "core/rng.h"
-#include "ops/kernels/linalg.h"
-#include "ops/kernels/nn.h"
-#include "ops/dispatch.h"
-#include "ops/nn_math.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/rng.h"
+#include "kiln/ops/kernels/linalg.h"
+#include "kiln/ops/kernels/nn.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/nn_math.h"
 
 namespace kiln {
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
-#include "core/parallel.h"
-#include "ops/kernels/norm.h"
-#include "ops/dispatch.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/kernels/norm.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <limits>
 #include <vector>
-#include "core/parallel.h"
-#include "ops/kernels/conv.h"
-#include "ops/dispatch.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

@@ -6,9 +6,9 @@
 #include <limits>
 #include <type_traits>
 #include <vector>
-#include "core/parallel.h"
-#include "ops/kernels/reduce.h"
-#include "ops/reduce_math.h"
+#include "kiln/core/parallel.h"
+#include "kiln/ops/kernels/reduce.h"
+#include "kiln/ops/reduce_math.h"
 
 namespace kiln {
 

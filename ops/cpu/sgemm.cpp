@@ -21,14 +21,14 @@
 // Threads (OpenMP) take independent blocks of C, by rows or by columns, each with its own
 // packing buffers: no barriers, and every panel a thread reads is in its own core's cache.
 // Measured against Eigen 3.4 and OpenBLAS on the workloads' shapes in docs/benchmarks.md.
-#include "ops/cpu/sgemm.h"
+#include "kiln/ops/cpu/sgemm.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <omp.h>
-#include "core/error.h"
-#include "ops/cpu/sgemm_pack.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/cpu/sgemm_pack.h"
 
 
 namespace kiln {

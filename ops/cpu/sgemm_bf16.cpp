@@ -21,14 +21,14 @@
 // this kernel 72-75 GFLOP/s against the float32 kernel's 80-98 (docs/benchmarks.md). So
 // matmul and linear use it where sgemm_bf16_preferred() (AMD, or KILN_CPU_BF16_GEMM=1);
 // Intel's bf16 speed-up is AMX, not written yet.
-#include "ops/cpu/sgemm.h"
+#include "kiln/ops/cpu/sgemm.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
-#include "core/error.h"
-#include "ops/cpu/sgemm_pack.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/cpu/sgemm_pack.h"
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif

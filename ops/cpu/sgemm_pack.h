@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <memory>
 #include <omp.h>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 namespace kiln::sgemm_detail {
 

@@ -5,10 +5,10 @@
 #include <array>
 #include <cstring>
 #include <vector>
-#include "core/parallel.h"
-#include "core/strided.h"
-#include "ops/kernels/shape.h"
-#include "ops/dispatch.h"
+#include "kiln/core/parallel.h"
+#include "kiln/core/strided.h"
+#include "kiln/ops/kernels/shape.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

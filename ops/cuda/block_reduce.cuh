@@ -4,7 +4,7 @@
 // ops/cuda/row_kernels.h run in on the GPU.
 #pragma once
 #include <cub/block/block_reduce.cuh>
-#include "ops/cuda/reduce_index.h"
+#include "kiln/ops/cuda/reduce_index.h"
 
 namespace kiln::cuda {
 

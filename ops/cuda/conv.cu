@@ -10,21 +10,21 @@
 #include <climits>
 #include <map>
 #include <mutex>
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "ops/conv.h"
-#include "ops/cuda/conv_algo.h"
-#include "ops/cuda/cudnn_readback.h"
-#include "ops/kernels/conv.h"
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/dtype_dispatch.h"
-#include "ops/cuda/handles.h"
-#include "ops/cuda/pool_index.h"
-#include "ops/cuda/register.h"
-#include "ops/cuda/row_kernels.h"
-#include "ops/dispatch.h"
-#include "ops/linalg.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/cuda/conv_algo.h"
+#include "kiln/ops/cuda/cudnn_readback.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/cuda/block_reduce.cuh"
+#include "kiln/ops/cuda/dtype_dispatch.h"
+#include "kiln/ops/cuda/handles.h"
+#include "kiln/ops/cuda/pool_index.h"
+#include "kiln/ops/cuda/register.h"
+#include "kiln/ops/cuda/row_kernels.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/linalg.h"
 
 namespace kiln {
 namespace {

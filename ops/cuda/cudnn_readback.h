@@ -4,8 +4,8 @@
 // is tested on every CUDA build. CUDA builds only (KILN_WITH_CUDA).
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
-#include "ops/kernels/conv.h"
+#include "kiln/core/dtype.h"
+#include "kiln/ops/kernels/conv.h"
 
 namespace kiln::cuda {
 

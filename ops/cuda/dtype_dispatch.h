@@ -4,7 +4,7 @@
 // the op. Host code of .cu files.
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
+#include "kiln/core/dtype.h"
 
 namespace kiln::cuda {
 

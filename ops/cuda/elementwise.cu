@@ -4,12 +4,12 @@
 // generated from ops/elementwise_ops.def; the broadcasting binary ops are in
 // elementwise_binary.cu. Same kernel signatures as ops/cpu/elementwise.cpp, so
 // ops/elementwise.cpp dispatches to either unchanged.
-#include "core/cuda/loops.cuh"
-#include "ops/kernels/elementwise.h"
-#include "ops/cuda/dtype_dispatch.h"
-#include "ops/elementwise_functors.h"
-#include "ops/cuda/index_math.h"
-#include "ops/cuda/register.h"
+#include "kiln/core/cuda/loops.cuh"
+#include "kiln/ops/kernels/elementwise.h"
+#include "kiln/ops/cuda/dtype_dispatch.h"
+#include "kiln/ops/elementwise_functors.h"
+#include "kiln/ops/cuda/index_math.h"
+#include "kiln/ops/cuda/register.h"
 
 namespace kiln {
 
@@ -48,7 +48,7 @@ void unary_typed(Op op, const UnaryArgs& a) {
   case Op::name:                                                                             \
     if (a.backward) return unary_grad_loop<T>(op, a, make_functor<Fn##D<C>>(p0, p1));       \
     return unary_loop<T>(a, make_functor<Fn##F<C>>(p0, p1));
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
     default: break;
   }
@@ -64,7 +64,7 @@ template <class T>
 void unary_int(Op op, const UnaryArgs& a) {
   switch (op) {
 #define KILN_UNARY(name, Fn, reads, api) KILN_UNARY_INT_##api(name, Fn)
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
     default: KILN_FAIL(op_name(op), ": not supported for integer tensors");
   }
@@ -90,7 +90,7 @@ void where_cuda(DType dt, const EwArgs& args) {
 void register_cuda_elementwise() {
 #define KILN_UNARY(name, ...) register_kernel(Op::name, DeviceType::CUDA, &unary_cuda);
 #define KILN_BINARY(name, ...) register_kernel(Op::name, DeviceType::CUDA, &binary_cuda);
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
 #undef KILN_BINARY
   register_kernel(Op::where, DeviceType::CUDA, &where_cuda);

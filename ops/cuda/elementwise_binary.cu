@@ -1,11 +1,11 @@
 // CUDA kernels of the broadcasting binary ops (arithmetic, maximum/minimum, comparisons):
 // the generic strided loop of core/cuda/loops.cuh over the operands' own strides (0 on
 // broadcast dims), vectorised when all three are contiguous. Kernel type BinaryKernelFn.
-#include "core/cuda/loops.cuh"
-#include "ops/kernels/elementwise.h"
-#include "ops/cuda/dtype_dispatch.h"
-#include "ops/elementwise_functors.h"
-#include "ops/cuda/index_math.h"
+#include "kiln/core/cuda/loops.cuh"
+#include "kiln/ops/kernels/elementwise.h"
+#include "kiln/ops/cuda/dtype_dispatch.h"
+#include "kiln/ops/elementwise_functors.h"
+#include "kiln/ops/cuda/index_math.h"
 
 namespace kiln {
 namespace {
@@ -23,7 +23,7 @@ void binary_typed(Op op, const LoopLayout<3>& L, void* const* p) {
   switch (op) {
 #define KILN_BINARY(name, Fn, result) \
   case Op::name: return launch_elementwise<result, T, T>(L, p, Fn##F<C>{});
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_BINARY
     default: KILN_FAIL("elementwise: op ", op_name(op), " is not a binary op");
   }

@@ -1,9 +1,9 @@
 // One cuBLAS and one cuDNN handle per device, created on first use and bound to the
 // current stream on every call (ops/cuda/handles.h).
 #include <mutex>
-#include "core/cuda/check.h"
-#include "core/cuda/runtime.h"
-#include "ops/cuda/handles.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/ops/cuda/handles.h"
 
 namespace kiln::cuda {
 namespace {

@@ -3,8 +3,8 @@
 // the generic loops run over (core/cuda/index_math.h has the offset calculator, the grid
 // split and the loop choice). Host C++, no CUDA header; the CPU test uses it as is.
 #pragma once
-#include "core/cuda/index_math.h"
-#include "ops/kernels/elementwise.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/ops/kernels/elementwise.h"
 
 namespace kiln::cuda {
 

@@ -7,15 +7,15 @@
 #include <cublas_v2.h>
 #include <algorithm>
 #include <mutex>
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "ops/kernels/linalg.h"
-#include "ops/linalg.h"
-#include "ops/cuda/gemm_map.h"
-#include "ops/cuda/handles.h"
-#include "ops/cuda/register.h"
-#include "ops/dispatch.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/kernels/linalg.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/cuda/gemm_map.h"
+#include "kiln/ops/cuda/handles.h"
+#include "kiln/ops/cuda/register.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 namespace {

@@ -4,19 +4,19 @@
 // reduced mse sums fixed per-block partials in a fixed order: deterministic, no atomics.
 #include <algorithm>
 #include <limits>
-#include "core/cuda/check.h"
-#include "core/cuda/index_math.h"
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "ops/kernels/loss.h"
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/reduce_index.h"
-#include "ops/cuda/row_kernels.h"
-#include "ops/cuda/register.h"
-#include "ops/cuda/shape_cuda.h"
-#include "ops/dispatch.h"
-#include "ops/math.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/kernels/loss.h"
+#include "kiln/ops/cuda/block_reduce.cuh"
+#include "kiln/ops/cuda/reduce_index.h"
+#include "kiln/ops/cuda/row_kernels.h"
+#include "kiln/ops/cuda/register.h"
+#include "kiln/ops/cuda/shape_cuda.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/math.h"
 
 namespace kiln {
 namespace {

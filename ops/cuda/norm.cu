@@ -7,16 +7,16 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "ops/kernels/norm.h"
-#include "ops/cuda/cudnn_readback.h"
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/row_kernels.h"
-#include "ops/cuda/handles.h"
-#include "ops/cuda/register.h"
-#include "ops/dispatch.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/kernels/norm.h"
+#include "kiln/ops/cuda/cudnn_readback.h"
+#include "kiln/ops/cuda/block_reduce.cuh"
+#include "kiln/ops/cuda/row_kernels.h"
+#include "kiln/ops/cuda/handles.h"
+#include "kiln/ops/cuda/register.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 namespace {

@@ -5,8 +5,8 @@
 // the sums match the CPU's bit for bit and need no atomics.
 #pragma once
 #include <cstdint>
-#include "core/macros.h"
-#include "ops/kernels/conv.h"
+#include "kiln/core/macros.h"
+#include "kiln/ops/kernels/conv.h"
 
 namespace kiln::cuda {
 

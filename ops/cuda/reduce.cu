@@ -6,13 +6,13 @@
 // first) are ops/reduce_math.h's.
 #include <cmath>
 #include <limits>
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "ops/kernels/reduce.h"
-#include "ops/cuda/block_reduce.cuh"
-#include "ops/cuda/reduce_index.h"
-#include "ops/cuda/row_kernels.h"
-#include "ops/cuda/register.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/kernels/reduce.h"
+#include "kiln/ops/cuda/block_reduce.cuh"
+#include "kiln/ops/cuda/reduce_index.h"
+#include "kiln/ops/cuda/row_kernels.h"
+#include "kiln/ops/cuda/register.h"
 
 namespace kiln {
 namespace {

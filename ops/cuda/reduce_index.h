@@ -3,7 +3,7 @@
 // owned by one block, whose threads take the reduced positions r = t, t + B, t + 2B, ...
 #pragma once
 #include <cstdint>
-#include "core/macros.h"
+#include "kiln/core/macros.h"
 
 namespace kiln::cuda {
 

@@ -1,6 +1,6 @@
 // register_cuda_kernels(): the list of CUDA op families. Adding a family: its
 // register_cuda_<family>() in ops/cuda/<family>.cu, a declaration in register.h, a line here.
-#include "ops/cuda/register.h"
+#include "kiln/ops/cuda/register.h"
 
 namespace kiln {
 

@@ -13,10 +13,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include "core/macros.h"
-#include "ops/math.h"
-#include "ops/reduce_math.h"
-#include "ops/cuda/reduce_index.h"
+#include "kiln/core/macros.h"
+#include "kiln/ops/math.h"
+#include "kiln/ops/reduce_math.h"
+#include "kiln/ops/cuda/reduce_index.h"
 
 namespace kiln::cuda::rows {
 

@@ -4,17 +4,17 @@
 // deterministic (sorted runs / one thread per colliding row, no float atomics).
 #include <cub/device/device_radix_sort.cuh>
 #include <algorithm>
-#include "core/cuda/check.h"
-#include "core/cuda/index_math.h"
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "ops/kernels/shape.h"
-#include "ops/cuda/register.h"
-#include "ops/cuda/dtype_dispatch.h"
-#include "ops/cuda/shape_cuda.h"
-#include "ops/cuda/shape_index.h"
-#include "ops/dispatch.h"
+#include "kiln/core/cuda/check.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/kernels/shape.h"
+#include "kiln/ops/cuda/register.h"
+#include "kiln/ops/cuda/dtype_dispatch.h"
+#include "kiln/ops/cuda/shape_cuda.h"
+#include "kiln/ops/cuda/shape_index.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 namespace {

@@ -4,8 +4,8 @@
 // No CUDA header: tests/cuda/test_cuda_shape_index.cpp runs these bodies over an emulated grid.
 #pragma once
 #include <cstdint>
-#include "core/half.h"
-#include "core/macros.h"
+#include "kiln/core/half.h"
+#include "kiln/core/macros.h"
 
 namespace kiln::cuda {
 

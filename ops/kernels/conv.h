@@ -4,7 +4,7 @@
 // All buffers are contiguous NCHW; kernels take raw pointers and a geometry struct.
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
+#include "kiln/core/dtype.h"
 
 namespace kiln {
 

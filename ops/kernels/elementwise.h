@@ -2,8 +2,8 @@
 // Kernels get raw pointers, a shape and per-operand strides (0 on broadcast dims).
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
-#include "ops/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

@@ -3,7 +3,7 @@
 // Eigen stays inside ops/cpu/linalg.cpp: this header declares, it does not include Eigen.
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
+#include "kiln/core/dtype.h"
 
 namespace kiln {
 

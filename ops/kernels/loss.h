@@ -3,8 +3,8 @@
 // Targets are validated by the op before the kernel runs (in [0, c) or ignore_index).
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
-#include "ops/dispatch.h"
+#include "kiln/core/dtype.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include "core/dtype.h"
+#include "kiln/core/dtype.h"
 
 namespace kiln {
 

@@ -4,7 +4,7 @@
 // Buffers are contiguous, in the compute dtype `dt` (float32 or float64 on the CPU).
 #pragma once
 #include <cstdint>
-#include "core/dtype.h"
+#include "kiln/core/dtype.h"
 
 namespace kiln {
 

@@ -4,9 +4,9 @@
 #pragma once
 #include <cstdint>
 #include <limits>
-#include "core/dtype.h"
-#include "ops/dispatch.h"
-#include "ops/reduce_math.h"
+#include "kiln/core/dtype.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/reduce_math.h"
 
 namespace kiln {
 

@@ -4,10 +4,10 @@
 // shared with the CPU (optim/multi_tensor_apply.h, optim/update_math.h).
 #include <algorithm>
 #include <memory>
-#include "core/cuda/runtime.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "optim/update_kernels.h"
+#include "kiln/core/cuda/runtime.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+#include "kiln/optim/update_kernels.h"
 
 namespace kiln::optim {
 namespace {

@@ -10,8 +10,8 @@
 #include <unistd.h>
 #include "bench/workloads.h"
 #include "cli/commands.h"
-#include "core/cuda.h"
-#include "core/json.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/json.h"
 #include "gradcheck.h"
 
 using namespace kiln;

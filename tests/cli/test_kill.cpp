@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 #include "cli/train_test_util.h"
-#include "optim/run_checkpoint.h"
+#include "kiln/optim/run_checkpoint.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-#include "monitor/metrics.h"
+#include "kiln/monitor/metrics.h"
 #include "cli/train_test_util.h"
-#include "optim/run_checkpoint.h"
+#include "kiln/optim/run_checkpoint.h"
 
 namespace {
 

@@ -8,10 +8,10 @@
 #include "cli/run_state.h"
 #include "cli/train.h"
 #include "data/data_test_util.h"
-#include "monitor/metrics.h"
+#include "kiln/monitor/metrics.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
-#include "nn/serialize.h"
+#include "kiln/nn/serialize.h"
 
 using namespace kiln;
 using namespace kiln::cli;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
-#include "core/half.h"
+#include "kiln/core/half.h"
 
 using namespace kiln;
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include "core/error.h"
-#include "core/json.h"
+#include "kiln/core/error.h"
+#include "kiln/core/json.h"
 #include "gradcheck.h"
 
 using kiln::json::Value;

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 #include <vector>
-#include "core/cuda/caching_allocator.h"
+#include "kiln/core/cuda/caching_allocator.h"
 #include "gradcheck.h"
 
 using kiln::cuda::BlockAllocator;

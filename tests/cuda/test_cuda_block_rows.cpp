@@ -11,7 +11,7 @@
 #include <vector>
 #include "block_emulation.h"
 #include "kiln/kiln.h"
-#include "ops/cuda/row_kernels.h"
+#include "kiln/ops/cuda/row_kernels.h"
 
 using namespace kiln;
 namespace rows = kiln::cuda::rows;

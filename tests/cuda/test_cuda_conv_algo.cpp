@@ -5,7 +5,7 @@
 // algorithm cuDNN listed only for Tensor Cores with FMA math forced onto it.
 #include <doctest/doctest.h>
 #include <vector>
-#include "ops/cuda/conv_algo.h"
+#include "kiln/ops/cuda/conv_algo.h"
 
 using kiln::cuda::ConvAlgoCandidate;
 using kiln::cuda::kCudnnFmaMath;

@@ -9,8 +9,8 @@
 #include <array>
 #include <random>
 #include <string>
-#include "ops/cuda/cudnn_readback.h"
-#include "ops/linalg.h"
+#include "kiln/ops/cuda/cudnn_readback.h"
+#include "kiln/ops/linalg.h"
 
 using namespace kiln;
 

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <random>
 #include <vector>
-#include "ops/cuda/gemm_map.h"
+#include "kiln/ops/cuda/gemm_map.h"
 
 using namespace kiln::cuda;
 

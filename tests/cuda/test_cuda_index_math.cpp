@@ -9,12 +9,12 @@
 #include <functional>
 #include <random>
 #include <vector>
-#include "core/cuda/index_math.h"
-#include "core/cuda/loops.h"
-#include "core/strided.h"
+#include "kiln/core/cuda/index_math.h"
+#include "kiln/core/cuda/loops.h"
+#include "kiln/core/strided.h"
 #include "gradcheck.h"
-#include "ops/elementwise_functors.h"
-#include "ops/cuda/index_math.h"
+#include "kiln/ops/elementwise_functors.h"
+#include "kiln/ops/cuda/index_math.h"
 
 using namespace kiln;
 using namespace kiln::cuda;

@@ -5,10 +5,10 @@
 #include <doctest/doctest.h>
 #include <string>
 #include "gradcheck.h"
-#include "ops/dispatch.h"
-#include "ops/kernels/conv.h"
-#include "ops/kernels/elementwise.h"
-#include "optim/update_kernels.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/kernels/elementwise.h"
+#include "kiln/optim/update_kernels.h"
 
 using namespace kiln;
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 #include "gradcheck.h"
-#include "optim/grad_scaler.h"
-#include "optim/multi_tensor_apply.h"
-#include "optim/sgd.h"
-#include "optim/update_kernels.h"
+#include "kiln/optim/grad_scaler.h"
+#include "kiln/optim/multi_tensor_apply.h"
+#include "kiln/optim/sgd.h"
+#include "kiln/optim/update_kernels.h"
 
 using namespace kiln;
 using namespace kiln::optim;

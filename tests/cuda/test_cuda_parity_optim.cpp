@@ -8,10 +8,10 @@
 #include <string>
 #include "gradcheck.h"
 #include "parity.h"
-#include "optim/adam.h"
-#include "optim/grad_scaler.h"
-#include "optim/rmsprop.h"
-#include "optim/sgd.h"
+#include "kiln/optim/adam.h"
+#include "kiln/optim/grad_scaler.h"
+#include "kiln/optim/rmsprop.h"
+#include "kiln/optim/sgd.h"
 
 using namespace kiln;
 using kiln::test::kGpu;

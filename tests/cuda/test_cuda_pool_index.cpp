@@ -11,9 +11,9 @@
 #include <random>
 #include <string>
 #include <vector>
-#include "ops/kernels/conv.h"
-#include "ops/cuda/pool_index.h"
-#include "ops/dispatch.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/cuda/pool_index.h"
+#include "kiln/ops/dispatch.h"
 
 using namespace kiln;
 using namespace kiln::cuda;

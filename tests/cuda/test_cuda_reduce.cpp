@@ -8,7 +8,7 @@
 #include <vector>
 #include "gradcheck.h"
 #include "parity.h"
-#include "ops/cuda/reduce_index.h"
+#include "kiln/ops/cuda/reduce_index.h"
 
 using namespace kiln;
 using kiln::test::kGpu;

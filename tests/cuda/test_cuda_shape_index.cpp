@@ -9,12 +9,12 @@
 #include <numeric>
 #include <random>
 #include <vector>
-#include "core/cuda/index_math.h"
+#include "kiln/core/cuda/index_math.h"
 #include "gradcheck.h"
-#include "ops/kernels/nn.h"
-#include "ops/kernels/shape.h"
-#include "ops/cuda/shape_index.h"
-#include "ops/dispatch.h"
+#include "kiln/ops/kernels/nn.h"
+#include "kiln/ops/kernels/shape.h"
+#include "kiln/ops/cuda/shape_index.h"
+#include "kiln/ops/dispatch.h"
 
 using namespace kiln;
 using namespace kiln::cuda;

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
-#include "dist/dist.h"
+#include "kiln/dist/dist.h"
 
 int main() {
   kiln::dist::init();

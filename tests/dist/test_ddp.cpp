@@ -7,9 +7,9 @@
 #include <doctest/doctest.h>
 #include <cmath>
 #include <limits>
-#include "dist/ddp.h"
-#include "dist/dist.h"
-#include "dist/zero.h"
+#include "kiln/dist/ddp.h"
+#include "kiln/dist/dist.h"
+#include "kiln/dist/zero.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 

@@ -4,8 +4,8 @@
 // computed by hand from what each rank contributes.
 #include <doctest/doctest.h>
 #include <set>
-#include "dist/dist.h"
-#include "dist/sampler.h"
+#include "kiln/dist/dist.h"
+#include "kiln/dist/sampler.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include "core/error.h"
+#include "kiln/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

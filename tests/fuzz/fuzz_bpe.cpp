@@ -4,7 +4,7 @@
 // round-trip a fixed text), and as text for a fixed trained tokenizer, which must decode
 // back to exactly the input bytes.
 #include <optional>
-#include "data/bpe.h"
+#include "kiln/data/bpe.h"
 #include "fuzz.h"
 
 using namespace kiln;

@@ -1,8 +1,8 @@
 // Fuzz target: UTF-8 text corpora (data::CharText: plain or gzip file -> code-point
 // vocabulary and tokens). Bad bytes must end in kiln::Error naming the file; a text that
 // loads must decode from its tokens back to exactly its bytes.
-#include "core/file_io.h"
-#include "data/text.h"
+#include "kiln/core/file_io.h"
+#include "kiln/data/text.h"
 #include "fuzz.h"
 
 using namespace kiln;

@@ -2,7 +2,7 @@
 // beside a GPT's tokens). Bad bytes must end in kiln::Error naming the file; a vocabulary
 // that loads must save and load back equal.
 #include <optional>
-#include "data/text.h"
+#include "kiln/data/text.h"
 #include "fuzz.h"
 
 using namespace kiln;

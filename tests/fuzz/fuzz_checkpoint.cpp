@@ -7,7 +7,7 @@
 #include "cli/run_state.h"
 #include "fuzz.h"
 #include "kiln/kiln.h"
-#include "optim/run_checkpoint.h"
+#include "kiln/optim/run_checkpoint.h"
 
 using namespace kiln;
 

@@ -1,7 +1,7 @@
 // Fuzz target: CIFAR-10 binary batches (data::CIFAR10 reading root/test_batch.bin).
 // Bad bytes must end in kiln::Error naming the file; a batch that loads has one example
 // per 3073-byte record with the record's label.
-#include "data/vision.h"
+#include "kiln/data/vision.h"
 #include "fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // Fuzz target: IDX files (MNIST / Fashion-MNIST, plain or gzip) through data::read_idx.
 // Bad bytes must end in kiln::Error naming the file, never a crash or a huge allocation.
-#include "data/io.h"
+#include "kiln/data/io.h"
 #include "fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

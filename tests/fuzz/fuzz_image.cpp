@@ -1,7 +1,7 @@
 // Fuzz target: image decoding through stb_image (data::load_image, as ImageFolder uses it:
 // PNG, JPEG, BMP) and the bilinear resize of the result. Bad bytes must end in kiln::Error
 // naming the file; an image that decodes has the same size as grey and as RGB.
-#include "data/image_folder.h"
+#include "kiln/data/image_folder.h"
 #include "fuzz.h"
 
 using namespace kiln;

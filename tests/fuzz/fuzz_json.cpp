@@ -3,7 +3,7 @@
 // back to the same value.
 #include <optional>
 #include <string_view>
-#include "core/json.h"
+#include "kiln/core/json.h"
 #include "fuzz.h"
 
 using namespace kiln;

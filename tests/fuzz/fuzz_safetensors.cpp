@@ -4,7 +4,7 @@
 #include <cstring>
 #include <optional>
 #include "fuzz.h"
-#include "nn/serialize.h"
+#include "kiln/nn/serialize.h"
 
 using namespace kiln;
 

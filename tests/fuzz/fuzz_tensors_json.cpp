@@ -5,7 +5,7 @@
 #include <optional>
 #include <string_view>
 #include "fuzz.h"
-#include "nn/serialize.h"
+#include "kiln/nn/serialize.h"
 
 using namespace kiln;
 

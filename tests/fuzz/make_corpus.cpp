@@ -8,9 +8,9 @@
 #include <fstream>
 #include <string>
 #include <vector>
-#include "data/bpe.h"
-#include "data/text.h"
-#include "nn/serialize.h"
+#include "kiln/data/bpe.h"
+#include "kiln/data/text.h"
+#include "kiln/nn/serialize.h"
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 #include <vector>
 #include "kiln/kiln.h"
-#include "models/models.h"
+#include "kiln/models/models.h"
 
 using namespace kiln;
 namespace nn = kiln::nn;

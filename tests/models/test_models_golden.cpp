@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 #include "kiln/kiln.h"
-#include "models/models.h"
+#include "kiln/models/models.h"
 
 using namespace kiln;
 namespace nn = kiln::nn;

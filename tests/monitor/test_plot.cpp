@@ -18,13 +18,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
-#include "monitor/metrics.h"
-#include "monitor/plot.h"
-#include "monitor/png.h"
-#include "core/error.h"
+#include "kiln/monitor/metrics.h"
+#include "kiln/monitor/plot.h"
+#include "kiln/monitor/png.h"
+#include "kiln/core/error.h"
 #include "data/data_test_util.h"
 #include "gradcheck.h"
-#include "data/io.h"
+#include "kiln/data/io.h"
 
 using namespace kiln::monitor;
 using kiln::test::error_of;

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include "monitor/metrics.h"
-#include "monitor/progress.h"
-#include "core/error.h"
+#include "kiln/monitor/metrics.h"
+#include "kiln/monitor/progress.h"
+#include "kiln/core/error.h"
 #include "data/data_test_util.h"
 #include "gradcheck.h"
-#include "data/io.h"
+#include "kiln/data/io.h"
 
 using namespace kiln::monitor;
 using kiln::test::error_of;

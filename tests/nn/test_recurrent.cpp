@@ -2,7 +2,7 @@
 // the gate equations written out, batch_first and initial states, float64 gradchecks
 // through time over the inputs and every parameter, and errors.
 #include <doctest/doctest.h>
-#include "nn/recurrent.h"
+#include "kiln/nn/recurrent.h"
 #include "nn_test_utils.h"
 
 using namespace kiln;

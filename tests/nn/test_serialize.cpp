@@ -13,7 +13,7 @@
 #include "data/data_test_util.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
-#include "nn/serialize.h"
+#include "kiln/nn/serialize.h"
 
 using namespace kiln;
 using kiln::test::error_of;

@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 #include "gradcheck.h"
-#include "ops/reference/conv2d.h"
+#include "kiln/ops/reference/conv2d.h"
 
 using namespace kiln;
 using kiln::test::allclose;

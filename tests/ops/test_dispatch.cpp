@@ -3,9 +3,9 @@
 // the op and the device, never a call through a pointer of the wrong type.
 #include <doctest/doctest.h>
 #include "gradcheck.h"
-#include "ops/dispatch.h"
-#include "ops/kernels/conv.h"
-#include "ops/kernels/elementwise.h"
+#include "kiln/ops/dispatch.h"
+#include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/kernels/elementwise.h"
 
 using namespace kiln;
 
@@ -24,7 +24,7 @@ TEST_CASE("dispatch: a kernel is found through its own type and no other") {
 TEST_CASE("dispatch: every elementwise row has a CPU kernel of its type") {
 #define KILN_UNARY(name, ...) CHECK((kernel<UnaryKernelFn>(Op::name, Device::cpu()) != nullptr));
 #define KILN_BINARY(name, ...) CHECK((kernel<BinaryKernelFn>(Op::name, Device::cpu()) != nullptr));
-#include "ops/elementwise_ops.def"
+#include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
 #undef KILN_BINARY
 }

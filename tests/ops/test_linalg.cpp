@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 #include "gradcheck.h"
-#include "ops/reference/gemm.h"
+#include "kiln/ops/reference/gemm.h"
 
 using namespace kiln;
 using kiln::test::allclose;

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 #include "gradcheck.h"
-#include "ops/nn_math.h"
-#include "ops/shape_ops.h"
+#include "kiln/ops/nn_math.h"
+#include "kiln/ops/shape_ops.h"
 
 using namespace kiln;
 using kiln::test::allclose;

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 #include "gradcheck.h"
-#include "ops/helpers.h"
+#include "kiln/ops/helpers.h"
 
 using namespace kiln;
 using namespace kiln::test;

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <vector>
 #include "gradcheck.h"
-#include "ops/reference/attention.h"
-#include "ops/reference/conv2d.h"
-#include "ops/reference/gemm.h"
-#include "ops/reference/softmax.h"
+#include "kiln/ops/reference/attention.h"
+#include "kiln/ops/reference/conv2d.h"
+#include "kiln/ops/reference/gemm.h"
+#include "kiln/ops/reference/softmax.h"
 
 using namespace kiln;
 using kiln::test::f64;

@@ -7,9 +7,9 @@
 #include <limits>
 #include <random>
 #include <vector>
-#include "core/error.h"
-#include "ops/kernels/linalg.h"
-#include "ops/cpu/sgemm.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/kernels/linalg.h"
+#include "kiln/ops/cpu/sgemm.h"
 
 using namespace kiln;
 

@@ -9,8 +9,8 @@
 #include <limits>
 #include <random>
 #include <vector>
-#include "core/error.h"
-#include "ops/cpu/sgemm.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/cpu/sgemm.h"
 
 using namespace kiln;
 

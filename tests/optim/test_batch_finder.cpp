@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 #include "gradcheck.h"
 #include "kiln/kiln.h"
-#include "optim/batch_finder.h"
+#include "kiln/optim/batch_finder.h"
 
 using namespace kiln;
 using kiln::test::error_of;

@@ -9,13 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include "core/file_io.h"
+#include "kiln/core/file_io.h"
 #include "data/data_test_util.h"
 #include "gradcheck.h"
 #include "kiln/kiln.h"
-#include "nn/serialize.h"
-#include "optim/divergence_guard.h"
-#include "optim/run_checkpoint.h"
+#include "kiln/nn/serialize.h"
+#include "kiln/optim/divergence_guard.h"
+#include "kiln/optim/run_checkpoint.h"
 
 using namespace kiln;
 using kiln::test::error_of;

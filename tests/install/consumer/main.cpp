@@ -3,7 +3,7 @@
 // all_reduce is the identity).
 #include <kiln/kiln.h>
 #include <kiln/testing.h>
-#include <dist/dist.h>
+#include <kiln/dist/dist.h>
 #include <iostream>
 
 int main() {
