@@ -13,7 +13,7 @@
 #include <utility>
 #include "bench/ladder.h"
 #include "bench/workloads.h"
-#include "cli/args.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "kiln/monitor/plot.h"
 #include "kiln/core/error.h"
@@ -26,37 +26,18 @@ using namespace kiln::monitor;  // the plots
 
 namespace {
 
-const std::vector<FlagSpec>& bench_flags() {
-  static const std::vector<FlagSpec> f = {
-      {"workloads", true, "all", "comma-separated: mlp,lenet,convnet,gpt,sgemm (or all)"},
-      {"devices", true, "cpu", "comma-separated: cpu,cuda (an unavailable one is reported, not run)"},
-      {"threads", true, "2", "CPU threads (kiln::set_num_threads)"},
-      {"precision", true, "fp32", "comma-separated: fp32, tf32 (GPU), bf16 (autocast)"},
-      {"batch", true, "", "batch size of the model workloads (default: the workload's, bench/workload_spec.h)"},
-      {"sweep-batch", true, "", "batch sizes to repeat over, e.g. 16,32,...,1024"},
-      {"warmup", true, "", "warm-up steps (default: per workload)"},
-      {"timed", true, "", "timed steps (default: per workload)"},
-      {"smoke", false, "", "1 warm-up + 1 timed step at a small batch (CI)"},
-      {"gpu-shapes", false, "", "GPU shapes (large batches, GPT-2 small) on every device"},
-      {"cpu-shapes", false, "", "CPU shapes on every device (default: cuda gets GPU shapes)"},
-      {"json", true, "", "write the results as JSON to this file"},
-      {"csv", true, "", "write the results as CSV to this file"},
-      {"plot-dir", true, "", "write PNG charts to this folder"},
-      {"compare", true, "", "CSV files of bench runs (kiln and libtorch) to merge instead of running"},
-      {"ladder", false, "", "time the kernel ladder (GEMM, conv2d: reference loops to tuned kernels) instead"},
-      {"help", false, "", "show this help"},
-  };
-  return f;
-}
+/// The flags of `kiln bench`, bound one by one in cmd_bench.
+struct BenchFlags {
+  std::string workloads = "all", devices = "cpu", precision = "fp32", sweep_batch, json, csv, plot_dir, compare;
+  int threads = 2;
+  int64_t batch = 0, warmup = -1, timed = -1;  // 0 / -1: the workload's own
+  bool smoke = false, gpu_shapes = false, cpu_shapes = false, ladder = false;
+};
 
-std::string usage() {
+/// What --help prints after the flags: the peaks behind the MFU column.
+std::string peaks_help() {
   std::ostringstream os;
-  os << "usage: kiln bench [flags]\n"
-        "Times zero_grad + forward + loss + backward + optimizer step of the reference workloads\n"
-        "(bench/workload_spec.h) and reports median step time, min-max, samples/s, GFLOP/s, MFU and\n"
-        "peak memory. kiln bench --compare a.csv,b.csv,... merges interleaved kiln/libtorch (or PyTorch) runs.\n\n"
-     << flags_help(bench_flags())
-     << "\nGPU peaks used for MFU (dense TFLOP/s fp32 / tf32 / bf16; other GPUs: \"peak unknown\"):\n";
+  os << "GPU peaks used for MFU (dense TFLOP/s fp32 / tf32 / bf16; other GPUs: \"peak unknown\"):\n";
   for (const auto& g : bench::gpu_peak_table()) {
     auto v = [](double x) { return std::isfinite(x) ? bench::fmt("%.1f", x) : std::string("-"); };
     os << "  " << g.key << ": " << v(g.fp32) << " / " << v(g.tf32) << " / " << v(g.bf16) << "\n";
@@ -66,12 +47,6 @@ std::string usage() {
      << rates.isa << "): " << rates.fp32 << " fp32, " << rates.bf16 << " bf16, " << rates.fp16
      << " fp16 per cycle. An FMA loop cross-checks it; an MFU above 100% is never printed.\n";
   return os.str();
-}
-
-int64_t positive(const Args& a, const std::string& flag) {
-  const long long v = a.integer(flag);
-  KILN_CHECK(v >= 0, "kiln bench: --", flag, " must be >= 0, got ", v);
-  return v;
 }
 
 /// Converts std::invalid_argument / runtime_error of the shared header to kiln::Error.
@@ -86,9 +61,9 @@ auto as_kiln_error(const F& f) {
   }
 }
 
-void write_outputs(const Args& a, const std::string& json, const std::string& csv) {
-  if (a.has("json")) as_kiln_error([&] { bench::write_text_atomic(a.str("json"), json); return 0; });
-  if (a.has("csv")) as_kiln_error([&] { bench::write_text_atomic(a.str("csv"), csv); return 0; });
+void write_outputs(const BenchFlags& f, const std::string& json, const std::string& csv) {
+  if (!f.json.empty()) as_kiln_error([&] { bench::write_text_atomic(f.json, json); return 0; });
+  if (!f.csv.empty()) as_kiln_error([&] { bench::write_text_atomic(f.csv, csv); return 0; });
 }
 
 // ---- plots ----
@@ -200,8 +175,8 @@ std::pair<double, double> round_ratio_range(const Side& a, const Side& b) {
   return {lo, hi};
 }
 
-int run_compare(const Args& a) {
-  const std::vector<std::string> files = bench::split_list(a.str("compare"));
+int run_compare(const BenchFlags& f) {
+  const std::vector<std::string> files = bench::split_list(f.compare);
   KILN_CHECK(!files.empty(), "kiln bench --compare: expected a comma-separated list of CSV files");
   // key: workload|device|precision|shapes|batch, in first-seen order
   std::vector<std::string> keys;
@@ -221,7 +196,7 @@ int run_compare(const Args& a) {
       s.alloc_peak = std::max<int64_t>(s.alloc_peak, std::atoll(r.at("alloc_peak_bytes").c_str()));
       s.rss_peak = std::max<int64_t>(s.rss_peak, std::atoll(r.at("rss_peak_bytes").c_str()));
     }
-  KILN_CHECK(!keys.empty(), "kiln bench --compare: no successful results in ", a.str("compare"));
+  KILN_CHECK(!keys.empty(), "kiln bench --compare: no successful results in ", f.compare);
   // the reference: libtorch (C++, scripts/bench.sh), else PyTorch (Python, scripts/gpu_check.sh)
   const std::string A = "kiln", B = frameworks.count("libtorch") || !frameworks.count("pytorch") ? "libtorch" : "pytorch";
   std::vector<std::vector<std::string>> rows = {{"workload", "device", "prec", "batch", "kiln ms", B + " ms",
@@ -295,9 +270,9 @@ int run_compare(const Args& a) {
                "peaks: highest over rounds (RSS: per-process VmHWM, see each run's rss_scope)\n";
   for (const auto& fw : frameworks)
     if (fw != A && fw != B) std::cout << "note: framework '" << fw << "' is not compared (only kiln and " << B << ")\n";
-  write_outputs(a, js.dump(2) + "\n", csv);
-  if (a.has("plot-dir")) {
-    const std::string dir = a.str("plot-dir");
+  write_outputs(f, js.dump(2) + "\n", csv);
+  if (!f.plot_dir.empty()) {
+    const std::string& dir = f.plot_dir;
     write_bar_chart_png(dir + "/step_time.png", bars, std::max<int>(900, 110 * int(bars.labels.size())), 420);
     std::cout << "wrote " << dir << "/step_time.png\n";
     if (!rel.labels.empty()) {
@@ -312,40 +287,53 @@ int run_compare(const Args& a) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv, int first) {
-  const Args a = parse_args("bench", bench_flags(), argc, argv, first);
-  if (a.flag("help")) {
-    std::cout << usage();
-    return 0;
-  }
-  KILN_CHECK(a.positional.empty(), "kiln bench: unexpected argument '", a.positional.empty() ? "" : a.positional[0],
-             "'\n", usage());
-  if (a.has("compare")) return run_compare(a);
-  if (a.flag("ladder")) {
-    const long long threads = a.integer("threads");
-    KILN_CHECK(threads >= 1 && threads <= 1024, "kiln bench: --threads must be in [1, 1024], got ", threads);
-    std::cout << bench::run_ladder(int(threads), a.flag("smoke"));
+  BenchFlags f;
+  CLI::App app{"Times zero_grad + forward + loss + backward + optimizer step of the reference workloads\n"
+               "(bench/workload_spec.h) and reports median step time, min-max, samples/s, GFLOP/s, MFU and\n"
+               "peak memory. kiln bench --compare a.csv,b.csv,... merges interleaved kiln/libtorch (or PyTorch) runs.",
+               "kiln bench"};
+  setup_app(app);
+  app.footer(peaks_help());
+  app.add_option("--workloads", f.workloads, "comma-separated: mlp,lenet,convnet,gpt,sgemm (or all)");
+  app.add_option("--devices", f.devices, "comma-separated: cpu,cuda (an unavailable one is reported, not run)");
+  app.add_option("--threads", f.threads, "CPU threads (kiln::set_num_threads)")->check(CLI::Range(1, 1024));
+  app.add_option("--precision", f.precision, "comma-separated: fp32, tf32 (GPU), bf16 (autocast)");
+  app.add_option("--batch", f.batch, "batch size of the model workloads (0: the workload's, bench/workload_spec.h)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sweep-batch", f.sweep_batch, "batch sizes to repeat over, e.g. 16,32,...,1024");
+  app.add_option("--warmup", f.warmup, "warm-up steps (-1: per workload)")->check(CLI::Range(int64_t(-1), int64_t(1) << 30));
+  app.add_option("--timed", f.timed, "timed steps (-1: per workload)")->check(CLI::Range(int64_t(-1), int64_t(1) << 30));
+  app.add_flag("--smoke", f.smoke, "1 warm-up + 1 timed step at a small batch (CI)");
+  app.add_flag("--gpu-shapes", f.gpu_shapes, "GPU shapes (large batches, GPT-2 small) on every device");
+  app.add_flag("--cpu-shapes", f.cpu_shapes, "CPU shapes on every device (default: cuda gets GPU shapes)");
+  app.add_option("--json", f.json, "write the results as JSON to this file");
+  app.add_option("--csv", f.csv, "write the results as CSV to this file");
+  app.add_option("--plot-dir", f.plot_dir, "write PNG charts to this folder");
+  app.add_option("--compare", f.compare, "CSV files of bench runs (kiln and libtorch) to merge instead of running");
+  app.add_flag("--ladder", f.ladder, "time the kernel ladder (GEMM, conv2d: reference loops to tuned kernels) instead");
+  parse(app, argc, argv, first);
+  if (!f.compare.empty()) return run_compare(f);
+  if (f.ladder) {
+    std::cout << bench::run_ladder(f.threads, f.smoke);
     return 0;
   }
 
-  const std::vector<std::string> workloads = bench::parse_workloads(a.str("workloads"));
-  const std::vector<std::string> devices = bench::split_list(a.str("devices"));
-  const std::vector<std::string> precisions = bench::split_list(a.str("precision"));
+  const std::vector<std::string> workloads = bench::parse_workloads(f.workloads);
+  const std::vector<std::string> devices = bench::split_list(f.devices);
+  const std::vector<std::string> precisions = bench::split_list(f.precision);
   KILN_CHECK(!devices.empty(), "kiln bench: --devices is empty; valid devices: cpu, cuda");
   for (const auto& p : precisions)
     KILN_CHECK(p == "fp32" || p == "tf32" || p == "bf16", "kiln bench: unknown precision '", p,
                "'; valid precisions: fp32, tf32, bf16");
-  KILN_CHECK(!(a.flag("gpu-shapes") && a.flag("cpu-shapes")), "kiln bench: --gpu-shapes and --cpu-shapes exclude each other");
-  KILN_CHECK(!(a.has("batch") && a.has("sweep-batch")), "kiln bench: give --batch or --sweep-batch, not both");
-  const long long threads = a.integer("threads");
-  KILN_CHECK(threads >= 1, "kiln bench: --threads must be >= 1, got ", threads);
+  KILN_CHECK(!(f.gpu_shapes && f.cpu_shapes), "kiln bench: --gpu-shapes and --cpu-shapes exclude each other");
+  KILN_CHECK(!(f.batch > 0 && !f.sweep_batch.empty()), "kiln bench: give --batch or --sweep-batch, not both");
   std::vector<int64_t> batches;
-  if (a.has("batch")) batches = {positive(a, "batch")};
-  if (a.has("sweep-batch")) batches = as_kiln_error([&] { return bench::parse_batch_list(a.str("sweep-batch")); });
+  if (f.batch > 0) batches = {f.batch};
+  if (!f.sweep_batch.empty()) batches = as_kiln_error([&] { return bench::parse_batch_list(f.sweep_batch); });
   for (int64_t b : batches) KILN_CHECK(b >= 1, "kiln bench: batch sizes must be >= 1, got ", b);
-  const int warmup = a.has("warmup") ? int(positive(a, "warmup")) : -1;
-  const int timed = a.has("timed") ? int(positive(a, "timed")) : -1;
-  KILN_CHECK(timed != 0, "kiln bench: --timed must be >= 1");
-  const bool smoke = a.flag("smoke");
+  KILN_CHECK(f.timed != 0, "kiln bench: --timed must be >= 1");
+  const int threads = f.threads, warmup = int(f.warmup), timed = int(f.timed);
+  const bool smoke = f.smoke;
 
   bench::Report rep;
   rep.framework = "kiln";
@@ -370,7 +358,7 @@ int cmd_bench(int argc, char** argv, int first) {
   bool failed = false;
   for (const auto& dev : rep.devices) {
     if (!dev.available) continue;
-    const bool gpu_shapes = a.flag("gpu-shapes") || (dev.name == "cuda" && !a.flag("cpu-shapes"));
+    const bool gpu_shapes = f.gpu_shapes || (dev.name == "cuda" && !f.cpu_shapes);
     const auto configs = as_kiln_error(
         [&] { return bench::expand_configs(workloads, gpu_shapes, smoke, batches, warmup, timed, precisions); });
     for (const auto& c : configs) {
@@ -394,9 +382,9 @@ int cmd_bench(int argc, char** argv, int first) {
                       ? "process VmHWM, reset before each workload (clear_refs)"
                       : "process VmHWM since start (reset refused): includes earlier workloads";
   std::cout << bench::format_table(rep);
-  write_outputs(a, bench::to_json(rep), bench::to_csv(rep));
-  if (a.has("plot-dir")) {
-    const std::string dir = a.str("plot-dir");
+  write_outputs(f, bench::to_json(rep), bench::to_csv(rep));
+  if (!f.plot_dir.empty()) {
+    const std::string& dir = f.plot_dir;
     plot_run(dir + "/" + rep.framework + "_step_time.png", rep);
     std::cout << "wrote " << dir << "/" << rep.framework << "_step_time.png\n";
     if (plot_speedup(dir + "/gpu_speedup.png", rep.results))

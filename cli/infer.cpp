@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <spdlog/spdlog.h>
-#include "cli/args.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/run_state.h"
 #include "kiln/core/autograd.h"
@@ -68,36 +68,33 @@ Loaded load_trained(const std::string& path, Device device) {
   return l;
 }
 
-int threads_flag(const Args& a) {
-  const long long n = a.integer("threads");
-  KILN_CHECK(n >= 1 && n <= 4096, "--threads ", n, " is out of range (expected 1 to 4096)");
-  return int(n);
-}
-
 data::Tokenizer tokenizer_of(const Loaded& l, const std::string& path) { return tokenizer_from_metadata(l.meta, path); }
 
 }  // namespace
 
 int cmd_generate(int argc, char** argv, int first) {
-  const std::vector<FlagSpec> specs = {
-      {"checkpoint", true, "", "a GPT checkpoint written by kiln train gpt --save"},
-      {"prompt", true, "", "text to continue (default: a newline)"},
-      {"tokens", true, "500", "tokens to generate (characters, or BPE tokens for --tokenizer bpe models)"},
-      {"temperature", true, "0.8", "softmax temperature (0: greedy)"},
-      {"top-k", true, "20", "sample among the k most likely tokens (0: all)"},
-      {"top-p", true, "1", "then among the most likely tokens whose probabilities sum to p (nucleus; 1: all)"},
-      {"seed", true, "0", "sampling seed"},
-      {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
-      {"threads", true, "", "CPU threads"},
-  };
-  Args a = parse_args("generate", specs, argc, argv, first);
-  const std::string path = a.str("checkpoint");
-  if (a.has("threads")) set_num_threads(threads_flag(a));
-  Loaded l = load_trained(path, pick_device(a.str("device")));
+  std::string path, prompt = "\n", device = "auto";
+  int64_t tokens = 500, top_k = 20, seed = 0;
+  int threads = 0;
+  double temperature = 0.8, top_p = 1;
+  CLI::App app{"Sample text from a GPT checkpoint.", "kiln generate"};
+  setup_app(app);
+  app.add_option("--checkpoint", path, "a GPT checkpoint written by kiln train gpt --save")->required();
+  app.add_option("--prompt", prompt, "text to continue")->default_str("a newline");
+  app.add_option("--tokens", tokens, "tokens to generate (characters, or BPE tokens for --tokenizer bpe models)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature", temperature, "softmax temperature (0: greedy)");
+  app.add_option("--top-k", top_k, "sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", top_p, "then among the most likely tokens whose probabilities sum to p (nucleus; 1: all)");
+  app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", device, "cpu, cuda, cuda:N or auto");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+  parse(app, argc, argv, first);
+  if (threads > 0) set_num_threads(threads);
+  Loaded l = load_trained(path, pick_device(device));
   KILN_CHECK(l.model.gpt != nullptr, "kiln generate: ", path, " holds a '", l.cfg.model,
              "' model; generate needs a GPT checkpoint (kiln train gpt --save F)");
   const data::Tokenizer vocab = tokenizer_of(l, path);
-  const std::string prompt = a.str("prompt", "\n");
   KILN_CHECK(!prompt.empty(), "kiln generate: --prompt must not be empty");
   std::vector<int64_t> ids;
   try {
@@ -105,13 +102,9 @@ int cmd_generate(int argc, char** argv, int first) {
   } catch (const Error& e) {
     KILN_CHECK(false, "kiln generate: the prompt has a character the model never saw: ", e.what());
   }
-  const int64_t top_k = a.integer("top-k"), tokens = a.integer("tokens"), seed = a.integer("seed");
-  const double temperature = a.number("temperature");
   KILN_CHECK(std::isfinite(temperature) && temperature >= 0, "kiln generate: --temperature must be a finite number "
-             ">= 0 (0: greedy), got ", a.str("temperature"));
-  KILN_CHECK(top_k >= 0 && tokens >= 0 && seed >= 0, "kiln generate: --top-k, --tokens and --seed must be >= 0");
-  const double top_p = a.number("top-p");
-  KILN_CHECK(top_p > 0 && top_p <= 1, "kiln generate: --top-p must be in (0, 1], got ", a.str("top-p"));
+             ">= 0 (0: greedy), got ", temperature);
+  KILN_CHECK(top_p > 0 && top_p <= 1, "kiln generate: --top-p must be in (0, 1], got ", top_p);
   manual_seed(uint64_t(seed));
   Tensor idx = from_vector(ids, {1, int64_t(ids.size())}).to(l.model.module->parameters()[0].device());
   Tensor out = l.model.gpt->generate(idx, tokens, temperature,
@@ -122,24 +115,26 @@ int cmd_generate(int argc, char** argv, int first) {
 }
 
 int cmd_eval(int argc, char** argv, int first) {
-  const std::vector<FlagSpec> specs = {
-      {"checkpoint", true, "", "a checkpoint written by kiln train --save"},
-      {"data", true, "", "image dataset folder (default: the one it was trained on)"},
-      {"text", true, "", "gpt: text file (default: the one it was trained on)"},
-      {"batch-size", true, "", "gpt: sequences per batch (16)"},
-      {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
-      {"threads", true, "", "CPU threads"},
-  };
-  Args a = parse_args("eval", specs, argc, argv, first);
-  const std::string path = a.str("checkpoint");
-  if (a.has("threads")) set_num_threads(threads_flag(a));
-  const Device device = pick_device(a.str("device"));
+  std::string path, data, text, device_name = "auto";
+  int64_t batch_size = 16;
+  int threads = 0;
+  CLI::App app{"Test accuracy of an image classifier, or validation loss of a GPT, from a checkpoint.", "kiln eval"};
+  setup_app(app);
+  app.add_option("--checkpoint", path, "a checkpoint written by kiln train --save")->required();
+  app.add_option("--data", data, "image dataset folder (default: the one it was trained on)");
+  app.add_option("--text", text, "gpt: text file (default: the one it was trained on)");
+  app.add_option("--batch-size", batch_size, "gpt: sequences per batch")->check(CLI::PositiveNumber);
+  app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto");
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+  parse(app, argc, argv, first);
+  if (threads > 0) set_num_threads(threads);
+  const Device device = pick_device(device_name);
   Loaded l = load_trained(path, device);
   NoGradGuard no_grad;
   if (l.cfg.task == "gpt") {
-    const std::string text_path = a.str("text", l.cfg.data);
+    const std::string text_path = text.empty() ? l.cfg.data : text;
     data::CharText text(text_path, {.context = l.cfg.context, .val_fraction = 0.1, .tokenizer = tokenizer_of(l, path)});
-    data::DataLoader loader(text.val(), {.batch_size = a.integer("batch-size", 16)});
+    data::DataLoader loader(text.val(), {.batch_size = batch_size});
     double total = 0;
     int64_t n = 0;
     for (auto& b : loader) {
@@ -155,7 +150,7 @@ int cmd_eval(int argc, char** argv, int first) {
                 total / double(n), unit, static_cast<long long>(n), unit);
     return 0;
   }
-  const std::string dir = a.str("data", l.cfg.data);
+  const std::string dir = data.empty() ? l.cfg.data : data;
   auto test = std::make_shared<data::TensorDataset>(open_images(l.cfg.task, dir, data::Split::Test));
   const double acc = test_accuracy(*l.model.module, test, device, numbers_of(l.meta, "kiln.normalize_mean", path),
                                    numbers_of(l.meta, "kiln.normalize_std", path));

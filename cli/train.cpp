@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include "cli/args.h"
+#include "cli/command_line.h"
 #include "kiln/monitor/metrics.h"
 #include "kiln/monitor/progress.h"
 #include "cli/run_state.h"
@@ -49,63 +49,6 @@
 #include "kiln/core/file_io.h"
 
 namespace kiln::cli {
-namespace {
-
-const std::vector<FlagSpec>& train_flags() {
-  static const std::vector<FlagSpec> specs = {
-      {"model", true, "", "mnist: convnet|lenet|mlp (convnet); cifar10: resnet20|convnet (resnet20)"},
-      {"data", true, "", "mnist/cifar10: folder of the dataset files (mnist: /usr/share/datasets/fashion-mnist)"},
-      {"text", true, "", "gpt: UTF-8 text file to train on"},
-      {"device", true, "auto", "cpu, cuda, cuda:N or auto"},
-      {"epochs", true, "", "passes over the training set (vision; 3)"},
-      {"batch-size", true, "", "examples per micro-batch (vision 64, gpt 16), or auto: the largest that fits the "
-                               "memory target (--memory-limit; on a GPU 90% of its memory)"},
-      {"memory-limit", true, "", "with --batch-size auto: the memory target, in bytes or with a K, M or G suffix "
-                                 "(needed on the CPU)"},
-      {"lr", true, "", "learning rate (vision SGD 0.01, gpt AdamW 1e-3)"},
-      {"momentum", true, "0.9", "SGD momentum (vision)"},
-      {"weight-decay", true, "", "SGD L2 (vision; 0) or AdamW decoupled decay (gpt; 0.01)"},
-      {"schedule", true, "", "learning-rate schedule: constant or cosine (5% linear warm-up) (vision constant, gpt cosine)"},
-      {"threads", true, "", "CPU threads (default: all cores)"},
-      {"workers", true, "1", "DataLoader background threads (vision)"},
-      {"amp", true, "off", "mixed precision: off, bf16 or fp16 (fp16 uses dynamic loss scaling)"},
-      {"accum", true, "1", "micro-batches accumulated per optimizer step"},
-      {"checkpoint-activations", false, "", "recompute activations in backward to save memory"},
-      {"seed", true, "0", "seed of initialisation, shuffling, dropout and sampling"},
-      {"limit", true, "0", "use only the first N training and test examples (vision; 0: all)"},
-      {"steps", true, "3800", "optimizer steps (gpt)"},
-      {"max-minutes", true, "0", "gpt: stop at the first evaluation after this many minutes (0: no limit)"},
-      {"eval-every", true, "200", "gpt: steps between validation-loss estimates"},
-      {"eval-batches", true, "20", "gpt: batches per validation-loss estimate"},
-      {"context", true, "128", "gpt: context length"},
-      {"layers", true, "4", "gpt: transformer blocks"},
-      {"heads", true, "4", "gpt: attention heads"},
-      {"width", true, "128", "gpt: embedding width"},
-      {"dropout", true, "0", "gpt: dropout probability"},
-      {"tokenizer", true, "char", "gpt: char (one token per character) or bpe (byte-level BPE trained on the "
-                                  "training text)"},
-      {"vocab-size", true, "512", "gpt --tokenizer bpe: tokens in the BPE vocabulary (256 bytes + merges)"},
-      {"prompt", true, "", "gpt: prompt of the sample printed at the end (default: a newline)"},
-      {"sample-tokens", true, "300", "gpt: characters sampled at the end"},
-      {"stop-at", true, "0", "end this run after epoch N (vision) or step N (gpt) as if interrupted; --resume continues it"},
-      {"save", true, "", "checkpoint file (.safetensors): written after every epoch / evaluation, and on SIGTERM/SIGINT"},
-      {"save-every", true, "0", "also save every N steps, or every N minutes with an m suffix (e.g. 500 or 10m; 0: no)"},
-      {"keep", true, "2", "checkpoints kept: the --save file and keep-1 older ones (run.1.safetensors, ...)"},
-      {"max-skips", true, "25", "stop the run after this many consecutive steps skipped for a non-finite loss or gradients"},
-      {"resume", true, "", "continue the run saved in this checkpoint (its configuration; --save defaults to it)"},
-      {"override", false, "", "with --resume: flags that contradict the saved run's settings change them instead of being an error"},
-      {"metrics", true, "", "metrics CSV (a PNG plot is written beside it); default runs/TASK-MODEL.csv"},
-      {"log", true, "", "also write the log to this file"},
-      {"no-progress", false, "", "no progress bar or progress lines, only the per-epoch log"},
-      {"log-every", true, "0", "optimizer steps between reads of the loss from the device (progress, metrics and "
-                               "the divergence guard's count; a read waits for the GPU); 0: 1 on the CPU, 10 on a GPU"},
-      {"zero", false, "", "under mpirun: ZeRO-1, each rank keeps 1/ranks of the optimizer state (gradients "
-                          "reduce-scattered, weights all-gathered at the step)"},
-  };
-  return specs;
-}
-
-}  // namespace
 
 Model make_model(const TrainConfig& cfg, int64_t in_channels, int64_t image_size, int64_t vocab) {
   Model m;
@@ -454,13 +397,6 @@ void setup_logging(const std::string& log_file) {
 
 namespace {
 
-/// An integer flag that must lie in [lo, hi] (checked before it is narrowed).
-int64_t ranged(const Args& a, const std::string& flag, int64_t fallback, int64_t lo, int64_t hi) {
-  const long long v = a.integer(flag, fallback);
-  KILN_CHECK(v >= lo && v <= hi, "kiln train: --", flag, " ", v, " is out of range (expected ", lo, " to ", hi, ")");
-  return v;
-}
-
 /// --save-every: "N" steps or "Nm" minutes.
 void parse_save_every(const std::string& v, TrainConfig& c) {
   const bool minutes = !v.empty() && v.back() == 'm';
@@ -501,69 +437,101 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   c.task = argv[first];
   KILN_CHECK(c.task == "mnist" || c.task == "cifar10" || c.task == "gpt", "kiln train: unknown task '", c.task,
              "'; expected mnist, cifar10 or gpt");
-  Args a = parse_args("train " + c.task, train_flags(), argc, argv, first + 1);
-  KILN_CHECK(a.positional.empty(), "kiln train ", c.task, ": unexpected argument '",
-             a.positional.empty() ? "" : a.positional[0], "'");
-  // Args fills in defaults: the flags given are the ones on the command line.
-  for (int i = first + 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) continue;
-    arg = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
-    if (a.has(arg)) c.given.insert(arg);
-  }
   const bool gpt = c.task == "gpt";
-  c.model = a.str("model", gpt ? "gpt" : c.task == "cifar10" ? "resnet20" : "convnet");
-  c.data = gpt ? a.str("text", "") : a.str("data", c.task == "mnist" ? "/usr/share/datasets/fashion-mnist" : "");
-  KILN_CHECK(gpt || !a.has("text"), "kiln train ", c.task, ": --text is for gpt; use --data DIR");
-  KILN_CHECK(!gpt || !a.has("data"), "kiln train gpt: use --text FILE");
-  KILN_CHECK(!c.data.empty() || !a.str("resume", "").empty(), "kiln train ", c.task, ": ",
-             gpt ? "--text FILE" : "--data DIR", " is required");
-  c.device = a.str("device");
-  c.epochs = a.integer("epochs", 3);
-  c.batch_auto = a.has("batch-size") && a.str("batch-size") == "auto";
-  c.batch_size = c.batch_auto ? 0 : a.integer("batch-size", gpt ? 16 : 64);
-  if (a.has("memory-limit")) c.memory_limit = parse_memory_size(a.str("memory-limit"));
-  KILN_CHECK(!a.has("memory-limit") || c.batch_auto, "kiln train: --memory-limit is for --batch-size auto");
-  KILN_CHECK(!c.batch_auto || !a.has("resume"), "kiln train: --batch-size auto cannot be used with --resume (the run "
+  // the task's defaults, set before the flags are bound so that --help shows them
+  if (gpt) c.model = "gpt", c.batch_size = 16, c.lr = 1e-3, c.weight_decay = 0.01, c.schedule = "cosine";
+  else c.model = c.task == "cifar10" ? "resnet20" : "convnet";
+  std::string data = c.task == "mnist" ? "/usr/share/datasets/fashion-mnist" : "", text;
+  std::string batch = std::to_string(c.batch_size), memory_limit, save_every = "0", log;
+  bool no_progress = false;
+
+  CLI::App app{"Train a network (kiln train mnist|cifar10|gpt).", "kiln train " + c.task};
+  setup_app(app);
+  app.add_option("--model", c.model, "mnist: convnet|lenet|mlp; cifar10: resnet20|convnet");
+  app.add_option("--data", data, "mnist/cifar10: folder of the dataset files");
+  app.add_option("--text", text, "gpt: UTF-8 text file to train on");
+  app.add_option("--device", c.device, "cpu, cuda, cuda:N or auto");
+  app.add_option("--epochs", c.epochs, "passes over the training set (vision)");
+  app.add_option("--batch-size", batch, "examples per micro-batch, or auto: the largest that fits the memory "
+                 "target (--memory-limit; on a GPU 90% of its memory)");
+  app.add_option("--memory-limit", memory_limit, "with --batch-size auto: the memory target, in bytes or with a K, M "
+                 "or G suffix (needed on the CPU)");
+  app.add_option("--lr", c.lr, "learning rate (vision SGD, gpt AdamW)");
+  app.add_option("--momentum", c.momentum, "SGD momentum (vision)");
+  app.add_option("--weight-decay", c.weight_decay, "SGD L2 (vision) or AdamW decoupled decay (gpt)");
+  app.add_option("--schedule", c.schedule, "learning-rate schedule: constant or cosine (5% linear warm-up)");
+  app.add_option("--threads", c.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("--workers", c.workers, "DataLoader background threads (vision)")->check(CLI::Range(0, 256));
+  app.add_option("--amp", c.amp, "mixed precision: off, bf16 or fp16 (fp16 uses dynamic loss scaling)");
+  app.add_option("--accum", c.accum, "micro-batches accumulated per optimizer step");
+  app.add_flag("--checkpoint-activations", c.checkpoint_activations, "recompute activations in backward to save memory");
+  app.add_option("--seed", c.seed, "seed of initialisation, shuffling, dropout and sampling")
+      ->check(CLI::Range(uint64_t(0), uint64_t(std::numeric_limits<int64_t>::max())));
+  app.add_option("--limit", c.limit, "use only the first N training and test examples (vision; 0: all)");
+  app.add_option("--steps", c.steps, "optimizer steps (gpt)");
+  app.add_option("--max-minutes", c.max_minutes, "gpt: stop at the first evaluation after this many minutes (0: no "
+                 "limit)");
+  app.add_option("--eval-every", c.eval_every, "gpt: steps between validation-loss estimates");
+  app.add_option("--eval-batches", c.eval_batches, "gpt: batches per validation-loss estimate");
+  app.add_option("--context", c.context, "gpt: context length");
+  app.add_option("--layers", c.layers, "gpt: transformer blocks");
+  app.add_option("--heads", c.heads, "gpt: attention heads");
+  app.add_option("--width", c.width, "gpt: embedding width");
+  app.add_option("--dropout", c.dropout, "gpt: dropout probability");
+  app.add_option("--tokenizer", c.tokenizer, "gpt: char (one token per character) or bpe (byte-level BPE trained on "
+                 "the training text)");
+  app.add_option("--vocab-size", c.vocab_size, "gpt --tokenizer bpe: tokens in the BPE vocabulary (256 bytes + "
+                 "merges)");
+  app.add_option("--prompt", c.prompt, "gpt: prompt of the sample printed at the end")->default_str("a newline");
+  app.add_option("--sample-tokens", c.sample_tokens, "gpt: tokens sampled at the end");
+  app.add_option("--stop-at", c.stop_at, "end this run after epoch N (vision) or step N (gpt) as if interrupted; "
+                 "--resume continues it");
+  app.add_option("--save", c.save, "checkpoint file (.safetensors): written after every epoch / evaluation, and on "
+                 "SIGTERM/SIGINT");
+  app.add_option("--save-every", save_every, "also save every N steps, or every N minutes with an m suffix (e.g. 500 "
+                 "or 10m; 0: no)");
+  app.add_option("--keep", c.keep, "checkpoints kept: the --save file and keep-1 older ones (run.1.safetensors, ...)");
+  app.add_option("--max-skips", c.max_skips, "stop the run after this many consecutive steps skipped for a "
+                 "non-finite loss or gradients");
+  app.add_option("--resume", c.resume, "continue the run saved in this checkpoint (its configuration; --save "
+                 "defaults to it)");
+  app.add_flag("--override", c.override_saved, "with --resume: flags that contradict the saved run's settings change "
+               "them instead of being an error");
+  app.add_option("--metrics", c.metrics, "metrics CSV (a PNG plot is written beside it); default runs/TASK-MODEL.csv");
+  app.add_option("--log", log, "also write the log to this file");
+  app.add_flag("--no-progress", no_progress, "no progress bar or progress lines, only the per-epoch log");
+  app.add_option("--log-every", c.log_every, "optimizer steps between reads of the loss from the device (progress, "
+                 "metrics and the divergence guard's count; a read waits for the GPU); 0: 1 on the CPU, 10 on a GPU");
+  app.add_flag("--zero", c.zero, "under mpirun: ZeRO-1, each rank keeps 1/ranks of the optimizer state (gradients "
+               "reduce-scattered, weights all-gathered at the step)");
+  parse(app, argc, argv, first + 1);
+  c.given = given_flags(app);
+  auto given = [&](const char* flag) { return c.given.count(flag) != 0; };
+
+  KILN_CHECK(gpt || !given("text"), "kiln train ", c.task, ": --text is for gpt; use --data DIR");
+  KILN_CHECK(!gpt || !given("data"), "kiln train gpt: use --text FILE");
+  c.data = gpt ? text : data;
+  KILN_CHECK(!c.data.empty() || !c.resume.empty(), "kiln train ", c.task, ": ", gpt ? "--text FILE" : "--data DIR",
+             " is required");
+  c.batch_auto = batch == "auto";
+  if (!c.batch_auto) {
+    char* end = nullptr;
+    errno = 0;
+    const long long b = std::strtoll(batch.c_str(), &end, 10);
+    KILN_CHECK(!batch.empty() && *end == '\0' && errno == 0, "kiln train: --batch-size expects an integer or auto, got '",
+               batch, "'");
+    c.batch_size = b;
+  } else {
+    c.batch_size = 0;
+  }
+  if (given("memory-limit")) c.memory_limit = parse_memory_size(memory_limit);
+  KILN_CHECK(!given("memory-limit") || c.batch_auto, "kiln train: --memory-limit is for --batch-size auto");
+  KILN_CHECK(!c.batch_auto || c.resume.empty(), "kiln train: --batch-size auto cannot be used with --resume (the run "
              "keeps the batch size it was saved with)");
-  c.lr = a.number("lr", gpt ? 1e-3 : 0.01);
-  c.momentum = a.number("momentum");
-  c.weight_decay = a.number("weight-decay", gpt ? 0.01 : 0.0);
-  c.schedule = a.str("schedule", gpt ? "cosine" : "constant");
-  c.threads = int(ranged(a, "threads", 0, 0, 4096));
-  c.workers = int(ranged(a, "workers", 1, 0, 256));
-  c.amp = a.str("amp");
-  c.accum = a.integer("accum");
-  c.checkpoint_activations = a.flag("checkpoint-activations");
-  c.seed = uint64_t(ranged(a, "seed", 0, 0, std::numeric_limits<long long>::max()));
-  c.limit = a.integer("limit");
-  c.steps = a.integer("steps");
-  c.max_minutes = a.number("max-minutes");
-  c.eval_every = a.integer("eval-every");
-  c.eval_batches = a.integer("eval-batches");
-  c.context = a.integer("context");
-  c.layers = a.integer("layers");
-  c.heads = a.integer("heads");
-  c.width = a.integer("width");
-  c.dropout = a.number("dropout");
-  c.tokenizer = a.str("tokenizer");
-  c.vocab_size = a.integer("vocab-size");
-  KILN_CHECK(!c.given.count("vocab-size") || c.tokenizer == "bpe", "kiln train: --vocab-size is for --tokenizer bpe");
-  c.prompt = a.str("prompt", "\n");
-  c.sample_tokens = a.integer("sample-tokens");
-  c.stop_at = a.integer("stop-at");
-  c.save = a.str("save", "");
-  c.resume = a.str("resume", "");
-  c.metrics = a.str("metrics", "");
-  c.progress = !a.flag("no-progress");
-  c.log_every = a.integer("log-every");
-  c.zero = a.flag("zero");
-  c.keep = a.integer("keep");
-  c.max_skips = a.integer("max-skips");
-  parse_save_every(a.str("save-every"), c);
-  c.override_saved = a.flag("override");
+  KILN_CHECK(!given("vocab-size") || c.tokenizer == "bpe", "kiln train: --vocab-size is for --tokenizer bpe");
+  c.progress = !no_progress;
+  parse_save_every(save_every, c);
   KILN_CHECK(!c.override_saved || !c.resume.empty(), "kiln train: --override is for --resume");
-  const std::string log = a.str("log", "");
   if (!log.empty()) setup_logging(log);
   validate_config(c, "kiln train " + c.task, true);
   return c;

@@ -4,7 +4,7 @@
 # Usage: scripts/install_deps.sh [extra-package ...]
 set -euo pipefail
 
-PKGS=(cmake g++ make libopenmpi-dev openmpi-bin libeigen3-dev libspdlog-dev libfmt-dev doctest-dev libstb-dev libxxhash-dev zlib1g-dev libomp-dev "$@")
+PKGS=(cmake g++ make libopenmpi-dev openmpi-bin libeigen3-dev libspdlog-dev libfmt-dev doctest-dev libstb-dev libxxhash-dev libcli11-dev zlib1g-dev libomp-dev "$@")
 
 missing=()
 for p in "${PKGS[@]}"; do

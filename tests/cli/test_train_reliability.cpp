@@ -212,8 +212,9 @@ TEST_CASE("bad flags of train and generate are errors, found before any training
   TinyMnist d;
   CHECK(error_of([&] { train(d.args({"--lr", "inf"})); }).find("lr") != std::string::npos);
   CHECK(error_of([&] { train(d.args({"--lr", "nan"})); }).find("lr") != std::string::npos);
-  CHECK(error_of([&] { train(d.args({"--threads", "4294967297"})); }).find("--threads 4294967297 is out of range") !=
-        std::string::npos);
+  const std::string threads = error_of([&] { train(d.args({"--threads", "4294967297"})); });
+  CHECK(threads.find("--threads") != std::string::npos);
+  CHECK(threads.find("4294967297") != std::string::npos);
   CHECK(error_of([&] { train(d.args({"--max-minutes", "nan"})); }).find("max-minutes") != std::string::npos);
   CHECK(error_of([&] { train(d.args({"--save-every", "5x"})); }).find("--save-every") != std::string::npos);
   CHECK(error_of([&] { train(d.args({"--keep", "0"})); }).find("keep") != std::string::npos);
