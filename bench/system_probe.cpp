@@ -206,6 +206,8 @@ CpuFeatures cpu_features() {
   unsigned a, b, c, d;
   if (!__get_cpuid_count(1, 0, &a, &b, &c, &d)) return f;
   const bool fma = c & (1u << 12), osxsave = c & (1u << 27);
+  const int base_family = int((a >> 8) & 0xF);
+  f.family = base_family == 0xF ? base_family + int((a >> 20) & 0xFF) : base_family;
   if (!osxsave) return f;
   unsigned xlo, xhi;
   asm volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
@@ -233,7 +235,7 @@ CpuCoreRates cpu_core_rates(const std::string& m, const CpuFeatures& f) {
     if (has("AMD")) {
       // Zen 4 (EPYC 9xx4/8xx4/4xx4, Ryzen 7000/8000) splits 512-bit ops over 256-bit units;
       // Zen 5 (EPYC 9xx5, Ryzen 9000) has full-width units
-      if (!std::regex_search(m, std::regex("EPYC 9[0-9][0-9]5|Ryzen.* 9[0-9][0-9][0-9]"))) {
+      if (f.family < 0x1A && !std::regex_search(m, std::regex("EPYC 9[0-9][0-9]5|Ryzen.* 9[0-9][0-9][0-9]"))) {
         r.fp32 = 32;
         units = "256-bit units (Zen 4)";
       }

@@ -161,6 +161,13 @@ TEST_CASE("bench: the CPU peak comes from per-core rates x threads x clock, cros
   CHECK(rates.bf16 == 64);
   CHECK(rates.fp16 == 32);  // no AVX512_FP16: computed in fp32
   CHECK(bench::cpu_core_rates("AMD EPYC 9755 128-Core Processor", zen4).fp32 == 64);  // Zen 5
+  // a VM's bare "AMD EPYC": the CPUID family tells Zen 5 (0x1A, full-width units) from Zen 4 (0x19)
+  CpuFeatures zen5 = zen4, zen4_family = zen4;
+  zen5.family = 0x1A;
+  zen4_family.family = 0x19;
+  CHECK(bench::cpu_core_rates("AMD EPYC", zen5).fp32 == 64);
+  CHECK(bench::cpu_core_rates("AMD EPYC", zen5).bf16 == 128);
+  CHECK(bench::cpu_core_rates("AMD EPYC", zen4_family).fp32 == 32);
   CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Silver 4214 CPU @ 2.20GHz", skx).fp32 == 32);
   CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz", skx).fp32 == 64);
   CHECK(bench::cpu_core_rates("Intel(R) Xeon(R) Gold 5118 CPU @ 2.30GHz", skx).fp32 == 32);
