@@ -1,5 +1,6 @@
 // kiln::dist on MPI (CPU tensors, launch, bootstrap) and NCCL (CUDA tensors), with a
 // one-process fallback (see dist.h).
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/dist/dist.h"
 #include <algorithm>
 #include <atomic>
@@ -144,7 +145,7 @@ ncclDataType_t nccl_type(DType d, const char* op) {
 }
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : op == ReduceOp::avg ? ncclAvg : ncclMax; }
 void nccl_check(ncclResult_t rc, const char* op) {
-  KILN_CHECK(rc == ncclSuccess, "dist::", op, ": NCCL failed: ", ncclGetErrorString(rc));
+  KILN_CHECK(rc == ncclSuccess, "dist::", op, ": NCCL failed: ", KILN_LAZY(nccl, ncclGetErrorString)(rc));
 }
 // One communicator for the job, made on the first CUDA collective: rank 0's unique id
 // goes to every rank through MPI.
@@ -152,11 +153,11 @@ ncclComm_t nccl_comm(const char* op) {
   static ncclComm_t comm = nullptr;
   if (comm) return comm;
   ncclUniqueId id;
-  if (rank() == 0) nccl_check(ncclGetUniqueId(&id), op);
+  if (rank() == 0) nccl_check(KILN_LAZY(nccl, ncclGetUniqueId)(&id), op);
 #if KILN_WITH_MPI
   if (world_size() > 1) mpi_check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD), op);
 #endif
-  nccl_check(ncclCommInitRank(&comm, world_size(), id, rank()), op);
+  nccl_check(KILN_LAZY(nccl, ncclCommInitRank)(&comm, world_size(), id, rank()), op);
   return comm;
 }
 cudaStream_t stream_of(const Tensor& t) {
@@ -289,8 +290,9 @@ void all_reduce(Tensor& t, ReduceOp op) {
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
     Tensor buf = staging(t, t.dtype());
-    nccl_check(ncclAllReduce(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype(), "all_reduce"),
-                             nccl_op(op), nccl_comm("all_reduce"), stream_of(buf)),
+    nccl_check(KILN_LAZY(nccl, ncclAllReduce)(buf.raw_data(), buf.raw_data(), size_t(buf.numel()),
+                                              nccl_type(buf.dtype(), "all_reduce"), nccl_op(op),
+                                              nccl_comm("all_reduce"), stream_of(buf)),
                "all_reduce");
     finish(t, buf);
     return;
@@ -318,8 +320,9 @@ void broadcast(Tensor& t, int root) {
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
     Tensor buf = staging(t, t.dtype());
-    nccl_check(ncclBroadcast(buf.raw_data(), buf.raw_data(), size_t(buf.numel()), nccl_type(buf.dtype(), "broadcast"),
-                             root, nccl_comm("broadcast"), stream_of(buf)),
+    nccl_check(KILN_LAZY(nccl, ncclBroadcast)(buf.raw_data(), buf.raw_data(), size_t(buf.numel()),
+                                              nccl_type(buf.dtype(), "broadcast"), root, nccl_comm("broadcast"),
+                                              stream_of(buf)),
                "broadcast");
     finish(t, buf);
     return;
@@ -349,8 +352,8 @@ Tensor all_gather(const Tensor& t) {
   if (bytes == 0) return out;
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
-    nccl_check(ncclAllGather(in.raw_data(), out.raw_data(), size_t(bytes), ncclUint8, nccl_comm("all_gather"),
-                             stream_of(in)),
+    nccl_check(KILN_LAZY(nccl, ncclAllGather)(in.raw_data(), out.raw_data(), size_t(bytes), ncclUint8,
+                                              nccl_comm("all_gather"), stream_of(in)),
                "all_gather");
     return out;
   }
@@ -379,8 +382,9 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
     const Tensor in = t.contiguous();
-    nccl_check(ncclReduceScatter(in.raw_data(), out.raw_data(), size_t(out.numel()), nccl_type(in.dtype(), "reduce_scatter"),
-                                 nccl_op(op), nccl_comm("reduce_scatter"), stream_of(in)),
+    nccl_check(KILN_LAZY(nccl, ncclReduceScatter)(in.raw_data(), out.raw_data(), size_t(out.numel()),
+                                                  nccl_type(in.dtype(), "reduce_scatter"), nccl_op(op),
+                                                  nccl_comm("reduce_scatter"), stream_of(in)),
                "reduce_scatter");
     return out;
   }

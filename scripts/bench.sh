@@ -8,8 +8,8 @@
 # Usage: scripts/bench.sh [--smoke] [workload ...]      (default: all five workloads)
 # Env:   BUILD_DIR (build-bench), THREADS (2), ROUNDS (3), DEVICES (cpu),
 #        OUT (out/bench/<UTC date-time>), JOBS (nproc), KILN_CUDA (OFF for DEVICES=cpu:
-#        Debian's libtorch is CPU-only, and a CUDA build loads cuBLASLt at start-up, ~210 MiB
-#        of RSS a CPU comparison should not carry; AUTO when DEVICES names cuda),
+#        Debian's libtorch is CPU-only, so a CPU comparison builds without CUDA; AUTO when
+#        DEVICES names cuda),
 #        SKIP_DEPS=1 (do not install packages), SKIP_BUILD=1 (use the binaries already in
 #        BUILD_DIR), EXTRA_ARGS (passed to both benches, e.g. "--batch 32").
 set -euo pipefail

@@ -3,6 +3,7 @@
 // file and the line:  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream));
 #pragma once
 #include <cuda_runtime.h>
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/error.h"
 
 namespace kiln::cuda::detail {
@@ -41,7 +42,8 @@ namespace kiln::cuda::detail {
   do {                                                                                        \
     const cublasStatus_t kiln_s_ = (call);                                                    \
     if (kiln_s_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      ::kiln::cuda::detail::throw_library_error("cuBLAS", int(kiln_s_), cublasGetStatusString(kiln_s_), #call, \
+      ::kiln::cuda::detail::throw_library_error("cuBLAS", int(kiln_s_),                      \
+                                                KILN_LAZY(cublas, cublasGetStatusString)(kiln_s_), #call, \
                                                 __FILE__, __LINE__);                          \
   } while (0)
 
@@ -50,6 +52,7 @@ namespace kiln::cuda::detail {
   do {                                                                                        \
     const cudnnStatus_t kiln_s_ = (call);                                                     \
     if (kiln_s_ != CUDNN_STATUS_SUCCESS)                                                      \
-      ::kiln::cuda::detail::throw_library_error("cuDNN", int(kiln_s_), cudnnGetErrorString(kiln_s_), #call, \
+      ::kiln::cuda::detail::throw_library_error("cuDNN", int(kiln_s_),                       \
+                                                KILN_LAZY(cudnn, cudnnGetErrorString)(kiln_s_), #call, \
                                                 __FILE__, __LINE__);                          \
   } while (0)

@@ -10,6 +10,7 @@
 #include <climits>
 #include <map>
 #include <mutex>
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/cuda/runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
@@ -225,22 +226,22 @@ cudnnMathType_t math_for(DType d) {
 
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc() { KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnCreateTensorDescriptor)(&d)); }
+  ~TensorDesc() { KILN_LAZY(cudnn, cudnnDestroyTensorDescriptor)(d); }
   TensorDesc(const TensorDesc&) = delete;
   TensorDesc& operator=(const TensorDesc&) = delete;
 };
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc() { KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d)); }
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc() { KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnCreateFilterDescriptor)(&d)); }
+  ~FilterDesc() { KILN_LAZY(cudnn, cudnnDestroyFilterDescriptor)(d); }
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
 };
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc() { KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d)); }
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc() { KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnCreateConvolutionDescriptor)(&d)); }
+  ~ConvDesc() { KILN_LAZY(cudnn, cudnnDestroyConvolutionDescriptor)(d); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
@@ -261,16 +262,17 @@ struct ConvDescs {
                "conv2d: tensors of 2^31 or more elements are not supported by the CUDA kernel (input (", g.N, ", ",
                g.C, ", ", g.H, ", ", g.W, "), output (", g.N, ", ", g.O, ", ", g.OH, ", ", g.OW,
                ")); split the batch");
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.d, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.C), int(g.H), int(g.W)));
-    KILN_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(y.d, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.O), int(g.OH), int(g.OW)));
-    KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.d, dt, CUDNN_TENSOR_NCHW, int(g.O), int(g.C / g.groups), int(g.kH),
-                                                int(g.kW)));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetTensor4dDescriptor)(x.d, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.C),
+                                                                  int(g.H), int(g.W)));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetTensor4dDescriptor)(y.d, CUDNN_TENSOR_NCHW, dt, int(g.N), int(g.O),
+                                                                  int(g.OH), int(g.OW)));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetFilter4dDescriptor)(w.d, dt, CUDNN_TENSOR_NCHW, int(g.O),
+                                                                  int(g.C / g.groups), int(g.kH), int(g.kW)));
     const cudnnDataType_t compute = dtype == DType::float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv.d, int(g.pH), int(g.pW), int(g.sH), int(g.sW), int(g.dH),
-                                                     int(g.dW), CUDNN_CROSS_CORRELATION, compute));
-    KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.d, int(g.groups)));
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, math));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolution2dDescriptor)(
+        conv.d, int(g.pH), int(g.pW), int(g.sH), int(g.sW), int(g.dH), int(g.dW), CUDNN_CROSS_CORRELATION, compute));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolutionGroupCount)(conv.d, int(g.groups)));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolutionMathType)(conv.d, math));
   }
 };
 
@@ -387,20 +389,21 @@ void conv2d_forward_cuda(DType dtype, const Conv2dGeom& g, const void* x, const 
   const AlgoChoice c = choose_algo<cudnnConvolutionFwdAlgoPerf_t>(
       g, dtype, Dir::forward, d.math,
       [&](cudnnConvolutionFwdAlgoPerf_t* p, int cap, int* n) {
-        KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, cap, n, p));
+        KILN_CUDNN_CHECK(
+            KILN_LAZY(cudnn, cudnnGetConvolutionForwardAlgorithm_v7)(h, d.x.d, d.w.d, d.conv.d, d.y.d, cap, n, p));
       },
       [&](cudnnConvolutionFwdAlgoPerf_t* p, int cap, int* n, void* ws, size_t bytes) {
-        KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, x, d.w.d, w, d.conv.d, d.y.d, y, cap, n,
-                                                                p, ws, bytes));
+        KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnFindConvolutionForwardAlgorithmEx)(h, d.x.d, x, d.w.d, w, d.conv.d,
+                                                                                  d.y.d, y, cap, n, p, ws, bytes));
       });
-  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolutionMathType)(d.conv.d, c.math));
   size_t bytes = 0;  // the exact size for the algorithm with the math type now set
-  KILN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d,
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionForwardWorkspaceSize)(h, d.x.d, d.w.d, d.conv.d, d.y.d,
                                                            cudnnConvolutionFwdAlgo_t(c.algo), &bytes));
   bytes = std::max(bytes, c.workspace);
   Tensor ws = workspace(bytes);
   const Scale s;
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(dtype), d.x.d, x, d.w.d, w, d.conv.d,
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnConvolutionForward)(h, s.one(dtype), d.x.d, x, d.w.d, w, d.conv.d,
                                            cudnnConvolutionFwdAlgo_t(c.algo), ptr(ws), bytes, s.zero(dtype), d.y.d,
                                            y));
   if (bias) {
@@ -422,42 +425,43 @@ void conv2d_backward_cuda(DType dtype, const Conv2dGeom& g, const void* x, const
     const AlgoChoice c = choose_algo<cudnnConvolutionBwdDataAlgoPerf_t>(
         g, dtype, Dir::backward_data, d.math,
         [&](cudnnConvolutionBwdDataAlgoPerf_t* p, int cap, int* n) {
-          KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, cap, n, p));
+          KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionBackwardDataAlgorithm_v7)(h, d.w.d, d.y.d, d.conv.d,
+                                                                                         d.x.d, cap, n, p));
         },
         [&](cudnnConvolutionBwdDataAlgoPerf_t* p, int cap, int* n, void* ws, size_t bytes) {
-          KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, w, d.y.d, dy, d.conv.d, d.x.d, dx,
-                                                                       cap, n, p, ws, bytes));
+          KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnFindConvolutionBackwardDataAlgorithmEx)(
+              h, d.w.d, w, d.y.d, dy, d.conv.d, d.x.d, dx, cap, n, p, ws, bytes));
         });
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolutionMathType)(d.conv.d, c.math));
     size_t bytes = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d,
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionBackwardDataWorkspaceSize)(h, d.w.d, d.y.d, d.conv.d, d.x.d,
                                                                   cudnnConvolutionBwdDataAlgo_t(c.algo), &bytes));
     bytes = std::max(bytes, c.workspace);
     Tensor ws = workspace(bytes);
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(dtype), d.w.d, w, d.y.d, dy, d.conv.d,
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnConvolutionBackwardData)(h, s.one(dtype), d.w.d, w, d.y.d, dy, d.conv.d,
                                                   cudnnConvolutionBwdDataAlgo_t(c.algo), ptr(ws), bytes,
                                                   s.zero(dtype), d.x.d, dx));
   }
   if (dw) {
     // the backward-data choice above may have changed the descriptor's math type
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, d.math));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolutionMathType)(d.conv.d, d.math));
     const AlgoChoice c = choose_algo<cudnnConvolutionBwdFilterAlgoPerf_t>(
         g, dtype, Dir::backward_filter, d.math,
         [&](cudnnConvolutionBwdFilterAlgoPerf_t* p, int cap, int* n) {
-          KILN_CUDNN_CHECK(
-              cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, cap, n, p));
+          KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionBackwardFilterAlgorithm_v7)(h, d.x.d, d.y.d, d.conv.d,
+                                                                                           d.w.d, cap, n, p));
         },
         [&](cudnnConvolutionBwdFilterAlgoPerf_t* p, int cap, int* n, void* ws, size_t bytes) {
-          KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, x, d.y.d, dy, d.conv.d, d.w.d, dw,
-                                                                         cap, n, p, ws, bytes));
+          KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnFindConvolutionBackwardFilterAlgorithmEx)(
+              h, d.x.d, x, d.y.d, dy, d.conv.d, d.w.d, dw, cap, n, p, ws, bytes));
         });
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, c.math));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetConvolutionMathType)(d.conv.d, c.math));
     size_t bytes = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d,
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionBackwardFilterWorkspaceSize)(h, d.x.d, d.y.d, d.conv.d, d.w.d,
                                                                     cudnnConvolutionBwdFilterAlgo_t(c.algo), &bytes));
     bytes = std::max(bytes, c.workspace);
     Tensor ws = workspace(bytes);
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(dtype), d.x.d, x, d.y.d, dy, d.conv.d,
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnConvolutionBackwardFilter)(h, s.one(dtype), d.x.d, x, d.y.d, dy, d.conv.d,
                                                     cudnnConvolutionBwdFilterAlgo_t(c.algo), ptr(ws), bytes,
                                                     s.zero(dtype), d.w.d, dw));
   }
@@ -484,17 +488,19 @@ cuda::ConvDescriptorReadback cuda::conv2d_descriptor_readback(DType dtype, const
   int ns, cs, hs, ws;  // strides of the tensor descriptors (NCHW packed, not checked here)
   cudnnDataType_t tx, ty, tw, compute;
   cudnnTensorFormat_t fmt;
-  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.x.d, &tx, &r.x[0], &r.x[1], &r.x[2], &r.x[3], &ns, &cs, &hs, &ws));
-  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.y.d, &ty, &r.y[0], &r.y[1], &r.y[2], &r.y[3], &ns, &cs, &hs, &ws));
-  KILN_CUDNN_CHECK(cudnnGetFilter4dDescriptor(d.w.d, &tw, &fmt, &r.w[0], &r.w[1], &r.w[2], &r.w[3]));
-  KILN_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(d.conv.d, d.x.d, d.w.d, &r.out[0], &r.out[1], &r.out[2],
-                                                         &r.out[3]));
+  KILN_CUDNN_CHECK(
+      KILN_LAZY(cudnn, cudnnGetTensor4dDescriptor)(d.x.d, &tx, &r.x[0], &r.x[1], &r.x[2], &r.x[3], &ns, &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(
+      KILN_LAZY(cudnn, cudnnGetTensor4dDescriptor)(d.y.d, &ty, &r.y[0], &r.y[1], &r.y[2], &r.y[3], &ns, &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetFilter4dDescriptor)(d.w.d, &tw, &fmt, &r.w[0], &r.w[1], &r.w[2], &r.w[3]));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolution2dForwardOutputDim)(d.conv.d, d.x.d, d.w.d, &r.out[0], &r.out[1],
+                                                                           &r.out[2], &r.out[3]));
   cudnnConvolutionMode_t mode;
-  KILN_CUDNN_CHECK(cudnnGetConvolution2dDescriptor(d.conv.d, &r.pad[0], &r.pad[1], &r.stride[0], &r.stride[1],
-                                                   &r.dilation[0], &r.dilation[1], &mode, &compute));
-  KILN_CUDNN_CHECK(cudnnGetConvolutionGroupCount(d.conv.d, &r.groups));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolution2dDescriptor)(
+      d.conv.d, &r.pad[0], &r.pad[1], &r.stride[0], &r.stride[1], &r.dilation[0], &r.dilation[1], &mode, &compute));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionGroupCount)(d.conv.d, &r.groups));
   cudnnMathType_t math;
-  KILN_CUDNN_CHECK(cudnnGetConvolutionMathType(d.conv.d, &math));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetConvolutionMathType)(d.conv.d, &math));
   r.math = int(math);
   r.data_type = tx == ty && tx == tw && fmt == CUDNN_TENSOR_NCHW ? int(tx) : -1;
   r.compute_type = int(compute);

@@ -1,6 +1,7 @@
 // One cuBLAS and one cuDNN handle per device, created on first use and bound to the
 // current stream on every call (ops/cuda/handles.h).
 #include <mutex>
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/cuda/check.h"
 #include "kiln/core/cuda/runtime.h"
 #include "kiln/ops/cuda/handles.h"
@@ -28,16 +29,16 @@ cublasHandle_t cublas_handle() {
   static cublasHandle_t handles[kMaxDevices] = {};
   static std::mutex mu;
   return handle_for(
-      handles, mu, [](cublasHandle_t* h) { KILN_CUBLAS_CHECK(cublasCreate(h)); },
-      [](cublasHandle_t h, cudaStream_t s) { KILN_CUBLAS_CHECK(cublasSetStream(h, s)); });
+      handles, mu, [](cublasHandle_t* h) { KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasCreate)(h)); },
+      [](cublasHandle_t h, cudaStream_t s) { KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasSetStream)(h, s)); });
 }
 
 cudnnHandle_t cudnn_handle() {
   static cudnnHandle_t handles[kMaxDevices] = {};
   static std::mutex mu;
   return handle_for(
-      handles, mu, [](cudnnHandle_t* h) { KILN_CUDNN_CHECK(cudnnCreate(h)); },
-      [](cudnnHandle_t h, cudaStream_t s) { KILN_CUDNN_CHECK(cudnnSetStream(h, s)); });
+      handles, mu, [](cudnnHandle_t* h) { KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnCreate)(h)); },
+      [](cudnnHandle_t h, cudaStream_t s) { KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetStream)(h, s)); });
 }
 
 }  // namespace kiln::cuda

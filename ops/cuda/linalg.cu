@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <algorithm>
 #include <mutex>
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/cuda/runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
@@ -19,6 +20,15 @@
 
 namespace kiln {
 namespace {
+
+// The C functions behind two cuBLAS names that its header also overloads in C++.
+using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                  const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                  cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                                const void*, const void*, cudaDataType, int, long long, const void*,
+                                                cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                                long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 cublasHandle_t handle_for_current_stream() { return cuda::cublas_handle(); }  // ops/cuda/handles.cu
 
@@ -34,20 +44,20 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T
   const cublasOperation_t opf = op_of(c.trans_first), ops = op_of(c.trans_second);
   if constexpr (std::is_same_v<T, float>) {
     if (c.batch == 1)
-      KILN_CUBLAS_CHECK(cublasSgemm(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), A,
-                                    int(c.ld_second), &beta, C, int(c.ldc)));
+      KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasSgemm)(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
+                                                       int(c.ld_first), A, int(c.ld_second), &beta, C, int(c.ldc)));
     else
-      KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
-                                                  int(c.ld_first), c.stride_first, A, int(c.ld_second),
-                                                  c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
+      KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasSgemmStridedBatched)(
+          h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), c.stride_first, A, int(c.ld_second),
+          c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
   } else {
     if (c.batch == 1)
-      KILN_CUBLAS_CHECK(cublasDgemm(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), A,
-                                    int(c.ld_second), &beta, C, int(c.ldc)));
+      KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasDgemm)(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
+                                                       int(c.ld_first), A, int(c.ld_second), &beta, C, int(c.ldc)));
     else
-      KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
-                                                  int(c.ld_first), c.stride_first, A, int(c.ld_second),
-                                                  c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
+      KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasDgemmStridedBatched)(
+          h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), c.stride_first, A, int(c.ld_second),
+          c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
   }
 }
 
@@ -73,13 +83,14 @@ void gemm_ex(cublasHandle_t h, DType dt, bool ta, bool tb, int64_t M, int64_t N,
   const cudaDataType_t t = cuda_type(dt);
   const cublasComputeType_t compute = is_half(dt) ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
   if (c.batch == 1)
-    KILN_CUBLAS_CHECK(cublasGemmEx(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, t, int(c.ld_first), A, t,
-                                   int(c.ld_second), &beta, C, t, int(c.ldc), compute, CUBLAS_GEMM_DEFAULT));
+    KILN_CUBLAS_CHECK(KILN_LAZY_AS(cublas, cublasGemmEx, GemmEx)(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B,
+                                                                 t, int(c.ld_first), A, t, int(c.ld_second), &beta, C,
+                                                                 t, int(c.ldc), compute, CUBLAS_GEMM_DEFAULT));
   else
-    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, t,
-                                                 int(c.ld_first), c.stride_first, A, t, int(c.ld_second),
-                                                 c.stride_second, &beta, C, t, int(c.ldc), c.stride_c, int(c.batch),
-                                                 compute, CUBLAS_GEMM_DEFAULT));
+    KILN_CUBLAS_CHECK(KILN_LAZY_AS(cublas, cublasGemmStridedBatchedEx, GemmStridedBatchedEx)(
+        h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, t, int(c.ld_first), c.stride_first, A, t,
+        int(c.ld_second), c.stride_second, &beta, C, t, int(c.ldc), c.stride_c, int(c.batch), compute,
+        CUBLAS_GEMM_DEFAULT));
 }
 
 cublasLtHandle_t lt_handle() {
@@ -87,7 +98,7 @@ cublasLtHandle_t lt_handle() {
   static std::mutex mu;
   const int dev = cuda::resolve_device(-1);
   std::lock_guard<std::mutex> lock(mu);
-  if (!handles[dev]) KILN_CUBLAS_CHECK(cublasLtCreate(&handles[dev]));
+  if (!handles[dev]) KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtCreate)(&handles[dev]));
   return handles[dev];
 }
 
@@ -97,11 +108,11 @@ struct LtDesc {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtDesc() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) KILN_LAZY(cublasLt, cublasLtMatmulPreferenceDestroy)(pref);
+    if (c) KILN_LAZY(cublasLt, cublasLtMatrixLayoutDestroy)(c);
+    if (b) KILN_LAZY(cublasLt, cublasLtMatrixLayoutDestroy)(b);
+    if (a) KILN_LAZY(cublasLt, cublasLtMatrixLayoutDestroy)(a);
+    if (op) KILN_LAZY(cublasLt, cublasLtMatmulDescDestroy)(op);
   }
 };
 
@@ -116,12 +127,13 @@ uint32_t alignment_of(const void* p, int64_t stride_bytes) {
 cublasLtMatrixLayout_t lt_layout(cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                                  int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatrixLayoutCreate)(&l, t, uint64_t(rows), uint64_t(cols), ld));
   if (batch > 1) {
     const int32_t bc = int32_t(batch);
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
     KILN_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+        KILN_LAZY(cublasLt, cublasLtMatrixLayoutSetAttribute)(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof(bc)));
+    KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatrixLayoutSetAttribute)(
+        l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
   return l;
 }
@@ -136,50 +148,55 @@ bool gemm_lt(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   if (K == 0) return false;  // cublasGemmEx handles the empty sum (C = beta C)
   const cudaDataType_t t = cuda_type(dt);
   LtDesc d;
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescCreate)(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cuda::RowMajorGemm g{ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch};
   const cuda::ColMajorGemm c = cuda::to_col_major(g);
   const cublasOperation_t op_first = op_of(c.trans_first), op_second = op_of(c.trans_second);
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-  KILN_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                                        sizeof(op_first)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                                        sizeof(op_second)));
   if (bias && alignment_of(bias, 0) < 16) return false;  // the epilogue wants an aligned vector
   if (bias) {
     // the bias epilogue adds a vector of length m (here N, the row-major columns) to each column
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    KILN_CUBLAS_CHECK(
+        KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                                          &bias, sizeof(bias)));
   }
   // first operand: B's buffer, (N, K) column-major when !tb, stored (K, N) when tb
   const cuda::LtGemmLayouts l = cuda::to_lt_layouts(g);
   d.a = lt_layout(t, l.first.rows, l.first.cols, l.first.ld, batch, l.first.stride);
   d.b = lt_layout(t, l.second.rows, l.second.cols, l.second.ld, batch, l.second.stride);
   d.c = lt_layout(t, l.c.rows, l.c.cols, l.c.ld, batch, l.c.stride);
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceCreate)(&d.pref));
   const uint64_t ws_bytes = kLtWorkspace;
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                         sizeof(ws_bytes)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
+      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise (views, batch offsets)
   const size_t es = 2;
   const uint32_t al_first = alignment_of(B, batch > 1 ? sb * es : 0), al_second = alignment_of(A, batch > 1 ? sa * es : 0);
   const uint32_t al_c = alignment_of(C, batch > 1 ? sc * es : 0);
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first,
-                                                         sizeof(al_first)));
-  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                         &al_second, sizeof(al_second)));
-  KILN_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-  KILN_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first, sizeof(al_first)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_second, sizeof(al_second)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
+      d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
   cublasLtHandle_t lt = lt_handle();
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found);
+  const cublasStatus_t st =
+      KILN_LAZY(cublasLt, cublasLtMatmulAlgoGetHeuristic)(lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res, &found);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
   // workspace from the caching allocator: stream-ordered, so it may be released after the launch
   Tensor ws = Tensor::empty({int64_t(kLtWorkspace)}, DType::uint8, Device::cuda(cuda::resolve_device(-1)));
-  KILN_CUBLAS_CHECK(cublasLtMatmul(lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c, &res.algo, ws.raw_data(),
-                                   kLtWorkspace, cuda::current_raw_stream()));
+  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmul)(lt, d.op, &alpha, B, d.a, A, d.b, &beta, C, d.c, C, d.c,
+                                                        &res.algo, ws.raw_data(), kLtWorkspace,
+                                                        cuda::current_raw_stream()));
   return true;
 }
 

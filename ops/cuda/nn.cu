@@ -3,6 +3,7 @@
 // deterministic sorted-run scatter-add backward), and attention as cuBLAS GEMMs around one
 // fused causal-mask + softmax kernel per row (16-bit inputs run in float32 internally).
 #include <limits>
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/cuda/check.h"
 #include "kiln/core/cuda/index_math.h"
 #include "kiln/core/cuda/runtime.h"
@@ -129,13 +130,13 @@ void gemm(const cuda::RowMajorGemm& g, T alpha, const T* A, const T* B, T* C) {
   const cublasOperation_t opf = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, ops = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const T beta = 0;
   if constexpr (std::is_same_v<T, float>)
-    KILN_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first),
-                                                c.stride_first, A, int(c.ld_second), c.stride_second, &beta, C,
-                                                int(c.ldc), c.stride_c, int(c.batch)));
+    KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasSgemmStridedBatched)(
+        h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), c.stride_first, A, int(c.ld_second),
+        c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
   else
-    KILN_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first),
-                                                c.stride_first, A, int(c.ld_second), c.stride_second, &beta, C,
-                                                int(c.ldc), c.stride_c, int(c.batch)));
+    KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasDgemmStridedBatched)(
+        h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), c.stride_first, A, int(c.ld_second),
+        c.stride_second, &beta, C, int(c.ldc), c.stride_c, int(c.batch)));
 }
 
 template <class T>

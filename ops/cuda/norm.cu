@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/cuda/runtime.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
@@ -195,16 +196,16 @@ struct BnDescs {
     KILN_CHECK(N <= INT_MAX && C <= INT_MAX && S <= INT_MAX && N * C * S < (int64_t(1) << 31),
                "batch_norm: the CUDA kernel takes fewer than 2^31 elements, got (N, C, spatial) = (", N, ", ", C,
                ", ", S, ")");
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&param));
-    KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW,
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnCreateTensorDescriptor)(&x));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnCreateTensorDescriptor)(&param));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnSetTensor4dDescriptor)(x, CUDNN_TENSOR_NCHW,
                                                 dt == DType::float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT, int(N),
                                                 int(C), int(S), 1));
-    KILN_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param, x, CUDNN_BATCHNORM_SPATIAL));
+    KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnDeriveBNTensorDescriptor)(param, x, CUDNN_BATCHNORM_SPATIAL));
   }
   ~BnDescs() {
-    cudnnDestroyTensorDescriptor(param);
-    cudnnDestroyTensorDescriptor(x);
+    KILN_LAZY(cudnn, cudnnDestroyTensorDescriptor)(param);
+    KILN_LAZY(cudnn, cudnnDestroyTensorDescriptor)(x);
   }
   BnDescs(const BnDescs&) = delete;
   BnDescs& operator=(const BnDescs&) = delete;
@@ -230,7 +231,7 @@ void batch_norm_forward_train_cuda(DType dt, const void* x, const void* w, const
   Tensor ones = w ? Tensor() : filled(dt, C, 1.0), zeros = b ? Tensor() : filled(dt, C, 0.0);
   cudnnHandle_t h = cudnn_handle_for_current_stream();
   const BnScale sc;
-  KILN_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnBatchNormalizationForwardTraining)(
       h, CUDNN_BATCHNORM_SPATIAL, sc.one(dt), sc.zero(dt), d.x, x, d.x, out, d.param, w ? w : ones.raw_data(),
       b ? b : zeros.raw_data(), momentum, rmean, rvar, eps, smean, sinv));
 }
@@ -254,9 +255,9 @@ void batch_norm_forward_eval_cuda(DType dt, const void* x, const void* w, const 
   Tensor ones = w ? Tensor() : filled(dt, C, 1.0), zeros = b ? Tensor() : filled(dt, C, 0.0);
   cudnnHandle_t h = cudnn_handle_for_current_stream();
   const BnScale sc;
-  KILN_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, sc.one(dt), sc.zero(dt), d.x,
-                                                           x, d.x, out, d.param, w ? w : ones.raw_data(),
-                                                           b ? b : zeros.raw_data(), rmean, rvar, eps));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnBatchNormalizationForwardInference)(
+      h, CUDNN_BATCHNORM_SPATIAL, sc.one(dt), sc.zero(dt), d.x, x, d.x, out, d.param, w ? w : ones.raw_data(),
+      b ? b : zeros.raw_data(), rmean, rvar, eps));
 }
 
 // training: cuDNN's backward with the saved mean / inverse std (outputs not wanted go to
@@ -293,7 +294,7 @@ void batch_norm_backward_cuda(DType dt, const void* g, const void* x, const void
   cudnnHandle_t h = cudnn_handle_for_current_stream();
   const BnScale sc;
   // epsilon only has to be valid here: the saved mean and inverse std are used as given.
-  KILN_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnBatchNormalizationBackward)(
       h, CUDNN_BATCHNORM_SPATIAL, sc.one(dt), sc.zero(dt), sc.one(dt), sc.zero(dt), d.x, x, d.x, g, d.x,
       dx ? dx : dx_tmp.raw_data(), d.param, w ? w : ones.raw_data(), dw ? dw : tmp,
       db ? db : tmp + size_t(C) * esize, std::max(1e-5, CUDNN_BN_MIN_EPSILON), smean, sinv));
@@ -310,9 +311,10 @@ cuda::BatchNormDescriptorReadback cuda::batch_norm_descriptor_readback(DType dty
   BatchNormDescriptorReadback r;
   int ns, cs, hs, ws;
   cudnnDataType_t tx, tp;
-  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.x, &tx, &r.x[0], &r.x[1], &r.x[2], &r.x[3], &ns, &cs, &hs, &ws));
-  KILN_CUDNN_CHECK(cudnnGetTensor4dDescriptor(d.param, &tp, &r.param[0], &r.param[1], &r.param[2], &r.param[3], &ns,
-                                              &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(
+      KILN_LAZY(cudnn, cudnnGetTensor4dDescriptor)(d.x, &tx, &r.x[0], &r.x[1], &r.x[2], &r.x[3], &ns, &cs, &hs, &ws));
+  KILN_CUDNN_CHECK(KILN_LAZY(cudnn, cudnnGetTensor4dDescriptor)(d.param, &tp, &r.param[0], &r.param[1], &r.param[2],
+                                                                &r.param[3], &ns, &cs, &hs, &ws));
   r.x_type = int(tx);
   r.param_type = int(tp);
   return r;
