@@ -192,7 +192,7 @@ Tensor refuse_double_backward(const Tensor& gi, const std::string& op) {
     KILN_FAIL("double backward through '", op, "' is not implemented: its backward runs a kernel autograd "
               "cannot differentiate, and a create_graph gradient that passed through it was differentiated "
               "again. Twice-differentiable ops: elementwise ops and activations, reductions, softmax and "
-              "log_softmax, matmul and linear, views, cat and stack (docs/training.md)");
+              "log_softmax, matmul and linear, views, cat and stack, the losses (docs/training.md)");
   };
   t.impl().requires_grad = true;
   t.impl().grad_fn = std::move(node);
@@ -227,9 +227,8 @@ void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, bool 
     for (const auto& [id, fn] : std::vector(hooks->post_accumulate)) fn(Tensor(leaf));
 }
 
-}  // namespace
-
-namespace {
+// The engine behind backward() (cap null: gradients go to leaves' .grad) and grad() (cap:
+// gradients of its inputs are captured instead).
 void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, BackwardOptions opts,
                Capture* cap) {
   autocast no_autocast(autocast_dtype(), false);  // backward formulas run in the forward's dtypes

@@ -110,6 +110,22 @@ Tensor loss_grad(const Tensor& g, Reduction r, const Targets& t, double& scale) 
   return g.contiguous();
 }
 
+// Under create_graph (a backward that records): the per-target scale of the gradient, as a
+// tensor of the graph, g (none: shaped (n, 1, s); sum) or g / count (mean; 0 when every
+// target is ignored, as the kernels do).
+Tensor grad_scale_graph(const Tensor& g, Reduction r, const Targets& t, const ClassLayout& L) {
+  if (r == Reduction::none) return g.reshape({L.n, 1, L.s});
+  if (r == Reduction::sum) return g;
+  if (t.count_dev.defined()) return div(g, maximum(t.count_dev, ones_like(t.count_dev)));
+  return mul(g, t.count > 0 ? 1.0 / double(t.count) : 0.0);
+}
+
+// The targets one-hot over the class dim, (n, c, s), in dtype dt (an ignored target's row is 0).
+Tensor one_hot_graph(const Targets& t, const ClassLayout& L, DType dt, Device dev) {
+  Tensor classes = arange(double(L.c), {.dtype = DType::int64, .device = dev}).reshape({1, L.c, 1});
+  return eq(classes, t.tgt.reshape({L.n, 1, L.s})).to(dt);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- cross_entropy
@@ -149,8 +165,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   kernel<CrossEntropyKernelFn>(Op::cross_entropy, logits.device())(dt, a);
   Tensor out = reduce_loss(loss, args.reduction, T);
   const Reduction red = args.reduction;
-  return record(out, op, {logits}, {x, T.tgt, mx, ls},
-                [x, T, mx, ls, a, red](const Tensor& g, const std::vector<bool>&) {
+  const Tensor live = logits;  // for the create_graph formula
+  const int64_t ignore = args.ignore_index;
+  auto backward = [x, T, mx, ls, a, red, live, L, ignore](const Tensor& g, const std::vector<bool>&) {
+    if (grad_mode_enabled()) {  // create_graph: (softmax - smoothed one-hot) * g, in recorded ops
+      const double eps = a.label_smoothing;
+      Tensor hot = one_hot_graph(T, L, live.dtype(), live.device());
+      Tensor valid = ne(T.tgt.reshape({L.n, 1, L.s}), double(ignore)).to(live.dtype());
+      Tensor want = mul(add(mul(hot, 1.0 - eps), eps / double(L.c)), valid);
+      Tensor p = mul(softmax(live.reshape({L.n, L.c, L.s}), 1), valid);
+      return std::vector<Tensor>{mul(sub(p, want), grad_scale_graph(g, red, T, L)).reshape(live.shape())};
+    }
     double scale = 1.0;
     Tensor gc = loss_grad(g, red, T, scale);
     Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -167,7 +192,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
     b.dlogits = dx.raw_data();
     kernel<CrossEntropyKernelFn>(Op::cross_entropy, x.device())(x.dtype(), b);
     return std::vector<Tensor>{dx};
-  });
+  };
+  return twice_differentiable(record(out, op, {logits}, {x, T.tgt, mx, ls}, backward));
 }
 
 // ---------------------------------------------------------------- nll_loss
@@ -197,7 +223,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   Tensor out = reduce_loss(loss, args.reduction, T);
   const Reduction red = args.reduction;
   const Shape xs = x.shape();
-  return record(out, op, {log_probs}, {T.tgt}, [xs, T, a, red](const Tensor& g, const std::vector<bool>&) {
+  const DType ldt = log_probs.dtype();
+  auto backward = [xs, T, a, red, L, ldt](const Tensor& g, const std::vector<bool>&) {
+    if (grad_mode_enabled())  // create_graph: -one-hot * g, in recorded ops (linear in g)
+      return std::vector<Tensor>{
+          neg(mul(one_hot_graph(T, L, ldt, g.device()), grad_scale_graph(g, red, T, L))).reshape(xs)};
     double scale = 1.0;
     Tensor gc = loss_grad(g, red, T, scale);
     Tensor dx = Tensor::empty(xs, g.dtype(), g.device());
@@ -212,7 +242,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
     b.dlog_probs = dx.raw_data();
     kernel<NllLossKernelFn>(Op::nll_loss, g.device())(g.dtype(), b);
     return std::vector<Tensor>{dx};
-  });
+  };
+  return twice_differentiable(record(out, op, {log_probs}, {T.tgt}, backward));
 }
 
 // ---------------------------------------------------------------- mse_loss
@@ -245,7 +276,11 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   k.reduce = reduce;
   k.scale = reduction == Reduction::mean ? (n > 0 ? 1.0 / double(n) : std::numeric_limits<double>::quiet_NaN()) : 1.0;
   kernel<MseLossKernelFn>(Op::mse_loss, input.device())(dt, k);
-  return record(out, op, {a, b}, {xa, xb}, [xa, xb, k](const Tensor& g, const std::vector<bool>& needs) {
+  auto backward = [xa, xb, a, b, k](const Tensor& g, const std::vector<bool>& needs) {
+    if (grad_mode_enabled()) {  // create_graph: 2 (a - b) g (/ n), in recorded ops
+      Tensor d = mul(mul(sub(a, b), k.reduce ? mul(g, k.n > 0 ? k.scale : 1.0) : g), 2.0);
+      return std::vector<Tensor>{needs[0] ? d : Tensor(), needs[1] ? neg(d) : Tensor()};
+    }
     Tensor gc = g.contiguous();
     Tensor dx, dy;
     MseLossKernelArgs bk = k;
@@ -266,7 +301,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     }
     kernel<MseLossKernelFn>(Op::mse_loss, xa.device())(xa.dtype(), bk);
     return std::vector<Tensor>{dx, dy};
-  });
+  };
+  return twice_differentiable(record(out, op, {a, b}, {xa, xb}, backward));
 }
 
 }  // namespace kiln
