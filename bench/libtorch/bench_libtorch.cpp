@@ -9,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <malloc.h>  // malloc_usable_size, malloc_trim (glibc)
 #include <atomic>
 #include <cstdio>
 #include <fstream>
