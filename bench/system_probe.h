@@ -62,7 +62,8 @@ struct CpuFeatures {
 CpuFeatures cpu_features();
 /// The per-core rates of a CPU from its model name and features: a table of known
 /// microarchitectures (AMD Zen 4 runs AVX-512 on 256-bit units: half of Intel's rate per
-/// cycle; Zen 5, known by its name or, in a VM that hides it, by CPUID family 0x1A, does not; Intel Xeon Bronze/Silver and Gold 5xxx of Skylake/Cascade Lake have one 512-bit
+/// cycle; Zen 5, known by its name or, in a VM that hides it, by CPUID family 0x1A, does
+/// not; Intel Xeon Bronze/Silver and Gold 5xxx of Skylake/Cascade Lake have one 512-bit
 /// FMA unit; AVX512_FP16 marks Sapphire Rapids or later, two units), then the instruction
 /// set alone (AVX-512: two FMA units, AVX2+FMA: two 256-bit units, else SSE: 8).
 CpuCoreRates cpu_core_rates(const std::string& model_name, const CpuFeatures& f);

@@ -301,8 +301,9 @@ int cmd_bench(int argc, char** argv, int first) {
   app.add_option("--batch", f.batch, "batch size of the model workloads (0: the workload's, bench/workload_spec.h)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--sweep-batch", f.sweep_batch, "batch sizes to repeat over, e.g. 16,32,...,1024");
-  app.add_option("--warmup", f.warmup, "warm-up steps (-1: per workload)")->check(CLI::Range(int64_t(-1), int64_t(1) << 30));
-  app.add_option("--timed", f.timed, "timed steps (-1: per workload)")->check(CLI::Range(int64_t(-1), int64_t(1) << 30));
+  const auto steps = CLI::Range(int64_t(-1), int64_t(1) << 30);
+  app.add_option("--warmup", f.warmup, "warm-up steps (-1: per workload)")->check(steps);
+  app.add_option("--timed", f.timed, "timed steps (-1: per workload)")->check(steps);
   app.add_flag("--smoke", f.smoke, "1 warm-up + 1 timed step at a small batch (CI)");
   app.add_flag("--gpu-shapes", f.gpu_shapes, "GPU shapes (large batches, GPT-2 small) on every device");
   app.add_flag("--cpu-shapes", f.cpu_shapes, "CPU shapes on every device (default: cuda gets GPU shapes)");

@@ -518,8 +518,8 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
     char* end = nullptr;
     errno = 0;
     const long long b = std::strtoll(batch.c_str(), &end, 10);
-    KILN_CHECK(!batch.empty() && *end == '\0' && errno == 0, "kiln train: --batch-size expects an integer or auto, got '",
-               batch, "'");
+    KILN_CHECK(!batch.empty() && *end == '\0' && errno == 0,
+               "kiln train: --batch-size expects an integer or auto, got '", batch, "'");
     c.batch_size = b;
   } else {
     c.batch_size = 0;
