@@ -189,8 +189,8 @@ Tensor refuse_double_backward(const Tensor& gi, const std::string& op) {
   auto node = std::make_shared<Node>();
   node->name = op + "_backward";
   node->backward = [op](const Tensor&, const std::vector<bool>&) -> std::vector<Tensor> {
-    KILN_FAIL("double backward through '", op, "' is not implemented: its backward runs a kernel autograd "
-              "cannot differentiate, and a create_graph gradient that passed through it was differentiated "
+    KILN_FAIL("double backward through '", op, "': its backward is first-order only (a kernel autograd does "
+              "not differentiate), and a create_graph gradient that passed through it was differentiated "
               "again. Twice-differentiable ops: elementwise ops and activations, reductions, softmax and "
               "log_softmax, matmul and linear, views, cat and stack, the losses (docs/training.md)");
   };
@@ -202,6 +202,13 @@ Tensor refuse_double_backward(const Tensor& gi, const std::string& op) {
 // The node whose closure runs now on this thread (for saved_output); nested backwards
 // (checkpointing) restore the outer one.
 thread_local Node* t_running = nullptr;
+struct Running {
+  Node* outer;
+  explicit Running(Node* n) : outer(t_running) { t_running = n; }
+  ~Running() { t_running = outer; }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+};
 
 // Where grad() wants gradients: its inputs, by leaf or by producing node, and the results.
 struct Capture {
@@ -316,16 +323,11 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
     }
     std::vector<bool> needs(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) needs[i] = n->next[i].valid();
-    Node* const outer = t_running;
-    t_running = n;
     std::vector<Tensor> in_grads;
-    try {
+    {
+      Running running(n);
       in_grads = n->backward(g, needs);
-    } catch (...) {
-      t_running = outer;
-      throw;
     }
-    t_running = outer;
     KILN_CHECK(in_grads.size() == n->next.size(), "backward of '", n->name, "' returned ", in_grads.size(),
                " gradients for ", n->next.size(), " inputs");
     if (create && !n->twice_differentiable)
