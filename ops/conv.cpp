@@ -6,6 +6,7 @@
 #include <sstream>
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
+#include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/elementwise.h"
@@ -20,6 +21,10 @@ bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 /// True when x is 16-bit on the CPU, whose kernels run in float32 (the caller casts). The
 /// CUDA kernels take float16 / bfloat16 directly (float32 accumulation).
 bool upcast_on_cpu(const Tensor& x) { return is_half(x.dtype()) && x.is_cpu(); }
+
+/// For an upcast bf16 convolution: whether its float32 kernels should multiply as bf16
+/// (Conv2dGeom::bf16_products), on a CPU whose bf16 GEMM outruns its float32 one.
+bool bf16_products_on_cpu(const Tensor& x) { return x.dtype() == DType::bfloat16 && sgemm_bf16_preferred(); }
 
 std::atomic<bool> g_cudnn_benchmark{false};
 
@@ -96,7 +101,10 @@ bool cudnn_benchmark_enabled() { return g_cudnn_benchmark.load(std::memory_order
 
 // ------------------------------------------------------------------ conv2d
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
+namespace {
+
+/// conv2d; bf16_products marks float32 tensors widened from bf16 (Conv2dGeom::bf16_products).
+Tensor conv2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args, bool bf16_products) {
   if (auto r = autocast_op(
           AutocastTo::low,
           [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return conv2d(xc, wc, bc, args); },
@@ -138,8 +146,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
              " is larger than the padded input: input ", shape_str(x.shape()), ", weight ", shape_str(weight.shape()),
              ", padding ", pair_str(args.padding));
   if (upcast_on_cpu(x))
-    return conv2d(x.to(DType::float32), weight.to(DType::float32),
-                  bias.defined() ? bias.to(DType::float32) : Tensor(), args)
+    return conv2d_impl(x.to(DType::float32), weight.to(DType::float32),
+                       bias.defined() ? bias.to(DType::float32) : Tensor(), args, bf16_products_on_cpu(x))
         .to(x.dtype());
 
   Conv2dGeom g{};
@@ -159,6 +167,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
   g.groups = G;
   g.OH = (H + 2 * g.pH - ekH) / g.sH + 1;
   g.OW = (W + 2 * g.pW - ekW) / g.sW + 1;
+  g.bf16_products = bf16_products;
 
   Tensor xc = contig(x), wc = contig(weight), bc = bias.defined() ? contig(bias) : Tensor();
   Shape out_shape = x.dim() == 4 ? Shape{g.N, O, g.OH, g.OW} : Shape{O, g.OH, g.OW};
@@ -186,9 +195,25 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
   return y;
 }
 
+Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args,
+                             bool bf16_products);
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
+  return conv2d_impl(x, weight, bias, args, false);
+}
+
 // ------------------------------------------------------------------ conv_transpose2d
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args) {
+  return conv_transpose2d_impl(x, weight, bias, args, false);
+}
+
+namespace {
+
+Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args,
+                             bool bf16_products) {
   if (auto r = autocast_op(
           AutocastTo::low,
           [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return conv_transpose2d(xc, wc, bc, args); },
@@ -232,8 +257,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
              " for input ", shape_str(x.shape()), ", weight ", shape_str(weight.shape()), ", padding ",
              pair_str(args.padding));
   if (upcast_on_cpu(x))
-    return conv_transpose2d(x.to(DType::float32), weight.to(DType::float32),
-                            bias.defined() ? bias.to(DType::float32) : Tensor(), args)
+    return conv_transpose2d_impl(x.to(DType::float32), weight.to(DType::float32),
+                                 bias.defined() ? bias.to(DType::float32) : Tensor(), args, bf16_products_on_cpu(x))
         .to(x.dtype());
   // the conv2d whose input gradient this is: input (N, Cout, OH, OW) -> output (N, Cin, H, W)
   Conv2dGeom g{};
@@ -245,6 +270,7 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   g.dH = args.dilation[0], g.dW = args.dilation[1];
   g.groups = G;
   g.OH = H, g.OW = W;
+  g.bf16_products = bf16_products;
   const Tensor xc = contig(x), wc = contig(weight);
   const Shape out_shape = x.dim() == 4 ? Shape{g.N, Cout, OH, OW} : Shape{Cout, OH, OW};
   const auto* k = kernel<const Conv2dKernels>(Op::conv2d, x.device());
@@ -266,6 +292,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (!bias.defined()) return y;
   return add(y, bias.reshape({Cout, 1, 1}));
 }
+
+}  // namespace
 
 // ------------------------------------------------------------------ pooling
 

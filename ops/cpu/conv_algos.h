@@ -6,9 +6,13 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+#include <omp.h>
 #include "kiln/core/parallel.h"
+#include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
+#include "kiln/ops/kernels/linalg.h"
 
 namespace kiln::conv_cpu {
 
@@ -83,6 +87,28 @@ inline void copy_row(T* __restrict d, const T* __restrict s, int64_t n) {
 /// A 1x1 kernel with stride 1 and no padding reads x (C, H*W) directly as its columns.
 inline bool is_pointwise(const Conv2dGeom& g) {
   return g.kH == 1 && g.kW == 1 && g.sH == 1 && g.sW == 1 && g.pH == 0 && g.pW == 0;
+}
+
+// ------------------------------------------------------------------ the GEMMs
+
+/// Every GEMM of the algorithms (alpha 1, beta 0 or 1): gemm_cpu, or gemm_rows_cpu when
+/// B's rows come from the table b_rows (ldb unused). A bf16 convolution (g.bf16_products)
+/// runs the bf16 GEMM instead, which rounds the float32 values to bf16 as it packs them:
+/// exact, since they are bf16 values, and twice the multiply rate on a CPU where
+/// VDPBF16PS doubles the FMAs.
+template <class T>
+void conv_gemm(const Conv2dGeom& g, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A,
+               int64_t lda, const T* B, int64_t ldb, const int64_t* b_rows, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.bf16_products) {
+      const bool small = double(M) * double(N) * double(K) < double(1 << 21);  // as gemm_cpu: ~20 us on one core
+      sgemm_bf16_rounding(trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc,
+                          omp_in_parallel() || small ? 1 : get_num_threads());
+      return;
+    }
+  }
+  if (b_rows) gemm_rows_cpu<T>(trans_a, trans_b, M, N, K, T(1), A, lda, B, b_rows, beta, C, ldc);
+  else gemm_cpu<T>(trans_a, trans_b, M, N, K, T(1), A, lda, B, ldb, beta, C, ldc);
 }
 
 // ------------------------------------------------------------------ reductions

@@ -131,7 +131,7 @@ void conv2d_forward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w, 
       T* yg = yn + gi * Og * L;
       if (bg)  // bias rows first, then accumulate (beta = 1): no separate pass
         for (int64_t o = 0; o < Og; ++o) std::fill(yg + o * L, yg + (o + 1) * L, bg[o]);
-      gemm_cpu<T>(false, false, Og, L, Kg, T(1), wg, Kg, cg, L, bg ? T(1) : T(0), yg, L);
+      conv_gemm<T>(g, false, false, Og, L, Kg, wg, Kg, cg, L, nullptr, bg ? T(1) : T(0), yg, L);
     }
   }
 }
@@ -156,7 +156,7 @@ void conv2d_backward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w,
         const T* dyg = dyn + gi * Og * L;
         const T* cg = cn + gi * Kg * L;
         T* dwg = dw + gi * Og * Kg;
-        gemm_cpu<T>(false, true, Og, Kg, L, T(1), dyg, L, cg, L, T(1), dwg, Kg);
+        conv_gemm<T>(g, false, true, Og, Kg, L, dyg, L, cg, L, nullptr, T(1), dwg, Kg);
       }
     }
     if (db)
@@ -165,8 +165,8 @@ void conv2d_backward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w,
       T* dxn = dx + n * g.C * g.H * g.W;
       T* dc = pw ? dxn : cols.data();  // dcols (C*kH*kW, L)
       for (int64_t gi = 0; gi < G; ++gi) {  // dcols_g (Kg, L) = w_g^T (Kg, Og) @ dy_g (Og, L)
-        gemm_cpu<T>(true, false, Kg, L, Og, T(1), w + gi * Og * Kg, Kg, dyn + gi * Og * L, L, T(0),
-                    dc + gi * Kg * L, L);
+        conv_gemm<T>(g, true, false, Kg, L, Og, w + gi * Og * Kg, Kg, dyn + gi * Og * L, L, nullptr, T(0),
+                     dc + gi * Kg * L, L);
       }
       if (!pw) {
         std::fill(dxn, dxn + g.C * g.H * g.W, T(0));

@@ -76,8 +76,8 @@ void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, co
   for (int64_t n = lo; n < hi; ++n) {
     const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
     for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
-      gemm_rows_cpu<T>(false, false, Og, v.L2, Kg, T(1), w + gi * Og * Kg, Kg, xp, rows.data() + gi * Kg, T(0),
-                       s.out.data() + gi * Og * v.L2, v.L2);
+      conv_gemm<T>(g, false, false, Og, v.L2, Kg, w + gi * Og * Kg, Kg, xp, 0, rows.data() + gi * Kg, T(0),
+                   s.out.data() + gi * Og * v.L2, v.L2);
     wide_to_dense(s.out.data(), g, v.Wp, v.L2, bias, y + n * g.O * L);
   }
 }
@@ -96,14 +96,14 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
     if (dw) {
       const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
       for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
-        gemm_rows_cpu<T>(false, true, Og, Kg, v.L2, T(1), dyw + gi * Og * v.L2, v.L2, xp, rows.data() + gi * Kg,
-                         T(1), dw + gi * Og * Kg, Kg);
+        conv_gemm<T>(g, false, true, Og, Kg, v.L2, dyw + gi * Og * v.L2, v.L2, xp, 0, rows.data() + gi * Kg, T(1),
+                     dw + gi * Og * Kg, Kg);
     }
     if (dx) {
       T* dc = s.dcols.data();  // dcols (C*kH*kW, L2)
       for (int64_t gi = 0; gi < G; ++gi)  // dcols_g (Kg, L2) = w_g^T (Kg, Og) @ dy_g (Og, L2)
-        gemm_cpu<T>(true, false, Kg, v.L2, Og, T(1), w + gi * Og * Kg, Kg, dyw + gi * Og * v.L2, v.L2, T(0),
-                    dc + gi * Kg * v.L2, v.L2);
+        conv_gemm<T>(g, true, false, Kg, v.L2, Og, w + gi * Og * Kg, Kg, dyw + gi * Og * v.L2, v.L2, nullptr, T(0),
+                     dc + gi * Kg * v.L2, v.L2);
       T* dxn = dx + n * g.C * g.H * g.W;
       T* dxp = v.padded ? s.dxpad.data() : dxn;  // (C, Hp, Wp)
       std::fill(dxp, dxp + g.C * v.Hp * v.Wp, T(0));

@@ -146,20 +146,11 @@ template void gemm_rows_cpu<double>(bool, bool, int64_t, int64_t, int64_t, doubl
 
 namespace {
 
-/// bf16 operands on a CPU with AVX512_BF16: sgemm_bf16 into float32 (one scratch buffer per
-/// thread), then rounded once to bf16 into C. alpha 1 and beta 0 only (what the ops pass).
+/// bf16 operands and C on a CPU with AVX512_BF16 (sgemm_bf16: products summed in float32,
+/// C rounded once). alpha 1 and beta 0 only (what the ops pass).
 void gemm_bf16_into(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                     const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, const float* bias, int threads) {
-  thread_local std::vector<float> scratch;
-  scratch.resize(size_t(M * N));
-  float* const s = scratch.data();  // (a thread_local named inside the lambda would be each worker's own)
-  sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, 0.f, s, N, threads, bias);
-  auto round_rows = [=](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = float_to_bf16_bits(s[i * N + j]);
-  };
-  if (threads > 1) parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), round_rows);
-  else round_rows(0, M);
+  sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
 }
 
 void matmul_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,

@@ -41,4 +41,18 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
                 const float* bias = nullptr);
 
+/// sgemm_bf16 with C bfloat16 (beta 0): each float32 sum rounded once, as its tile is
+/// stored (through a float32 buffer when K is deeper than one packed slice, 512).
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias = nullptr);
+
+/// sgemm_bf16 over float32 operands, each value rounded to bf16 (nearest even) as it is
+/// packed, so a bf16 product costs no conversion pass over the operands; B's rows through
+/// b_rows when it is not null (as sgemm_packed_rows, ldb then unused). The bf16
+/// convolutions on the CPU pass float32 buffers holding bf16 values, where the rounding is
+/// exact and the result equals a float32 GEMM's up to the order of the sums.
+void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                         int threads);
+
 }  // namespace kiln

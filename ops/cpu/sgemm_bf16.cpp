@@ -26,8 +26,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <omp.h>
 #include "kiln/core/error.h"
+#include "kiln/core/half.h"
 #include "kiln/ops/cpu/sgemm_pack.h"
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -74,54 +76,73 @@ constexpr int64_t NC = 512;    // columns of a packed B block: KP x NC x 4 B = 5
 /// The pair (lo, hi) of bf16 values as one 32-bit lane.
 inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
 
-/// 16 pairs from two rows of 16-bit values: lane j = (lo[j], hi[j]); `m` masks the lanes read.
+/// One operand value as bf16 bits: bf16 as stored, float32 rounded to nearest even.
+inline uint16_t bf16_of(uint16_t v) { return v; }
+inline uint16_t bf16_of(float v) { return float_to_bf16_bits(v); }
+
+/// 16 pairs from two rows of 16-bit values: lane j = (lo[j], hi[j]); `m` masks the lanes
+/// read; a null `hi` gives zero partners.
 KILN_BF16_TARGET inline __m512i interleave16(const uint16_t* lo, const uint16_t* hi, __mmask16 m) {
   const __m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo));
   const __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi)) : _mm512_setzero_si512();
   return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
 }
 
+/// The same from two rows of float32 values, rounded to bf16 (nearest even) in one
+/// VCVTNE2PS2BF16 (lo's 16 values in the low half, hi's in the high half), then interleaved.
+KILN_BF16_TARGET inline __m512i interleave16(const float* lo, const float* hi, __mmask16 m) {
+  alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512 l = _mm512_maskz_loadu_ps(m, lo);
+  const __m512 h = hi ? _mm512_maskz_loadu_ps(m, hi) : _mm512_setzero_ps();
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kZip), (__m512i)_mm512_cvtne2ps_pbh(h, l));
+}
+
+/// 16 pairs along one row: the 32 values s[0, 32) as bf16, lane q = (s[2q], s[2q+1]).
+KILN_BF16_TARGET inline __m512 row_pairs16(const uint16_t* s) { return _mm512_loadu_ps(s); }
+KILN_BF16_TARGET inline __m512 row_pairs16(const float* s) {
+  return (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + 16), _mm512_loadu_ps(s));
+}
+
 /// dst[p * step + i] = (s[i][2p], s[i][2p+1]) for rows i < rows <= 16 and pairs p < kp, where
-/// each row's values run along K (so a pair is one 32-bit load); the last pair of an odd
-/// depth `kc` gets a zero partner. Lanes past `rows` are not written.
-KILN_BF16_TARGET void pack_pairs_transposed(const uint16_t* const* s, int rows, int64_t kc, uint32_t* dst,
-                                            int64_t step) {
+/// each row's values run along K (so 16 pairs are one 64-byte load of bf16, or two of
+/// float32 rounded in one instruction); the last pair of an odd depth `kc` gets a zero
+/// partner. Lanes past `rows` are not written.
+template <class E>
+KILN_BF16_TARGET void pack_pairs_transposed(const E* const* s, int rows, int64_t kc, uint32_t* dst, int64_t step) {
   const __mmask16 keep = __mmask16((1u << rows) - 1);
   const int64_t full = kc / 2;  // whole pairs
   int64_t p = 0;
   for (; p + 16 <= full; p += 16) {
     __m512 r[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(s[i] + 2 * p) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? row_pairs16(s[i] + 2 * p) : _mm512_setzero_ps();
     transpose16(r);
 #pragma GCC unroll 16
     for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(dst + (p + q) * step, keep, r[q]);
   }
   for (; p < full; ++p)
-    for (int i = 0; i < rows; ++i) {
-      uint32_t v;
-      std::memcpy(&v, s[i] + 2 * p, sizeof v);
-      dst[p * step + i] = v;
-    }
+    for (int i = 0; i < rows; ++i) dst[p * step + i] = pair(bf16_of(s[i][2 * p]), bf16_of(s[i][2 * p + 1]));
   if (kc % 2)
-    for (int i = 0; i < rows; ++i) dst[full * step + i] = pair(s[i][kc - 1], 0);
+    for (int i = 0; i < rows; ++i) dst[full * step + i] = pair(bf16_of(s[i][kc - 1]), 0);
 }
 
 /// Packs op(A) rows [0, mc) x depth [0, kc) (A at the block's corner) into MR-row panels
 /// of pairs: Ap[panel][p][i] = (op(A)(i, 2p), op(A)(i, 2p+1)), zero rows past mc.
-KILN_BF16_TARGET void pack_a(bool trans_a, const uint16_t* A, int64_t lda, int64_t mc, int64_t kc, uint32_t* Ap) {
+template <class E>
+KILN_BF16_TARGET void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, uint32_t* Ap) {
   const int64_t kp = (kc + 1) / 2;
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += MR * kp) {
     const int mr = int(std::min<int64_t>(MR, mc - i0));
     if (trans_a) {  // A stored (K, M): a pair is two stored rows' values at one column
       const __mmask16 m = __mmask16((1u << mr) - 1);
       for (int64_t p = 0; p < kp; ++p) {
-        const uint16_t* lo = A + 2 * p * lda + i0;
-        const uint16_t* hi = 2 * p + 1 < kc ? lo + lda : nullptr;
+        const E* lo = A + 2 * p * lda + i0;
+        const E* hi = 2 * p + 1 < kc ? lo + lda : nullptr;
         _mm512_mask_storeu_epi32(Ap + p * MR, 0x0FFF, interleave16(lo, hi, m));
       }
     } else {  // A stored (M, K): a row's pairs are adjacent, so transpose 32-bit lanes
-      const uint16_t* s[16];
+      const E* s[16];
       for (int i = 0; i < 16; ++i) s[i] = A + (i0 + std::min(i, mr - 1)) * lda;
       pack_pairs_transposed(s, mr, kc, Ap, MR);
       for (int64_t p = 0; p < kp; ++p)
@@ -130,9 +151,11 @@ KILN_BF16_TARGET void pack_a(bool trans_a, const uint16_t* A, int64_t lda, int64
   }
 }
 
-/// Packs op(B) depth [0, kc) x columns [0, nc) (B at the block's corner) into NR-column
-/// panels of pairs: Bp[panel][p][j] = (op(B)(2p, j), op(B)(2p+1, j)), zero past nc.
-KILN_BF16_TARGET void pack_b(bool trans_b, const uint16_t* B, int64_t ldb, int64_t kc, int64_t nc, uint32_t* Bp) {
+/// Packs op(B) depth [0, kc) x columns [0, nc) (B's stored rows found through `B`, at the
+/// block's corner) into NR-column panels of pairs: Bp[panel][p][j] = (op(B)(2p, j),
+/// op(B)(2p+1, j)), zero past nc.
+template <class E>
+KILN_BF16_TARGET void pack_b(bool trans_b, const RowsOf<E>& B, int64_t kc, int64_t nc, uint32_t* Bp) {
   const int64_t kp = (kc + 1) / 2;
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     const int nr = int(std::min<int64_t>(NR, nc - j0));
@@ -141,8 +164,8 @@ KILN_BF16_TARGET void pack_b(bool trans_b, const uint16_t* B, int64_t ldb, int64
       const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
       const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
       for (int64_t p = 0; p < kp; ++p) {
-        const uint16_t* lo = B + 2 * p * ldb + j0;
-        const uint16_t* hi = 2 * p + 1 < kc ? lo + ldb : nullptr;
+        const E* lo = B.row(2 * p) + j0;
+        const E* hi = 2 * p + 1 < kc ? B.row(2 * p + 1) + j0 : nullptr;
         _mm512_store_si512(d + p * NR, interleave16(lo, hi, m0));
         _mm512_store_si512(d + p * NR + 16, interleave16(lo + 16, hi ? hi + 16 : nullptr, m1));
       }
@@ -150,8 +173,8 @@ KILN_BF16_TARGET void pack_b(bool trans_b, const uint16_t* B, int64_t ldb, int64
       for (int h = 0; h < NR; h += 16) {
         const int rows = std::clamp(nr - h, 0, 16);
         if (rows > 0) {
-          const uint16_t* s[16];
-          for (int i = 0; i < 16; ++i) s[i] = B + (j0 + h + std::min(i, rows - 1)) * ldb;
+          const E* s[16];
+          for (int i = 0; i < 16; ++i) s[i] = B.row(j0 + h + std::min(i, rows - 1));
           pack_pairs_transposed(s, rows, kc, d + h, NR);
         }
         if (rows < 16)
@@ -162,11 +185,18 @@ KILN_BF16_TARGET void pack_b(bool trans_b, const uint16_t* B, int64_t ldb, int64
   }
 }
 
+/// Stores 16 float32 lanes (those in m) at c: as they are, or rounded to bf16 bits.
+KILN_BF16_TARGET inline void store16(float* c, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(c, m, v); }
+KILN_BF16_TARGET inline void store16(uint16_t* c, __mmask16 m, __m512 v) {
+  _mm256_mask_storeu_epi16(c, m, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
 /// C tile (mr x nr) = Ap panel @ Bp panel (kp pairs) + beta * C (+ bias on every row); beta
-/// is 0 (C not read) or 1. The 2 x ROWS float32 accumulators stay in registers.
-template <int ROWS>
+/// is 0 (C not read) or 1 (float32 C only). The 2 x ROWS float32 accumulators stay in
+/// registers; a bf16 C gets them rounded once.
+template <int ROWS, class OutT>
 KILN_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* __restrict Ap, const uint32_t* __restrict Bp,
-                                   float* C, int64_t ldc, int mr, int nr, bool add_c, const float* bias) {
+                                   OutT* C, int64_t ldc, int mr, int nr, bool add_c, const float* bias) {
   const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   __m512 c0[ROWS], c1[ROWS];
@@ -194,25 +224,27 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* __restrict Ap, co
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
     if (i >= mr) break;
-    float* c = C + i * ldc;
+    OutT* c = C + i * ldc;
     __m512 r0 = _mm512_add_ps(c0[i], bias0), r1 = _mm512_add_ps(c1[i], bias1);
-    if (add_c) {
-      r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, c));
-      r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, c + 16));
-    }
-    _mm512_mask_storeu_ps(c, m0, r0);
-    _mm512_mask_storeu_ps(c + 16, m1, r1);
+    if constexpr (std::is_same_v<OutT, float>)
+      if (add_c) {
+        r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, c));
+        r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, c + 16));
+      }
+    store16(c, m0, r0);
+    store16(c + 16, m1, r1);
   }
 }
 
+template <class OutT>
 KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, const uint32_t* Ap, const uint32_t* Bp,
-                                   float* C, int64_t ldc, bool add_c, const float* bias) {
+                                   OutT* C, int64_t ldc, bool add_c, const float* bias) {
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 while the A panels pass
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
       const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
       const uint32_t* a = Ap + i0 * kp;
       const uint32_t* b = Bp + j0 * kp;
-      float* c = C + i0 * ldc + j0;
+      OutT* c = C + i0 * ldc + j0;
       const float* bi = bias ? bias + j0 : nullptr;
       if (mr > 8) micro_kernel<MR>(kp, a, b, c, ldc, mr, nr, add_c, bi);
       else if (mr > 4) micro_kernel<8>(kp, a, b, c, ldc, mr, nr, add_c, bi);
@@ -220,14 +252,27 @@ KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, const uin
     }
 }
 
-thread_local Buffer tls_a, tls_b;  // packed A and B pairs (a float buffer holds 32-bit lanes)
+thread_local Buffer tls_a, tls_b, tls_c;  // packed A and B pairs (a float buffer holds 32-bit lanes); float32 C
 
-/// The whole loop nest on the calling thread.
-KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
-                                  int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc,
+/// The whole loop nest on the calling thread. A (element EA) and B (EB, through its rows)
+/// are bf16 bits or float32 rounded as they are packed; C is float32, or bf16 (OutT
+/// uint16_t, beta 0), rounded as each tile is stored when K fits one slice, else summed in
+/// a float32 buffer first.
+template <class EA, class EB, class OutT>
+KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const EA* A,
+                                  int64_t lda, const RowsOf<EB>& B, float beta, OutT* C, int64_t ldc,
                                   const float* bias) {
   // K in equal even slices of at most 2 KP (the last may be odd)
   const int64_t kslices = (K + 2 * KP - 1) / (2 * KP);
+  if constexpr (std::is_same_v<OutT, uint16_t>) {
+    if (kslices > 1) {
+      float* s = tls_c.get(M * N);
+      gemm_serial<EA, EB, float>(trans_a, trans_b, M, N, K, A, lda, B, 0.f, s, N, bias);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = float_to_bf16_bits(s[i * N + j]);
+      return;
+    }
+  }
   const int64_t kcmax = ((K + kslices - 1) / kslices + 1) / 2 * 2, kpmax = kcmax / 2;
   auto* Bp = reinterpret_cast<uint32_t*>(tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kpmax));
   auto* Ap = reinterpret_cast<uint32_t*>(tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kpmax));
@@ -235,7 +280,7 @@ KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcmax) {
       const int64_t kc = std::min(kcmax, K - pc), kp = (kc + 1) / 2;
-      pack_b(trans_b, trans_b ? B + jc * ldb + pc : B + pc * ldb + jc, ldb, kc, nc, Bp);
+      pack_b(trans_b, trans_b ? B.from_row(jc).from_col(pc) : B.from_row(pc).from_col(jc), kc, nc, Bp);
       const bool add_c = pc > 0 || beta != 0.f;  // later slices add to what the first wrote
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
@@ -246,25 +291,49 @@ KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t
   }
 }
 
+/// The checks and the threading of every entry point: threads take independent blocks of
+/// C (split_c, sgemm_pack.h), as sgemm_packed does.
+template <class EA, class EB, class OutT>
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const EA* A, int64_t lda,
+               const RowsOf<EB>& B, float beta, OutT* C, int64_t ldc, int threads, const float* bias) {
+  KILN_CHECK(sgemm_bf16_available(), "matmul (cpu bf16 gemm): this CPU has no AVX512_BF16 (called for M=", M,
+             " N=", N, " K=", K, ")");
+  KILN_CHECK(beta == 0.f || (beta == 1.f && std::is_same_v<OutT, float>),
+             "matmul (cpu bf16 gemm): beta must be 0 or (with a float32 C) 1, got ", beta);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const float v = (beta == 0.f ? 0.f : float(C[i * ldc + j])) + (bias ? bias[j] : 0.f);
+        if constexpr (std::is_same_v<OutT, float>) C[i * ldc + j] = v;
+        else C[i * ldc + j] = float_to_bf16_bits(v);
+      }
+    return;
+  }
+  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
+  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    gemm_serial<EA, EB, OutT>(trans_a, trans_b, rows, cols, K, trans_a ? A + r0 : A + r0 * lda, lda,
+                              trans_b ? B.from_row(c0) : B.from_col(c0), beta, C + r0 * ldc + c0, ldc,
+                              bias ? bias + c0 : nullptr);
+  });
+}
+
 }  // namespace
 
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
-  KILN_CHECK(sgemm_bf16_available(), "matmul (cpu bf16 gemm): this CPU has no AVX512_BF16 (called for M=", M,
-             " N=", N, " K=", K, ")");
-  KILN_CHECK(beta == 0.f || beta == 1.f, "matmul (cpu bf16 gemm): beta must be 0 or 1, got ", beta);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = (beta == 0.f ? 0.f : C[i * ldc + j]) + (bias ? bias[j] : 0.f);
-    return;
-  }
-  // Threads take independent blocks of C (split_c, sgemm_pack.h), as sgemm_packed does.
-  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
-  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-    gemm_serial(trans_a, trans_b, rows, cols, K, trans_a ? A + r0 : A + r0 * lda, lda,
-                trans_b ? B + c0 * ldb : B + c0, ldb, beta, C + r0 * ldc + c0, ldc, bias ? bias + c0 : nullptr);
-  });
+  gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb}, beta, C, ldc, threads, bias);
+}
+
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
+  gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb}, 0.f, C, ldc, threads, bias);
+}
+
+void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                         int threads) {
+  gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<float>{B, ldb, b_rows}, beta, C, ldc, threads, nullptr);
 }
 
 #else  // no AVX-512 in this build
@@ -272,10 +341,24 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
 bool sgemm_bf16_available() { return false; }
 bool sgemm_bf16_preferred() { return false; }
 
-void sgemm_bf16(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t, float,
-                float*, int64_t, int, const float*) {
+namespace {
+[[noreturn]] void no_kernel(int64_t M, int64_t N, int64_t K) {
   KILN_FAIL("matmul (cpu bf16 gemm): the AVX512_BF16 GEMM is not compiled into this build (no AVX-512); called for M=",
             M, " N=", N, " K=", K);
+}
+}  // namespace
+
+void sgemm_bf16(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t, float,
+                float*, int64_t, int, const float*) {
+  no_kernel(M, N, K);
+}
+void sgemm_bf16(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                uint16_t*, int64_t, int, const float*) {
+  no_kernel(M, N, K);
+}
+void sgemm_bf16_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const float*, int64_t,
+                         const int64_t*, float, float*, int64_t, int) {
+  no_kernel(M, N, K);
 }
 
 #endif

@@ -39,15 +39,17 @@ struct Buffer {
 
 /// How an operand's stored rows are found: row r starts at base + r * ld, or at
 /// base + rows[r] when a row table is given (an im2col without the copy: a convolution's
-/// input plane at each tap's offset).
-struct Rows {
-  const float* base;
+/// input plane at each tap's offset). E is float, or uint16_t for bf16 bits.
+template <class E>
+struct RowsOf {
+  const E* base;
   int64_t ld;
   const int64_t* rows = nullptr;
-  const float* row(int64_t r) const { return rows ? base + rows[r] : base + r * ld; }
-  Rows from_row(int64_t r) const { return rows ? Rows{base, ld, rows + r} : Rows{base + r * ld, ld, nullptr}; }
-  Rows from_col(int64_t c) const { return {base + c, ld, rows}; }
+  const E* row(int64_t r) const { return rows ? base + rows[r] : base + r * ld; }
+  RowsOf from_row(int64_t r) const { return rows ? RowsOf{base, ld, rows + r} : RowsOf{base + r * ld, ld, nullptr}; }
+  RowsOf from_col(int64_t c) const { return {base + c, ld, rows}; }
 };
+using Rows = RowsOf<float>;
 
 /// Transposes the 16 x 16 block held in r[0..15] (r[i] = row i) in place: afterwards r[j]
 /// is column j. Three rounds of shuffles: pairs of floats, then quadruples, then 128-bit lanes.

@@ -15,6 +15,10 @@ struct Conv2dGeom {
   int64_t sH, sW, pH, pW, dH, dW;
   int64_t groups;
   int64_t OH, OW;
+  /// CPU only: the float32 buffers hold bf16 values (a bfloat16 convolution, widened), so
+  /// the GEMMs may multiply them as bf16 pairs and sum in float32 (exact products; the
+  /// AVX512_BF16 GEMM where sgemm_bf16_preferred()). Ignored by the CUDA kernels.
+  bool bf16_products = false;
 };
 
 struct Conv2dKernels {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include "gradcheck.h"
+#include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/reference/conv2d.h"
 
 using namespace kiln;
@@ -253,6 +254,68 @@ TEST_CASE("conv2d: 16-bit floats compute in float32 and round") {
                      .to(dt);
     CHECK(max_abs_diff(y, ref) == 0.0);
   }
+}
+
+TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, against float32 on the same values") {
+  // A bf16 convolution on the CPU widens its operands to float32; where sgemm_bf16_preferred()
+  // its GEMMs then multiply them as bf16 pairs (Conv2dGeom::bf16_products, exact products
+  // summed in float32), elsewhere the float32 GEMM runs. Either way every output and
+  // gradient is the float32 convolution of the same bf16 values, up to the order of the
+  // float32 sums, rounded once to bf16.
+  if (sgemm_bf16_preferred()) MESSAGE("bf16 products: the AVX512_BF16 GEMM ran");
+  else MESSAGE("bf16 products not taken here (no AVX512_BF16, or not preferred): the float32 GEMMs ran");
+  manual_seed(21);
+  const std::vector<ConvCase> cases = {
+      {{6, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}, true},                     // direct
+      {{5, 6, 14, 14}, {16, 6, 5, 5}, {}, true},                                      // wide
+      {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = {1, 1}}, false},                    // im2col forward
+      {{3, 32, 14, 14}, {64, 32, 3, 3}, {.padding = {1, 1}}, false},                  // wide, transposed dx
+      {{5, 3, 11, 10}, {8, 3, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}}, true},  // dilated
+      {{5, 16, 9, 9}, {24, 16, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},   // strided: im2col
+      {{4, 24, 8, 8}, {32, 12, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},        // grouped
+      {{3, 40, 7, 7}, {48, 40, 1, 1}, {}, true},                                      // pointwise
+  };
+  const DType bf = DType::bfloat16, f32 = DType::float32;
+  // |a - b| within one bf16 rounding of b plus float32 sums over `depth` products of size ~scale
+  auto close = [](const Tensor& a, const Tensor& b, double depth) {
+    const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+    double worst = 0;
+    for (size_t i = 0; i < av.size(); ++i) {
+      const double e = std::fabs(av[i] - bv[i]) - std::fabs(bv[i]) * 0x1p-8;
+      if (!(e <= worst)) worst = e;
+    }
+    return worst <= 1e-6 * depth;
+  };
+  for (bool transpose : {false, true})
+    for (const auto& c : cases) {
+      if (transpose && c.args.groups > 1) continue;  // conv_transpose2d's weight is (in, out/groups, kH, kW)
+      CAPTURE(transpose);
+      CAPTURE(shape_str(c.x));
+      CAPTURE(shape_str(c.w));
+      // conv_transpose2d(x, w) is the input gradient of conv2d: its input has the weight's out channels
+      Shape xs = c.x;
+      if (transpose) xs[1] = c.w[0];
+      Tensor x = randn(xs).to(bf).requires_grad_(), w = randn(c.w).to(bf).requires_grad_();
+      const int64_t outc = transpose ? c.w[1] : c.w[0];
+      Tensor b = c.bias ? randn({outc}).to(bf).requires_grad_() : Tensor();
+      Tensor x32 = x.detach().to(f32).requires_grad_(), w32 = w.detach().to(f32).requires_grad_();
+      Tensor b32 = c.bias ? b.detach().to(f32).requires_grad_() : Tensor();
+      ConvTranspose2dArgs targs{.stride = c.args.stride, .padding = c.args.padding, .dilation = c.args.dilation};
+      auto run = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+        return transpose ? conv_transpose2d(xi, wi, bi, targs) : conv2d(xi, wi, bi, c.args);
+      };
+      Tensor y = run(x, w, b), y32 = run(x32, w32, b32);
+      REQUIRE(y.dtype() == bf);
+      const double depth = double(c.w[1] * c.w[2] * c.w[3]) + 8.0;
+      CHECK(close(y, y32, depth * 4));
+      Tensor g = randn(y.shape()).to(bf);
+      sum(y * g).backward();
+      sum(y32 * g.to(f32)).backward();
+      REQUIRE(x.grad().dtype() == bf);
+      CHECK(close(x.grad(), x32.grad(), depth * 8));
+      CHECK(close(w.grad(), w32.grad(), double(y.numel() / outc) * 8));
+      if (c.bias) CHECK(close(b.grad(), b32.grad(), double(y.numel() / outc) * 8));
+    }
 }
 
 TEST_CASE("conv2d: errors") {

@@ -1,9 +1,12 @@
 // kiln's bf16 GEMM (ops/cpu/sgemm_bf16.cpp, AVX512_BF16) against a float64 reference of the
 // same bf16 values: every transpose, edges of the 12 x 32 tile and the pair packing (odd
-// K, odd row strides), K slices over 512, beta 1, a row bias, one and two threads. Skipped
-// (with a message naming the kernel) on a CPU without AVX512_BF16.
+// K, odd row strides), K slices over 512, beta 1, a row bias, one and two threads; for each
+// of its three forms: bf16 operands into a float32 C, into a bf16 C, and float32 operands
+// rounded to bf16 as they are packed (B also through a row table, as a convolution reads
+// it). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -37,20 +40,52 @@ struct Case {
   bool bias = false;
 };
 
-void check_case(const Case& c) {
+enum class Form { bf16_to_f32, bf16_to_bf16, f32_rounding, f32_rounding_rows };
+
+void check_case(const Case& c, Form form = Form::bf16_to_f32) {
   std::mt19937 g(unsigned(c.M * 131 + c.N * 17 + c.K));
   std::normal_distribution<float> nd;
   // odd row strides: pairs are then unaligned 32-bit loads
   const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 3;
-  std::vector<uint16_t> A((c.ta ? c.K : c.M) * lda), B((c.tb ? c.N : c.K) * ldb);
-  for (auto& x : A) x = to_bf16(nd(g));
-  for (auto& x : B) x = to_bf16(nd(g));
-  std::vector<float> C(c.M * ldc), bias(c.bias ? c.N : 0);
-  for (auto& x : C) x = c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
+  const int64_t a_rows = c.ta ? c.K : c.M, b_rows = c.tb ? c.N : c.K;
+  std::vector<float> Af(a_rows * lda), Bf(b_rows * ldb);  // float32 values, not bf16 ones
+  for (auto& x : Af) x = nd(g);
+  for (auto& x : Bf) x = nd(g);
+  std::vector<uint16_t> A(Af.size()), B(Bf.size());
+  for (size_t i = 0; i < Af.size(); ++i) A[i] = to_bf16(Af[i]);
+  for (size_t i = 0; i < Bf.size(); ++i) B[i] = to_bf16(Bf[i]);
+  // The row table: B's stored rows in reverse order, at their offsets in Bf.
+  std::vector<float> Brev(Bf.size());
+  std::vector<int64_t> table(static_cast<size_t>(b_rows));
+  for (int64_t r = 0; r < b_rows; ++r) {
+    table[size_t(r)] = (b_rows - 1 - r) * ldb;
+    std::copy_n(Bf.data() + r * ldb, ldb, Brev.data() + table[size_t(r)]);
+  }
+  const bool c16 = form == Form::bf16_to_bf16;
+  const float beta = c16 ? 0.f : c.beta;
+  std::vector<float> C(c.M * ldc), bias(c.bias && form <= Form::bf16_to_bf16 ? c.N : 0);
+  for (auto& x : C) x = beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
   for (auto& x : bias) x = nd(g);
+  std::vector<uint16_t> C16(C.size(), 0x7FC0);  // NaN
   const std::vector<float> C0 = C;
-  sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, c.threads,
-             c.bias ? bias.data() : nullptr);
+  const float* bp = bias.empty() ? nullptr : bias.data();
+  switch (form) {
+    case Form::bf16_to_f32:
+      sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
+      break;
+    case Form::bf16_to_bf16:
+      sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
+      for (size_t i = 0; i < C.size(); ++i) C[i] = float(from_bf16(C16[i]));
+      break;
+    case Form::f32_rounding:
+      sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Bf.data(), ldb, nullptr, beta, C.data(), ldc,
+                          c.threads);
+      break;
+    case Form::f32_rounding_rows:
+      sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Brev.data(), 0, table.data(), beta, C.data(),
+                          ldc, c.threads);
+      break;
+  }
   double worst = 0;
   for (int64_t i = 0; i < c.M; ++i)
     for (int64_t j = 0; j < c.N; ++j) {
@@ -59,16 +94,22 @@ void check_case(const Case& c) {
         const double p = from_bf16(c.ta ? A[k * lda + i] : A[i * lda + k]) * from_bf16(c.tb ? B[j * ldb + k] : B[k * ldb + j]);
         acc += p, mag += std::abs(p);
       }
-      const double add = (c.beta == 0.f ? 0.0 : double(C0[i * ldc + j])) + (c.bias ? double(bias[j]) : 0.0);
-      // float32 sums of K products: rounding grows with K and with the products' magnitudes
-      const double err = std::abs(double(C[i * ldc + j]) - (acc + add)) / (mag + std::abs(add) + 1.0);
+      const double add = (beta == 0.f ? 0.0 : double(C0[i * ldc + j])) + (bp ? double(bias[j]) : 0.0);
+      // float32 sums of K products: rounding grows with K and with the products' magnitudes;
+      // a bf16 C adds one rounding of the result (half of 2^-7 relative)
+      const double want = acc + add, got = C[i * ldc + j];
+      const double err = (std::abs(got - want) - (c16 ? std::abs(want) * 0x1p-8 : 0.0)) / (mag + std::abs(add) + 1.0);
       if (!(err <= worst)) worst = err;  // NaN-safe
     }
-  INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " beta=", c.beta, " threads=", c.threads,
-       " bias=", c.bias);
+  INFO("form=", int(form), " ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " beta=", beta,
+       " threads=", c.threads, " bias=", bool(bp));
   CHECK(worst < 1e-6 * (double(c.K) + 4.0));
   for (int64_t i = 0; i < c.M; ++i)  // the padding columns of C are never written
     for (int64_t j = c.N; j < ldc; ++j) {
+      if (c16) {
+        CHECK(C16[i * ldc + j] == 0x7FC0);
+        continue;
+      }
       const float before = C0[i * ldc + j], after = C[i * ldc + j];
       CHECK((std::isnan(before) ? std::isnan(after) : after == before));
     }
@@ -83,17 +124,21 @@ TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
     return;
   }
   MESSAGE("ran: the AVX512_BF16 micro-kernel; not run: an AMX-BF16 micro-kernel (not written yet)");
+  auto all = [](const Case& c) {
+    for (Form f : {Form::bf16_to_f32, Form::bf16_to_bf16, Form::f32_rounding, Form::f32_rounding_rows})
+      check_case(c, f);
+  };
   const int64_t small[] = {1, 3, 4, 5, 8, 11, 12, 13, 16, 17, 31, 33};
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       for (int64_t m : small)
         for (int64_t n : {int64_t(1), int64_t(17), int64_t(32), int64_t(45)})
           for (int64_t k : {int64_t(1), int64_t(2), m + n, int64_t(33)})  // odd and even depths, the 16-pair transpose
-            check_case({bool(ta), bool(tb), m, n, k, 0.f, 1});
-      check_case({bool(ta), bool(tb), 200, 70, 1100, 0.f, 2});         // K slices (equal, even), M blocks
-      check_case({bool(ta), bool(tb), 37, 530, 47, 1.f, 2});           // N blocks, beta 1, split by columns
-      check_case({bool(ta), bool(tb), 390, 33, 1025, 0.f, 2, true});  // odd K over slices, bias, split by rows
-      check_case({bool(ta), bool(tb), 45, 600, 300, 1.f, 1, true});
+            all({bool(ta), bool(tb), m, n, k, 0.f, 1});
+      all({bool(ta), bool(tb), 200, 70, 1100, 0.f, 2});         // K slices (equal, even), M blocks
+      all({bool(ta), bool(tb), 37, 530, 47, 1.f, 2});           // N blocks, beta 1, split by columns
+      all({bool(ta), bool(tb), 390, 33, 1025, 0.f, 2, true});  // odd K over slices, bias, split by rows
+      all({bool(ta), bool(tb), 45, 600, 300, 1.f, 1, true});
     }
 }
 
@@ -108,5 +153,8 @@ TEST_CASE("sgemm_bf16: K = 0 adds the bias to beta * C; bad beta and a missing k
   sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, 1.f, C.data(), 2, 1, bias);
   CHECK(C == std::vector<float>{11, 22, 13, 24});
   CHECK_THROWS_WITH_AS(sgemm_bf16(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.5f, C.data(), 2, 1),
-                       doctest::Contains("beta must be 0 or 1"), Error);
+                       doctest::Contains("beta must be 0 or"), Error);
+  std::vector<uint16_t> C16(4, 0);  // a bf16 C: K = 0 stores the rounded bias
+  sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, C16.data(), 2, 1, bias);
+  CHECK(C16 == std::vector<uint16_t>{0x4120, 0x41A0, 0x4120, 0x41A0});  // 10, 20
 }
