@@ -114,8 +114,8 @@ Result run_workload(const WorkloadConfig& c, const std::string& device, int thre
     r.status = "unsupported: tf32 is GPU-only";
     return r;
   }
-  KILN_CHECK(c.precision == "fp32" || c.precision == "tf32" || c.precision == "bf16", "kiln bench: unknown "
-             "precision '", c.precision, "'; valid precisions: fp32, tf32, bf16");
+  KILN_CHECK(c.precision == "fp32" || c.precision == "tf32" || c.precision == "bf16" || c.precision == "fp16",
+             "kiln bench: unknown precision '", c.precision, "'; valid precisions: fp32, tf32, bf16, fp16");
   // tf32: float32 GEMMs may use TF32 tensor cores for this run; the setting is restored after
   struct PrecisionScope {
     std::string saved = float32_matmul_precision();
@@ -138,7 +138,11 @@ Result run_workload(const WorkloadConfig& c, const std::string& device, int thre
     empty_cache(dev);  // its cached blocks too (the host RSS was reset above)
   }
 
-  const bool bf16 = c.precision == "bf16";
+  // bf16 and fp16: autocast to that dtype; fp16 also scales the loss (GradScaler, PyTorch's
+  // fp16 recipe: scaled backward, unscale and inf check, step, scale update).
+  const bool low = c.precision == "bf16" || c.precision == "fp16", fp16 = c.precision == "fp16";
+  const DType low_dtype = fp16 ? DType::float16 : DType::bfloat16;
+  optim::GradScaler scaler(optim::GradScalerOptions{.enabled = fp16});
   std::function<double()> step;  // one step, returns its milliseconds
   Trainer trainer;
   Tensor a, b, out;
@@ -149,7 +153,7 @@ Result run_workload(const WorkloadConfig& c, const std::string& device, int thre
       out = Tensor();  // the timed product allocates its output as a loop would (block reused)
       const double t0 = now_ms();
       {
-        autocast guard(DType::bfloat16, bf16);
+        autocast guard(low_dtype, low);
         out = matmul(a, b);
       }
       sync(out);
@@ -162,11 +166,17 @@ Result run_workload(const WorkloadConfig& c, const std::string& device, int thre
       trainer.opt->zero_grad();
       Tensor loss;
       {
-        autocast guard(DType::bfloat16, bf16);
+        autocast guard(low_dtype, low);
         loss = trainer.loss_of(*trainer.model);
       }
-      loss.backward();
-      trainer.opt->step();
+      if (fp16) {
+        scaler.scale(loss).backward();
+        scaler.step(*trainer.opt);
+        scaler.update();
+      } else {
+        loss.backward();
+        trainer.opt->step();
+      }
       sync(loss);
       return now_ms() - t0;
     };

@@ -297,7 +297,7 @@ int cmd_bench(int argc, char** argv, int first) {
   app.add_option("--workloads", f.workloads, "comma-separated: mlp,lenet,convnet,gpt,sgemm (or all)");
   app.add_option("--devices", f.devices, "comma-separated: cpu,cuda (an unavailable one is reported, not run)");
   app.add_option("--threads", f.threads, "CPU threads (kiln::set_num_threads)")->check(CLI::Range(1, 1024));
-  app.add_option("--precision", f.precision, "comma-separated: fp32, tf32 (GPU), bf16 (autocast)");
+  app.add_option("--precision", f.precision, "comma-separated: fp32, tf32 (GPU), bf16 (autocast), fp16 (autocast + GradScaler)");
   app.add_option("--batch", f.batch, "batch size of the model workloads (0: the workload's, bench/workload_spec.h)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--sweep-batch", f.sweep_batch, "batch sizes to repeat over, e.g. 16,32,...,1024");
@@ -324,8 +324,8 @@ int cmd_bench(int argc, char** argv, int first) {
   const std::vector<std::string> precisions = bench::split_list(f.precision);
   KILN_CHECK(!devices.empty(), "kiln bench: --devices is empty; valid devices: cpu, cuda");
   for (const auto& p : precisions)
-    KILN_CHECK(p == "fp32" || p == "tf32" || p == "bf16", "kiln bench: unknown precision '", p,
-               "'; valid precisions: fp32, tf32, bf16");
+    KILN_CHECK(p == "fp32" || p == "tf32" || p == "bf16" || p == "fp16", "kiln bench: unknown precision '", p,
+               "'; valid precisions: fp32, tf32, bf16, fp16");
   KILN_CHECK(!(f.gpu_shapes && f.cpu_shapes), "kiln bench: --gpu-shapes and --cpu-shapes exclude each other");
   KILN_CHECK(!(f.batch > 0 && !f.sweep_batch.empty()), "kiln bench: give --batch or --sweep-batch, not both");
   std::vector<int64_t> batches;

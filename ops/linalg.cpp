@@ -148,15 +148,11 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an
 
 bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 
-/// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation); the CPU kernel
-/// takes float32/float64 only, so there 16-bit operands are computed in float32.
-// 16-bit floats on the CPU compute in float32 (converted, then rounded back), except bf16
-// where sgemm_bf16_preferred() (a CPU whose VDPBF16PS outruns its float32 FMAs): its GEMM
-// multiplies bf16 pairs and sums in float32, the matmul and linear kernels taking bf16
-// directly (ops/cpu/sgemm_bf16.cpp).
-bool gemm_in_float32(const Tensor& t) {
-  return is_half(t.dtype()) && !t.device().is_cuda() && !(t.dtype() == DType::bfloat16 && sgemm_bf16_preferred());
-}
+/// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation), and on a CPU with
+/// the packed AVX-512 kernels (ops/cpu/linalg.cpp: bf16 on the AVX512_BF16 kernel where it
+/// outruns the FMAs, else on the float32 kernel, which widens each packed panel). Without
+/// them (no AVX-512) the CPU converts whole operands to float32 and rounds the result back.
+bool gemm_in_float32(const Tensor& t) { return is_half(t.dtype()) && !t.device().is_cuda() && !sgemm_packed_available(); }
 
 // 0 = "highest", 1 = "high", 2 = "medium"
 std::atomic<int> g_matmul_precision{0};

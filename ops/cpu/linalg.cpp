@@ -146,18 +146,22 @@ template void gemm_rows_cpu<double>(bool, bool, int64_t, int64_t, int64_t, doubl
 
 namespace {
 
-/// bf16 operands and C on a CPU with AVX512_BF16 (sgemm_bf16: products summed in float32,
-/// C rounded once). alpha 1 and beta 0 only (what the ops pass).
-void gemm_bf16_into(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
-                    const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, const float* bias, int threads) {
-  sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+/// One 16-bit GEMM C = op(A) @ op(B) [+ bias] with C of the operands' dtype: bf16 on the
+/// AVX512_BF16 kernel where sgemm_bf16_preferred(), else (float16, and bf16 elsewhere) on
+/// the float32 kernel widening each panel as it packs it.
+void gemm_half_into(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                    int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, const float* bias,
+                    int threads) {
+  const bool bf16 = dt == DType::bfloat16;
+  if (bf16 && sgemm_bf16_preferred()) sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+  else sgemm_packed_half(bf16, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
 }
 
-void matmul_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
+void matmul_half(DType dt, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
                  const void* A, int64_t lda, const int64_t* a_off, const void* B, int64_t ldb, const int64_t* b_off,
                  double beta, void* C, int64_t ldc, const int64_t* c_off) {
-  KILN_CHECK(alpha == 1.0 && beta == 0.0, "matmul (cpu, bfloat16): alpha 1 and beta 0 only, got alpha ", alpha,
-             " beta ", beta);
+  KILN_CHECK(alpha == 1.0 && beta == 0.0, "matmul (cpu, ", dtype_name(dt), "): alpha 1 and beta 0 only, got alpha ",
+             alpha, " beta ", beta);
   const auto* a = static_cast<const uint16_t*>(A);
   const auto* b = static_cast<const uint16_t*>(B);
   auto* c = static_cast<uint16_t*>(C);
@@ -165,19 +169,22 @@ void matmul_bf16(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N
   if (nt > 1 && batch >= 2 * nt) {  // many GEMMs: one thread each
     parallel_for(0, batch, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i)
-        gemm_bf16_into(trans_a, trans_b, M, N, K, a + a_off[i], lda, b + b_off[i], ldb, c + c_off[i], ldc, nullptr, 1);
+        gemm_half_into(dt, trans_a, trans_b, M, N, K, a + a_off[i], lda, b + b_off[i], ldb, c + c_off[i], ldc,
+                       nullptr, 1);
     });
     return;
   }
   for (int64_t i = 0; i < batch; ++i)
-    gemm_bf16_into(trans_a, trans_b, M, N, K, a + a_off[i], lda, b + b_off[i], ldb, c + c_off[i], ldc, nullptr, nt);
+    gemm_half_into(dt, trans_a, trans_b, M, N, K, a + a_off[i], lda, b + b_off[i], ldb, c + c_off[i], ldc, nullptr,
+                   nt);
 }
 
 void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                 double alpha, const void* A, int64_t lda, const int64_t* a_off, const void* B, int64_t ldb,
                 const int64_t* b_off, double beta, void* C, int64_t ldc, const int64_t* c_off) {
-  if (dtype == DType::bfloat16)
-    return matmul_bf16(trans_a, trans_b, batch, M, N, K, alpha, A, lda, a_off, B, ldb, b_off, beta, C, ldc, c_off);
+  if (dtype == DType::bfloat16 || dtype == DType::float16)
+    return matmul_half(dtype, trans_a, trans_b, batch, M, N, K, alpha, A, lda, a_off, B, ldb, b_off, beta, C, ldc,
+                       c_off);
   KILN_DISPATCH_FLOATING(dtype, "matmul", [&]<class T>() {
     const T* a = static_cast<const T*>(A);
     const T* b = static_cast<const T*>(B);
@@ -204,12 +211,14 @@ void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t 
 
 void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
                 const void* bias, void* y) {
-  if (dtype == DType::bfloat16) {
+  if (dtype == DType::bfloat16 || dtype == DType::float16) {  // the bias added in float32
+    const auto* b16 = static_cast<const uint16_t*>(bias);
     std::vector<float> b32(bias ? size_t(O) : 0);
-    for (size_t j = 0; j < b32.size(); ++j) b32[j] = bf16_bits_to_float(static_cast<const uint16_t*>(bias)[j]);
+    for (size_t j = 0; j < b32.size(); ++j)
+      b32[j] = dtype == DType::bfloat16 ? bf16_bits_to_float(b16[j]) : half_bits_to_float(b16[j]);
     const int nt = omp_in_parallel() ? 1 : get_num_threads();
-    gemm_bf16_into(false, true, M, O, I, static_cast<const uint16_t*>(x), ldx, static_cast<const uint16_t*>(w), I,
-                   static_cast<uint16_t*>(y), O, bias ? b32.data() : nullptr, nt);
+    gemm_half_into(dtype, false, true, M, O, I, static_cast<const uint16_t*>(x), ldx, static_cast<const uint16_t*>(w),
+                   I, static_cast<uint16_t*>(y), O, bias ? b32.data() : nullptr, nt);
     return;
   }
   KILN_DISPATCH_FLOATING(dtype, "linear", [&]<class T>() {

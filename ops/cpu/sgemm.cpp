@@ -26,8 +26,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <type_traits>
 #include <omp.h>
 #include "kiln/core/error.h"
+#include "kiln/core/half.h"
 #include "kiln/ops/cpu/sgemm_pack.h"
 
 
@@ -49,16 +51,17 @@ constexpr int64_t kDirectBRows = 24;  // C at most two tiles tall reads a row-ma
 constexpr int64_t NC = 512;    // columns of a packed B block: KC x NC x 4 B = 512 KiB (L2)
 
 /// Packs op(A) rows [0, mc) x depth [0, kc) (A already offset to the block's corner) into
-/// MR-row panels: Ap[panel][k][i] = op(A)(panel * MR + i, k), zero rows past mc.
-void pack_a(bool trans_a, const float* A, int64_t lda, int64_t mc, int64_t kc, float* Ap) {
+/// MR-row panels: Ap[panel][k][i] = op(A)(panel * MR + i, k), zero rows past mc. E is
+/// float, or F16 widened here.
+template <class E>
+void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, float* Ap) {
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += MR * kc) {
     const int mr = int(std::min<int64_t>(MR, mc - i0));
     if (trans_a) {  // A stored (K, M): the MR values of one k are contiguous
-      const __mmask16 keep = __mmask16((1u << mr) - 1);
       for (int64_t k = 0; k < kc; ++k)  // MR = 12 lanes of one masked copy, zeros past mr
-        _mm512_mask_storeu_ps(Ap + k * MR, 0x0FFF, _mm512_maskz_loadu_ps(keep, A + k * lda + i0));
+        _mm512_mask_storeu_ps(Ap + k * MR, 0x0FFF, load16(A + k * lda + i0, mr));
     } else {  // A stored (M, K): transpose MR rows
-      pack_transposed(Rows{A + i0 * lda, lda}, mr, kc, Ap, MR);
+      pack_transposed(RowsOf<E>{A + i0 * lda, lda}, mr, kc, Ap, MR);
       if (mr < MR)
         for (int64_t k = 0; k < kc; ++k)
           for (int i = mr; i < MR; ++i) Ap[k * MR + i] = 0.f;
@@ -68,17 +71,17 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t mc, int64_t kc, f
 
 /// Packs op(B) depth [0, kc) x columns [0, nc) (B already moved to the block's corner)
 /// into NR-column panels: Bp[panel][k][j] = op(B)(k, panel * NR + j), zero past nc.
-void pack_b(bool trans_b, const Rows& B, int64_t kc, int64_t nc, float* Bp) {
+template <class E>
+void pack_b(bool trans_b, const RowsOf<E>& B, int64_t kc, int64_t nc, float* Bp) {
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     const int nr = int(std::min<int64_t>(NR, nc - j0));
     float* d = Bp + j0 * kc;
     if (!trans_b) {  // stored row k holds op(B)'s row k: each k's NR values are contiguous
-      const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
-      const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
+      const int n0 = std::min(nr, 16), n1 = std::clamp(nr - 16, 0, 16);
       for (int64_t k = 0; k < kc; ++k) {
-        const float* s = B.row(k) + j0;
-        _mm512_store_ps(d + k * NR, _mm512_maskz_loadu_ps(m0, s));
-        _mm512_store_ps(d + k * NR + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+        const E* s = B.row(k) + j0;
+        _mm512_store_ps(d + k * NR, load16(s, n0));
+        _mm512_store_ps(d + k * NR + 16, n1 > 0 ? load16(s + 16, n1) : _mm512_setzero_ps());
       }
     } else {  // stored row j holds op(B)'s column j: transpose 16 at a time
       for (int h = 0; h < NR; h += 16) {
@@ -168,27 +171,32 @@ void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Row
 thread_local Buffer tls_a, tls_b, tls_part;  // packed A, packed B, the K split's partial C's
 
 /// The whole loop nest on the calling thread, with its own packing buffers.
-void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const Rows& B, float beta, float* C, int64_t ldc, const float* bias) {
+template <class E>
+void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const E* A,
+                  int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, const float* bias) {
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
   // one pass over the C tiles, a short one would pay it for little work).
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
   // A short C (a convolution's 16 or 32 output channels) uses each B panel for a tile or
   // two: packing would copy B for less than it saves, so a row-major B is read in place.
-  const bool direct_b = !trans_b && M <= kDirectBRows;
+  // (float16 is always packed: the micro-kernel reads float32.)
+  const bool direct_b = std::is_same_v<E, float> && !trans_b && M <= kDirectBRows;
   float* Bp = direct_b ? nullptr : tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kcmax);
   float* Ap = tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kcmax);
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcmax) {
       const int64_t kc = std::min(kcmax, K - pc);
-      const Rows Bc = trans_b ? B.from_row(jc).from_col(pc) : B.from_row(pc).from_col(jc);
+      const RowsOf<E> Bc = trans_b ? B.from_row(jc).from_col(pc) : B.from_row(pc).from_col(jc);
       if (!direct_b) pack_b(trans_b, Bc, kc, nc, Bp);
       const float b = pc == 0 ? beta : 1.f;  // later slices add to what the first wrote
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
-        macro_kernel(mc, nc, kc, Ap, direct_b ? Bc : Rows{Bp, NR}, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
+        Rows Bf{Bp, NR};
+        if constexpr (std::is_same_v<E, float>)
+          if (direct_b) Bf = Bc;
+        macro_kernel(mc, nc, kc, Ap, Bf, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
                      pc == 0 && bias ? bias + jc : nullptr);
       }
     }
@@ -196,8 +204,9 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 }
 
 /// sgemm_packed over B given by Rows (a stride or a row table).
-void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                int64_t lda, const Rows& B, float beta, float* C, int64_t ldc, int threads, const float* bias) {
+template <class E>
+void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const E* A,
+                int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, int threads, const float* bias) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || alpha == 0.f) {  // C = beta * C + bias (beta == 0 never reads C)
     for (int64_t i = 0; i < M; ++i)
@@ -217,8 +226,8 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
       // K >= 512 T: every thread's share is at least 256 deep
       const int t = omp_get_thread_num(), T = omp_get_num_threads();
       const int64_t per = (K + T - 1) / T, k0 = t * per, kn = std::min(K, k0 + per) - k0;
-      const float* At = trans_a ? A + k0 * lda : A + k0;
-      const Rows Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
+      const E* At = trans_a ? A + k0 * lda : A + k0;
+      const RowsOf<E> Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
       if (t == 0) sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
       else sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part + (t - 1) * M * N, N, nullptr);
 #pragma omp barrier
@@ -253,6 +262,48 @@ void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   sgemm_rows(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, 0, b_rows}, beta, C, ldc, threads, nullptr);
 }
 
+namespace {
+
+/// sgemm_packed_half for one element type E (F16 or BF16).
+template <class E>
+void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  const auto* a = reinterpret_cast<const E*>(A);
+  const RowsOf<E> b{reinterpret_cast<const E*>(B), ldb};
+  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
+  // Threads take blocks of C as sgemm_packed does; each sums its block in float32 (in a
+  // buffer of its own) and rounds it to float16 once.
+  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    float* s = tls_part.get(rows * cols);
+    if (K > 0)
+      sgemm_serial(trans_a, trans_b, rows, cols, K, 1.f, trans_a ? a + r0 : a + r0 * lda, lda,
+                   trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr);
+    else
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) s[i * cols + j] = bias ? bias[c0 + j] : 0.f;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* src = s + i * cols;
+      uint16_t* dst = C + (r0 + i) * ldc + c0;
+      int64_t j = 0;
+      if constexpr (std::is_same_v<E, F16>)
+        for (; j + 16 <= cols; j += 16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j),
+                              _mm512_cvtps_ph(_mm512_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      for (; j < cols; ++j) dst[j] = std::is_same_v<E, F16> ? float_to_half_bits(src[j]) : float_to_bf16_bits(src[j]);
+    }
+  });
+}
+
+}  // namespace
+
+void sgemm_packed_half(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads,
+                       const float* bias) {
+  if (bf16) sgemm_half<BF16>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+  else sgemm_half<F16>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+}
+
 #else  // no AVX-512 in this build: gemm_cpu stays on Eigen
 
 bool sgemm_packed_available() { return false; }
@@ -266,6 +317,12 @@ void sgemm_packed(bool, bool, int64_t M, int64_t N, int64_t K, float, const floa
 void sgemm_packed_rows(bool, bool, int64_t M, int64_t N, int64_t K, float, const float*, int64_t, const float*,
                        const int64_t*, float, float*, int64_t, int) {
   KILN_FAIL("conv2d (cpu sgemm): the packed AVX-512 float32 GEMM is not compiled into this build (no AVX-512); ",
+            "called for M=", M, " N=", N, " K=", K);
+}
+
+void sgemm_packed_half(bool, bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                      uint16_t*, int64_t, int, const float*) {
+  KILN_FAIL("matmul (cpu 16-bit gemm): the packed AVX-512 GEMM is not compiled into this build (no AVX-512); ",
             "called for M=", M, " N=", N, " K=", K);
 }
 

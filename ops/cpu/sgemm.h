@@ -26,6 +26,14 @@ void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        int64_t lda, const float* B, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                        int threads);
 
+/// C (M, N) = op(A) @ op(B) [+ bias] with A, B and C float16, or bfloat16 when `bf16` (raw
+/// 16-bit storage), on the float32 micro-kernel: each panel widened to float32 as it is
+/// packed (no conversion pass over the operands), each thread's block of C summed in
+/// float32 and rounded once.
+void sgemm_packed_half(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads,
+                       const float* bias = nullptr);
+
 /// True when this build has the packed kernels and the CPU has AVX512_BF16 (checked once).
 bool sgemm_bf16_available();
 /// True when bf16 matmul / linear on the CPU should use sgemm_bf16: available, and a CPU

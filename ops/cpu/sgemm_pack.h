@@ -18,6 +18,7 @@
 #include <memory>
 #include <omp.h>
 #include "kiln/core/error.h"
+#include "kiln/core/half.h"
 
 namespace kiln::sgemm_detail {
 
@@ -81,24 +82,59 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
+/// The stored element types the float32 kernel packs: float32 itself, or float16 / bfloat16
+/// (their raw bits in F16 / BF16 below), widened to float32 as a panel is packed, once per
+/// panel (F16C's VCVTPH2PS; a bf16 value is the top half of its float32).
+struct F16 {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
+};
+inline float to_f32(float v) { return v; }
+inline float to_f32(F16 h) { return half_bits_to_float(h.bits); }
+inline float to_f32(BF16 h) { return bf16_bits_to_float(h.bits); }
+/// 16 values from p as float32; `n` < 16 reads only the first n (the others are 0).
+inline __m512 load16(const float* p, int n = 16) {
+  return _mm512_maskz_loadu_ps(n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1), p);
+}
+inline __m512 load16(const F16* p, int n = 16) {
+  if (n >= 16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  alignas(32) uint16_t t[16] = {};
+  for (int i = 0; i < n; ++i) t[i] = p[i].bits;
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(t)));
+}
+inline __m512 load16(const BF16* p, int n = 16) {
+  __m256i h;
+  if (n >= 16) {
+    h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  } else {
+    alignas(32) uint16_t t[16] = {};
+    for (int i = 0; i < n; ++i) t[i] = p[i].bits;
+    h = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+  }
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /// Writes the transpose of stored rows [0, rows) of src over depth [0, kc) into
 /// dst[k * step + i] (i < rows <= 16; lanes past `rows` are not written): the packing of a
 /// transposed operand, 16 x 16 blocks at a time.
-inline void pack_transposed(const Rows& src, int rows, int64_t kc, float* dst, int64_t step) {
+template <class E>
+inline void pack_transposed(const RowsOf<E>& src, int rows, int64_t kc, float* dst, int64_t step) {
   const __mmask16 keep = __mmask16((1u << rows) - 1);
-  const float* s[16];
+  const E* s[16];
   for (int i = 0; i < 16; ++i) s[i] = src.row(std::min(i, rows - 1));
   int64_t k = 0;
   for (; k + 16 <= kc; k += 16) {
     __m512 r[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(s[i] + k) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? load16(s[i] + k) : _mm512_setzero_ps();
     transpose16(r);
 #pragma GCC unroll 16
     for (int kk = 0; kk < 16; ++kk) _mm512_mask_storeu_ps(dst + (k + kk) * step, keep, r[kk]);
   }
   for (; k < kc; ++k)
-    for (int i = 0; i < rows; ++i) dst[k * step + i] = s[i][k];
+    for (int i = 0; i < rows; ++i) dst[k * step + i] = to_f32(s[i][k]);
 }
 
 /// Splits C (M x N) into independent blocks, one per thread (at most `want`): rows in

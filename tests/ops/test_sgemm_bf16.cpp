@@ -11,8 +11,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 #include "kiln/core/error.h"
+#include "kiln/core/half.h"
 #include "kiln/ops/cpu/sgemm.h"
 
 using namespace kiln;
@@ -157,4 +159,49 @@ TEST_CASE("sgemm_bf16: K = 0 adds the bias to beta * C; bad beta and a missing k
   std::vector<uint16_t> C16(4, 0);  // a bf16 C: K = 0 stores the rounded bias
   sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, C16.data(), 2, 1, bias);
   CHECK(C16 == std::vector<uint16_t>{0x4120, 0x41A0, 0x4120, 0x41A0});  // 10, 20
+}
+
+TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, against float64") {
+  if (!sgemm_packed_available()) {
+    CHECK_THROWS_WITH_AS(sgemm_packed_half(false, false, false, 2, 2, 2, nullptr, 2, nullptr, 2, nullptr, 2, 1),
+                         doctest::Contains("not compiled"), Error);
+    return;
+  }
+  for (bool bf16 : {false, true})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (const auto& [M, N, K, threads, with_bias] :
+             std::vector<std::tuple<int64_t, int64_t, int64_t, int, bool>>{
+                 {1, 1, 1, 1, false}, {5, 17, 3, 1, true}, {13, 33, 31, 2, false}, {12, 32, 16, 1, true},
+                 {70, 45, 300, 2, true}, {200, 530, 70, 2, false}, {37, 20, 600, 2, true}, {4, 3, 0, 1, true}}) {
+          std::mt19937 g(unsigned(M * 7 + N * 3 + K));
+          std::normal_distribution<float> nd;
+          const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+          auto to16 = [&](float f) { return bf16 ? to_bf16(f) : float_to_half_bits(f); };
+          auto from16 = [&](uint16_t h) { return bf16 ? from_bf16(h) : double(half_bits_to_float(h)); };
+          std::vector<uint16_t> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc, 0x7E00);
+          for (auto& x : A) x = to16(nd(g));
+          for (auto& x : B) x = to16(nd(g));
+          std::vector<float> bias(with_bias ? N : 0);
+          for (auto& x : bias) x = nd(g);
+          sgemm_packed_half(bf16, ta, tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, threads,
+                            with_bias ? bias.data() : nullptr);
+          double worst = 0;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j) {
+              double acc = with_bias ? bias[j] : 0.0, mag = std::abs(acc);
+              for (int64_t k = 0; k < K; ++k) {
+                const double p = from16(ta ? A[k * lda + i] : A[i * lda + k]) * from16(tb ? B[j * ldb + k] : B[k * ldb + j]);
+                acc += p, mag += std::abs(p);
+              }
+              // one rounding of the float32 sum to the 16-bit C (2^-8 relative for bf16, 2^-11 for fp16)
+              const double e = (std::abs(from16(C[i * ldc + j]) - acc) - std::abs(acc) * (bf16 ? 0x1p-8 : 0x1p-11)) /
+                               (mag + 1.0);
+              if (!(e <= worst)) worst = e;
+            }
+            for (int64_t j = N; j < ldc; ++j) CHECK(C[i * ldc + j] == 0x7E00);  // never written
+          }
+          INFO("bf16=", bf16, " ta=", ta, " tb=", tb, " M=", M, " N=", N, " K=", K, " threads=", threads);
+          CHECK(worst < 1e-6 * double(K + 4));
+        }
 }
