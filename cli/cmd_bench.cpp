@@ -214,6 +214,8 @@ int run_compare(const BenchFlags& f) {
   BarChart rel{.title = "step time relative to " + B + " (lower is faster)", .y_label = "time / " + B + " time",
                .labels = {}, .groups = {{A, {}}, {B, {}}}};
   auto num = [](double v) { return std::isfinite(v) ? bench::fmt("%.6g", v) : std::string(); };
+  // 0: not measured (bench/torch_bench.py has no allocator statistics on the CPU)
+  auto peak_mib = [](int64_t bytes) { return bytes > 0 ? bench::mib(bytes) : std::string("-"); };
   for (size_t i = 0; i < keys.size(); ++i) {
     const Row& r = key_row[keys[i]];
     const Side ka = table[keys[i]].count(A) ? table[keys[i]][A] : Side{};
@@ -230,8 +232,7 @@ int run_compare(const BenchFlags& f) {
                     std::isfinite(ratio) ? bench::fmt("%.2f", ratio) : "-",
                     std::isfinite(rmin) ? bench::fmt("%.2f", rmin) + "-" + bench::fmt("%.2f", rmax) : "-",
                     std::to_string(ka.medians.size()) + "/" + std::to_string(kb.medians.size()),
-                    bench::mib(ka.alloc_peak), bench::mib(kb.alloc_peak), bench::mib(ka.rss_peak),
-                    bench::mib(kb.rss_peak)});
+                    peak_mib(ka.alloc_peak), peak_mib(kb.alloc_peak), peak_mib(ka.rss_peak), peak_mib(kb.rss_peak)});
     csv += c.name + "," + r.at("device") + "," + r.at("precision") + "," + r.at("shapes") + "," + r.at("batch") + "," +
            num(ma) + "," + num(mb) + "," + num(ratio) + "," + num(rmin) + "," + num(rmax) + "," +
            std::to_string(ka.medians.size()) + "," +
