@@ -4,6 +4,7 @@
 // change with alignment or thread count); per-channel / per-column totals use double.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernels/norm.h"
@@ -26,6 +27,22 @@ inline T lane_sum(int64_t n, const F& f) {
   for (int w = L / 2; w >= 1; w /= 2)
     for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
   return acc[0] + tail;
+}
+
+// lane_sum of f and of g together, in one pass over their inputs (each sum in the same
+// order as lane_sum's, so the results are the same bits).
+template <class T, class F, class G>
+inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
+  constexpr int L = 16;
+  T a[L] = {}, b[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) a[j] += f(i + j), b[j] += g(i + j);
+  T ta = T(0), tb = T(0);
+  for (; i < n; ++i) ta += f(i), tb += g(i);
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) a[j] += a[j + w], b[j] += b[j + w];
+  return {a[0] + ta, b[0] + tb};
 }
 
 // ---------------------------------------------------------------- batch norm
@@ -100,8 +117,10 @@ void bn_backward(const T* g, const T* x, const T* w, const T* smean, const T* si
       for (int64_t n = 0; n < N; ++n) {
         const T* gr = g + (n * C + c) * S;
         const T* xr = x + (n * C + c) * S;
-        sum_g += double(lane_sum<T>(S, [&](int64_t i) { return gr[i]; }));
-        sum_gx += double(lane_sum<T>(S, [&](int64_t i) { return gr[i] * (xr[i] - mean); }));
+        const auto [sg, sgx] =
+            lane_sum2<T>(S, [&](int64_t i) { return gr[i]; }, [&](int64_t i) { return gr[i] * (xr[i] - mean); });
+        sum_g += double(sg);
+        sum_gx += double(sgx);
       }
       if (dw) dw[c] = T(sum_gx * inv);
       if (db) db[c] = T(sum_g);

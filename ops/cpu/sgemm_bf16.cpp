@@ -253,6 +253,7 @@ KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, const uin
 }
 
 thread_local Buffer tls_a, tls_b, tls_c;  // packed A and B pairs (a float buffer holds 32-bit lanes); float32 C
+thread_local Buffer tls_split;  // the K split's partial C's (taken by the calling thread, outside the parallel region)
 
 /// The whole loop nest on the calling thread. A (element EA) and B (EB, through its rows)
 /// are bf16 bits or float32 rounded as they are packed; C is float32, or bf16 (OutT
@@ -311,6 +312,35 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
     return;
   }
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
+  // A deep product with a small C (a weight gradient: dW = dY^T X over 2048 tokens) splits K
+  // as sgemm_packed does: each thread packs its own share of both operands into a float32
+  // partial C, summed in thread order after (a split of C would have every thread pack
+  // all of one operand).
+  if (want > 1 && K >= 2 * std::max(M, N) && K >= 512 * want && M * N <= (int64_t(1) << 18)) {
+    const int nt = int(std::min<int64_t>(want, K / 256));
+    float* part = tls_split.get(nt * M * N);
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num(), T = omp_get_num_threads();
+      const int64_t per = (K + T - 1) / T / 2 * 2, k0 = std::min(K, t * per), kn = t == T - 1 ? K - k0 : per;
+      if (kn > 0)
+        gemm_serial<EA, EB, float>(trans_a, trans_b, M, N, kn, trans_a ? A + k0 * lda : A + k0, lda,
+                                   trans_b ? B.from_col(k0) : B.from_row(k0), 0.f, part + t * M * N, N, nullptr);
+      else
+        std::fill_n(part + t * M * N, M * N, 0.f);
+#pragma omp barrier
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          float v = part[i * N + j];
+          for (int u = 1; u < T; ++u) v += part[(u * M + i) * N + j];
+          if (bias) v += bias[j];
+          if constexpr (std::is_same_v<OutT, float>) C[i * ldc + j] = beta == 0.f ? v : C[i * ldc + j] + v;
+          else C[i * ldc + j] = float_to_bf16_bits(v);
+        }
+    }
+    return;
+  }
   split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
     gemm_serial<EA, EB, OutT>(trans_a, trans_b, rows, cols, K, trans_a ? A + r0 : A + r0 * lda, lda,
                               trans_b ? B.from_row(c0) : B.from_col(c0), beta, C + r0 * ldc + c0, ldc,

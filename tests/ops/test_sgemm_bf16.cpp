@@ -141,6 +141,7 @@ TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
       all({bool(ta), bool(tb), 37, 530, 47, 1.f, 2});           // N blocks, beta 1, split by columns
       all({bool(ta), bool(tb), 390, 33, 1025, 0.f, 2, true});  // odd K over slices, bias, split by rows
       all({bool(ta), bool(tb), 45, 600, 300, 1.f, 1, true});
+      all({bool(ta), bool(tb), 30, 40, 1501, 1.f, 2, true});  // deep, small C: K split over threads, beta 1
     }
 }
 
