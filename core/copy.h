@@ -8,6 +8,14 @@ namespace kiln {
 /// CPU<->CPU is done here; any CUDA side goes through the hook the CUDA backend registers.
 void copy_tensor(const Tensor& dst, const Tensor& src);
 
+/// dst[0, n) = src[0, n) converted between float32 and float16 / bfloat16 on the CPU: the
+/// bits of Tensor::to (16 values per step where the build has AVX-512). For kernels that
+/// keep 16-bit storage and compute in float32 a chunk at a time.
+void convert_floats(const float* src, Half* dst, int64_t n);
+void convert_floats(const float* src, BFloat16* dst, int64_t n);
+void convert_floats(const Half* src, float* dst, int64_t n);
+void convert_floats(const BFloat16* src, float* dst, int64_t n);
+
 /// Signature of the CUDA backend's copy (host<->device, device<->device, with casts).
 using DeviceCopyFn = void (*)(const Tensor& dst, const Tensor& src);
 void register_device_copy(DeviceCopyFn fn);

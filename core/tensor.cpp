@@ -174,6 +174,11 @@ void copy_cast_cpu(const Tensor& dst, const Tensor& src) {
 }
 }  // namespace
 
+void convert_floats(const float* src, Half* dst, int64_t n) { convert_run(dst, src, n); }
+void convert_floats(const float* src, BFloat16* dst, int64_t n) { convert_run(dst, src, n); }
+void convert_floats(const Half* src, float* dst, int64_t n) { convert_run(dst, src, n); }
+void convert_floats(const BFloat16* src, float* dst, int64_t n) { convert_run(dst, src, n); }
+
 void register_device_copy(DeviceCopyFn fn) { g_device_copy = fn; }
 void register_device_range(DeviceRangeFn fn) { g_device_range = fn; }
 

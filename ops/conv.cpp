@@ -34,6 +34,9 @@ Tensor contig(const Tensor& t) {
   return d.is_contiguous() ? d : d.contiguous();
 }
 
+/// t itself when it is undefined or of dtype dt, else a detached copy converted to dt.
+Tensor as_dtype(const Tensor& t, DType dt) { return !t.defined() || t.dtype() == dt ? t : t.detach().to(dt); }
+
 /// Gradient g as contiguous data of dtype dt.
 Tensor grad_in(const Tensor& g, DType dt) { return contig(g.dtype() == dt ? g : g.detach().to(dt)); }
 
@@ -101,10 +104,7 @@ bool cudnn_benchmark_enabled() { return g_cudnn_benchmark.load(std::memory_order
 
 // ------------------------------------------------------------------ conv2d
 
-namespace {
-
-/// conv2d; bf16_products marks float32 tensors widened from bf16 (Conv2dGeom::bf16_products).
-Tensor conv2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args, bool bf16_products) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
   if (auto r = autocast_op(
           AutocastTo::low,
           [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return conv2d(xc, wc, bc, args); },
@@ -145,11 +145,6 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Co
              "conv2d: kernel (", kH, ", ", kW, ") with dilation ", pair_str(args.dilation),
              " is larger than the padded input: input ", shape_str(x.shape()), ", weight ", shape_str(weight.shape()),
              ", padding ", pair_str(args.padding));
-  if (upcast_on_cpu(x))
-    return conv2d_impl(x.to(DType::float32), weight.to(DType::float32),
-                       bias.defined() ? bias.to(DType::float32) : Tensor(), args, bf16_products_on_cpu(x))
-        .to(x.dtype());
-
   Conv2dGeom g{};
   g.N = x.dim() == 4 ? x.size(0) : 1;
   g.C = C;
@@ -167,51 +162,47 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Co
   g.groups = G;
   g.OH = (H + 2 * g.pH - ekH) / g.sH + 1;
   g.OW = (W + 2 * g.pW - ekW) / g.sW + 1;
-  g.bf16_products = bf16_products;
+  // 16-bit on the CPU: the kernels run in float32 (kd) on widened copies made here and
+  // again in the backward, so the node keeps x and w in 16 bits (half the memory of
+  // widened copies); bf16 multiplies in bf16 where that pays (Conv2dGeom::bf16_products).
+  const DType dt = x.dtype(), kd = upcast_on_cpu(x) ? DType::float32 : dt;
+  g.bf16_products = upcast_on_cpu(x) && bf16_products_on_cpu(x);
 
-  Tensor xc = contig(x), wc = contig(weight), bc = bias.defined() ? contig(bias) : Tensor();
+  Tensor xc = contig(x), wc = contig(weight);
+  Tensor xk = as_dtype(xc, kd), wk = as_dtype(wc, kd), bk = bias.defined() ? as_dtype(contig(bias), kd) : Tensor();
   Shape out_shape = x.dim() == 4 ? Shape{g.N, O, g.OH, g.OW} : Shape{O, g.OH, g.OW};
-  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor y = Tensor::empty(out_shape, kd, x.device());
   const auto* k = kernel<const Conv2dKernels>(Op::conv2d, x.device());
   if (y.numel() > 0)
-    k->forward(x.dtype(), g, xc.raw_data(), wc.raw_data(), bc.defined() ? bc.raw_data() : nullptr, y.raw_data());
+    k->forward(kd, g, xk.raw_data(), wk.raw_data(), bk.defined() ? bk.raw_data() : nullptr, y.raw_data());
+  y = as_dtype(y, dt);
 
   const bool gx = x.requires_grad(), gw = weight.requires_grad();
   Tensor xs = gw ? xc : Tensor(), ws = gx ? wc : Tensor();  // saved: what the needed gradients read
   record(y, "conv2d", {x, weight, bias}, {xs, ws},
-         [k, g, dt = x.dtype(), xc = xs, wc = ws, x_shape = x.shape(), w_shape = weight.shape()](
+         [k, g, dt, kd, xc = xs, wc = ws, x_shape = x.shape(), w_shape = weight.shape()](
              const Tensor& gy, const std::vector<bool>& needs) -> std::vector<Tensor> {
-           Tensor dy = grad_in(gy, dt);
+           Tensor dy = grad_in(gy, kd);
+           const Tensor xk = as_dtype(xc, kd), wk = as_dtype(wc, kd);
            const bool run = dy.numel() > 0;
-           Tensor dx = needs[0] ? grad_buffer(x_shape, dt, dy.device(), run) : Tensor();
-           Tensor dw = needs[1] ? grad_buffer(w_shape, dt, dy.device(), run) : Tensor();
-           Tensor db = needs.size() > 2 && needs[2] ? grad_buffer({g.O}, dt, dy.device(), run) : Tensor();
+           Tensor dx = needs[0] ? grad_buffer(x_shape, kd, dy.device(), run) : Tensor();
+           Tensor dw = needs[1] ? grad_buffer(w_shape, kd, dy.device(), run) : Tensor();
+           Tensor db = needs.size() > 2 && needs[2] ? grad_buffer({g.O}, kd, dy.device(), run) : Tensor();
            if (dy.numel() > 0 && (dx.defined() || dw.defined() || db.defined()))
-             k->backward(dt, g, xc.defined() ? xc.raw_data() : nullptr, wc.defined() ? wc.raw_data() : nullptr,
+             k->backward(kd, g, xk.defined() ? xk.raw_data() : nullptr, wk.defined() ? wk.raw_data() : nullptr,
                          dy.raw_data(), dx.defined() ? dx.raw_data() : nullptr,
                          dw.defined() ? dw.raw_data() : nullptr, db.defined() ? db.raw_data() : nullptr);
-           return {dx, dw, db};
+           return {as_dtype(dx, dt), as_dtype(dw, dt), as_dtype(db, dt)};
          });
   return y;
 }
 
-Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args,
-                             bool bf16_products);
-
-}  // namespace
-
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dArgs args) {
-  return conv2d_impl(x, weight, bias, args, false);
-}
-
 // ------------------------------------------------------------------ conv_transpose2d
-
-Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args) {
-  return conv_transpose2d_impl(x, weight, bias, args, false);
-}
 
 namespace {
 
+/// conv_transpose2d; bf16_products marks float32 tensors widened from bf16
+/// (Conv2dGeom::bf16_products): a 16-bit input recurses once on widened copies.
 Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args,
                              bool bf16_products) {
   if (auto r = autocast_op(
@@ -294,6 +285,10 @@ Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor
 }
 
 }  // namespace
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose2dArgs args) {
+  return conv_transpose2d_impl(x, weight, bias, args, false);
+}
 
 // ------------------------------------------------------------------ pooling
 

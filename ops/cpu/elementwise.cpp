@@ -2,7 +2,10 @@
 // backward) and where. The op switches are generated from the table ops/elementwise_ops.def
 // and run the functors of ops/elementwise_functors.h, the same the CUDA loops run.
 // Contiguous operands take tight loops the compiler vectorises.
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include "kiln/core/copy.h"
 #include "kiln/core/strided.h"
 #include "kiln/ops/kernels/elementwise.h"
 #include "kiln/ops/elementwise_functors.h"
@@ -65,12 +68,30 @@ void binary_cpu(Op op, DType dt, const EwArgs& args) {
   KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() { binary_typed<T>(op, args); });
 }
 
+// float16 / bfloat16 storage computes in float32: each chunk is widened into a buffer on
+// the stack, computed as a float32 row is, and rounded back, so memory is read and written
+// once in 16 bits (where converting the tensors first would read and write it three
+// times). The same bits as computing on the widened tensor and rounding its result.
+template <class T>
+constexpr bool kIs16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+constexpr int64_t kChunk = 512;
+
 template <class T, class F>
 void unary_loop(const UnaryArgs& a, F f) {
   const T* x = static_cast<const T*>(a.x);
   T* out = static_cast<T*>(a.out);
   parallel_for(0, a.n, 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = f(x[i]);
+    if constexpr (kIs16<T>) {
+      alignas(64) float xf[kChunk];
+      for (int64_t i = b; i < e; i += kChunk) {
+        const int64_t m = std::min(kChunk, e - i);
+        convert_floats(x + i, xf, m);
+        for (int64_t j = 0; j < m; ++j) xf[j] = f(xf[j]);
+        convert_floats(xf, out + i, m);
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) out[i] = f(x[i]);
+    }
   });
 }
 // out = g * d(s), s the saved input or output (the row's `reads`)
@@ -80,20 +101,33 @@ void unary_grad_loop(const UnaryArgs& a, D d) {
   const T* g = static_cast<const T*>(a.g);
   T* out = static_cast<T*>(a.out);
   parallel_for(0, a.n, 16384, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = g[i] * d(s[i]);
+    if constexpr (kIs16<T>) {
+      alignas(64) float sf[kChunk], gf[kChunk];
+      for (int64_t i = b; i < e; i += kChunk) {
+        const int64_t m = std::min(kChunk, e - i);
+        convert_floats(s + i, sf, m);
+        convert_floats(g + i, gf, m);
+        for (int64_t j = 0; j < m; ++j) gf[j] = gf[j] * d(sf[j]);
+        convert_floats(gf, out + i, m);
+      }
+    } else {
+      for (int64_t i = b; i < e; ++i) out[i] = g[i] * d(s[i]);
+    }
   });
 }
 
-// The switch over the unary rows of ops/elementwise_ops.def, forward or backward.
+// The switch over the unary rows of ops/elementwise_ops.def, forward or backward, for
+// storage T (the functors run in float32 for 16-bit T).
 template <class T>
 void unary_typed(Op op, const UnaryArgs& a) {
   using namespace elementwise;
-  const T p0 = T(a.p0), p1 = T(a.p1);
+  using C = std::conditional_t<kIs16<T>, float, T>;
+  const C p0 = C(a.p0), p1 = C(a.p1);
   switch (op) {
 #define KILN_UNARY(name, Fn, reads, api)                                                 \
   case Op::name:                                                                        \
-    if (a.backward) return unary_grad_loop<T>(a, make_functor<Fn##D<T>>(p0, p1)); \
-    return unary_loop<T>(a, make_functor<Fn##F<T>>(p0, p1));
+    if (a.backward) return unary_grad_loop<T>(a, make_functor<Fn##D<C>>(p0, p1)); \
+    return unary_loop<T>(a, make_functor<Fn##F<C>>(p0, p1));
 #include "kiln/ops/elementwise_ops.def"
 #undef KILN_UNARY
     default: break;
@@ -122,6 +156,8 @@ void unary_cpu(Op op, DType dt, const UnaryArgs& a) {
     KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() { unary_int<T>(op, a); });
     return;
   }
+  if (dt == DType::bfloat16) return unary_typed<BFloat16>(op, a);
+  if (dt == DType::float16) return unary_typed<Half>(op, a);
   KILN_DISPATCH_FLOATING(dt, op_name(op), [&]<class T>() { unary_typed<T>(op, a); });
 }
 

@@ -306,6 +306,12 @@ TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, again
       };
       Tensor y = run(x, w, b), y32 = run(x32, w32, b32);
       REQUIRE(y.dtype() == bf);
+      if (!transpose) {  // conv2d keeps x and w in 16 bits for its backward (widened when it runs)
+        REQUIRE(y.grad_fn() != nullptr);
+        CHECK(y.grad_fn()->name == "conv2d");
+        CHECK(y.grad_fn()->saved.size() == 2);
+        for (const auto& sv : y.grad_fn()->saved) CHECK(sv.tensor.dtype() == bf);
+      }
       const double depth = double(c.w[1] * c.w[2] * c.w[3]) + 8.0;
       CHECK(close(y, y32, depth * 4));
       Tensor g = randn(y.shape()).to(bf);

@@ -1,6 +1,7 @@
 // Elementwise ops: forward values by hand, broadcasting, promotion, gradchecks (including
 // broadcast and non-contiguous inputs), 16-bit float rounding, and errors.
 #include <doctest/doctest.h>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include "gradcheck.h"
@@ -9,6 +10,8 @@ using namespace kiln;
 using kiln::test::f64;
 using kiln::test::gradcheck;
 using kiln::test::T;
+using kiln::test::allclose;
+using kiln::test::max_abs_diff;
 
 TEST_CASE("binary ops: values, broadcasting and promotion") {
   Tensor a = T({1, 2, 3, 4, 5, 6}, {2, 3});
@@ -173,6 +176,69 @@ TEST_CASE("16-bit floats compute in float32 and round the result") {
   sum(x.to(DType::bfloat16) * 3.0).backward();
   CHECK(x.grad().dtype() == DType::float32);
   CHECK(x.grad().at({0}) == 3.0);
+}
+
+TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math rounded once, forward and backward") {
+  // The CPU kernels keep 16-bit storage and compute in float32 a chunk at a time
+  // (ops/cpu/elementwise.cpp): the result must be exactly what widening the tensor,
+  // computing in float32 and rounding gives, at lengths crossing the 512-value chunks and
+  // the 16-value vectors. Backward: g * op'(s) on the widened g and s, rounded once; for
+  // the ops whose derivative reads x that is exactly float32 autograd on the widened x.
+  using F = std::function<Tensor(const Tensor&)>;
+  struct Case {
+    const char* name;
+    F f;
+    bool positive, reads_x;
+    F dy = nullptr;  // the derivative from the output y, for the ops whose backward reads y
+  };
+  const std::vector<Case> cases = {
+      {"neg", [](const Tensor& t) { return neg(t); }, false, false, [](const Tensor& y) { return full_like(y, -1.0); }},
+      {"exp", [](const Tensor& t) { return exp(t); }, false, false, [](const Tensor& y) { return y; }},
+      {"log", [](const Tensor& t) { return log(t); }, true, true},
+      {"sqrt", [](const Tensor& t) { return sqrt(t); }, true, false, [](const Tensor& y) { return 0.5 / y; }},
+      {"rsqrt", [](const Tensor& t) { return rsqrt(t); }, true, false, [](const Tensor& y) { return -0.5 * y * y * y; }},
+      {"abs", [](const Tensor& t) { return abs(t); }, false, true},
+      {"sin", [](const Tensor& t) { return sin(t); }, false, true},
+      {"cos", [](const Tensor& t) { return cos(t); }, false, true},
+      {"tanh", [](const Tensor& t) { return tanh(t); }, false, false, [](const Tensor& y) { return 1.0 - y * y; }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }, false, false,
+       [](const Tensor& y) { return y * (1.0 - y); }},
+      {"relu", [](const Tensor& t) { return relu(t); }, false, false,
+       [](const Tensor& y) { return (y > 0.0).to(DType::float32); }},
+      {"leaky_relu", [](const Tensor& t) { return leaky_relu(t, 0.1); }, false, true},
+      {"gelu", [](const Tensor& t) { return gelu(t); }, false, true},
+      {"gelu_tanh", [](const Tensor& t) { return gelu(t, GeluApprox::tanh); }, false, true},
+      {"silu", [](const Tensor& t) { return silu(t); }, false, true},
+      {"softplus", [](const Tensor& t) { return softplus(t); }, false, true},
+      {"clamp", [](const Tensor& t) { return clamp(t, -0.5, 0.7); }, false, true},
+      {"pow", [](const Tensor& t) { return pow(t, 1.7); }, true, true},
+  };
+  manual_seed(5);
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (int64_t n : {int64_t(7), int64_t(1300)})
+      for (const auto& c : cases) {
+        CAPTURE(c.name);
+        CAPTURE(dtype_name(dt));
+        CAPTURE(n);
+        Tensor x32 = randn({n}) * 2.0;
+        if (c.positive) x32 = abs(x32) + 0.05;
+        const Tensor x = x32.to(dt).requires_grad_();
+        const Tensor xw = x.detach().to(DType::float32).requires_grad_();  // widened, exact
+        const Tensor y = c.f(x), yw = c.f(xw);
+        REQUIRE(y.dtype() == dt);
+        CHECK(max_abs_diff(y.to(DType::float32), yw.detach().to(dt).to(DType::float32)) == 0.0);
+        const Tensor g = randn({n}).to(dt);
+        y.backward(g);
+        yw.backward(g.to(DType::float32));
+        REQUIRE(x.grad().dtype() == dt);
+        const Tensor got = x.grad().to(DType::float32);
+        if (c.reads_x) {
+          CHECK(max_abs_diff(got, xw.grad().to(dt).to(DType::float32)) == 0.0);
+        } else {  // from the rounded output y, in float32 (the formula's order may differ: one 16-bit rounding)
+          const Tensor want = (g.to(DType::float32) * c.dy(y.detach().to(DType::float32))).to(dt).to(DType::float32);
+          CHECK(allclose(got, want, dt == DType::bfloat16 ? 0x1p-7 : 0x1p-10, 1e-30));
+        }
+      }
 }
 
 TEST_CASE("elementwise errors name shapes, dtypes and devices") {
