@@ -56,7 +56,7 @@ if [ "${SKIP_DEPS:-0}" != 1 ]; then
       echo "[bench] installing PyTorch $TORCH_VERSION from PyPI into $TORCH_VENV"
       scripts/install_deps.sh python3-venv
       python3 -m venv "$TORCH_VENV"
-      "$TORCH_VENV/bin/pip" install --quiet "torch==$TORCH_VERSION"
+      "$TORCH_VENV/bin/pip" install --quiet "torch==$TORCH_VERSION" numpy
     fi ;;
   esac
 fi
