@@ -298,7 +298,8 @@ int cmd_bench(int argc, char** argv, int first) {
   app.add_option("--workloads", f.workloads, "comma-separated: mlp,lenet,convnet,gpt,sgemm (or all)");
   app.add_option("--devices", f.devices, "comma-separated: cpu,cuda (an unavailable one is reported, not run)");
   app.add_option("--threads", f.threads, "CPU threads (kiln::set_num_threads)")->check(CLI::Range(1, 1024));
-  app.add_option("--precision", f.precision, "comma-separated: fp32, tf32 (GPU), bf16 (autocast), fp16 (autocast + GradScaler)");
+  app.add_option("--precision", f.precision,
+                 "comma-separated: fp32, tf32 (GPU), bf16 (autocast), fp16 (autocast + GradScaler)");
   app.add_option("--batch", f.batch, "batch size of the model workloads (0: the workload's, bench/workload_spec.h)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--sweep-batch", f.sweep_batch, "batch sizes to repeat over, e.g. 16,32,...,1024");

@@ -3,6 +3,7 @@
 // allocation, the call through dispatch (ops/cpu/nn.cpp) and the backward lambdas.
 #include "kiln/ops/nn_functional.h"
 #include "kiln/core/autocast.h"
+#include "kiln/ops/cpu/sgemm.h"
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -22,6 +23,14 @@ namespace {
 // Kernels run in float32/float64 on the CPU (16-bit floats are upcast); other devices
 // take the tensor's own dtype.
 DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
+
+/// Attention's kernel dtype: compute_dtype, except bf16 on a CPU whose bf16 GEMM outruns its
+/// float32 one, where the CPU kernel takes bf16 itself (ops/cpu/nn.cpp).
+DType attention_dtype(const Tensor& x) {
+  return x.is_cpu() && x.dtype() == DType::bfloat16 && sgemm_bf16_preferred() ? DType::bfloat16 : compute_dtype(x);
+}
+/// lse's dtype for kernel dtype dt: float32 for the CPU's bf16 kernel (ops/kernels/nn.h).
+DType lse_dtype(const Tensor& x, DType dt) { return x.is_cpu() && dt == DType::bfloat16 ? DType::float32 : dt; }
 Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }
 Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() != d) ? t.to(d) : t; }
 
@@ -134,7 +143,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KILN_CHECK(Tk > 0 || Tq == 0 || B == 0, op, ": no keys (Tk = 0) for ", Tq, " queries: q ", shape_str(q.shape()),
              ", k ", shape_str(k.shape()));
   const double scale = 1.0 / std::sqrt(double(E));
-  const DType dt = compute_dtype(q), xdt = q.dtype();
+  const DType dt = attention_dtype(q), xdt = q.dtype();
   Tensor qc, kc, vc, outc, lse, out;
   {
     NoGradGuard ng;
@@ -145,7 +154,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     oshape.push_back(Tq);
     oshape.push_back(Ev);
     outc = Tensor::empty(oshape, dt, q.device());
-    lse = Tensor::empty({B, Tq}, dt, q.device());
+    lse = Tensor::empty({B, Tq}, lse_dtype(q, dt), q.device());
     kernel<AttentionKernels>(Op::scaled_dot_product_attention, q.device())
         ->forward(dt, qc.raw_data(), kc.raw_data(), vc.raw_data(), outc.raw_data(), lse.raw_data(), B, Tq, Tk, E, Ev,
                   scale, causal);
@@ -193,7 +202,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
   // (B, T, C) with the heads side by side, and the backward writes d(qkv) the same way.
   const AttnLayout lin{H, T * 3 * C, d, 3 * C}, lout{H, T * C, d, C};
   const double scale = 1.0 / std::sqrt(double(d));
-  const DType dt = compute_dtype(qkv), xdt = qkv.dtype();
+  const DType dt = attention_dtype(qkv), xdt = qkv.dtype();
   const int64_t third = C * int64_t(dtype_size(dt));  // bytes from q to k, k to v
   auto part = [third](const Tensor& t, int i) { return static_cast<char*>(t.raw_data()) + i * third; };
   Tensor xc, outc, lse, out;
@@ -201,7 +210,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
     NoGradGuard ng;
     xc = as_compute(qkv, dt);
     outc = Tensor::empty({B, T, C}, dt, qkv.device());
-    lse = Tensor::empty({B * H, T}, dt, qkv.device());
+    lse = Tensor::empty({B * H, T}, lse_dtype(qkv, dt), qkv.device());
     ker->forward_strided(dt, part(xc, 0), lin, part(xc, 1), lin, part(xc, 2), lin, outc.raw_data(), lout,
                          lse.raw_data(), B * H, T, T, d, d, scale, causal);
     out = cast_back(outc, xdt);

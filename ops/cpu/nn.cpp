@@ -9,8 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+#include "kiln/core/copy.h"
+#include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/rng.h"
+#include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/kernels/nn.h"
 #include "kiln/ops/dispatch.h"
@@ -213,9 +216,122 @@ void attention_backward_t(const T* q, AttnLayout lq, const T* k, AttnLayout lk, 
   });
 }
 
+// ---------------------------------------------------------------- bf16 attention
+//
+// bfloat16 storage, float32 math, on the AVX512_BF16 GEMM (ops/cpu/sgemm_bf16.cpp): the
+// same units and blocks as above, but every product reads bf16 operands, q, k, v and the
+// output gradient in place, and the probabilities and score gradients rounded to bf16 for
+// theirs (as a GPU's flash attention does), every sum in float32. lse is float32. Scaled
+// products (dq, dk) are summed unscaled and scaled once in float32; dk and dv add up over
+// the query blocks in float32 and are rounded once at the end of their batch entry.
+
+using bf16 = uint16_t;
+
+/// n values of a float32 row rounded into bf16 (kiln's Tensor casts' bits).
+inline void round_row(const float* s, bf16* d, int64_t n) { convert_floats(s, reinterpret_cast<BFloat16*>(d), n); }
+inline void widen_row(const bf16* s, float* d, int64_t n) {
+  convert_floats(reinterpret_cast<const BFloat16*>(s), d, n);
+}
+
+void attention_forward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLayout lk, const bf16* v,
+                            AttnLayout lv, bf16* out, AttnLayout lo, float* lse, int64_t B, int64_t Tq, int64_t Tk,
+                            int64_t E, int64_t Ev, float scale, bool causal) {
+  const int64_t nblk = (Tq + kRows - 1) / kRows;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(kRows * Tk * (E + Ev), 1));
+  parallel_for(0, B * nblk, grain, [&](int64_t u0, int64_t u1) {
+    RowMat<float> S(kRows, Tk);                                 // scores, then probabilities
+    std::vector<bf16> P(size_t(kRows * Tk));                    // the probabilities in bf16
+    std::vector<float> O(size_t(kRows * std::max<int64_t>(Ev, 1)));  // one block of output rows
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
+      const int64_t n = keys_seen(i0 + r - 1, Tk, causal);
+      sgemm_bf16(false, true, r, n, E, row_of(q, lq, b, i0), lq.st, row_of(k, lk, b, 0), lk.st, 0.f, S.data(), Tk, 1);
+      auto Sb = S.topLeftCorner(r, n);
+      for (int64_t rr = 0; rr < r; ++rr) {  // the float32 path's softmax
+        const int64_t ni = keys_seen(i0 + rr, Tk, causal);
+        auto row = Sb.row(rr);
+        const int64_t w = exp_width(ni, n);
+        row.head(w) *= scale;
+        const float m = row.head(ni).maxCoeff();
+        row.head(w).array() = (row.head(w).array() - m).exp();
+        row.tail(n - ni).setZero();
+        const float sum = row.head(ni).sum();
+        row.head(ni) *= 1.f / sum;
+        lse[b * Tq + i0 + rr] = m + std::log(sum);
+        round_row(S.data() + rr * Tk, P.data() + rr * Tk, n);
+      }
+      sgemm_bf16(false, false, r, Ev, n, P.data(), Tk, row_of(v, lv, b, 0), lv.st, 0.f, O.data(), Ev, 1);
+      for (int64_t rr = 0; rr < r; ++rr) round_row(O.data() + rr * Ev, row_of(out, lo, b, i0 + rr), Ev);
+    }
+  });
+}
+
+void attention_backward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLayout lk, const bf16* v,
+                             AttnLayout lv, const bf16* out, AttnLayout lo, const float* lse, const bf16* dout,
+                             AttnLayout lg, bf16* dq, AttnLayout ldq, bf16* dk, AttnLayout ldk, bf16* dv,
+                             AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, float scale,
+                             bool causal) {
+  // attention_backward_t's formulas and units (whole batch entries, blocks of query rows)
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
+    RowMat<float> P(kRows, Tk), dS(kRows, Tk);
+    std::vector<bf16> P16(size_t(kRows * Tk)), dS16(size_t(kRows * Tk));
+    std::vector<float> dK(static_cast<size_t>(Tk * E)), dV(static_cast<size_t>(Tk * Ev));
+    std::vector<float> dQ(static_cast<size_t>(kRows * E));
+    std::vector<float> o(static_cast<size_t>(Ev)), g(static_cast<size_t>(Ev));
+    for (int64_t b = b0; b < b1; ++b) {
+      std::fill(dK.begin(), dK.end(), 0.f);
+      std::fill(dV.begin(), dV.end(), 0.f);
+      const bf16* K = row_of(k, lk, b, 0);
+      const bf16* V = row_of(v, lv, b, 0);
+      for (int64_t i0 = 0; i0 < Tq; i0 += kRows) {
+        const int64_t r = std::min(kRows, Tq - i0), n = keys_seen(i0 + r - 1, Tk, causal);
+        const bf16* Q = row_of(q, lq, b, i0);
+        const bf16* G = row_of(dout, lg, b, i0);
+        sgemm_bf16(false, true, r, n, E, Q, lq.st, K, lk.st, 0.f, P.data(), Tk, 1);    // Q K^T
+        sgemm_bf16(false, true, r, n, Ev, G, lg.st, V, lv.st, 0.f, dS.data(), Tk, 1);  // dP = G V^T
+        for (int64_t rr = 0; rr < r; ++rr) {
+          const int64_t i = i0 + rr, ni = keys_seen(i, Tk, causal), w = exp_width(ni, n);
+          widen_row(row_of(out, lo, b, i), o.data(), Ev);
+          widen_row(G + rr * lg.st, g.data(), Ev);
+          float dsum = 0.f;
+          for (int64_t e = 0; e < Ev; ++e) dsum += o[size_t(e)] * g[size_t(e)];
+          auto p = P.row(rr).head(w).array();
+          p = (p * scale - lse[b * Tq + i]).exp();
+          P.row(rr).segment(ni, n - ni).setZero();
+          dS.row(rr).segment(ni, n - ni).setZero();
+          dS.row(rr).head(ni).array() = P.row(rr).head(ni).array() * (dS.row(rr).head(ni).array() - dsum);
+          round_row(P.data() + rr * Tk, P16.data() + rr * Tk, n);
+          round_row(dS.data() + rr * Tk, dS16.data() + rr * Tk, n);
+        }
+        if (dq) {  // dQ_block = scale dS K
+          sgemm_bf16(false, false, r, E, n, dS16.data(), Tk, K, lk.st, 0.f, dQ.data(), E, 1);
+          for (int64_t rr = 0; rr < r; ++rr) {
+            for (int64_t e = 0; e < E; ++e) dQ[size_t(rr * E + e)] *= scale;
+            round_row(dQ.data() + rr * E, row_of(dq, ldq, b, i0 + rr), E);
+          }
+        }
+        if (dk) sgemm_bf16(true, false, n, E, r, dS16.data(), Tk, Q, lq.st, 1.f, dK.data(), E, 1);  // += dS^T Q
+        if (dv) sgemm_bf16(true, false, n, Ev, r, P16.data(), Tk, G, lg.st, 1.f, dV.data(), Ev, 1);  // += P^T G
+      }
+      for (int64_t j = 0; j < Tk; ++j) {
+        if (dk) {
+          for (int64_t e = 0; e < E; ++e) dK[size_t(j * E + e)] *= scale;
+          round_row(dK.data() + j * E, row_of(dk, ldk, b, j), E);
+        }
+        if (dv) round_row(dV.data() + j * Ev, row_of(dv, ldv, b, j), Ev);
+      }
+    }
+  });
+}
+
 void attention_forward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
                                AttnLayout lv, void* out, AttnLayout lo, void* lse, int64_t B, int64_t Tq,
                                int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
+  if (dt == DType::bfloat16)  // lse float32 (ops/kernels/nn.h)
+    return attention_forward_bf16(static_cast<const bf16*>(q), lq, static_cast<const bf16*>(k), lk,
+                                  static_cast<const bf16*>(v), lv, static_cast<bf16*>(out), lo,
+                                  static_cast<float*>(lse), B, Tq, Tk, E, Ev, float(scale), causal);
   KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention", [&]<class T>() {
     attention_forward_t<T>(static_cast<const T*>(q), lq, static_cast<const T*>(k), lk, static_cast<const T*>(v), lv,
                            static_cast<T*>(out), lo, static_cast<T*>(lse), B, Tq, Tk, E, Ev, T(scale), causal);
@@ -227,6 +343,12 @@ void attention_backward_strided(DType dt, const void* q, AttnLayout lq, const vo
                                 AttnLayout lg, void* dq, AttnLayout ldq, void* dk, AttnLayout ldk, void* dv,
                                 AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,
                                 double scale, bool causal) {
+  if (dt == DType::bfloat16)
+    return attention_backward_bf16(static_cast<const bf16*>(q), lq, static_cast<const bf16*>(k), lk,
+                                   static_cast<const bf16*>(v), lv, static_cast<const bf16*>(out), lo,
+                                   static_cast<const float*>(lse), static_cast<const bf16*>(dout), lg,
+                                   static_cast<bf16*>(dq), ldq, static_cast<bf16*>(dk), ldk, static_cast<bf16*>(dv),
+                                   ldv, B, Tq, Tk, E, Ev, float(scale), causal);
   KILN_DISPATCH_FLOATING(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
     attention_backward_t<T>(static_cast<const T*>(q), lq, static_cast<const T*>(k), lk, static_cast<const T*>(v), lv,
                             static_cast<const T*>(out), lo, static_cast<const T*>(lse), static_cast<const T*>(dout),

@@ -42,7 +42,8 @@ struct AttnLayout {
 
 struct AttentionKernels {
   /// For every batch b and query row i: s_j = scale q_i . k_j (j <= i when causal),
-  /// p = softmax(s), out_i = sum_j p_j v_j; saves lse_i = log sum_j exp(s_j).
+  /// p = softmax(s), out_i = sum_j p_j v_j; saves lse_i = log sum_j exp(s_j). lse has the
+  /// dtype dt, except for the CPU's bfloat16 kernel (AVX512_BF16 only), where it is float32.
   void (*forward)(DType dt, const void* q /* (B, Tq, E) */, const void* k /* (B, Tk, E) */,
                   const void* v /* (B, Tk, Ev) */, void* out /* (B, Tq, Ev) */, void* lse /* (B, Tq) */, int64_t B,
                   int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal);

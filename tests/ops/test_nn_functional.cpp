@@ -3,9 +3,11 @@
 // dot-product attention (values vs composed ops, causal, Tq != Tk, gradchecks, errors),
 // also over a packed qkv tensor (scaled_dot_product_attention_packed).
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include "gradcheck.h"
+#include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/nn_math.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -325,6 +327,54 @@ TEST_CASE("scaled_dot_product_attention_packed: gradcheck, 16-bit and errors") {
   CHECK_THROWS_AS(scaled_dot_product_attention_packed(Tensor(), 2), kiln::Error);
   // empty batch or sequence: an empty result, no kernel call
   CHECK(scaled_dot_product_attention_packed(randn({0, 4, 24}), 2).shape() == Shape{0, 4, 8});
+}
+
+TEST_CASE("attention in bfloat16 on the CPU: forward and gradients against float64 of the same values") {
+  // Where sgemm_bf16_preferred(), the CPU's bf16 kernel runs: bf16 products (probabilities
+  // and score gradients rounded to bf16 as they enter theirs), float32 sums, outputs rounded
+  // once. Elsewhere bf16 computes on widened float32 copies. Either way the result is the
+  // float64 attention of the same bf16 values to within bf16 roundings: a few 2^-8 relative.
+  if (sgemm_bf16_preferred()) MESSAGE("the bf16 attention kernel ran");
+  else MESSAGE("no bf16 attention kernel here: bf16 attention computed in float32");
+  manual_seed(31);
+  const DType bf = DType::bfloat16;
+  // |a - b| against the scale of b: within `rel` of b's largest magnitude
+  auto near = [](const Tensor& a, const Tensor& b, double rel) {
+    const double scale = max(abs(b.to(DType::float64))).item();
+    return max_abs_diff(a.to(DType::float64), b.to(DType::float64)) <= rel * scale + 1e-6;
+  };
+  struct Case { int64_t B, T, H, d; };
+  for (Case c : {Case{2, 5, 1, 8}, Case{1, 37, 3, 16}, Case{2, 70, 2, 32}, Case{1, 129, 4, 32}}) {
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      CAPTURE(c.T);
+      const Tensor x16 = randn({c.B, c.T, 3 * c.H * c.d}).to(bf);
+      Tensor xb = x16.clone().requires_grad_(), x64 = x16.to(DType::float64).requires_grad_();
+      Tensor y = scaled_dot_product_attention_packed(xb, c.H, causal);
+      Tensor y64 = scaled_dot_product_attention_packed(x64, c.H, causal);
+      REQUIRE(y.dtype() == bf);
+      CHECK(near(y, y64, 0x1p-6));
+      const Tensor g = randn(y.shape()).to(bf);
+      y.backward(g);
+      y64.backward(g.to(DType::float64));
+      REQUIRE(xb.grad().dtype() == bf);
+      const int64_t C = c.H * c.d;
+      for (int part = 0; part < 3; ++part) {  // q, k, v gradients, each against its own scale
+        CAPTURE(part);
+        CHECK(near(xb.grad().slice(2, part * C, (part + 1) * C), x64.grad().slice(2, part * C, (part + 1) * C),
+                   0x1p-5));
+      }
+      // the unpacked op on the same values (Tq != Tk as well: the queries' last rows dropped)
+      auto heads = [&](const Tensor& t, int part) {
+        return t.slice(2, part * C, (part + 1) * C).reshape({c.B, c.T, c.H, c.d}).transpose(1, 2);
+      };
+      const Tensor q = heads(x16, 0).slice(2, 0, std::max<int64_t>(1, c.T - 3));
+      const Tensor u = scaled_dot_product_attention(q, heads(x16, 1), heads(x16, 2), causal);
+      const Tensor u64 = scaled_dot_product_attention(q.to(DType::float64), heads(x16, 1).to(DType::float64),
+                                                      heads(x16, 2).to(DType::float64), causal);
+      CHECK(near(u, u64, 0x1p-6));
+    }
+  }
 }
 
 TEST_CASE("nn functions: larger inputs, thread count does not change results") {
