@@ -5,14 +5,15 @@
 # mean test accuracy over the seeds within 0.3 points of float32's, the GPT's validation
 # loss within 0.02. Logs and CSVs go to runs/amp_accuracy/.
 # Usage: scripts/amp_accuracy.sh [AMP]   (AMP: bf16, the default, or fp16)
-# Env: BUILD_DIR (build), THREADS (2), SEEDS ("0 1 2"), STEPS (600), SKIP_BUILD=1 to use
+# Env: BUILD_DIR (build), THREADS (2), SEEDS ("0 1 2 3 4": a seed moves the 3-epoch test
+#      accuracy by up to 2 points, 3 seeds cannot resolve the 0.3 bar), STEPS (600), SKIP_BUILD=1 to use
 #      the kiln binary already built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AMP=${1:-bf16}
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=${THREADS:-2}
-SEEDS=${SEEDS:-0 1 2}
+SEEDS=${SEEDS:-0 1 2 3 4}
 STEPS=${STEPS:-600}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   scripts/install_deps.sh dataset-fashion-mnist fortunes
