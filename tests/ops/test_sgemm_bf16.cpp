@@ -11,7 +11,6 @@
 #include <cstring>
 #include <limits>
 #include <random>
-#include <tuple>
 #include <vector>
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
@@ -171,10 +170,17 @@ TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, a
   for (bool bf16 : {false, true})
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
-        for (const auto& [M, N, K, threads, with_bias] :
-             std::vector<std::tuple<int64_t, int64_t, int64_t, int, bool>>{
-                 {1, 1, 1, 1, false}, {5, 17, 3, 1, true}, {13, 33, 31, 2, false}, {12, 32, 16, 1, true},
-                 {70, 45, 300, 2, true}, {200, 530, 70, 2, false}, {37, 20, 600, 2, true}, {4, 3, 0, 1, true}}) {
+        for (const Case& c : std::vector<Case>{{false, false, 1, 1, 1, 0.f, 1, false},
+                                               {false, false, 5, 17, 3, 0.f, 1, true},
+                                               {false, false, 13, 33, 31, 0.f, 2, false},
+                                               {false, false, 12, 32, 16, 0.f, 1, true},
+                                               {false, false, 70, 45, 300, 0.f, 2, true},
+                                               {false, false, 200, 530, 70, 0.f, 2, false},
+                                               {false, false, 37, 20, 600, 0.f, 2, true},
+                                               {false, false, 4, 3, 0, 0.f, 1, true}}) {
+          const int64_t M = c.M, N = c.N, K = c.K;
+          const int threads = c.threads;
+          const bool with_bias = c.bias;
           std::mt19937 g(unsigned(M * 7 + N * 3 + K));
           std::normal_distribution<float> nd;
           const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
