@@ -52,7 +52,7 @@ constexpr int64_t NC = 512;    // columns of a packed B block: KC x NC x 4 B = 5
 
 /// Packs op(A) rows [0, mc) x depth [0, kc) (A already offset to the block's corner) into
 /// MR-row panels: Ap[panel][k][i] = op(A)(panel * MR + i, k), zero rows past mc. E is
-/// float, or F16 widened here.
+/// float, or F16 / BF16 widened here.
 template <class E>
 void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, float* Ap) {
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += MR * kc) {
@@ -179,7 +179,7 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
   // A short C (a convolution's 16 or 32 output channels) uses each B panel for a tile or
   // two: packing would copy B for less than it saves, so a row-major B is read in place.
-  // (float16 is always packed: the micro-kernel reads float32.)
+  // (16-bit operands are always packed: the micro-kernel reads float32.)
   const bool direct_b = std::is_same_v<E, float> && !trans_b && M <= kDirectBRows;
   float* Bp = direct_b ? nullptr : tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kcmax);
   float* Ap = tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kcmax);
@@ -273,7 +273,7 @@ void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   const RowsOf<E> b{reinterpret_cast<const E*>(B), ldb};
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
   // Threads take blocks of C as sgemm_packed does; each sums its block in float32 (in a
-  // buffer of its own) and rounds it to float16 once.
+  // buffer of its own) and rounds it to E once.
   split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
     float* s = tls_part.get(rows * cols);
     if (K > 0)

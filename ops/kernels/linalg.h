@@ -14,9 +14,9 @@ namespace kiln {
 /// of `batch` element offsets; they may repeat for A and B (broadcast batch dims); C blocks
 /// must not overlap.
 /// dtype is float32 or float64; alpha and beta are converted to it. On the CPU it may also
-/// be bfloat16 where sgemm_bf16_available() (ops/linalg.cpp passes it where
-/// sgemm_bf16_preferred()): A, B and C bf16, every product summed in float32 and C rounded
-/// once (alpha 1, beta 0).
+/// be float16 or bfloat16 where sgemm_packed_available() (ops/linalg.cpp passes them there):
+/// A, B and C 16-bit, every product summed in float32 and C rounded once (alpha 1, beta 0);
+/// bf16 multiplies in bf16 where sgemm_bf16_preferred(), else widens each packed panel.
 using MatmulKernel = void(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N,
                           int64_t K, double alpha, const void* A, int64_t lda, const int64_t* a_off,
                           const void* B, int64_t ldb, const int64_t* b_off, double beta, void* C,
@@ -24,7 +24,7 @@ using MatmulKernel = void(DType dtype, bool trans_a, bool trans_b, int64_t batch
 
 /// The kernel registered for Op::linear: y (M, O) = x (M, I) @ W^T + bias, where x has row
 /// stride ldx, W is (O, I) contiguous (read transposed, no copy) and bias (O) may be null.
-/// y is contiguous. bfloat16 on the CPU as for MatmulKernel (the bias added in float32).
+/// y is contiguous. float16 / bfloat16 on the CPU as for MatmulKernel (the bias added in float32).
 using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx,
                           const void* w, const void* bias, void* y);
 
