@@ -152,7 +152,9 @@ bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 /// the packed AVX-512 kernels (ops/cpu/linalg.cpp: bf16 on the AVX512_BF16 kernel where it
 /// outruns the FMAs, else on the float32 kernel, which widens each packed panel). Without
 /// them (no AVX-512) the CPU converts whole operands to float32 and rounds the result back.
-bool gemm_in_float32(const Tensor& t) { return is_half(t.dtype()) && !t.device().is_cuda() && !sgemm_packed_available(); }
+bool gemm_in_float32(const Tensor& t) {
+  return is_half(t.dtype()) && !t.device().is_cuda() && !sgemm_packed_available();
+}
 
 // 0 = "highest", 1 = "high", 2 = "medium"
 std::atomic<int> g_matmul_precision{0};
