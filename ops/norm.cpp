@@ -17,6 +17,8 @@ void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr
 // rounded back (the CUDA batch_norm / layer_norm kernels take float32 and float64 only).
 DType compute_dtype(const Tensor& x) { return cpu_compute_dtype(x.dtype()); }
 
+bool is_16bit(DType d) { return d == DType::float16 || d == DType::bfloat16; }
+
 // Checks an optional per-channel / per-feature parameter.
 void check_param(const char* op, const Tensor& p, const char* what, const Shape& expected, const Tensor& x) {
   if (!p.defined()) return;
@@ -32,8 +34,22 @@ Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() !=
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
+namespace {
+
+/// batch_norm; fp32_out keeps the float32 result of a 16-bit x (autocast) instead of
+/// rounding it to x's dtype.
+Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps, bool fp32_out) {
+  // On the CPU a 16-bit x stays 16-bit: the kernel widens it as it reads it and writes dx
+  // in its dtype (ops/kernels/norm.h), the same values as converting it first, with no
+  // float32 copy to make and keep. Under autocast only the parameters and the output are
+  // float32 then.
+  const bool x16 = x.defined() && x.is_cpu() && is_16bit(x.dtype());
+  if (x16 && autocast_enabled()) {
+    const Tensor w32 = autocast_to_fp32(weight), b32 = autocast_to_fp32(bias);
+    autocast off(autocast_dtype(), false);
+    return batch_norm_impl(x, w32, b32, running_mean, running_var, training, momentum, eps, true);
+  }
   if (auto r = autocast_op(
           AutocastTo::fp32,
           [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) {
@@ -61,11 +77,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   KILN_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
   check_same_device(op, {x, weight, bias, running_mean, running_var});
 
-  const DType dt = compute_dtype(x);
+  const DType dt = compute_dtype(x), xk = x16 ? x.dtype() : dt;  // xk: x's (and dx's) dtype in the kernel
   Tensor out, xc, wc, smean, sinv;
   {
     NoGradGuard ng;
-    xc = as_compute(x, dt);
+    xc = as_compute(x, xk);
     wc = as_compute(weight, dt);
     Tensor bc = as_compute(bias, dt);
     out = Tensor::empty(x.shape(), dt, x.device());
@@ -76,7 +92,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       // Running stats are updated in place by the kernel; convert/copy back when they are
       // not already contiguous tensors of the compute dtype.
       Tensor rm = as_compute(running_mean, dt), rv = as_compute(running_var, dt);
-      k->forward_train(dt, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), out.raw_data(), smean.raw_data(),
+      k->forward_train(xk, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), out.raw_data(), smean.raw_data(),
                        sinv.raw_data(), ptr_or_null(rm), ptr_or_null(rv), N, C, S, momentum, eps);
       if (rm.defined()) rm.bump_version();  // written by the kernel (the copies below bump the originals)
       if (rv.defined()) rv.bump_version();
@@ -84,10 +100,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
       if (rv.defined() && !rv.is_same(running_var)) Tensor(running_var).copy_(rv);
     } else {
       Tensor rm = as_compute(running_mean, dt), rv = as_compute(running_var, dt);
-      k->forward_eval(dt, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), rm.raw_data(), rv.raw_data(),
+      k->forward_eval(xk, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), rm.raw_data(), rv.raw_data(),
                       out.raw_data(), smean.raw_data(), sinv.raw_data(), N, C, S, eps);
     }
-    out = cast_back(out, x.dtype());
+    if (!fp32_out) out = cast_back(out, x.dtype());
   }
   Tensor xd = xc.detach(), wd = wc.defined() ? wc.detach() : Tensor();
   const DType xdt = x.dtype(), wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt;
@@ -95,15 +111,22 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   return record(out, op, {x, weight, bias}, {xd, wd, smean, sinv},
                 [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
                   Tensor gc = as_compute(g, dt);
-                  Tensor dx = needs[0] ? Tensor::empty(xshape, dt, gc.device()) : Tensor();
+                  Tensor dx = needs[0] ? Tensor::empty(xshape, xk, gc.device()) : Tensor();
                   Tensor dw = needs[1] ? Tensor::empty({C}, dt, gc.device()) : Tensor();
                   Tensor db = needs[2] ? Tensor::empty({C}, dt, gc.device()) : Tensor();
                   kernel<BatchNormKernels>(Op::batch_norm, gc.device())
-                      ->backward(dt, gc.raw_data(), xd.raw_data(), ptr_or_null(wd), smean.raw_data(),
+                      ->backward(xk, gc.raw_data(), xd.raw_data(), ptr_or_null(wd), smean.raw_data(),
                                  sinv.raw_data(), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), N, C, S,
                                  training);
                   return {cast_back(dx, xdt), cast_back(dw, wdt), cast_back(db, bdt)};
                 });
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, weight, bias, running_mean, running_var, training, momentum, eps, false);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,

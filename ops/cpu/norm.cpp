@@ -4,8 +4,11 @@
 // change with alignment or thread count); per-channel / per-column totals use double.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
+#include "kiln/core/copy.h"
+#include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernels/norm.h"
 #include "kiln/ops/dispatch.h"
@@ -47,23 +50,25 @@ inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
 
 // ---------------------------------------------------------------- batch norm
 
-template <class T>
-void bn_forward_train(const T* x, const T* w, const T* b, T* out, T* smean, T* sinv, T* rmean, T* rvar,
+// X is how x (and dx) are stored: T, or a 16-bit float read widened to T = float (the
+// op keeps a 16-bit input 16-bit on the CPU; ops/kernels/norm.h).
+template <class T, class X = T>
+void bn_forward_train(const X* x, const T* w, const T* b, T* out, T* smean, T* sinv, T* rmean, T* rvar,
                       int64_t N, int64_t C, int64_t S, double momentum, double eps) {
   const int64_t M = N * S;
   parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double acc = 0;
       for (int64_t n = 0; n < N; ++n) {
-        const T* xr = x + (n * C + c) * S;
-        acc += double(lane_sum<T>(S, [&](int64_t i) { return xr[i]; }));
+        const X* xr = x + (n * C + c) * S;
+        acc += double(lane_sum<T>(S, [&](int64_t i) { return T(xr[i]); }));
       }
       const double mean = M > 0 ? acc / double(M) : 0.0;
       const T mt = T(mean);
       double sq = 0;
       for (int64_t n = 0; n < N; ++n) {
-        const T* xr = x + (n * C + c) * S;
-        sq += double(lane_sum<T>(S, [&](int64_t i) { return (xr[i] - mt) * (xr[i] - mt); }));
+        const X* xr = x + (n * C + c) * S;
+        sq += double(lane_sum<T>(S, [&](int64_t i) { return (T(xr[i]) - mt) * (T(xr[i]) - mt); }));
       }
       const double var = M > 0 ? sq / double(M) : 0.0;
       const double inv = 1.0 / std::sqrt(var + eps);
@@ -77,16 +82,16 @@ void bn_forward_train(const T* x, const T* w, const T* b, T* out, T* smean, T* s
       const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
       const T a = T(wc * inv), sh = T(bc - mean * wc * inv);
       for (int64_t n = 0; n < N; ++n) {
-        const T* xr = x + (n * C + c) * S;
+        const X* xr = x + (n * C + c) * S;
         T* o = out + (n * C + c) * S;
-        for (int64_t s = 0; s < S; ++s) o[s] = xr[s] * a + sh;
+        for (int64_t s = 0; s < S; ++s) o[s] = T(xr[s]) * a + sh;
       }
     }
   });
 }
 
-template <class T>
-void bn_forward_eval(const T* x, const T* w, const T* b, const T* rmean, const T* rvar, T* out, T* smean,
+template <class T, class X = T>
+void bn_forward_eval(const X* x, const T* w, const T* b, const T* rmean, const T* rvar, T* out, T* smean,
                      T* sinv, int64_t N, int64_t C, int64_t S, double eps) {
   for (int64_t c = 0; c < C; ++c) {
     smean[c] = rmean[c];
@@ -98,15 +103,32 @@ void bn_forward_eval(const T* x, const T* w, const T* b, const T* rmean, const T
       const int64_t c = r % C;
       const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
       const T a = T(wc * double(sinv[c])), sh = T(bc - double(smean[c]) * wc * double(sinv[c]));
-      const T* xr = x + r * S;
+      const X* xr = x + r * S;
       T* o = out + r * S;
-      for (int64_t s = 0; s < S; ++s) o[s] = xr[s] * a + sh;
+      for (int64_t s = 0; s < S; ++s) o[s] = T(xr[s]) * a + sh;
     }
   });
 }
 
-template <class T>
-void bn_backward(const T* g, const T* x, const T* w, const T* smean, const T* sinv, T* dx, T* dw, T* db,
+/// d[0, n) = f(i) for each i, stored as X: directly, or (16-bit X) through a float32 chunk
+/// rounded by the vectorised conversion.
+template <class T, class X, class F>
+inline void store_row(X* d, int64_t n, const F& f) {
+  if constexpr (std::is_same_v<X, T>) {
+    for (int64_t i = 0; i < n; ++i) d[i] = f(i);
+  } else {
+    constexpr int64_t kChunk = 512;
+    alignas(64) float buf[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      for (int64_t i = 0; i < m; ++i) buf[i] = f(i0 + i);
+      convert_floats(buf, d + i0, m);
+    }
+  }
+}
+
+template <class T, class X = T>
+void bn_backward(const T* g, const X* x, const T* w, const T* smean, const T* sinv, X* dx, T* dw, T* db,
                  int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
   parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
@@ -116,9 +138,9 @@ void bn_backward(const T* g, const T* x, const T* w, const T* smean, const T* si
       double sum_g = 0, sum_gx = 0;  // sum(g), sum(g (x - mean))
       for (int64_t n = 0; n < N; ++n) {
         const T* gr = g + (n * C + c) * S;
-        const T* xr = x + (n * C + c) * S;
+        const X* xr = x + (n * C + c) * S;
         const auto [sg, sgx] =
-            lane_sum2<T>(S, [&](int64_t i) { return gr[i]; }, [&](int64_t i) { return gr[i] * (xr[i] - mean); });
+            lane_sum2<T>(S, [&](int64_t i) { return gr[i]; }, [&](int64_t i) { return gr[i] * (T(xr[i]) - mean); });
         sum_g += double(sg);
         sum_gx += double(sgx);
       }
@@ -131,16 +153,14 @@ void bn_backward(const T* g, const T* x, const T* w, const T* smean, const T* si
         const T k = T(wc * inv), mg = T(sum_g / double(M)), kx = T(inv * inv * sum_gx / double(M));
         for (int64_t n = 0; n < N; ++n) {
           const T* gr = g + (n * C + c) * S;
-          const T* xr = x + (n * C + c) * S;
-          T* d = dx + (n * C + c) * S;
-          for (int64_t s = 0; s < S; ++s) d[s] = k * (gr[s] - mg - (xr[s] - mean) * kx);
+          const X* xr = x + (n * C + c) * S;
+          store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * (gr[s] - mg - (T(xr[s]) - mean) * kx); });
         }
       } else {
         const T k = T(wc * inv);
         for (int64_t n = 0; n < N; ++n) {
           const T* gr = g + (n * C + c) * S;
-          T* d = dx + (n * C + c) * S;
-          for (int64_t s = 0; s < S; ++s) d[s] = k * gr[s];
+          store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * gr[s]; });
         }
       }
     }
@@ -150,6 +170,13 @@ void bn_backward(const T* g, const T* x, const T* w, const T* smean, const T* si
 void batch_norm_forward_train(DType dt, const void* x, const void* w, const void* b, void* out, void* smean,
                               void* sinv, void* rmean, void* rvar, int64_t N, int64_t C, int64_t S,
                               double momentum, double eps) {
+  auto run16 = [&]<class X>() {
+    bn_forward_train<float, X>(static_cast<const X*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
+                               static_cast<float*>(out), static_cast<float*>(smean), static_cast<float*>(sinv),
+                               static_cast<float*>(rmean), static_cast<float*>(rvar), N, C, S, momentum, eps);
+  };
+  if (dt == DType::bfloat16) return run16.template operator()<BFloat16>();
+  if (dt == DType::float16) return run16.template operator()<Half>();
   KILN_DISPATCH_FLOATING(dt, "batch_norm", [&]<class T>() {
     bn_forward_train<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
                         static_cast<T*>(out), static_cast<T*>(smean), static_cast<T*>(sinv), static_cast<T*>(rmean),
@@ -160,6 +187,14 @@ void batch_norm_forward_train(DType dt, const void* x, const void* w, const void
 void batch_norm_forward_eval(DType dt, const void* x, const void* w, const void* b, const void* rmean,
                              const void* rvar, void* out, void* smean, void* sinv, int64_t N, int64_t C, int64_t S,
                              double eps) {
+  auto run16 = [&]<class X>() {
+    bn_forward_eval<float, X>(static_cast<const X*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
+                              static_cast<const float*>(rmean), static_cast<const float*>(rvar),
+                              static_cast<float*>(out), static_cast<float*>(smean), static_cast<float*>(sinv), N, C,
+                              S, eps);
+  };
+  if (dt == DType::bfloat16) return run16.template operator()<BFloat16>();
+  if (dt == DType::float16) return run16.template operator()<Half>();
   KILN_DISPATCH_FLOATING(dt, "batch_norm", [&]<class T>() {
     bn_forward_eval<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
                        static_cast<const T*>(rmean), static_cast<const T*>(rvar), static_cast<T*>(out),
@@ -170,6 +205,13 @@ void batch_norm_forward_eval(DType dt, const void* x, const void* w, const void*
 void batch_norm_backward(DType dt, const void* g, const void* x, const void* w, const void* smean,
                          const void* sinv, void* dx, void* dw, void* db, int64_t N, int64_t C, int64_t S,
                          bool training) {
+  auto run16 = [&]<class X>() {
+    bn_backward<float, X>(static_cast<const float*>(g), static_cast<const X*>(x), static_cast<const float*>(w),
+                          static_cast<const float*>(smean), static_cast<const float*>(sinv), static_cast<X*>(dx),
+                          static_cast<float*>(dw), static_cast<float*>(db), N, C, S, training);
+  };
+  if (dt == DType::bfloat16) return run16.template operator()<BFloat16>();
+  if (dt == DType::float16) return run16.template operator()<Half>();
   KILN_DISPATCH_FLOATING(dt, "batch_norm_backward", [&]<class T>() {
     bn_backward<T>(static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w),
                    static_cast<const T*>(smean), static_cast<const T*>(sinv), static_cast<T*>(dx), static_cast<T*>(dw),

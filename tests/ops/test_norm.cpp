@@ -103,6 +103,46 @@ TEST_CASE("batch_norm: float32 and bfloat16 paths") {
   CHECK(wf.grad().dtype() == DType::float32);
 }
 
+TEST_CASE("batch_norm on a 16-bit CPU input: the bits of the float32 path on the widened input") {
+  // The CPU kernels read a 16-bit x widened and write dx in its dtype (no float32 copy):
+  // every output, running stat and gradient must be the float32 path's on x widened, with
+  // the 16-bit results rounded once; under autocast the output stays float32.
+  manual_seed(4);
+  const DType f32 = DType::float32;
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (bool training : {true, false})
+      for (bool amp : {false, true}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(training);
+        CAPTURE(amp);
+        const Tensor x16 = (randn({6, 5, 37}) * 3.0 + 1.0).to(dt);
+        Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
+        Tensor w = randn({5}).requires_grad_(), b = randn({5}).requires_grad_();
+        Tensor w2 = w.detach().clone().requires_grad_(), b2 = b.detach().clone().requires_grad_();
+        Tensor rm = randn({5}), rv = rand({5}) + 0.5, rm2 = rm.clone(), rv2 = rv.clone();
+        Tensor y;
+        {
+          autocast guard(dt, amp);
+          y = batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5);
+        }
+        Tensor yw = batch_norm(xw, w2, b2, rm2, rv2, training, 0.1, 1e-5);
+        REQUIRE(y.dtype() == (amp ? f32 : dt));
+        if (amp) CHECK(max_abs_diff(y, yw) == 0.0);
+        else CHECK(max_abs_diff(y.to(f32), yw.detach().to(dt).to(f32)) == 0.0);
+        CHECK(max_abs_diff(rm, rm2) == 0.0);
+        CHECK(max_abs_diff(rv, rv2) == 0.0);
+        REQUIRE(y.grad_fn() != nullptr);
+        CHECK(y.grad_fn()->saved[0].tensor.dtype() == dt);  // x kept in 16 bits
+        const Tensor g = randn(y.shape()).to(y.dtype());
+        y.backward(g);
+        yw.backward(g.to(f32));
+        REQUIRE(x.grad().dtype() == dt);
+        CHECK(max_abs_diff(x.grad().to(f32), xw.grad().to(dt).to(f32)) == 0.0);
+        CHECK(max_abs_diff(w.grad(), w2.grad()) == 0.0);
+        CHECK(max_abs_diff(b.grad(), b2.grad()) == 0.0);
+      }
+}
+
 TEST_CASE("batch_norm: errors") {
   Tensor x = randn({2, 3, 4});
   CHECK_THROWS_WITH_AS(batch_norm(x, ones({4}), Tensor(), Tensor(), Tensor(), true),
