@@ -98,21 +98,23 @@ inline float to_f32(BF16 h) { return bf16_bits_to_float(h.bits); }
 inline __m512 load16(const float* p, int n = 16) {
   return _mm512_maskz_loadu_ps(n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1), p);
 }
-inline __m512 load16(const F16* p, int n = 16) {
-  if (n >= 16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+/// The first n < 16 16-bit values at p, the rest 0 (a masked load where AVX512BW/VL are
+/// compiled in: a transposed A panel of MR = 12 rows takes this on every k).
+template <class E>
+inline __m256i load16_bits_partial(const E* p, int n) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p);
+#else
   alignas(32) uint16_t t[16] = {};
   for (int i = 0; i < n; ++i) t[i] = p[i].bits;
-  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(t)));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+#endif
+}
+inline __m512 load16(const F16* p, int n = 16) {
+  return _mm512_cvtph_ps(n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : load16_bits_partial(p, n));
 }
 inline __m512 load16(const BF16* p, int n = 16) {
-  __m256i h;
-  if (n >= 16) {
-    h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  } else {
-    alignas(32) uint16_t t[16] = {};
-    for (int i = 0; i < n; ++i) t[i] = p[i].bits;
-    h = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
-  }
+  const __m256i h = n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : load16_bits_partial(p, n);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
