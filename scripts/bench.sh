@@ -31,7 +31,7 @@ WORKLOADS=()
 for a in "$@"; do
   case "$a" in
     --smoke) SMOKE=(--smoke) ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "bench.sh: unknown option $a (valid: --smoke)" >&2; exit 2 ;;
     *) WORKLOADS+=("$a") ;;
   esac
