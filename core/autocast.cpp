@@ -8,7 +8,7 @@ thread_local bool t_autocast_enabled = false;
 thread_local DType t_autocast_dtype = DType::bfloat16;
 
 void check_autocast_dtype(DType dt) {
-  KILN_CHECK(dt == DType::float16 || dt == DType::bfloat16,
+  KILN_CHECK(is_half(dt),
              "autocast: the low-precision dtype must be float16 or bfloat16, got ", dtype_name(dt));
 }
 }  // namespace
@@ -40,7 +40,7 @@ Tensor autocast_to_low(const Tensor& t) {
 
 Tensor autocast_to_fp32(const Tensor& t) {
   if (!t_autocast_enabled || !t.defined()) return t;
-  if (t.dtype() != DType::float16 && t.dtype() != DType::bfloat16) return t;
+  if (!is_half(t.dtype())) return t;
   return t.to(DType::float32);
 }
 
@@ -54,7 +54,7 @@ bool autocast_wants_low(std::initializer_list<Tensor> ts) {
 bool autocast_wants_fp32(std::initializer_list<Tensor> ts) {
   if (!t_autocast_enabled) return false;
   for (const auto& t : ts)
-    if (t.defined() && (t.dtype() == DType::float16 || t.dtype() == DType::bfloat16)) return true;
+    if (t.defined() && is_half(t.dtype())) return true;
   return false;
 }
 

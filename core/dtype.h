@@ -35,6 +35,8 @@ inline std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_
 inline bool is_floating(DType d) {
   return d == DType::float32 || d == DType::float64 || d == DType::float16 || d == DType::bfloat16;
 }
+/// True for the 16-bit floats, float16 and bfloat16.
+inline bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 /// The dtype two operands are promoted to (PyTorch-like: float beats int, wider beats narrower).
 DType promote_types(DType a, DType b);
 

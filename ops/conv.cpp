@@ -16,9 +16,7 @@ namespace kiln {
 
 namespace {
 
-bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
-
-/// True when x is 16-bit on the CPU, whose kernels run in float32 (the caller casts). The
+/// True when x is 16-bit on the CPU, whose kernels run in float32 on widened copies. The
 /// CUDA kernels take float16 / bfloat16 directly (float32 accumulation).
 bool upcast_on_cpu(const Tensor& x) { return is_half(x.dtype()) && x.is_cpu(); }
 

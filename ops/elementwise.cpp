@@ -60,12 +60,11 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
 
 // Unary kernels take float16 / bfloat16 on every device (on the CPU: 16-bit storage,
 // float32 math a chunk at a time, ops/cpu/elementwise.cpp), so they are never converted.
-bool is_16bit(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 
 Tensor unary_raw(Op op, const Tensor& x0, double p0 = 0, double p1 = 0) {
   const char* name = op_name(op);
   KILN_CHECK(x0.defined(), name, ": undefined input tensor");
-  DType compute = x0.is_cpu() && !is_16bit(x0.dtype()) ? cpu_compute_dtype(x0.dtype()) : x0.dtype();
+  DType compute = x0.is_cpu() && !is_half(x0.dtype()) ? cpu_compute_dtype(x0.dtype()) : x0.dtype();
   Tensor x = x0.detach().to(compute).contiguous();
   Tensor out = Tensor::empty(x.shape(), compute, x.device());
   UnaryArgs a;
@@ -92,7 +91,7 @@ constexpr Reads unary_reads(Op op) {
 
 // g * op'(s) through the unary backward kernel; s is the saved input or output.
 Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p1) {
-  const bool same16 = is_16bit(g0.dtype()) && s0.dtype() == g0.dtype();
+  const bool same16 = is_half(g0.dtype()) && s0.dtype() == g0.dtype();
   DType compute = g0.is_cpu() && !same16 ? cpu_compute_dtype(g0.dtype()) : g0.dtype();
   Tensor g = g0.to(compute).contiguous();
   Tensor s = s0.to(compute).contiguous();

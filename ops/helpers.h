@@ -30,8 +30,6 @@ std::string describe(const Tensor& t);
 
 /// On the CPU, 16-bit float tensors are computed in float32 and rounded back (so autocast
 /// numerics match the GPU's). Returns the dtype kernels should run in for dtype d.
-inline DType cpu_compute_dtype(DType d) {
-  return (d == DType::float16 || d == DType::bfloat16) ? DType::float32 : d;
-}
+inline DType cpu_compute_dtype(DType d) { return is_half(d) ? DType::float32 : d; }
 
 }  // namespace kiln

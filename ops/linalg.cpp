@@ -146,8 +146,6 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an
   check_floating(op, a, an);
 }
 
-bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
-
 /// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation), and on a CPU with
 /// the packed AVX-512 kernels (ops/cpu/linalg.cpp: bf16 on the AVX512_BF16 kernel where it
 /// outruns the FMAs, else on the float32 kernel, which widens each packed panel). Without

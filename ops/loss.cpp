@@ -16,8 +16,6 @@ namespace kiln {
 
 namespace {
 
-bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
-
 /// (n, c, s) of class-scored input (C), (N, C) or (N, C, d1, ...) against target (), (N) or
 /// (N, d1, ...); throws naming both shapes when they do not fit.
 struct ClassLayout {

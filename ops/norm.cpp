@@ -17,7 +17,6 @@ void* ptr_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr
 // rounded back (the CUDA batch_norm / layer_norm kernels take float32 and float64 only).
 DType compute_dtype(const Tensor& x) { return cpu_compute_dtype(x.dtype()); }
 
-bool is_16bit(DType d) { return d == DType::float16 || d == DType::bfloat16; }
 
 // Checks an optional per-channel / per-feature parameter.
 void check_param(const char* op, const Tensor& p, const char* what, const Shape& expected, const Tensor& x) {
@@ -44,7 +43,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
   // in its dtype (ops/kernels/norm.h), the same values as converting it first, with no
   // float32 copy to make and keep. Under autocast only the parameters and the output are
   // float32 then.
-  const bool x16 = x.defined() && x.is_cpu() && is_16bit(x.dtype());
+  const bool x16 = x.defined() && x.is_cpu() && is_half(x.dtype());
   if (x16 && autocast_enabled()) {
     const Tensor w32 = autocast_to_fp32(weight), b32 = autocast_to_fp32(bias);
     autocast off(autocast_dtype(), false);

@@ -16,8 +16,6 @@ namespace kiln {
 
 namespace {
 
-bool is_half(DType d) { return d == DType::float16 || d == DType::bfloat16; }
-
 void check_defined(const char* op, const Tensor& x) {
   KILN_CHECK(x.defined(), op, ": input is an undefined tensor");
 }

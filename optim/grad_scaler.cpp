@@ -118,7 +118,7 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   KILN_CHECK(loss.defined() && loss.is_floating_point(), "GradScaler.scale: expected a floating-point loss, got ",
              loss.defined() ? describe(loss) : std::string("an undefined tensor"));
   // a 16-bit loss is scaled in float32 (2^16 alone overflows float16)
-  const bool half = loss.dtype() == DType::float16 || loss.dtype() == DType::bfloat16;
+  const bool half = is_half(loss.dtype());
   Tensor l = half ? loss.to(DType::float32) : loss;
   if (l.device().is_cuda() && fused_update_kernel(FusedUpdate::scale_update, l.device())) {
     ensure_device(l.device());

@@ -182,7 +182,7 @@ void matmul_half(DType dt, bool trans_a, bool trans_b, int64_t batch, int64_t M,
 void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                 double alpha, const void* A, int64_t lda, const int64_t* a_off, const void* B, int64_t ldb,
                 const int64_t* b_off, double beta, void* C, int64_t ldc, const int64_t* c_off) {
-  if (dtype == DType::bfloat16 || dtype == DType::float16)
+  if (is_half(dtype))
     return matmul_half(dtype, trans_a, trans_b, batch, M, N, K, alpha, A, lda, a_off, B, ldb, b_off, beta, C, ldc,
                        c_off);
   KILN_DISPATCH_FLOATING(dtype, "matmul", [&]<class T>() {
@@ -211,7 +211,7 @@ void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t 
 
 void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
                 const void* bias, void* y) {
-  if (dtype == DType::bfloat16 || dtype == DType::float16) {  // the bias added in float32
+  if (is_half(dtype)) {  // the bias added in float32
     const auto* b16 = static_cast<const uint16_t*>(bias);
     std::vector<float> b32(bias ? size_t(O) : 0);
     for (size_t j = 0; j < b32.size(); ++j)

@@ -63,8 +63,6 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T
 
 // ---------------------------------------------------------------- float32 accumulation GEMMs
 
-bool is_half(DType dt) { return dt == DType::float16 || dt == DType::bfloat16; }
-
 cudaDataType_t cuda_type(DType dt) {
   switch (dt) {
     case DType::float16: return CUDA_R_16F;
