@@ -1,6 +1,6 @@
 // Mixed precision: the autocast scope (thread-local enabled flag + low-precision dtype) and
 // the two casting helpers ops call at their top: autocast_to_low (matmul/linear/conv/attention)
-// and autocast_to_fp32 (softmax, norms, losses, reductions).
+// and autocast_to_fp32 (softmax, layer_norm, losses, reductions).
 #pragma once
 #include <optional>
 #include <tuple>
@@ -20,8 +20,9 @@ void set_autocast_enabled(bool enabled);
 void set_autocast_dtype(DType dtype);
 
 /// RAII autocast scope (like torch.autocast): inside it, matmul/linear/conv2d/attention run
-/// on 16-bit copies of float32 inputs (fp32 accumulation), while softmax, norms, losses
-/// and reductions run in float32. The scope is thread-local; nesting restores the previous
+/// on 16-bit copies of float32 inputs (fp32 accumulation), while softmax, layer_norm, losses
+/// and reductions run in float32; other ops (batch_norm, elementwise, pooling) run in their
+/// inputs' dtype. The scope is thread-local; nesting restores the previous
 /// state on exit; `autocast guard(dt, false)` disables autocast inside an enabled scope.
 ///   { kiln::autocast guard(kiln::DType::bfloat16); loss = cross_entropy(model(x), y); }
 class autocast {

@@ -160,37 +160,37 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
   g.groups = G;
   g.OH = (H + 2 * g.pH - ekH) / g.sH + 1;
   g.OW = (W + 2 * g.pW - ekW) / g.sW + 1;
-  // 16-bit on the CPU: the kernels run in float32 (kd) on widened copies made here and
-  // again in the backward, so the node keeps x and w in 16 bits (half the memory of
-  // widened copies); bf16 multiplies in bf16 where that pays (Conv2dGeom::bf16_products).
+  // 16-bit on the CPU: the kernels compute in float32 (kd), reading x and dy and writing y
+  // and dx in 16 bits (widened in blocks of samples inside the kernel, ops/kernels/conv.h);
+  // w, bias and their gradients are float32 copies made here, so the node keeps x and w in
+  // 16 bits. bf16 multiplies in bf16 where that pays (Conv2dGeom::bf16_products).
   const DType dt = x.dtype(), kd = upcast_on_cpu(x) ? DType::float32 : dt;
   g.bf16_products = upcast_on_cpu(x) && bf16_products_on_cpu(x);
 
   Tensor xc = contig(x), wc = contig(weight);
-  Tensor xk = as_dtype(xc, kd), wk = as_dtype(wc, kd), bk = bias.defined() ? as_dtype(contig(bias), kd) : Tensor();
+  Tensor wk = as_dtype(wc, kd), bk = bias.defined() ? as_dtype(contig(bias), kd) : Tensor();
   Shape out_shape = x.dim() == 4 ? Shape{g.N, O, g.OH, g.OW} : Shape{O, g.OH, g.OW};
-  Tensor y = Tensor::empty(out_shape, kd, x.device());
+  Tensor y = Tensor::empty(out_shape, dt, x.device());
   const auto* k = kernel<const Conv2dKernels>(Op::conv2d, x.device());
   if (y.numel() > 0)
-    k->forward(kd, g, xk.raw_data(), wk.raw_data(), bk.defined() ? bk.raw_data() : nullptr, y.raw_data());
-  y = as_dtype(y, dt);
+    k->forward(dt, g, xc.raw_data(), wk.raw_data(), bk.defined() ? bk.raw_data() : nullptr, y.raw_data());
 
   const bool gx = x.requires_grad(), gw = weight.requires_grad();
   Tensor xs = gw ? xc : Tensor(), ws = gx ? wc : Tensor();  // saved: what the needed gradients read
   record(y, "conv2d", {x, weight, bias}, {xs, ws},
          [k, g, dt, kd, xc = xs, wc = ws, x_shape = x.shape(), w_shape = weight.shape()](
              const Tensor& gy, const std::vector<bool>& needs) -> std::vector<Tensor> {
-           Tensor dy = grad_in(gy, kd);
-           const Tensor xk = as_dtype(xc, kd), wk = as_dtype(wc, kd);
+           Tensor dy = grad_in(gy, dt);
+           const Tensor wk = as_dtype(wc, kd);
            const bool run = dy.numel() > 0;
-           Tensor dx = needs[0] ? grad_buffer(x_shape, kd, dy.device(), run) : Tensor();
+           Tensor dx = needs[0] ? grad_buffer(x_shape, dt, dy.device(), run) : Tensor();
            Tensor dw = needs[1] ? grad_buffer(w_shape, kd, dy.device(), run) : Tensor();
            Tensor db = needs.size() > 2 && needs[2] ? grad_buffer({g.O}, kd, dy.device(), run) : Tensor();
            if (dy.numel() > 0 && (dx.defined() || dw.defined() || db.defined()))
-             k->backward(kd, g, xk.defined() ? xk.raw_data() : nullptr, wk.defined() ? wk.raw_data() : nullptr,
+             k->backward(dt, g, xc.defined() ? xc.raw_data() : nullptr, wk.defined() ? wk.raw_data() : nullptr,
                          dy.raw_data(), dx.defined() ? dx.raw_data() : nullptr,
                          dw.defined() ? dw.raw_data() : nullptr, db.defined() ? db.raw_data() : nullptr);
-           return {as_dtype(dx, dt), as_dtype(dw, dt), as_dtype(db, dt)};
+           return {dx, as_dtype(dw, dt), as_dtype(db, dt)};
          });
   return y;
 }
@@ -292,7 +292,6 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding) {
   Pool2dGeom g = pool_geom("max_pool2d", x, kernel_size, stride, padding);
-  if (upcast_on_cpu(x)) return max_pool2d(x.to(DType::float32), kernel_size, stride, padding).to(x.dtype());
   Tensor xc = contig(x);
   Shape out_shape = pooled_shape(x, g.OH, g.OW);
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
@@ -313,8 +312,6 @@ Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair 
 
 Tensor avg_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding, bool count_include_pad) {
   Pool2dGeom g = pool_geom("avg_pool2d", x, kernel_size, stride, padding);
-  if (upcast_on_cpu(x))
-    return avg_pool2d(x.to(DType::float32), kernel_size, stride, padding, count_include_pad).to(x.dtype());
   Tensor xc = contig(x);
   Tensor y = Tensor::empty(pooled_shape(x, g.OH, g.OW), x.dtype(), x.device());
   const auto* k = kernel<const AvgPool2dKernels>(Op::avg_pool2d, x.device());
@@ -337,7 +334,6 @@ Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size) {
              pair_str(output_size), " for input ", shape_str(x.shape()));
   const int64_t H = x.size(-2), W = x.size(-1);
   KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
-  if (upcast_on_cpu(x)) return adaptive_avg_pool2d(x.to(DType::float32), output_size).to(x.dtype());
   Pool2dGeom g{};
   g.H = H;
   g.W = W;

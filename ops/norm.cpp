@@ -33,29 +33,13 @@ Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() !=
 
 }  // namespace
 
-namespace {
-
-/// batch_norm; fp32_out keeps the float32 result of a 16-bit x (autocast) instead of
-/// rounding it to x's dtype.
-Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, bool training, double momentum, double eps, bool fp32_out) {
-  // On the CPU a 16-bit x stays 16-bit: the kernel widens it as it reads it and writes dx
-  // in its dtype (ops/kernels/norm.h), the same values as converting it first, with no
-  // float32 copy to make and keep. Under autocast only the parameters and the output are
-  // float32 then.
-  const bool x16 = x.defined() && x.is_cpu() && is_half(x.dtype());
-  if (x16 && autocast_enabled()) {
-    const Tensor w32 = autocast_to_fp32(weight), b32 = autocast_to_fp32(bias);
-    autocast off(autocast_dtype(), false);
-    return batch_norm_impl(x, w32, b32, running_mean, running_var, training, momentum, eps, true);
-  }
-  if (auto r = autocast_op(
-          AutocastTo::fp32,
-          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) {
-            return batch_norm(xc, wc, bc, running_mean, running_var, training, momentum, eps);
-          },
-          x, weight, bias))
-    return *r;  // autocast: the op ran on cast inputs
+// batch_norm runs in its input's dtype, also under autocast (PyTorch's policy): the
+// parameters and statistics are float32, a 16-bit x gives a 16-bit output. On the CPU a
+// 16-bit x stays 16-bit: the kernel widens it as it reads it and rounds out and dx as it
+// writes them (ops/kernels/norm.h), the same values as converting it first, with no
+// float32 copies to make and keep. Elsewhere it is computed in float32 and rounded back.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
   const char* op = "batch_norm";
   KILN_CHECK(x.defined(), "batch_norm: input is undefined");
   KILN_CHECK(x.dim() >= 2, "batch_norm: expected input of shape (N, C, ...) with at least 2 dims, got shape ",
@@ -76,14 +60,15 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
   KILN_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
   check_same_device(op, {x, weight, bias, running_mean, running_var});
 
-  const DType dt = compute_dtype(x), xk = x16 ? x.dtype() : dt;  // xk: x's (and dx's) dtype in the kernel
+  const bool x16 = x.is_cpu() && is_half(x.dtype());
+  const DType dt = compute_dtype(x), xk = x16 ? x.dtype() : dt;  // xk: the activations' dtype in the kernel
   Tensor out, xc, wc, smean, sinv;
   {
     NoGradGuard ng;
     xc = as_compute(x, xk);
     wc = as_compute(weight, dt);
     Tensor bc = as_compute(bias, dt);
-    out = Tensor::empty(x.shape(), dt, x.device());
+    out = Tensor::empty(x.shape(), xk, x.device());
     smean = Tensor::empty({C}, dt, x.device());
     sinv = Tensor::empty({C}, dt, x.device());
     auto* k = kernel<BatchNormKernels>(Op::batch_norm, x.device());
@@ -102,14 +87,14 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
       k->forward_eval(xk, xc.raw_data(), ptr_or_null(wc), ptr_or_null(bc), rm.raw_data(), rv.raw_data(),
                       out.raw_data(), smean.raw_data(), sinv.raw_data(), N, C, S, eps);
     }
-    if (!fp32_out) out = cast_back(out, x.dtype());
+    out = cast_back(out, x.dtype());
   }
   Tensor xd = xc.detach(), wd = wc.defined() ? wc.detach() : Tensor();
   const DType xdt = x.dtype(), wdt = weight.defined() ? weight.dtype() : dt, bdt = bias.defined() ? bias.dtype() : dt;
   Shape xshape = x.shape();
   return record(out, op, {x, weight, bias}, {xd, wd, smean, sinv},
                 [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
-                  Tensor gc = as_compute(g, dt);
+                  Tensor gc = as_compute(g, xk);
                   Tensor dx = needs[0] ? Tensor::empty(xshape, xk, gc.device()) : Tensor();
                   Tensor dw = needs[1] ? Tensor::empty({C}, dt, gc.device()) : Tensor();
                   Tensor db = needs[2] ? Tensor::empty({C}, dt, gc.device()) : Tensor();
@@ -119,13 +104,6 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& weight, const Tensor& bias
                                  training);
                   return {cast_back(dx, xdt), cast_back(dw, wdt), cast_back(db, bdt)};
                 });
-}
-
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
-  return batch_norm_impl(x, weight, bias, running_mean, running_var, training, momentum, eps, false);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,

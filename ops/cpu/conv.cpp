@@ -5,8 +5,11 @@
 // helpers are in conv_algos.h, and pooling is in pool.cpp. Threads over the batch with
 // per-thread scratch and per-thread weight-gradient accumulators reduced in a fixed order.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 #include <omp.h>
+#include "kiln/core/copy.h"
+#include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/cpu/conv_algos.h"
 #include "kiln/ops/kernels/conv.h"
@@ -83,19 +86,45 @@ std::vector<T> transposed_weight(const Conv2dGeom& g, const T* w) {
 
 // ------------------------------------------------------------------ conv2d
 
+/// The forward of samples [lo, hi) with the algorithm chosen for g.
 template <class T>
-void conv2d_forward_t(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
-  const bool direct = use_direct(g), wide = !direct && use_wide(g);
+void forward_range(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+                   int64_t hi) {
+  if (use_direct(g)) return conv2d_forward_direct(g, x, w, bias, y, lo, hi);
+  if (use_wide(g)) return conv2d_forward_wide(nt, g, x, w, bias, y, lo, hi);
+  conv2d_forward_im2col(nt, g, x, w, bias, y, lo, hi);
+}
+
+/// Samples per block when 16-bit activations are widened for the float32 algorithms: about
+/// a megabyte of float32 buffers (values per sample: per_sample), so they stay in cache.
+inline int64_t block_samples(int64_t per_sample) { return std::max<int64_t>(1, (int64_t(1) << 18) / per_sample); }
+
+/// X: how x and y are stored, T or a 16-bit float (a 16-bit convolution; T = float):
+/// blocks of samples are widened into float32 buffers for the algorithms and the results
+/// rounded back, the bits of converting whole tensors first without their memory traffic.
+/// w and bias are T.
+template <class T, class X = T>
+void conv2d_forward_t(const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y) {
   const int nt = batch_threads(g.N);
   run_chunks(nt, g.N, [&](int, int64_t lo, int64_t hi) {
-    if (direct) return conv2d_forward_direct(g, x, w, bias, y, lo, hi);
-    if (wide) return conv2d_forward_wide(nt, g, x, w, bias, y, lo, hi);
-    conv2d_forward_im2col(nt, g, x, w, bias, y, lo, hi);
+    if constexpr (std::is_same_v<X, T>) {
+      forward_range(nt, g, x, w, bias, y, lo, hi);
+    } else {  // blocks of samples widened into float32 buffers, results rounded back
+      const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(xs + ys);
+      std::vector<T> xb(size_t(B * xs)), yb(size_t(B * ys));
+      for (int64_t n0 = lo; n0 < hi; n0 += B) {
+        const int64_t m = std::min(B, hi - n0);
+        convert_floats(x + n0 * xs, xb.data(), m * xs);
+        forward_range(nt, g, xb.data(), w, bias, yb.data(), 0, m);
+        convert_floats(yb.data(), y + n0 * ys, m * ys);
+      }
+    }
   });
 }
 
-template <class T>
-void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
+/// X: how x, dy and dx are stored (see conv2d_forward_t); w, dw and db are T.
+template <class T, class X = T>
+void conv2d_backward_t(const Conv2dGeom& g, const X* x, const T* w, const X* dy, X* dx, T* dw, T* db) {
   const int64_t G = g.groups, Cg = g.C / G;
   const int64_t Kg = Cg * g.kH * g.kW;
   const int64_t wsize = g.O * Kg;
@@ -112,6 +141,20 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
     if (dw) std::fill(dw, dw + wsize, T(0));
     if (db) std::fill(db, db + g.O, T(0));
   }
+  // Samples [lo, hi) of x, dy, dx (T buffers); dw and db accumulate.
+  auto range = [&](const T* xr, const T* dyr, T* dxr, T* dwt, T* dbt, int64_t lo, int64_t hi) {
+    if (direct || wide) {
+      if (direct) conv2d_wgrad_direct(g, xr, dyr, dwt, dbt, lo, hi);  // dw, db in registers
+      // What is left for the wide layout's GEMMs (dx: GEMM + col2im unless transposed)
+      T* dw_gemm = direct ? nullptr : dwt;
+      T* db_gemm = direct ? nullptr : dbt;
+      T* dx_gemm = dx_transposed ? nullptr : dxr;
+      if (dw_gemm || db_gemm || dx_gemm) conv2d_backward_wide<T>(nt, g, xr, w, dyr, dx_gemm, dw_gemm, db_gemm, lo, hi);
+      if (dx_transposed) conv2d_forward_wide<T>(nt, gt, dyr, wt.data(), nullptr, dxr, lo, hi);
+      return;
+    }
+    conv2d_backward_im2col(nt, g, xr, w, dyr, dxr, dwt, dbt, lo, hi);
+  };
   run_chunks(nt, g.N, [&](int t, int64_t lo, int64_t hi) {
     T* dwt = dw;
     T* dbt = db;
@@ -119,17 +162,19 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
       if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
-    if (direct || wide) {
-      if (direct) conv2d_wgrad_direct(g, x, dy, dwt, dbt, lo, hi);  // dw, db in registers
-      // What is left for the wide layout's GEMMs (dx: GEMM + col2im unless transposed)
-      T* dw_gemm = direct ? nullptr : dwt;
-      T* db_gemm = direct ? nullptr : dbt;
-      T* dx_gemm = dx_transposed ? nullptr : dx;
-      if (dw_gemm || db_gemm || dx_gemm) conv2d_backward_wide<T>(nt, g, x, w, dy, dx_gemm, dw_gemm, db_gemm, lo, hi);
-      if (dx_transposed) conv2d_forward_wide<T>(nt, gt, dy, wt.data(), nullptr, dx, lo, hi);
-      return;
+    if constexpr (std::is_same_v<X, T>) {
+      range(x, dy, dx, dwt, dbt, lo, hi);
+    } else {  // blocks of samples as in the forward (x is null when dw is not wanted)
+      const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(2 * xs + ys);
+      std::vector<T> xb(x ? size_t(B * xs) : 0), dyb(size_t(B * ys)), dxb(dx ? size_t(B * xs) : 0);
+      for (int64_t n0 = lo; n0 < hi; n0 += B) {
+        const int64_t m = std::min(B, hi - n0);
+        if (x) convert_floats(x + n0 * xs, xb.data(), m * xs);
+        convert_floats(dy + n0 * ys, dyb.data(), m * ys);
+        range(x ? xb.data() : nullptr, dyb.data(), dx ? dxb.data() : nullptr, dwt, dbt, 0, m);
+        if (dx) convert_floats(dxb.data(), dx + n0 * xs, m * xs);
+      }
     }
-    conv2d_backward_im2col(nt, g, x, w, dy, dx, dwt, dbt, lo, hi);
   });
   if (nt > 1) {
     if (dw) {
@@ -149,6 +194,12 @@ void conv2d_backward_t(const Conv2dGeom& g, const T* x, const T* w, const T* dy,
 
 void conv2d_forward_cpu(DType dtype, const Conv2dGeom& g, const void* x, const void* w, const void* bias,
                         void* y) {
+  auto run16 = [&]<class X>() {
+    conv2d_forward_t<float, X>(g, static_cast<const X*>(x), static_cast<const float*>(w),
+                               static_cast<const float*>(bias), static_cast<X*>(y));
+  };
+  if (dtype == DType::bfloat16) return run16.template operator()<BFloat16>();
+  if (dtype == DType::float16) return run16.template operator()<Half>();
   KILN_DISPATCH_FLOATING(dtype, "conv2d", [&]<class T>() {
     conv2d_forward_t<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
                         static_cast<T*>(y));
@@ -157,6 +208,13 @@ void conv2d_forward_cpu(DType dtype, const Conv2dGeom& g, const void* x, const v
 
 void conv2d_backward_cpu(DType dtype, const Conv2dGeom& g, const void* x, const void* w, const void* dy, void* dx,
                          void* dw, void* dbias) {
+  auto run16 = [&]<class X>() {
+    conv2d_backward_t<float, X>(g, static_cast<const X*>(x), static_cast<const float*>(w),
+                                static_cast<const X*>(dy), static_cast<X*>(dx), static_cast<float*>(dw),
+                                static_cast<float*>(dbias));
+  };
+  if (dtype == DType::bfloat16) return run16.template operator()<BFloat16>();
+  if (dtype == DType::float16) return run16.template operator()<Half>();
   KILN_DISPATCH_FLOATING(dtype, "conv2d", [&]<class T>() {
     conv2d_backward_t<T>(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(dy),
                          static_cast<T*>(dx), static_cast<T*>(dw), static_cast<T*>(dbias));

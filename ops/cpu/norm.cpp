@@ -50,64 +50,21 @@ inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
 
 // ---------------------------------------------------------------- batch norm
 
-// X is how x (and dx) are stored: T, or a 16-bit float read widened to T = float (the
-// op keeps a 16-bit input 16-bit on the CPU; ops/kernels/norm.h).
-template <class T, class X = T>
-void bn_forward_train(const X* x, const T* w, const T* b, T* out, T* smean, T* sinv, T* rmean, T* rvar,
-                      int64_t N, int64_t C, int64_t S, double momentum, double eps) {
-  const int64_t M = N * S;
-  parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      double acc = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const X* xr = x + (n * C + c) * S;
-        acc += double(lane_sum<T>(S, [&](int64_t i) { return T(xr[i]); }));
-      }
-      const double mean = M > 0 ? acc / double(M) : 0.0;
-      const T mt = T(mean);
-      double sq = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const X* xr = x + (n * C + c) * S;
-        sq += double(lane_sum<T>(S, [&](int64_t i) { return (T(xr[i]) - mt) * (T(xr[i]) - mt); }));
-      }
-      const double var = M > 0 ? sq / double(M) : 0.0;
-      const double inv = 1.0 / std::sqrt(var + eps);
-      smean[c] = T(mean);
-      sinv[c] = T(inv);
-      if (rmean) rmean[c] = T((1.0 - momentum) * double(rmean[c]) + momentum * mean);
-      if (rvar) {
-        const double unbiased = M > 1 ? sq / double(M - 1) : var;
-        rvar[c] = T((1.0 - momentum) * double(rvar[c]) + momentum * unbiased);
-      }
-      const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
-      const T a = T(wc * inv), sh = T(bc - mean * wc * inv);
-      for (int64_t n = 0; n < N; ++n) {
-        const X* xr = x + (n * C + c) * S;
-        T* o = out + (n * C + c) * S;
-        for (int64_t s = 0; s < S; ++s) o[s] = T(xr[s]) * a + sh;
-      }
-    }
-  });
-}
+// X is how the activations x, out, dout and dx are stored: T, or a 16-bit float (the op
+// keeps a 16-bit input 16-bit on the CPU; ops/kernels/norm.h), computed on in T = float a
+// row at a time: rows are widened into a per-thread buffer (the same values as converting
+// the whole tensor first) and results rounded as they are stored.
 
-template <class T, class X = T>
-void bn_forward_eval(const X* x, const T* w, const T* b, const T* rmean, const T* rvar, T* out, T* smean,
-                     T* sinv, int64_t N, int64_t C, int64_t S, double eps) {
-  for (int64_t c = 0; c < C; ++c) {
-    smean[c] = rmean[c];
-    sinv[c] = T(1.0 / std::sqrt(double(rvar[c]) + eps));
+/// The n values of row as T: row itself, or a 16-bit row widened into buf.
+template <class T, class X>
+inline const T* widened(const X* row, int64_t n, std::vector<T>& buf) {
+  if constexpr (std::is_same_v<X, T>) {
+    return row;
+  } else {
+    if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+    convert_floats(row, buf.data(), n);
+    return buf.data();
   }
-  // parallel over (n, c) rows
-  parallel_for(0, N * C, std::max<int64_t>(1, 32768 / std::max<int64_t>(S, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r % C;
-      const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
-      const T a = T(wc * double(sinv[c])), sh = T(bc - double(smean[c]) * wc * double(sinv[c]));
-      const X* xr = x + r * S;
-      T* o = out + r * S;
-      for (int64_t s = 0; s < S; ++s) o[s] = T(xr[s]) * a + sh;
-    }
-  });
 }
 
 /// d[0, n) = f(i) for each i, stored as X: directly, or (16-bit X) through a float32 chunk
@@ -128,19 +85,78 @@ inline void store_row(X* d, int64_t n, const F& f) {
 }
 
 template <class T, class X = T>
-void bn_backward(const T* g, const X* x, const T* w, const T* smean, const T* sinv, X* dx, T* dw, T* db,
+void bn_forward_train(const X* x, const T* w, const T* b, X* out, T* smean, T* sinv, T* rmean, T* rvar,
+                      int64_t N, int64_t C, int64_t S, double momentum, double eps) {
+  const int64_t M = N * S;
+  parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+    thread_local std::vector<T> xb;
+    for (int64_t c = c0; c < c1; ++c) {
+      double acc = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
+        acc += double(lane_sum<T>(S, [&](int64_t i) { return xr[i]; }));
+      }
+      const double mean = M > 0 ? acc / double(M) : 0.0;
+      const T mt = T(mean);
+      double sq = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
+        sq += double(lane_sum<T>(S, [&](int64_t i) { return (xr[i] - mt) * (xr[i] - mt); }));
+      }
+      const double var = M > 0 ? sq / double(M) : 0.0;
+      const double inv = 1.0 / std::sqrt(var + eps);
+      smean[c] = T(mean);
+      sinv[c] = T(inv);
+      if (rmean) rmean[c] = T((1.0 - momentum) * double(rmean[c]) + momentum * mean);
+      if (rvar) {
+        const double unbiased = M > 1 ? sq / double(M - 1) : var;
+        rvar[c] = T((1.0 - momentum) * double(rvar[c]) + momentum * unbiased);
+      }
+      const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
+      const T a = T(wc * inv), sh = T(bc - mean * wc * inv);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
+        store_row<T>(out + (n * C + c) * S, S, [&](int64_t s) { return xr[s] * a + sh; });
+      }
+    }
+  });
+}
+
+template <class T, class X = T>
+void bn_forward_eval(const X* x, const T* w, const T* b, const T* rmean, const T* rvar, X* out, T* smean,
+                     T* sinv, int64_t N, int64_t C, int64_t S, double eps) {
+  for (int64_t c = 0; c < C; ++c) {
+    smean[c] = rmean[c];
+    sinv[c] = T(1.0 / std::sqrt(double(rvar[c]) + eps));
+  }
+  // parallel over (n, c) rows
+  parallel_for(0, N * C, std::max<int64_t>(1, 32768 / std::max<int64_t>(S, 1)), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<T> xb;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r % C;
+      const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
+      const T a = T(wc * double(sinv[c])), sh = T(bc - double(smean[c]) * wc * double(sinv[c]));
+      const T* xr = widened<T>(x + r * S, S, xb);
+      store_row<T>(out + r * S, S, [&](int64_t s) { return xr[s] * a + sh; });
+    }
+  });
+}
+
+template <class T, class X = T>
+void bn_backward(const X* g, const X* x, const T* w, const T* smean, const T* sinv, X* dx, T* dw, T* db,
                  int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
   parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+    thread_local std::vector<T> xb, gb;
     for (int64_t c = c0; c < c1; ++c) {
       const T mean = smean[c];
       const double inv = double(sinv[c]);
       double sum_g = 0, sum_gx = 0;  // sum(g), sum(g (x - mean))
       for (int64_t n = 0; n < N; ++n) {
-        const T* gr = g + (n * C + c) * S;
-        const X* xr = x + (n * C + c) * S;
+        const T* gr = widened<T>(g + (n * C + c) * S, S, gb);
+        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
         const auto [sg, sgx] =
-            lane_sum2<T>(S, [&](int64_t i) { return gr[i]; }, [&](int64_t i) { return gr[i] * (T(xr[i]) - mean); });
+            lane_sum2<T>(S, [&](int64_t i) { return gr[i]; }, [&](int64_t i) { return gr[i] * (xr[i] - mean); });
         sum_g += double(sg);
         sum_gx += double(sgx);
       }
@@ -152,14 +168,14 @@ void bn_backward(const T* g, const X* x, const T* w, const T* smean, const T* si
         // dx = w inv (g - sum_g/M - (x - mean) inv^2 sum_gx / M)
         const T k = T(wc * inv), mg = T(sum_g / double(M)), kx = T(inv * inv * sum_gx / double(M));
         for (int64_t n = 0; n < N; ++n) {
-          const T* gr = g + (n * C + c) * S;
-          const X* xr = x + (n * C + c) * S;
-          store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * (gr[s] - mg - (T(xr[s]) - mean) * kx); });
+          const T* gr = widened<T>(g + (n * C + c) * S, S, gb);
+          const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
+          store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * (gr[s] - mg - (xr[s] - mean) * kx); });
         }
       } else {
         const T k = T(wc * inv);
         for (int64_t n = 0; n < N; ++n) {
-          const T* gr = g + (n * C + c) * S;
+          const T* gr = widened<T>(g + (n * C + c) * S, S, gb);
           store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * gr[s]; });
         }
       }
@@ -172,7 +188,7 @@ void batch_norm_forward_train(DType dt, const void* x, const void* w, const void
                               double momentum, double eps) {
   auto run16 = [&]<class X>() {
     bn_forward_train<float, X>(static_cast<const X*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
-                               static_cast<float*>(out), static_cast<float*>(smean), static_cast<float*>(sinv),
+                               static_cast<X*>(out), static_cast<float*>(smean), static_cast<float*>(sinv),
                                static_cast<float*>(rmean), static_cast<float*>(rvar), N, C, S, momentum, eps);
   };
   if (dt == DType::bfloat16) return run16.template operator()<BFloat16>();
@@ -190,8 +206,8 @@ void batch_norm_forward_eval(DType dt, const void* x, const void* w, const void*
   auto run16 = [&]<class X>() {
     bn_forward_eval<float, X>(static_cast<const X*>(x), static_cast<const float*>(w), static_cast<const float*>(b),
                               static_cast<const float*>(rmean), static_cast<const float*>(rvar),
-                              static_cast<float*>(out), static_cast<float*>(smean), static_cast<float*>(sinv), N, C,
-                              S, eps);
+                              static_cast<X*>(out), static_cast<float*>(smean), static_cast<float*>(sinv), N, C, S,
+                              eps);
   };
   if (dt == DType::bfloat16) return run16.template operator()<BFloat16>();
   if (dt == DType::float16) return run16.template operator()<Half>();
@@ -206,7 +222,7 @@ void batch_norm_backward(DType dt, const void* g, const void* x, const void* w, 
                          const void* sinv, void* dx, void* dw, void* db, int64_t N, int64_t C, int64_t S,
                          bool training) {
   auto run16 = [&]<class X>() {
-    bn_backward<float, X>(static_cast<const float*>(g), static_cast<const X*>(x), static_cast<const float*>(w),
+    bn_backward<float, X>(static_cast<const X*>(g), static_cast<const X*>(x), static_cast<const float*>(w),
                           static_cast<const float*>(smean), static_cast<const float*>(sinv), static_cast<X*>(dx),
                           static_cast<float*>(dw), static_cast<float*>(db), N, C, S, training);
   };

@@ -1,11 +1,15 @@
 // CPU kernels of 2-D pooling (max, average, adaptive average), part of the conv op family
 // (ops/kernels/conv.h) and registered through register_cpu_conv (conv.cpp). Loops over N*C
-// planes in parallel; 2x2/2 max pooling vectorised.
+// planes in parallel; 2x2/2 max pooling vectorised. 16-bit tensors are pooled in float32 a
+// plane at a time (over_planes).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+#include "kiln/core/copy.h"
+#include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernels/conv.h"
 #include "kiln/ops/dispatch.h"
@@ -141,28 +145,51 @@ void max_pool_2x2_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restri
   }
 }
 
-template <class T>
-void max_pool_forward_t(const Pool2dGeom& g, const T* x, T* y, int64_t* idx) {
+/// The type a pooling kernel computes in: X itself, float32 for a 16-bit X.
+template <class X>
+using PoolT = std::conditional_t<std::is_same_v<X, Half> || std::is_same_v<X, BFloat16>, float, X>;
+
+/// Runs body(in_plane, out_plane, p) over the P planes in parallel, in (P, n_in) and out
+/// (P, n_out). A 16-bit X is widened a plane at a time into per-thread float32 buffers and
+/// the result rounded back: the bits of converting the whole tensor first (a max is one of
+/// its inputs; a mean or a gradient sum is rounded once), without the float32 copies.
+template <class X, class Body>
+void over_planes(const Pool2dGeom& g, int64_t n_in, int64_t n_out, const X* in, X* out, const Body& body) {
+  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    if constexpr (std::is_same_v<PoolT<X>, X>) {
+      for (int64_t p = p0; p < p1; ++p) body(in + p * n_in, out + p * n_out, p);
+    } else {
+      thread_local std::vector<float> ib, ob;
+      ib.resize(size_t(n_in));
+      ob.resize(size_t(n_out));
+      for (int64_t p = p0; p < p1; ++p) {
+        convert_floats(in + p * n_in, ib.data(), n_in);
+        body(static_cast<const float*>(ib.data()), ob.data(), p);
+        convert_floats(ob.data(), out + p * n_out, n_out);
+      }
+    }
+  });
+}
+
+template <class X>
+void max_pool_forward_t(const Pool2dGeom& g, const X* x, X* y, int64_t* idx) {
+  using T = PoolT<X>;
   auto plane = &max_pool_plane<T, 0, 0, 0>;
   if (g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0) plane = &max_pool_2x2_plane<T>;
   else if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
   else if (g.kH == 3 && g.kW == 3 && g.sW == 2) plane = &max_pool_plane<T, 3, 3, 2>;
   else if (g.kH == 3 && g.kW == 3) plane = &max_pool_plane<T, 3, 3, 0>;
-  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) plane(g, x + p * g.H * g.W, y + p * g.OH * g.OW, idx + p * g.OH * g.OW);
-  });
+  over_planes(g, g.H * g.W, g.OH * g.OW, x, y,
+              [&](const T* xp, T* yp, int64_t p) { plane(g, xp, yp, idx + p * g.OH * g.OW); });
 }
 
-template <class T>
-void max_pool_backward_t(const Pool2dGeom& g, const T* dy, const int64_t* idx, T* dx) {
-  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      T* dxp = dx + p * g.H * g.W;
-      const T* dyp = dy + p * g.OH * g.OW;
-      const int64_t* ip = idx + p * g.OH * g.OW;
-      std::fill(dxp, dxp + g.H * g.W, T(0));
-      for (int64_t i = 0; i < g.OH * g.OW; ++i) dxp[ip[i]] += dyp[i];
-    }
+template <class X>
+void max_pool_backward_t(const Pool2dGeom& g, const X* dy, const int64_t* idx, X* dx) {
+  using T = PoolT<X>;
+  over_planes(g, g.OH * g.OW, g.H * g.W, dy, dx, [&](const T* dyp, T* dxp, int64_t p) {
+    const int64_t* ip = idx + p * g.OH * g.OW;
+    std::fill(dxp, dxp + g.H * g.W, T(0));
+    for (int64_t i = 0; i < g.OH * g.OW; ++i) dxp[ip[i]] += dyp[i];
   });
 }
 
@@ -214,41 +241,37 @@ void avg_pool_plane(const Pool2dGeom& g, bool cip, const T* __restrict xp, T* __
       });
 }
 
-template <class T>
-void avg_pool_forward_t(const Pool2dGeom& g, bool cip, const T* x, T* y) {
+template <class X>
+void avg_pool_forward_t(const Pool2dGeom& g, bool cip, const X* x, X* y) {
+  using T = PoolT<X>;
   auto plane = &avg_pool_plane<T, 0, 0, 0>;
   if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &avg_pool_plane<T, 2, 2, 2>;
   else if (g.kH == 3 && g.kW == 3) plane = &avg_pool_plane<T, 3, 3, 0>;
-  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) plane(g, cip, x + p * g.H * g.W, y + p * g.OH * g.OW);
-  });
+  over_planes(g, g.H * g.W, g.OH * g.OW, x, y, [&](const T* xp, T* yp, int64_t) { plane(g, cip, xp, yp); });
 }
 
-template <class T>
-void avg_pool_backward_t(const Pool2dGeom& g, bool cip, const T* dy, T* dx) {
-  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      T* dxp = dx + p * g.H * g.W;
-      const T* dyp = dy + p * g.OH * g.OW;
-      std::fill(dxp, dxp + g.H * g.W, T(0));
-      const T full = T(g.kH * g.kW);
-      auto spread = [&](T v, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
-      };
-      for_each_window(
-          g,
-          [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              const int64_t w0 = ow * g.sW - g.pW;
-              spread(dyp[oh * g.OW + ow] / full, h0, h0 + g.kH, w0, w0 + g.kW);
-            }
-          },
-          [&](int64_t oh, int64_t ow) {
-            const AvgWindow a = avg_window(g, cip, oh, ow);
-            spread(dyp[oh * g.OW + ow] / T(a.div), a.h0, a.h1, a.w0, a.w1);
-          });
-    }
+template <class X>
+void avg_pool_backward_t(const Pool2dGeom& g, bool cip, const X* dy, X* dx) {
+  using T = PoolT<X>;
+  over_planes(g, g.OH * g.OW, g.H * g.W, dy, dx, [&](const T* dyp, T* dxp, int64_t) {
+    std::fill(dxp, dxp + g.H * g.W, T(0));
+    const T full = T(g.kH * g.kW);
+    auto spread = [&](T v, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+      for (int64_t h = h0; h < h1; ++h)
+        for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
+    };
+    for_each_window(
+        g,
+        [&](int64_t oh, int64_t lo, int64_t hi, int64_t h0) {
+          for (int64_t ow = lo; ow < hi; ++ow) {
+            const int64_t w0 = ow * g.sW - g.pW;
+            spread(dyp[oh * g.OW + ow] / full, h0, h0 + g.kH, w0, w0 + g.kW);
+          }
+        },
+        [&](int64_t oh, int64_t ow) {
+          const AvgWindow a = avg_window(g, cip, oh, ow);
+          spread(dyp[oh * g.OW + ow] / T(a.div), a.h0, a.h1, a.w0, a.w1);
+        });
   });
 }
 
@@ -256,73 +279,76 @@ void avg_pool_backward_t(const Pool2dGeom& g, bool cip, const T* dy, T* dx) {
 inline int64_t bin_start(int64_t i, int64_t n, int64_t out) { return (i * n) / out; }
 inline int64_t bin_end(int64_t i, int64_t n, int64_t out) { return ((i + 1) * n + out - 1) / out; }
 
-template <class T>
-void adaptive_avg_forward_t(const Pool2dGeom& g, const T* x, T* y) {
-  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const T* xp = x + p * g.H * g.W;
-      T* yp = y + p * g.OH * g.OW;
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
-          T s = T(0);
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) s += xp[h * g.W + w];
-          yp[oh * g.OW + ow] = s / T((h1 - h0) * (w1 - w0));
-        }
+template <class X>
+void adaptive_avg_forward_t(const Pool2dGeom& g, const X* x, X* y) {
+  using T = PoolT<X>;
+  over_planes(g, g.H * g.W, g.OH * g.OW, x, y, [&](const T* xp, T* yp, int64_t) {
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+        T s = T(0);
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) s += xp[h * g.W + w];
+        yp[oh * g.OW + ow] = s / T((h1 - h0) * (w1 - w0));
       }
     }
   });
 }
 
-template <class T>
-void adaptive_avg_backward_t(const Pool2dGeom& g, const T* dy, T* dx) {
-  parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      T* dxp = dx + p * g.H * g.W;
-      const T* dyp = dy + p * g.OH * g.OW;
-      std::fill(dxp, dxp + g.H * g.W, T(0));
-      for (int64_t oh = 0; oh < g.OH; ++oh) {
-        const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
-          const T v = dyp[oh * g.OW + ow] / T((h1 - h0) * (w1 - w0));
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
-        }
+template <class X>
+void adaptive_avg_backward_t(const Pool2dGeom& g, const X* dy, X* dx) {
+  using T = PoolT<X>;
+  over_planes(g, g.OH * g.OW, g.H * g.W, dy, dx, [&](const T* dyp, T* dxp, int64_t) {
+    std::fill(dxp, dxp + g.H * g.W, T(0));
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+        const T v = dyp[oh * g.OW + ow] / T((h1 - h0) * (w1 - w0));
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) dxp[h * g.W + w] += v;
       }
     }
   });
+}
+
+/// Calls f.template operator()<X>() with the storage type of dtype d: float32, float64, or
+/// a 16-bit float (computed in float32 a plane at a time, over_planes).
+template <class F>
+void dispatch_pool(DType d, const char* op, F&& f) {
+  if (d == DType::bfloat16) return f.template operator()<BFloat16>();
+  if (d == DType::float16) return f.template operator()<Half>();
+  KILN_DISPATCH_FLOATING(d, op, f);
 }
 
 void max_pool_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y, int64_t* idx) {
-  KILN_DISPATCH_FLOATING(dtype, "max_pool2d", [&]<class T>() {
+  dispatch_pool(dtype, "max_pool2d", [&]<class T>() {
     max_pool_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx);
   });
 }
 void max_pool_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx) {
-  KILN_DISPATCH_FLOATING(dtype, "max_pool2d", [&]<class T>() {
+  dispatch_pool(dtype, "max_pool2d", [&]<class T>() {
     max_pool_backward_t<T>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
   });
 }
 void avg_pool_forward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* x, void* y) {
-  KILN_DISPATCH_FLOATING(dtype, "avg_pool2d", [&]<class T>() {
+  dispatch_pool(dtype, "avg_pool2d", [&]<class T>() {
     avg_pool_forward_t<T>(g, cip, static_cast<const T*>(x), static_cast<T*>(y));
   });
 }
 void avg_pool_backward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* dy, void* dx) {
-  KILN_DISPATCH_FLOATING(dtype, "avg_pool2d", [&]<class T>() {
+  dispatch_pool(dtype, "avg_pool2d", [&]<class T>() {
     avg_pool_backward_t<T>(g, cip, static_cast<const T*>(dy), static_cast<T*>(dx));
   });
 }
 void adaptive_avg_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y) {
-  KILN_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&]<class T>() {
+  dispatch_pool(dtype, "adaptive_avg_pool2d", [&]<class T>() {
     adaptive_avg_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y));
   });
 }
 void adaptive_avg_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, void* dx) {
-  KILN_DISPATCH_FLOATING(dtype, "adaptive_avg_pool2d", [&]<class T>() {
+  dispatch_pool(dtype, "adaptive_avg_pool2d", [&]<class T>() {
     adaptive_avg_backward_t<T>(g, static_cast<const T*>(dy), static_cast<T*>(dx));
   });
 }

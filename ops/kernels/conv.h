@@ -1,7 +1,9 @@
 // Kernel types of the conv op family (conv2d and 2-D pooling). Each op registers one
 // table of function pointers (forward + backward) under its Op in the dispatch table:
 //   kernel<const Conv2dKernels>(Op::conv2d, dev)->forward(...)
-// All buffers are contiguous NCHW; kernels take raw pointers and a geometry struct.
+// All buffers are contiguous NCHW; kernels take raw pointers and a geometry struct. The
+// pooling kernels take every floating dtype (the CPU computes float16 / bfloat16 in
+// float32 a plane at a time).
 #pragma once
 #include <cstdint>
 #include "kiln/core/dtype.h"
@@ -21,6 +23,9 @@ struct Conv2dGeom {
   bool bf16_products = false;
 };
 
+/// Buffers in dtype; on the CPU dtype may also be float16 / bfloat16, meaning x, y, dy and
+/// dx are stored in that dtype (computed on in float32 a block of samples at a time) and w,
+/// bias, dw and dbias are float32.
 struct Conv2dKernels {
   /// y (N, O, OH, OW) = conv(x (N, C, H, W), w (O, C/groups, kH, kW)) + bias (O); bias may be null.
   void (*forward)(DType dtype, const Conv2dGeom& g, const void* x, const void* w, const void* bias, void* y);

@@ -2,8 +2,9 @@
 // op holds a struct of kernel pointers (forward/backward), registered per device type:
 //   kernel<BatchNormKernels>(Op::batch_norm, x.device())->forward_train(...)
 // Buffers are contiguous, in the compute dtype `dt` (float32 or float64 on the CPU). One
-// exception: the CPU's batch norm kernels also take dt float16 / bfloat16, meaning x (and
-// dx) are stored in that dtype, widened as they are read, and everything else is float32.
+// exception: the CPU's batch norm kernels also take dt float16 / bfloat16, meaning the
+// activations x, out, dout and dx are stored in that dtype (widened as they are read,
+// rounded as they are written) and the parameters and statistics are float32.
 #pragma once
 #include <cstdint>
 #include "kiln/core/dtype.h"

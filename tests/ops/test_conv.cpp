@@ -256,6 +256,32 @@ TEST_CASE("conv2d: 16-bit floats compute in float32 and round") {
   }
 }
 
+TEST_CASE("conv2d: a 16-bit CPU convolution widened in blocks of samples has the bits of widening first") {
+  // The CPU kernels read 16-bit x and dy and write y and dx a block of samples at a time
+  // (about a megabyte of float32 per block): at 64 x 32 x 32 per sample the blocks hold one
+  // or two samples. Outputs and gradients must be those of the float32 convolution on the
+  // widened tensors, rounded once (the wide algorithm sums every GEMM in the same order).
+  manual_seed(13);
+  const DType f32 = DType::float32, f16 = DType::float16;
+  const Tensor x16 = randn({5, 64, 32, 32}).to(f16), w16 = (randn({64, 64, 3, 3}) * 0.05).to(f16);
+  const Tensor g = randn({5, 64, 32, 32}).to(f16);
+  const int saved = get_num_threads();
+  for (int nt : {1, 2, 3}) {  // 3: chunks of 2, 2 and 1 samples
+    CAPTURE(nt);
+    set_num_threads(nt);
+    Tensor x = x16.clone().requires_grad_(), w = w16.clone().requires_grad_();
+    Tensor x32 = x16.to(f32).requires_grad_(), w32 = w16.to(f32).requires_grad_();
+    Tensor y = conv2d(x, w, Tensor(), {.padding = {1, 1}}), y32 = conv2d(x32, w32, Tensor(), {.padding = {1, 1}});
+    REQUIRE(y.dtype() == f16);
+    CHECK(max_abs_diff(y.to(f32), y32.detach().to(f16).to(f32)) == 0.0);
+    y.backward(g);
+    y32.backward(g.to(f32));
+    CHECK(max_abs_diff(x.grad().to(f32), x32.grad().to(f16).to(f32)) == 0.0);
+    CHECK(max_abs_diff(w.grad().to(f32), w32.grad().to(f16).to(f32)) == 0.0);
+  }
+  set_num_threads(saved);
+}
+
 TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, against float32 on the same values") {
   // A bf16 convolution on the CPU widens its operands to float32; where sgemm_bf16_preferred()
   // its GEMMs then multiply them as bf16 pairs (Conv2dGeom::bf16_products, exact products
@@ -274,6 +300,9 @@ TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, again
       {{5, 16, 9, 9}, {24, 16, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},   // strided: im2col
       {{4, 24, 8, 8}, {32, 12, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},        // grouped
       {{3, 40, 7, 7}, {48, 40, 1, 1}, {}, true},                                      // pointwise
+      // samples of a megabyte and more: the kernels widen 16-bit blocks of 1-2 samples
+      {{5, 64, 32, 32}, {64, 64, 3, 3}, {.padding = {1, 1}}, false},                  // wide, blocks
+      {{3, 1, 128, 128}, {32, 1, 3, 3}, {.padding = {1, 1}}, true},                   // direct, blocks
   };
   const DType bf = DType::bfloat16, f32 = DType::float32;
   // |a - b| within one bf16 rounding of b plus float32 sums over `depth` products of size ~scale
@@ -421,6 +450,43 @@ TEST_CASE("pooling: against the naive reference") {
   CHECK(max_abs_diff(max_pool2d(xb, {2, 2}), max_pool2d(xb.to(DType::float32), {2, 2})) == 0.0);
   CHECK(avg_pool2d(xb, {2, 2}).dtype() == DType::bfloat16);
   CHECK(adaptive_avg_pool2d(xb.to(DType::float16), {1, 1}).dtype() == DType::float16);
+}
+
+TEST_CASE("pooling a 16-bit CPU input: the bits of the float32 path on the widened input") {
+  // The CPU kernels pool 16-bit planes in float32 a plane at a time: outputs and input
+  // gradients must be the float32 path's on the widened input, rounded once.
+  manual_seed(15);
+  const DType f32 = DType::float32;
+  struct Geo {
+    Shape x;
+    IntPair k, s, p;
+  };
+  const Geo geos[] = {{{4, 3, 8, 8}, {2, 2}, {2, 2}, {0, 0}},   // 2x2/2 fast path
+                      {{2, 5, 9, 7}, {3, 3}, {2, 2}, {1, 1}},   // padded, odd sizes
+                      {{3, 2, 6, 10}, {3, 3}, {1, 1}, {1, 1}},  // overlapping windows: sums in dx
+                      {{1, 70, 5, 6}, {2, 3}, {1, 2}, {0, 1}}};  // many planes through one buffer
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (const Geo& c : geos)
+      for (int kind = 0; kind < 3; ++kind) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(kind);
+        CAPTURE(shape_str(c.x));
+        const Tensor x16 = (randn(c.x) * 4.0).to(dt);
+        Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
+        auto pool = [&](const Tensor& t) {
+          if (kind == 0) return max_pool2d(t, c.k, c.s, c.p);
+          if (kind == 1) return avg_pool2d(t, c.k, c.s, c.p);
+          return adaptive_avg_pool2d(t, {3, 2});
+        };
+        Tensor y = pool(x), yw = pool(xw);
+        REQUIRE(y.dtype() == dt);
+        CHECK(max_abs_diff(y.to(f32), yw.detach().to(dt).to(f32)) == 0.0);
+        const Tensor g = (randn(y.shape()) * 2.0).to(dt);
+        y.backward(g);
+        yw.backward(g.to(f32));
+        REQUIRE(x.grad().dtype() == dt);
+        CHECK(max_abs_diff(x.grad().to(f32), xw.grad().to(dt).to(f32)) == 0.0);
+      }
 }
 
 TEST_CASE("pooling: gradcheck") {
