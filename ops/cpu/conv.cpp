@@ -5,6 +5,7 @@
 // helpers are in conv_algos.h, and pooling is in pool.cpp. Threads over the batch with
 // per-thread scratch and per-thread weight-gradient accumulators reduced in a fixed order.
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 #include <omp.h>
@@ -111,12 +112,12 @@ void conv2d_forward_t(const Conv2dGeom& g, const X* x, const T* w, const T* bias
       forward_range(nt, g, x, w, bias, y, lo, hi);
     } else {  // blocks of samples widened into float32 buffers, results rounded back
       const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(xs + ys);
-      std::vector<T> xb(size_t(B * xs)), yb(size_t(B * ys));
+      const std::unique_ptr<T[]> xb(new T[size_t(B * xs)]), yb(new T[size_t(B * ys)]);  // not zeroed
       for (int64_t n0 = lo; n0 < hi; n0 += B) {
         const int64_t m = std::min(B, hi - n0);
-        convert_floats(x + n0 * xs, xb.data(), m * xs);
-        forward_range(nt, g, xb.data(), w, bias, yb.data(), 0, m);
-        convert_floats(yb.data(), y + n0 * ys, m * ys);
+        convert_floats(x + n0 * xs, xb.get(), m * xs);
+        forward_range(nt, g, xb.get(), w, bias, yb.get(), 0, m);
+        convert_floats(yb.get(), y + n0 * ys, m * ys);
       }
     }
   });
@@ -166,13 +167,14 @@ void conv2d_backward_t(const Conv2dGeom& g, const X* x, const T* w, const X* dy,
       range(x, dy, dx, dwt, dbt, lo, hi);
     } else {  // blocks of samples as in the forward (x is null when dw is not wanted)
       const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(2 * xs + ys);
-      std::vector<T> xb(x ? size_t(B * xs) : 0), dyb(size_t(B * ys)), dxb(dx ? size_t(B * xs) : 0);
+      const std::unique_ptr<T[]> xb(x ? new T[size_t(B * xs)] : nullptr), dyb(new T[size_t(B * ys)]),
+          dxb(dx ? new T[size_t(B * xs)] : nullptr);
       for (int64_t n0 = lo; n0 < hi; n0 += B) {
         const int64_t m = std::min(B, hi - n0);
-        if (x) convert_floats(x + n0 * xs, xb.data(), m * xs);
-        convert_floats(dy + n0 * ys, dyb.data(), m * ys);
-        range(x ? xb.data() : nullptr, dyb.data(), dx ? dxb.data() : nullptr, dwt, dbt, 0, m);
-        if (dx) convert_floats(dxb.data(), dx + n0 * xs, m * xs);
+        if (x) convert_floats(x + n0 * xs, xb.get(), m * xs);
+        convert_floats(dy + n0 * ys, dyb.get(), m * ys);
+        range(xb.get(), dyb.get(), dxb.get(), dwt, dbt, 0, m);
+        if (dx) convert_floats(dxb.get(), dx + n0 * xs, m * xs);
       }
     }
   });
