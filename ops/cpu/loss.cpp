@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
+#include "kiln/core/copy.h"
+#include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernels/loss.h"
 #include "kiln/ops/kernels/reduce.h"
@@ -17,10 +20,24 @@ constexpr int64_t kColBlock = 64;   // spatial positions one task handles at onc
 
 // ---------------------------------------------------------------- cross entropy
 
-template <class T>
+/// The n values of row as T: row itself, or a 16-bit row widened into buf.
+template <class T, class X>
+inline const T* widened_row(const X* row, int64_t n, std::vector<T>& buf) {
+  if constexpr (std::is_same_v<X, T>) {
+    return row;
+  } else {
+    if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+    convert_floats(row, buf.data(), n);
+    return buf.data();
+  }
+}
+
+// X: how the logits (and dlogits) are stored, T or a 16-bit float (T = float) read widened:
+// a row at a time when the classes are contiguous (S == 1), else value by value.
+template <class T, class X = T>
 void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
   const int64_t N = a.n, C = a.c, S = a.s;
-  const T* x = static_cast<const T*>(a.logits);  // (N, C, S)
+  const X* x = static_cast<const X*>(a.logits);  // (N, C, S)
   const int64_t* tg = a.target;                   // (N, S)
   T* loss = static_cast<T*>(a.loss);              // (N, S)
   T* row_max = static_cast<T*>(a.row_max);        // (N, S)
@@ -31,6 +48,7 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
   parallel_for(0, N * nb, grain, [&](int64_t b, int64_t e) {
     double m[kColBlock], sum[kColBlock], xsum[kColBlock];
     T mt[kColBlock];
+    thread_local std::vector<T> rb;
     for (int64_t task = b; task < e; ++task) {
       const int64_t n = task / nb, s0 = (task % nb) * W, w = std::min(W, S - s0);
       for (int64_t j = 0; j < w; ++j) {
@@ -39,22 +57,23 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
         xsum[j] = 0;
       }
       if (S == 1) {
-        const T* xr = x + n * C;  // (C)
+        const T* xr = widened_row<T>(x + n * C, C, rb);  // (C)
         const T mx = cpu::row_max(xr, C);
         m[0] = double(mx);
         sum[0] = cpu::row_sum_exp(xr, C, mx);
         if (eps > 0) xsum[0] = cpu::row_sum<T, double>(xr, C);
       } else {
         for (int64_t c = 0; c < C; ++c) {
-          const T* xr = x + (n * C + c) * S + s0;  // (w)
+          const X* xr = x + (n * C + c) * S + s0;  // (w)
           for (int64_t j = 0; j < w; ++j) {
-            mt[j] = xr[j] > mt[j] ? xr[j] : mt[j];
-            xsum[j] += double(xr[j]);
+            const T v = T(xr[j]);
+            mt[j] = v > mt[j] ? v : mt[j];
+            xsum[j] += double(v);
           }
         }
         for (int64_t c = 0; c < C; ++c) {
-          const T* xr = x + (n * C + c) * S + s0;
-          for (int64_t j = 0; j < w; ++j) sum[j] += double(math::fast_exp(xr[j] - mt[j]));
+          const X* xr = x + (n * C + c) * S + s0;
+          for (int64_t j = 0; j < w; ++j) sum[j] += double(math::fast_exp(T(xr[j]) - mt[j]));
         }
         for (int64_t j = 0; j < w; ++j) m[j] = double(mt[j]);
       }
@@ -68,7 +87,7 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
           loss[k] = T(0);
           continue;
         }
-        double v = (1.0 - eps) * (m[j] - double(x[(n * C + t) * S + s0 + j])) + ls;
+        double v = (1.0 - eps) * (m[j] - double(T(x[(n * C + t) * S + s0 + j]))) + ls;
         if (eps > 0) v += eps * (m[j] - xsum[j] / double(C));
         loss[k] = T(v);
       }
@@ -76,51 +95,66 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
   });
 }
 
-template <class T>
+/// dx as X: the float32 values rounded once (the target's correction applied before).
+template <class T, class X = T>
 void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
   const int64_t N = a.n, C = a.c, S = a.s;
-  const T* x = static_cast<const T*>(a.logits);  // (N, C, S)
+  const X* x = static_cast<const X*>(a.logits);  // (N, C, S)
   const int64_t* tg = a.target;                   // (N, S)
   const T* row_max = static_cast<const T*>(a.row_max);  // (N, S)
   const T* log_sum = static_cast<const T*>(a.log_sum);  // (N, S)
   const T* g = static_cast<const T*>(a.g);        // (N, S) or one value
-  T* dx = static_cast<T*>(a.dlogits);             // (N, C, S)
+  X* dx = static_cast<X*>(a.dlogits);             // (N, C, S)
   const T eps = T(a.label_smoothing), smooth = C > 0 ? eps / T(C) : T(0);
   const int64_t W = std::min<int64_t>(S, kColBlock), nb = (S + W - 1) / W;
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C * W));
   parallel_for(0, N * nb, grain, [&](int64_t b, int64_t e) {
     T gk[kColBlock], mx[kColBlock], ls[kColBlock];
     bool ign[kColBlock];
+    int64_t tk[kColBlock];
+    thread_local std::vector<T> rb, db;
     for (int64_t task = b; task < e; ++task) {
       const int64_t n = task / nb, s0 = (task % nb) * W, w = std::min(W, S - s0);
       for (int64_t j = 0; j < w; ++j) {
         const int64_t k = n * S + s0 + j;
-        ign[j] = tg[k] == a.ignore_index;
+        tk[j] = tg[k];
+        ign[j] = tk[j] == a.ignore_index;
         gk[j] = ign[j] ? T(0) : T(double(g[k * a.g_stride]) * a.scale);
         mx[j] = row_max[k];
         ls[j] = log_sum[k];
       }
       if (S == 1) {
-        const T* xr = x + n * C;
-        T* dr = dx + n * C;
+        X* dn = dx + n * C;
         if (ign[0]) {
-          std::fill(dr, dr + C, T(0));
+          std::fill(dn, dn + C, X(T(0)));
           continue;
+        }
+        const T* xr = widened_row<T>(x + n * C, C, rb);
+        T* dr;  // the row's float values: dx itself, or a buffer rounded into it after
+        if constexpr (std::is_same_v<X, T>) {
+          dr = dn;
+        } else {
+          if (db.size() < size_t(C)) db.resize(size_t(C));
+          dr = db.data();
         }
         const T gg = gk[0], mm = mx[0], ll = ls[0];
         for (int64_t c = 0; c < C; ++c) dr[c] = gg * (math::fast_exp((xr[c] - mm) - ll) - smooth);
+        dr[tk[0]] -= gg * (T(1) - eps);
+        if constexpr (!std::is_same_v<X, T>) convert_floats(dr, dn, C);
       } else {
         for (int64_t c = 0; c < C; ++c) {
-          const T* xr = x + (n * C + c) * S + s0;
-          T* dr = dx + (n * C + c) * S + s0;
-          for (int64_t j = 0; j < w; ++j)
-            dr[j] = ign[j] ? T(0) : gk[j] * (math::fast_exp((xr[j] - mx[j]) - ls[j]) - smooth);
+          const X* xr = x + (n * C + c) * S + s0;
+          X* dr = dx + (n * C + c) * S + s0;
+          for (int64_t j = 0; j < w; ++j) {
+            if (ign[j]) {
+              dr[j] = X(T(0));
+              continue;
+            }
+            T v = gk[j] * (math::fast_exp((T(xr[j]) - mx[j]) - ls[j]) - smooth);
+            if (c == tk[j]) v -= gk[j] * (T(1) - eps);
+            dr[j] = X(v);
+          }
         }
-      }
-      for (int64_t j = 0; j < w; ++j) {
-        if (ign[j]) continue;
-        const int64_t t = tg[n * S + s0 + j];
-        dx[(n * C + t) * S + s0 + j] -= gk[j] * (T(1) - eps);
       }
     }
   });
@@ -128,6 +162,12 @@ void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
 
 void cross_entropy_cpu(DType dt, const CrossEntropyKernelArgs& a) {
   if (a.n * a.s == 0) return;
+  auto run16 = [&]<class X>() {
+    if (a.backward) cross_entropy_backward<float, X>(a);
+    else cross_entropy_forward<float, X>(a);
+  };
+  if (dt == DType::bfloat16) return run16.template operator()<BFloat16>();
+  if (dt == DType::float16) return run16.template operator()<Half>();
   KILN_DISPATCH_FLOATING(dt, "cross_entropy", [&]<class T>() {
     if (a.backward) cross_entropy_backward<T>(a);
     else cross_entropy_forward<T>(a);

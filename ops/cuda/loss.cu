@@ -24,8 +24,8 @@ namespace {
 using cuda::kReduceThreads;
 using cuda::reduce_elem_offset;
 
-// Calls f.template operator()<T>() for float32 / float64 (the op layer computes 16-bit
-// losses in float32).
+// Calls f.template operator()<T>() for float32 / float64 (nll_loss and mse_loss: the op
+// layer casts 16-bit inputs to float32; cross_entropy_cuda takes 16-bit logits itself).
 template <class F>
 void dispatch_loss(DType dt, const char* op, F&& f) {
   switch (dt) {
@@ -42,8 +42,10 @@ void dispatch_loss(DType dt, const char* op, F&& f) {
 
 // One block per row k = n * S + s of the logits (N, C, S): ops/cuda/row_kernels.h's
 // cross_entropy_forward_row (run on the CPU by test_cuda_block_rows).
-template <class T>
-__global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* loss, T* row_max, T* log_sum,
+// X: how the logits and dlogits are stored (T, or a 16-bit float computed on as T = float:
+// the kernels read it widened and round dx once).
+template <class T, class X>
+__global__ void cross_entropy_forward_kernel(const X* x, const int64_t* tg, T* loss, T* row_max, T* log_sum,
                                              int64_t rows, int64_t C, int64_t S, int64_t ignore_index, double eps) {
   for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
     cuda::rows::cross_entropy_forward_row<T>(cuda::DeviceBlock{}, k, x, tg, loss, row_max, log_sum, C, S,
@@ -51,22 +53,22 @@ __global__ void cross_entropy_forward_kernel(const T* x, const int64_t* tg, T* l
 }
 
 // dx[n, c, s] = g (softmax[c] - eps / C) - g (1 - eps) [c == t], 0 where ignored.
-template <class T>
-__global__ void cross_entropy_backward_kernel(const T* x, const int64_t* tg, const T* row_max, const T* log_sum,
-                                              const T* g, int64_t gs, double scale, T* dx, int64_t total, int64_t C,
+template <class T, class X>
+__global__ void cross_entropy_backward_kernel(const X* x, const int64_t* tg, const T* row_max, const T* log_sum,
+                                              const T* g, int64_t gs, double scale, X* dx, int64_t total, int64_t C,
                                               int64_t S, int64_t ignore_index, T eps, T smooth) {
   KILN_GRID_STRIDE(e, total) {
     const int64_t s = e % S, nc = e / S;
     const int64_t c = nc % C, n = nc / C, k = n * S + s;
     const int64_t t = tg[k];
     if (t == ignore_index) {
-      dx[e] = T(0);
+      dx[e] = X(T(0));
       continue;
     }
     const T gk = T(double(g[k * gs]) * scale);
-    T v = gk * (math::fast_exp((x[e] - row_max[k]) - log_sum[k]) - smooth);
+    T v = gk * (math::fast_exp((T(x[e]) - row_max[k]) - log_sum[k]) - smooth);
     if (c == t) v -= gk * (T(1) - eps);
-    dx[e] = v;
+    dx[e] = X(v);
   }
 }
 
@@ -123,23 +125,27 @@ void cross_entropy_cuda(DType dt, const CrossEntropyKernelArgs& a) {
   const int64_t rows = a.n * a.s;
   if (rows == 0) return;
   cudaStream_t st = cuda::current_raw_stream();
-  dispatch_loss(dt, "cross_entropy", [&]<class T>() {
-    const T* x = static_cast<const T*>(a.logits);
+  // T: the loss's dtype; X: the logits' (a 16-bit X computes in float32)
+  auto run = [&]<class T, class X>() {
+    const X* x = static_cast<const X*>(a.logits);
     if (!a.backward) {
-      cross_entropy_forward_kernel<T><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(
+      cross_entropy_forward_kernel<T, X><<<cuda::reduce_blocks(rows), kReduceThreads, 0, st>>>(
           x, a.target, static_cast<T*>(a.loss), static_cast<T*>(a.row_max), static_cast<T*>(a.log_sum), rows, a.c,
           a.s, a.ignore_index, a.label_smoothing);
     } else {
       const int64_t total = rows * a.c;
       if (total == 0) return;
       const T eps = T(a.label_smoothing), smooth = a.c > 0 ? eps / T(a.c) : T(0);
-      cross_entropy_backward_kernel<T><<<cuda::grid_for(total), cuda::kLoopBlock, 0, st>>>(
+      cross_entropy_backward_kernel<T, X><<<cuda::grid_for(total), cuda::kLoopBlock, 0, st>>>(
           x, a.target, static_cast<const T*>(a.row_max), static_cast<const T*>(a.log_sum),
           static_cast<const T*>(a.g), a.g_stride, a.scale,
-          static_cast<T*>(a.dlogits), total, a.c, a.s, a.ignore_index, eps, smooth);
+          static_cast<X*>(a.dlogits), total, a.c, a.s, a.ignore_index, eps, smooth);
     }
     KILN_CUDA_CHECK_LAUNCH();
-  });
+  };
+  if (dt == DType::bfloat16) return run.template operator()<float, BFloat16>();
+  if (dt == DType::float16) return run.template operator()<float, Half>();
+  dispatch_loss(dt, "cross_entropy", [&]<class T>() { run.template operator()<T, T>(); });
 }
 
 void nll_loss_cuda(DType dt, const NllLossKernelArgs& a) {

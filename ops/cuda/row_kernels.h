@@ -214,16 +214,17 @@ KILN_HD_INLINE void bn_eval_dwb_channel(const Block& b, int64_t c, const T* g, c
 /// Row k = n * S + s of cross_entropy's logits (N, C, S) (class c at reduce_elem_offset(k,
 /// c, C, S)): the row's max, log of the sum of exp(x - max) (kept apart, see
 /// CrossEntropyKernelArgs) and loss with label smoothing eps; sums in double, as the CPU.
-template <class T, class Block>
-KILN_HD_INLINE void cross_entropy_forward_row(const Block& b, int64_t k, const T* x, const int64_t* tg, T* loss,
+/// X: how the logits are stored (T, or a 16-bit float read as T = float).
+template <class T, class Block, class X>
+KILN_HD_INLINE void cross_entropy_forward_row(const Block& b, int64_t k, const X* x, const int64_t* tg, T* loss,
                                               T* row_max, T* log_sum, int64_t C, int64_t S, int64_t ignore_index,
                                               double eps) {
   T m = -std::numeric_limits<T>::infinity();
-  for (int64_t c = b.thread(); c < C; c += b.size()) m = r_fmax(m, x[reduce_elem_offset(k, c, C, S)]);
+  for (int64_t c = b.thread(); c < C; c += b.size()) m = r_fmax(m, T(x[reduce_elem_offset(k, c, C, S)]));
   m = b.max(m);
   double se = 0, sx = 0;
   for (int64_t c = b.thread(); c < C; c += b.size()) {
-    const T xv = x[reduce_elem_offset(k, c, C, S)];
+    const T xv = T(x[reduce_elem_offset(k, c, C, S)]);
     se += double(math::fast_exp(xv - m));
     sx += double(xv);
   }
@@ -237,7 +238,7 @@ KILN_HD_INLINE void cross_entropy_forward_row(const Block& b, int64_t k, const T
     if (t == ignore_index) {
       loss[k] = T(0);
     } else {
-      double v = (1.0 - eps) * (double(m) - double(x[reduce_elem_offset(k, t, C, S)])) + ls;
+      double v = (1.0 - eps) * (double(m) - double(T(x[reduce_elem_offset(k, t, C, S)]))) + ls;
       if (eps > 0) v += eps * (double(m) - sx / double(C));
       loss[k] = T(v);
     }

@@ -33,7 +33,9 @@ struct CrossEntropyKernelArgs {
   double scale = 1.0;               // multiplies g (1 / count for the mean)
   void* dlogits = nullptr;          // (n, c, s)
 };
-/// `dt` is the dtype of logits, row_max, log_sum, loss, g and dlogits (float32/float64).
+/// `dt` is the dtype of logits, row_max, log_sum, loss, g and dlogits (float32/float64),
+/// or float16 / bfloat16: then logits and dlogits are stored in it (read widened, dlogits
+/// rounded once) and row_max, log_sum, loss and g are float32.
 using CrossEntropyKernelFn = void(DType dt, const CrossEntropyKernelArgs& args);
 
 /// Negative log-likelihood of log-probabilities (n, c, s): loss = -log_probs[t] (0 where

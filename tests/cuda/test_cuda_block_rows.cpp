@@ -218,6 +218,31 @@ TEST_CASE_TEMPLATE("row kernels: cross_entropy forward per (n, s) row", T, float
   }
 }
 
+TEST_CASE("row kernels: cross_entropy forward rows reading bf16 logits widened") {
+  // The kernel body reads 16-bit logits as float (X = BFloat16, T = float): the loss of
+  // every row must be the CPU's cross_entropy of the same bf16 logits (which computes on
+  // them widened), the max exactly the widened max.
+  manual_seed(9);
+  const int64_t N = 5, C = 300, S = 1, n_rows = N * S;
+  const Tensor xb = (randn({N, C}) * 3.0).to(DType::bfloat16);
+  const Tensor t = randint(0, C, {N});
+  std::vector<BFloat16> xv;  // the bf16 values, through their exact float32 widening
+  for (float f : host<float>(xb)) xv.push_back(BFloat16(f));
+  const std::vector<int64_t> tv = t.to_vector<int64_t>();
+  const Tensor ref = cross_entropy(xb, t, {.label_smoothing = 0.1, .reduction = Reduction::none});
+  const Tensor m_ref = max(xb.to(DType::float32), 1).values;
+  for (int threads : kBlockSizes) {
+    INFO("threads " << threads);
+    std::vector<float> loss(static_cast<size_t>(n_rows)), mx(static_cast<size_t>(n_rows)), ls(static_cast<size_t>(n_rows));
+    run_rows(n_rows, threads, [&](const EmulatedBlock& b, int64_t k) {
+      rows::cross_entropy_forward_row<float>(b, k, xv.data(), tv.data(), loss.data(), mx.data(), ls.data(), C, S, -100,
+                                             0.1);
+    });
+    CHECK(worst(loss, ref) < tol<float>() * 10);
+    CHECK(worst(mx, m_ref) == 0);
+  }
+}
+
 TEST_CASE("row kernels: the reduced mse's partial and final blocks") {
   manual_seed(8);
   const int64_t n = 1001;

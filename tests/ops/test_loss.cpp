@@ -264,6 +264,58 @@ TEST_CASE("16-bit logits: losses are computed and returned in float32") {
   CHECK(mse_loss(x, x).item() == 0.0);
 }
 
+TEST_CASE("cross_entropy on 16-bit logits: the bits of the float32 path on the widened logits") {
+  // The kernels read 16-bit logits widened and write dlogits rounded once: the loss and the
+  // gradient must be those of cross_entropy on logits.to(float32) (what autocast's cast
+  // computed), with no float32 copy saved (the node keeps the 16-bit logits).
+  manual_seed(62);
+  const DType f32 = DType::float32;
+  struct Case {
+    Shape x, t;
+  };
+  const Case cases[] = {{{37, 300}, {37}}, {{3, 11, 5, 4}, {3, 5, 4}}, {{2, 7, 70}, {2, 70}}};  // rows, spatial
+  for (DType dt : {DType::bfloat16, DType::float16})
+    for (const Case& c : cases)
+      for (double eps : {0.0, 0.1})
+        for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none})
+          for (bool amp : {false, true}) {
+            CAPTURE(dtype_name(dt));
+            CAPTURE(shape_str(c.x));
+            CAPTURE(eps);
+            CAPTURE(int(r));
+            CAPTURE(amp);
+            const Tensor x16 = (randn(c.x) * 3.0).to(dt);
+            Tensor tg = randint(0, c.x[1], c.t);
+            tg.reshape({-1}).narrow(0, 0, 1).fill_(-100.0);  // one ignored target
+            Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
+            const CrossEntropyArgs args{.label_smoothing = eps, .reduction = r};
+            Tensor l;
+            {
+              autocast guard(dt, amp);
+              l = cross_entropy(x, tg, args);
+            }
+            Tensor lw = cross_entropy(xw, tg, args);
+            REQUIRE(l.dtype() == f32);
+            CHECK(max_abs_diff(l, lw) == 0.0);
+            REQUIRE(l.grad_fn() != nullptr);
+            CHECK(l.grad_fn()->saved[0].tensor.dtype() == dt);
+            const Tensor g = randn(l.shape());
+            l.backward(g);
+            lw.backward(g);
+            REQUIRE(x.grad().dtype() == dt);
+            CHECK(max_abs_diff(x.grad().to(f32), xw.grad().to(dt).to(f32)) == 0.0);
+          }
+  // A backward that records (create_graph) on 16-bit logits: the float32 formula, rounded
+  Tensor x = (randn({6, 9}) * 2.0).to(DType::bfloat16).requires_grad_();
+  Tensor tg = randint(0, 9, {6});
+  Tensor gx = grad({cross_entropy(x, tg)}, {x}, {}, {.create_graph = true})[0];
+  REQUIRE(gx.grad_fn() != nullptr);
+  Tensor xw = x.detach().to(f32).requires_grad_();
+  Tensor gw = grad({cross_entropy(xw, tg)}, {xw})[0];
+  CHECK(gx.dtype() == DType::bfloat16);
+  CHECK(max_abs_diff(gx.to(f32), gw) <= 1e-2 * max(abs(gw)).item());
+}
+
 // ================================================================ errors
 
 TEST_CASE("errors: targets out of range, shape mismatches, dtypes") {
