@@ -1,5 +1,7 @@
 // Copies between tensors of any dtype, layout and (through a registered hook) device.
 #pragma once
+#include <type_traits>
+#include <vector>
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -15,6 +17,19 @@ void convert_floats(const float* src, Half* dst, int64_t n);
 void convert_floats(const float* src, BFloat16* dst, int64_t n);
 void convert_floats(const Half* src, float* dst, int64_t n);
 void convert_floats(const BFloat16* src, float* dst, int64_t n);
+
+/// The n values at src as T: src itself when X is T, else (a 16-bit X, T float) widened
+/// into buf, which grows as needed (a kernel's per-thread row buffer).
+template <class T, class X>
+const T* widened(const X* src, int64_t n, std::vector<T>& buf) {
+  if constexpr (std::is_same_v<X, T>) {
+    return src;
+  } else {
+    if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+    convert_floats(src, buf.data(), n);
+    return buf.data();
+  }
+}
 
 /// Signature of the CUDA backend's copy (host<->device, device<->device, with casts).
 using DeviceCopyFn = void (*)(const Tensor& dst, const Tensor& src);

@@ -20,18 +20,6 @@ constexpr int64_t kColBlock = 64;   // spatial positions one task handles at onc
 
 // ---------------------------------------------------------------- cross entropy
 
-/// The n values of row as T: row itself, or a 16-bit row widened into buf.
-template <class T, class X>
-inline const T* widened_row(const X* row, int64_t n, std::vector<T>& buf) {
-  if constexpr (std::is_same_v<X, T>) {
-    return row;
-  } else {
-    if (int64_t(buf.size()) < n) buf.resize(size_t(n));
-    convert_floats(row, buf.data(), n);
-    return buf.data();
-  }
-}
-
 // X: how the logits (and dlogits) are stored, T or a 16-bit float (T = float) read widened:
 // a row at a time when the classes are contiguous (S == 1), else value by value.
 template <class T, class X = T>
@@ -57,7 +45,7 @@ void cross_entropy_forward(const CrossEntropyKernelArgs& a) {
         xsum[j] = 0;
       }
       if (S == 1) {
-        const T* xr = widened_row<T>(x + n * C, C, rb);  // (C)
+        const T* xr = widened<T>(x + n * C, C, rb);  // (C)
         const T mx = cpu::row_max(xr, C);
         m[0] = double(mx);
         sum[0] = cpu::row_sum_exp(xr, C, mx);
@@ -129,7 +117,7 @@ void cross_entropy_backward(const CrossEntropyKernelArgs& a) {
           std::fill(dn, dn + C, X(T(0)));
           continue;
         }
-        const T* xr = widened_row<T>(x + n * C, C, rb);
+        const T* xr = widened<T>(x + n * C, C, rb);
         T* dr;  // the row's float values: dx itself, or a buffer rounded into it after
         if constexpr (std::is_same_v<X, T>) {
           dr = dn;

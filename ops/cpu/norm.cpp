@@ -55,18 +55,6 @@ inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
 // row at a time: rows are widened into a per-thread buffer (the same values as converting
 // the whole tensor first) and results rounded as they are stored.
 
-/// The n values of row as T: row itself, or a 16-bit row widened into buf.
-template <class T, class X>
-inline const T* widened(const X* row, int64_t n, std::vector<T>& buf) {
-  if constexpr (std::is_same_v<X, T>) {
-    return row;
-  } else {
-    if (int64_t(buf.size()) < n) buf.resize(size_t(n));
-    convert_floats(row, buf.data(), n);
-    return buf.data();
-  }
-}
-
 /// d[0, n) = f(i) for each i, stored as X: directly, or (16-bit X) through a float32 chunk
 /// rounded by the vectorised conversion.
 template <class T, class X, class F>
