@@ -170,7 +170,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
       Tensor valid = ne(T.tgt.reshape({L.n, 1, L.s}), double(ignore)).to(lv.dtype());
       Tensor want = mul(add(mul(hot, 1.0 - eps), eps / double(L.c)), valid);
       Tensor p = mul(softmax(lv.reshape({L.n, L.c, L.s}), 1), valid);
-      return std::vector<Tensor>{mul(sub(p, want), grad_scale_graph(g, red, T, L)).reshape(live.shape()).to(live.dtype())};
+      Tensor d = mul(sub(p, want), grad_scale_graph(g, red, T, L)).reshape(live.shape());
+      return std::vector<Tensor>{d.to(live.dtype())};
     }
     double scale = 1.0;
     Tensor gc = loss_grad(g, red, T, scale);

@@ -233,7 +233,8 @@ TEST_CASE("row kernels: cross_entropy forward rows reading bf16 logits widened")
   const Tensor m_ref = max(xb.to(DType::float32), 1).values;
   for (int threads : kBlockSizes) {
     INFO("threads " << threads);
-    std::vector<float> loss(static_cast<size_t>(n_rows)), mx(static_cast<size_t>(n_rows)), ls(static_cast<size_t>(n_rows));
+    const size_t nr = static_cast<size_t>(n_rows);
+    std::vector<float> loss(nr), mx(nr), ls(nr);
     run_rows(n_rows, threads, [&](const EmulatedBlock& b, int64_t k) {
       rows::cross_entropy_forward_row<float>(b, k, xv.data(), tv.data(), loss.data(), mx.data(), ls.data(), C, S, -100,
                                              0.1);
