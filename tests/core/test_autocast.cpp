@@ -1,6 +1,7 @@
 // Autocast: the thread-local scope (nesting, disabling, bad dtypes, other threads), the
 // casting helpers and their gradients, and (once ops call the helpers) the dtypes and
-// values of linear/matmul (low precision) and softmax/log_softmax/cross_entropy (float32).
+// values of linear/matmul (low precision) and softmax/log_softmax/cross_entropy (float32),
+// and a CNN's dtypes from convolution to loss (batch norm, relu, pooling in bf16).
 #include <doctest/doctest.h>
 #include <cmath>
 #include <thread>
@@ -158,4 +159,35 @@ TEST_CASE("softmax / log_softmax / cross_entropy under autocast return float32")
   CHECK(loss.dtype() == DType::float32);
   loss.backward();
   CHECK(W.grad().dtype() == DType::float32);
+}
+
+TEST_CASE("a CNN under bf16 autocast: PyTorch's dtypes from the convolution to the loss") {
+  // torch.autocast("cpu", torch.bfloat16) over conv2d -> batch_norm -> relu -> max_pool2d ->
+  // linear -> cross_entropy gives bf16, bf16, bf16, bf16, bf16 and a float32 loss, and
+  // float32 gradients for the float32 parameters (checked against PyTorch 2.15). Batch norm
+  // keeps float32 statistics and parameters.
+  manual_seed(7);
+  Tensor x = randn({2, 3, 8, 8});
+  Tensor w = (randn({4, 3, 3, 3}) * 0.2).requires_grad_(), gamma = ones({4}).requires_grad_();
+  Tensor beta = zeros({4}).requires_grad_(), W = (randn({10, 64}) * 0.1).requires_grad_();
+  Tensor rm = zeros({4}), rv = ones({4});
+  Tensor y, z, r, p, logits, loss;
+  {
+    autocast guard(DType::bfloat16);
+    y = conv2d(x, w, Tensor(), {.padding = {1, 1}});
+    z = batch_norm(y, gamma, beta, rm, rv, true, 0.1, 1e-5);
+    r = relu(z);
+    p = max_pool2d(r, {2, 2});
+    logits = linear(p.reshape({2, 64}), W);
+    loss = cross_entropy(logits, from_vector(std::vector<int64_t>{1, 7}));
+  }
+  for (const Tensor& t : {y, z, r, p, logits}) CHECK(t.dtype() == DType::bfloat16);
+  CHECK(loss.dtype() == DType::float32);
+  CHECK(rm.dtype() == DType::float32);
+  CHECK(kiln::test::max_abs_diff(rm, zeros({4})) > 0.0);  // the running mean moved
+  loss.backward();
+  for (const Tensor& t : {w, gamma, beta, W}) {
+    REQUIRE(t.grad().defined());
+    CHECK(t.grad().dtype() == DType::float32);
+  }
 }
