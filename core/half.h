@@ -2,11 +2,15 @@
 // Stored as uint16_t bits; converted to/from float with round-to-nearest-even.
 // The conversions are plain bit manipulation, usable on host and device alike; on an x86
 // CPU with F16C (the build's -march) the binary16 ones use its conversion instructions,
-// which give the same bits (tests/core/test_half.cpp) about ten times faster.
+// which give the same bits (tests/core/test_half.cpp) about ten times faster; on the GPU
+// they use CUDA's conversion instructions (__float2half_rn and __half2float, RNE as well).
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include "kiln/core/macros.h"
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
 #if defined(__F16C__) && !defined(__CUDA_ARCH__)
 #include <immintrin.h>
 #define KILN_HAVE_F16C 1
@@ -78,7 +82,9 @@ KILN_HD_INLINE float half_bits_to_float_soft(uint16_t h) {
 /// float_to_half_bits_soft. The same bits for every float, except that a NaN keeps the top
 /// of its payload instead of becoming the canonical quiet NaN.
 KILN_HD_INLINE uint16_t float_to_half_bits(float f) {
-#ifdef KILN_HAVE_F16C
+#if defined(__CUDA_ARCH__)
+  return __half_as_ushort(__float2half_rn(f));
+#elif defined(KILN_HAVE_F16C)
   return uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 #else
   return float_to_half_bits_soft(f);
@@ -86,7 +92,9 @@ KILN_HD_INLINE uint16_t float_to_half_bits(float f) {
 }
 /// binary16 bits -> float: VCVTPH2PS where the CPU has F16C, else the portable definition.
 KILN_HD_INLINE float half_bits_to_float(uint16_t h) {
-#ifdef KILN_HAVE_F16C
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#elif defined(KILN_HAVE_F16C)
   return _cvtsh_ss(h);
 #else
   return half_bits_to_float_soft(h);
