@@ -55,10 +55,12 @@ __device__ __forceinline__ V block_reduce(V v, Op op) {
 }
 
 /// The real block, for the bodies of ops/cuda/row_kernels.h (launched with kReduceThreads
-/// threads per block: cub's reductions are sized for it).
+/// threads per block: cub's reductions are sized for it) and of flash_attention.h (any
+/// size: they only use thread(), size() and sync()).
 struct DeviceBlock {
   __device__ int thread() const { return int(threadIdx.x); }
   __device__ int size() const { return int(blockDim.x); }
+  __device__ void sync() const { __syncthreads(); }
   template <class A>
   __device__ A sum(A v) const { return block_sum(v); }
   template <class T>

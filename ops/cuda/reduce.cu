@@ -2,17 +2,21 @@
 // argmin, the max/min backward scatter; integer and bool sum/max/min/arg*) and softmax /
 // log_softmax, with the CPU's kernel types (ops/kernels/reduce.h). One block per
 // output row of the (outer, reduce, inner) view; its threads stride over the reduced dim
-// and combine with cub::BlockReduce. The max/min selection rules (NaN wins, ties keep the
+// and combine with cub::BlockReduce. Sums and means with inner >= 32 read coalesced column
+// tiles instead (column_sum). The max/min selection rules (NaN wins, ties keep the
 // first) are ops/reduce_math.h's.
 #include <cmath>
 #include <limits>
+#include "kiln/core/cuda/index_math.h"
 #include "kiln/core/cuda/runtime.h"
+#include "kiln/core/tensor.h"
 #include "kiln/core/error.h"
 #include "kiln/ops/kernels/reduce.h"
 #include "kiln/ops/cuda/block_reduce.cuh"
 #include "kiln/ops/cuda/reduce_index.h"
 #include "kiln/ops/cuda/row_kernels.h"
 #include "kiln/ops/cuda/register.h"
+#include "kiln/ops/cuda/shape_cuda.h"
 
 namespace kiln {
 namespace {
@@ -29,6 +33,52 @@ __global__ void reduce_sum_kernel(const T* x, T* out, int64_t rows, int64_t R, i
                                   double denom) {
   for (int64_t k = blockIdx.x; k < rows; k += gridDim.x)
     cuda::rows::reduce_sum_row<T>(DeviceBlock{}, k, x, out, R, I, kind, scale, denom);
+}
+
+// Sums (kind 0) with inner >= 32: column tiles of 32 read row by row (coalesced), the
+// reduced dim cut into sp.splits ranges for enough blocks; block item k = split * tiles +
+// tile. One range: the totals go straight to out; several: to ws (splits, outer * I),
+// added in split order by column_sum_finish_kernel (the same result on every run).
+template <class T>
+__global__ void column_sum_kernel(const T* x, T* out, T* ws, int64_t outer, int64_t R, int64_t I,
+                                  cuda::rows::ColumnSplit sp, double scale) {
+  __shared__ T part[kReduceThreads];
+  const int64_t col_tiles = (I + 31) / 32;
+  for (int64_t k = blockIdx.x; k < sp.tiles * sp.splits; k += gridDim.x) {
+    const int64_t split = k / sp.tiles, tile = k - split * sp.tiles, o = tile / col_tiles;
+    const int64_t r0 = split * sp.rows, r1 = r0 + sp.rows < R ? r0 + sp.rows : R;
+    cuda::rows::column_sum_tile<T>(DeviceBlock{}, part, x, o, (tile - o * col_tiles) * 32, r0, r1, R, I,
+                                   [&](int64_t c, T total) {
+                                     if (sp.splits == 1) out[o * I + c] = T(double(total) * scale);
+                                     else ws[(split * outer + o) * I + c] = total;
+                                   });
+  }
+}
+
+template <class T>
+__global__ void column_sum_finish_kernel(const T* ws, T* out, int64_t n, int64_t splits, double scale) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    T s = 0;
+    for (int64_t j = 0; j < splits; ++j) s += ws[j * n + i];
+    out[i] = T(double(s) * scale);
+  }
+}
+
+template <class T>
+void column_sum(const T* x, T* out, int64_t outer, int64_t R, int64_t I, double scale, cudaStream_t s) {
+  const cuda::rows::ColumnSplit sp = cuda::rows::column_split(outer, R, I, int64_t(cuda::multiprocessor_count(-1)) * 4);
+  const int blocks = int(std::min<int64_t>(sp.tiles * sp.splits, 65535));
+  Tensor ws;
+  if (sp.splits > 1) ws = Tensor::empty({sp.splits * outer * I}, std::is_same_v<T, double> ? DType::float64 : DType::float32,
+                                        Device::cuda(cuda::resolve_device(-1)));
+  T* w = sp.splits > 1 ? static_cast<T*>(ws.raw_data()) : nullptr;
+  column_sum_kernel<T><<<blocks, kReduceThreads, 0, s>>>(x, out, w, outer, R, I, sp, scale);
+  KILN_CUDA_CHECK_LAUNCH();
+  if (sp.splits > 1) {
+    column_sum_finish_kernel<T><<<cuda::grid_for(outer * I), cuda::kLoopBlock, 0, s>>>(w, out, outer * I, sp.splits,
+                                                                                       scale);
+    KILN_CUDA_CHECK_LAUNCH();
+  }
 }
 
 template <bool IsMax, class T>
@@ -59,6 +109,10 @@ void reduce_t(Op op, const ReduceArgs& a) {
     case Op::std:
     case Op::logsumexp: {
       const int kind = op == Op::logsumexp ? 3 : op == Op::var ? 1 : op == Op::std ? 2 : 0;
+      if (kind == 0 && I >= 32) {  // coalesced column sums (a bias gradient: sum over dim 0)
+        column_sum<T>(x, static_cast<T*>(a.out), a.outer, R, I, op == Op::mean ? 1.0 / double(R) : 1.0, s);
+        return;
+      }
       reduce_sum_kernel<T><<<blocks, kReduceThreads, 0, s>>>(x, static_cast<T*>(a.out), rows, R, I, kind,
                                                              op == Op::mean ? 1.0 / double(R) : 1.0,
                                                              double(R) - a.correction);

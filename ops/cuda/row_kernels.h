@@ -70,6 +70,47 @@ KILN_HD_INLINE void reduce_sum_row(const Block& b, int64_t k, const T* x, T* out
   }
 }
 
+/// Column sums for a reduction whose inner size I is at least a warp (sum over dim 0 of
+/// (R, I): a bias gradient): columns [c0, c0 + 32) of outer slice o over the reduced rows
+/// [r0, r1). Thread t reads column c0 + t % 32 at rows r0 + t / 32, + G, + 2G, ... (G =
+/// size / 32 row groups), so each warp reads 32 consecutive elements of a row (coalesced,
+/// where reduce_sum_row's threads walk down one column, I elements apart). The G partials
+/// of a column meet in shared memory `part` (size() values) and threads t < 32 add them in
+/// group order and call emit(c, total). size() must be a multiple of 32.
+template <class T, class Block, class Emit>
+KILN_HD_INLINE void column_sum_tile(const Block& b, T* part, const T* x, int64_t o, int64_t c0, int64_t r0,
+                                    int64_t r1, int64_t R, int64_t I, Emit emit) {
+  const int lane = b.thread() % 32, g = b.thread() / 32, G = b.size() / 32;
+  const int64_t c = c0 + lane;
+  T s = 0;
+  if (c < I)
+    for (int64_t r = r0 + g; r < r1; r += G) s += x[(o * R + r) * I + c];
+  part[b.thread()] = s;
+  b.sync();
+  if (b.thread() < 32 && c < I) {
+    T total = 0;
+    for (int j = 0; j < G; ++j) total += part[j * 32 + lane];
+    emit(c, total);
+  }
+  b.sync();  // part is reused by the block's next tile
+}
+
+/// How column_sum_tile's work is split: `splits` consecutive row ranges of `rows` each
+/// (the last may be shorter) over `tiles` = outer * ceil(I / 32) column tiles, enough
+/// blocks (tiles * splits, about `target`) to fill the GPU, each range at least 256 rows.
+struct ColumnSplit {
+  int64_t tiles, splits, rows;
+};
+KILN_HD_INLINE ColumnSplit column_split(int64_t outer, int64_t R, int64_t I, int64_t target) {
+  const int64_t tiles = outer * ((I + 31) / 32);
+  int64_t splits = tiles >= target ? 1 : (target + tiles - 1) / tiles;
+  const int64_t most = (R + 255) / 256;
+  if (splits > most) splits = most;
+  if (splits < 1) splits = 1;
+  const int64_t rows = (R + splits - 1) / splits;  // 0 only when R = 0 (then one empty range)
+  return {tiles, rows > 0 ? (R + rows - 1) / rows : 1, rows};
+}
+
 /// A max/min candidate: value and position along the reduced dim (-1: none yet).
 template <class T>
 struct Best {

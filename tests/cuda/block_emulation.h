@@ -31,6 +31,8 @@ class EmulatedBlock {
   EmulatedBlock(Shared& s, int t) : s_(&s), t_(t) {}
   int thread() const { return t_; }
   int size() const { return s_->threads; }
+  /// __syncthreads(): every thread waits for the others.
+  void sync() const { s_->barrier.arrive_and_wait(); }
 
   template <class A>
   A sum(A v) const {

@@ -1,11 +1,13 @@
 // The bodies of the one-block-per-row CUDA kernels (ops/cuda/row_kernels.h: reductions,
 // softmax, layer norm, batch norm's eval backward, cross entropy, mse, attention's softmax
-// and score gradient, conv's bias gradient) run on the CPU in emulated blocks: one
-// std::thread per CUDA thread, a std::barrier at every block reduction, partials combined
-// in cub's order (tests/cuda/block_emulation.h). Each kernel body, run over every row with
-// several block sizes (1, a partial warp, one warp, a partial last warp, kiln's 256), must
-// give kiln's CPU op. No GPU needed: this is the kernels' own code, not a copy.
+// and score gradient, conv's bias gradient, the coalesced column sums) run on the CPU in
+// emulated blocks: one std::thread per CUDA thread, a std::barrier at every block
+// reduction (and __syncthreads), partials combined in cub's order
+// (tests/cuda/block_emulation.h). Each kernel body, run over every row with several block
+// sizes (1, a partial warp, one warp, a partial last warp, kiln's 256), must give kiln's CPU
+// op. No GPU needed: this is the kernels' own code, not a copy.
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -82,6 +84,50 @@ TEST_CASE_TEMPLATE("row kernels: sum, mean, var, std, logsumexp", T, float, doub
         }
       }
     }
+}
+
+TEST_CASE_TEMPLATE("row kernels: coalesced column sums (inner >= 32), split over the reduced dim", T, float, double) {
+  manual_seed(9);
+  struct Shape3 {
+    int64_t O, R, I;
+  };
+  for (const Shape3 sh : {Shape3{1, 1000, 70}, Shape3{3, 37, 32}, Shape3{2, 0, 40}, Shape3{1, 5, 100},
+                          Shape3{2, 700, 33}}) {
+    Tensor x = randn({sh.O, sh.R, sh.I}, {.dtype = dtype_v<T>});
+    const std::vector<T> xv = host<T>(x);
+    for (int64_t target : {1, 8, 1000})
+      for (int threads : {32, 96, 256}) {
+        const rows::ColumnSplit sp = rows::column_split(sh.O, sh.R, sh.I, target);
+        INFO("O " << sh.O << " R " << sh.R << " I " << sh.I << " target " << target << " threads " << threads
+                  << " splits " << sp.splits);
+        CHECK(sp.splits >= 1);
+        CHECK(sp.splits * sp.rows >= sh.R);
+        CHECK((sp.splits - 1) * sp.rows < std::max<int64_t>(sh.R, 1));  // no empty range but for R = 0
+        // every block item (split, tile) in its own emulated block, as column_sum_kernel
+        const int64_t n = sh.O * sh.I, col_tiles = (sh.I + 31) / 32;
+        std::vector<T> ws(static_cast<size_t>(sp.splits * n), T(-1)), part(static_cast<size_t>(threads));
+        std::vector<int> written(static_cast<size_t>(sp.splits * n), 0);
+        for (int64_t k = 0; k < sp.tiles * sp.splits; ++k) {
+          const int64_t split = k / sp.tiles, tile = k - split * sp.tiles, o = tile / col_tiles;
+          const int64_t r0 = split * sp.rows, r1 = std::min(r0 + sp.rows, sh.R);
+          run_block(threads, [&](const EmulatedBlock& b) {
+            rows::column_sum_tile<T>(b, part.data(), xv.data(), o, (tile - o * col_tiles) * 32, r0, r1, sh.R, sh.I,
+                                     [&](int64_t c, T total) {
+                                       ws[size_t((split * sh.O + o) * sh.I + c)] = total;
+                                       ++written[size_t((split * sh.O + o) * sh.I + c)];
+                                     });
+          });
+        }
+        CHECK(std::all_of(written.begin(), written.end(), [](int w) { return w == 1; }));
+        std::vector<T> out(static_cast<size_t>(n));  // column_sum_finish_kernel: the ranges in order
+        for (int64_t i = 0; i < n; ++i) {
+          T s = 0;
+          for (int64_t j = 0; j < sp.splits; ++j) s += ws[size_t(j * n + i)];
+          out[size_t(i)] = s;
+        }
+        CHECK(worst(out, sum(x, {1})) < tol<T>() * double(std::max<int64_t>(sh.R, 1)));
+      }
+  }
 }
 
 TEST_CASE_TEMPLATE("row kernels: max, min, argmax, argmin with ties and NaN", T, float, double) {
