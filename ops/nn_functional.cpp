@@ -29,8 +29,8 @@ DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.d
 DType attention_dtype(const Tensor& x) {
   return x.is_cpu() && x.dtype() == DType::bfloat16 && sgemm_bf16_preferred() ? DType::bfloat16 : compute_dtype(x);
 }
-/// lse's dtype for kernel dtype dt: float32 for the CPU's bf16 kernel (ops/kernels/nn.h).
-DType lse_dtype(const Tensor& x, DType dt) { return x.is_cpu() && dt == DType::bfloat16 ? DType::float32 : dt; }
+/// lse's dtype for kernel dtype dt: float32 for 16-bit kernels (ops/kernels/nn.h).
+DType lse_dtype(DType dt) { return dt == DType::bfloat16 || dt == DType::float16 ? DType::float32 : dt; }
 Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }
 Tensor cast_back(const Tensor& t, DType d) { return (t.defined() && t.dtype() != d) ? t.to(d) : t; }
 
@@ -154,7 +154,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     oshape.push_back(Tq);
     oshape.push_back(Ev);
     outc = Tensor::empty(oshape, dt, q.device());
-    lse = Tensor::empty({B, Tq}, lse_dtype(q, dt), q.device());
+    lse = Tensor::empty({B, Tq}, lse_dtype(dt), q.device());
     kernel<AttentionKernels>(Op::scaled_dot_product_attention, q.device())
         ->forward(dt, qc.raw_data(), kc.raw_data(), vc.raw_data(), outc.raw_data(), lse.raw_data(), B, Tq, Tk, E, Ev,
                   scale, causal);
@@ -210,7 +210,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
     NoGradGuard ng;
     xc = as_compute(qkv, dt);
     outc = Tensor::empty({B, T, C}, dt, qkv.device());
-    lse = Tensor::empty({B * H, T}, lse_dtype(qkv, dt), qkv.device());
+    lse = Tensor::empty({B * H, T}, lse_dtype(dt), qkv.device());
     ker->forward_strided(dt, part(xc, 0), lin, part(xc, 1), lin, part(xc, 2), lin, outc.raw_data(), lout,
                          lse.raw_data(), B * H, T, T, d, d, scale, causal);
     out = cast_back(outc, xdt);

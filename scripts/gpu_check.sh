@@ -8,7 +8,8 @@
 #   1. configure (sm_90 only) and build only the GPU test binaries and the CLI (-k 0)
 #   2. the GPU tests one by one, each with a time limit, in order of value
 #   3. the GPT benchmark (GPT-2 small shape) in bf16, tf32, fp32, kiln then PyTorch
-#   4. what time is left: the other GPU-shape workloads, CPU vs GPU, the remaining tests
+#   4. what time is left: the GPT in bf16 without the fused attention, the other GPU-shape
+#      workloads, CPU vs GPU, the remaining tests
 # Without a GPU it stops after the build and reports the GPU tests as skipped (exit 0).
 #
 # Usage: scripts/gpu_check.sh [--sanitize] [extra cmake args...]
@@ -99,7 +100,7 @@ FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_c
   test_cuda_reduce test_cuda_parity_elementwise test_cuda_training test_cuda_host_sync test_dist test_cuda_parity_optim
   test_cuda_parity_conv test_cuda_parity_shape"
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
-  test_cuda_shape_index test_cuda_block_rows"
+  test_cuda_shape_index test_cuda_block_rows test_cuda_flash_attention"
 if [ "$SANITIZE" -eq 0 ]; then
   say "stage 1: configure ($BUILD_DIR, sm_$CUDA_ARCHS) and build"
   CMAKE_ARGS=(-S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"
@@ -205,6 +206,9 @@ compare bench_gpt
 
 # ---------------------------------------------------------------- 4. the rest, while time is left
 say "stage 4: the other workloads and tests, while time is left"
+# the GPT in bf16 with the fused attention kernels off (the composed cuBLAS path): their gain
+bench_stage bench_gpt_composed 60 env KILN_CUDA_FLASH_ATTENTION=0 "$KILN" bench --devices cuda --gpu-shapes \
+  --workloads gpt --precision bf16 --timed "$BENCH_TIMED" --csv "$LOGS/bench_gpt_composed.csv"
 bench_stage bench_vision_kiln 90 "$KILN" bench --devices cuda --gpu-shapes --workloads mlp,lenet,convnet \
   --precision fp32,tf32,bf16 --timed "$BENCH_TIMED" --csv "$LOGS/bench_vision_kiln.csv" &&
   [ $TORCH_OK -eq 1 ] && bench_stage bench_vision_torch 90 python3 bench/torch_bench.py --device cuda --gpu-shapes \

@@ -1,7 +1,8 @@
 // CUDA kernels of the nn op family with the CPU's kernel types (ops/kernels/nn.h):
 // dropout with the CPU's Philox keep rule (bitwise the same mask), embedding (gather, and a
-// deterministic sorted-run scatter-add backward), and attention as cuBLAS GEMMs around one
-// fused causal-mask + softmax kernel per row (16-bit inputs run in float32 internally).
+// deterministic sorted-run scatter-add backward), and attention: the fused kernels of
+// flash_attention.cu for 16-bit inputs, else cuBLAS GEMMs around one fused causal-mask +
+// softmax kernel per row (16-bit inputs the fused kernels decline run in float32).
 #include <limits>
 #include "kiln/core/cuda/lazy_library.h"
 #include "kiln/core/cuda/check.h"
@@ -16,6 +17,7 @@
 #include "kiln/ops/cuda/gemm_map.h"
 #include "kiln/ops/cuda/handles.h"
 #include "kiln/ops/cuda/dtype_dispatch.h"
+#include "kiln/ops/cuda/flash_attention.h"
 #include "kiln/ops/cuda/register.h"
 #include "kiln/ops/cuda/shape_cuda.h"
 #include "kiln/ops/cuda/shape_index.h"
@@ -49,12 +51,6 @@ __global__ void dropout_kernel(const T* in, T* out, int64_t n, float p, cuda::Ac
       if (i < n) out[i] = T(C(in[i]) * (math::dropout_keep_word(r.x[j], p) ? scale : C(0)));
     }
   }
-}
-
-template <class Src, class Dst>
-__global__ void convert_kernel(const Src* in, Dst* out, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = Dst(static_cast<float>(in[i]));
 }
 
 // One block per row k = b * Tq + i of the scores s (B, Tq, Tk) (already scaled): masks the
@@ -180,75 +176,132 @@ void attention_backward_t(const T* q, const T* k, const T* v, const T* out, cons
   if (dk) gemm<T>(cuda::attention_dk(B, Tq, Tk, E), T(1), dp, q, dk);  // ds^T q
 }
 
-// 16-bit attention: inputs converted to float32 temporaries, the float32 path, results
-// converted back (lse is saved in 16 bits, so the backward recomputes it in float32).
-template <class H>
-Tensor to_float(const void* x, int64_t n) {
-  Tensor t = Tensor::empty({n}, DType::float32, current_device());
-  if (n > 0) {
-    convert_kernel<H, float><<<cuda::grid_for(n), cuda::kLoopBlock, 0, cuda::current_raw_stream()>>>(
-        static_cast<const H*>(x), static_cast<float*>(t.raw_data()), n);
-    KILN_CUDA_CHECK_LAUNCH();
-  }
-  return t;
+// Operands with their own layouts (ops/kernels/nn.h: AttnLayout), element i of row t of
+// batch entry b at l.offset(b) + t * l.st + i. The fused kernels of flash_attention.cu read
+// and write them in place (16-bit, head dims multiples of 16 up to 128); otherwise the
+// composed path above runs on contiguous operands of its compute type C (float32 for 16-bit
+// inputs), copied and converted in and out by copy_rows where they are not already that.
+
+bool is_contiguous(AttnLayout l, int64_t T, int64_t W) {
+  return l.st == W && (l.H == 1 ? l.sb == T * W : (l.sh == T * W && l.sb == l.H * T * W));
 }
 
-template <class H>
-void from_float(const Tensor& t, void* x) {
-  const int64_t n = t.numel();
-  if (!x || n == 0) return;
-  convert_kernel<float, H><<<cuda::grid_for(n), cuda::kLoopBlock, 0, cuda::current_raw_stream()>>>(
-      static_cast<const float*>(t.raw_data()), static_cast<H*>(x), n);
+// dst (B, T, W) rows in layout ld = src rows in layout ls, converted from S to D.
+template <class S, class D>
+__global__ void copy_rows_kernel(const S* src, AttnLayout ls, D* dst, AttnLayout ld, int64_t B, int64_t T, int64_t W) {
+  const int64_t n = B * T * W;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = i % W, t = (i / W) % T, b = i / (W * T);
+    dst[ld.offset(b) + t * ld.st + w] = D(static_cast<float>(src[ls.offset(b) + t * ls.st + w]));
+  }
+}
+
+template <class S, class D>
+void copy_rows(const S* src, AttnLayout ls, D* dst, AttnLayout ld, int64_t B, int64_t T, int64_t W) {
+  const int64_t n = B * T * W;
+  if (n == 0) return;
+  copy_rows_kernel<S, D><<<cuda::grid_for(n), cuda::kLoopBlock, 0, cuda::current_raw_stream()>>>(src, ls, dst, ld, B,
+                                                                                                  T, W);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-float* fptr(const Tensor& t) { return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr; }
+// An operand of element type X as a contiguous C buffer: x itself when it already is one,
+// else a copy held by `keep`.
+template <class X, class C>
+const C* stage_in(const void* x, AttnLayout l, int64_t B, int64_t T, int64_t W, Tensor& keep) {
+  if constexpr (std::is_same_v<X, C>)
+    if (is_contiguous(l, T, W)) return static_cast<const C*>(x);
+  keep = Tensor::empty({B * T * W}, dtype_of<C>(), current_device());
+  copy_rows<X, C>(static_cast<const X*>(x), l, static_cast<C*>(keep.raw_data()), AttnLayout::contiguous(T, W), B, T,
+                  W);
+  return static_cast<const C*>(keep.raw_data());
+}
+
+// Where the composed path writes a result of element type X: x itself when it is a
+// contiguous C buffer, else a temporary in `keep` that stage_out_finish copies into x.
+template <class X, class C>
+C* stage_out(void* x, AttnLayout l, int64_t B, int64_t T, int64_t W, Tensor& keep) {
+  if (!x) return nullptr;
+  if constexpr (std::is_same_v<X, C>)
+    if (is_contiguous(l, T, W)) return static_cast<C*>(x);
+  keep = Tensor::empty({B * T * W}, dtype_of<C>(), current_device());
+  return static_cast<C*>(keep.raw_data());
+}
+
+template <class X, class C>
+void stage_out_finish(const Tensor& keep, void* x, AttnLayout l, int64_t B, int64_t T, int64_t W) {
+  if (keep.defined() && x)
+    copy_rows<C, X>(static_cast<const C*>(keep.raw_data()), AttnLayout::contiguous(T, W), static_cast<X*>(x), l, B,
+                    T, W);
+}
+
+// lse is (B, Tq) of the compute type: float32 for 16-bit inputs (ops/kernels/nn.h).
+void attention_forward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
+                               AttnLayout lv, void* out, AttnLayout lout, void* lse, int64_t B, int64_t Tq,
+                               int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
+  if (B * Tq == 0) return;
+  if (cuda::flash::try_forward(dt, q, lq, k, lk, v, lv, out, lout, static_cast<float*>(lse), B, Tq, Tk, E, Ev, scale,
+                               causal))
+    return;
+  cuda::dispatch_float(dt, "scaled_dot_product_attention", [&]<class T>() {
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    Tensor kq, kk, kv, ko;
+    const C* qc = stage_in<T, C>(q, lq, B, Tq, E, kq);
+    const C* kc = stage_in<T, C>(k, lk, B, Tk, E, kk);
+    const C* vc = stage_in<T, C>(v, lv, B, Tk, Ev, kv);
+    C* oc = stage_out<T, C>(out, lout, B, Tq, Ev, ko);
+    attention_forward_t<C>(qc, kc, vc, oc, static_cast<C*>(lse), B, Tq, Tk, E, Ev, scale, causal);
+    stage_out_finish<T, C>(ko, out, lout, B, Tq, Ev);
+  });
+}
+
+void attention_backward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
+                                AttnLayout lv, const void* out, AttnLayout lout, const void* lse, const void* dout,
+                                AttnLayout ldout, void* dq, AttnLayout ldq, void* dk, AttnLayout ldk, void* dv,
+                                AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,
+                                double scale, bool causal) {
+  if (cuda::flash::try_backward(dt, q, lq, k, lk, v, lv, out, lout, static_cast<const float*>(lse), dout, ldout, dq,
+                                ldq, dk, ldk, dv, ldv, B, Tq, Tk, E, Ev, scale, causal))
+    return;
+  cuda::dispatch_float(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    Tensor kq, kk, kv, ko, kg, kdq, kdk, kdv;
+    const C* qc = stage_in<T, C>(q, lq, B, Tq, E, kq);
+    const C* kc = stage_in<T, C>(k, lk, B, Tk, E, kk);
+    const C* vc = stage_in<T, C>(v, lv, B, Tk, Ev, kv);
+    const C* oc = stage_in<T, C>(out, lout, B, Tq, Ev, ko);
+    const C* gc = stage_in<T, C>(dout, ldout, B, Tq, Ev, kg);
+    C* dqc = stage_out<T, C>(dq, ldq, B, Tq, E, kdq);
+    C* dkc = stage_out<T, C>(dk, ldk, B, Tk, E, kdk);
+    C* dvc = stage_out<T, C>(dv, ldv, B, Tk, Ev, kdv);
+    attention_backward_t<C>(qc, kc, vc, oc, static_cast<const C*>(lse), gc, dqc, dkc, dvc, B, Tq, Tk, E, Ev, scale,
+                            causal);
+    stage_out_finish<T, C>(kdq, dq, ldq, B, Tq, E);
+    stage_out_finish<T, C>(kdk, dk, ldk, B, Tk, E);
+    stage_out_finish<T, C>(kdv, dv, ldv, B, Tk, Ev);
+  });
+}
 
 void attention_forward(DType dt, const void* q, const void* k, const void* v, void* out, void* lse, int64_t B,
                        int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
-  cuda::dispatch_float(dt, "scaled_dot_product_attention", [&]<class T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      attention_forward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-                             static_cast<T*>(out), static_cast<T*>(lse), B, Tq, Tk, E, Ev, scale, causal);
-    } else {
-      Tensor qf = to_float<T>(q, B * Tq * E), kf = to_float<T>(k, B * Tk * E), vf = to_float<T>(v, B * Tk * Ev);
-      Tensor of = Tensor::empty({B * Tq * Ev}, DType::float32, current_device());
-      Tensor lf = Tensor::empty({B * Tq}, DType::float32, current_device());
-      attention_forward_t<float>(fptr(qf), fptr(kf), fptr(vf), fptr(of), fptr(lf), B, Tq, Tk, E, Ev, scale, causal);
-      from_float<T>(of, out);
-      from_float<T>(lf, lse);
-    }
-  });
+  const AttnLayout lq = AttnLayout::contiguous(Tq, E), lk = AttnLayout::contiguous(Tk, E),
+                   lv = AttnLayout::contiguous(Tk, Ev), lo = AttnLayout::contiguous(Tq, Ev);
+  attention_forward_strided(dt, q, lq, k, lk, v, lv, out, lo, lse, B, Tq, Tk, E, Ev, scale, causal);
 }
 
 void attention_backward(DType dt, const void* q, const void* k, const void* v, const void* out, const void* lse,
                         const void* dout, void* dq, void* dk, void* dv, int64_t B, int64_t Tq, int64_t Tk, int64_t E,
                         int64_t Ev, double scale, bool causal) {
-  cuda::dispatch_float(dt, "scaled_dot_product_attention_backward", [&]<class T>() {
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      attention_backward_t<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-                              static_cast<const T*>(out), static_cast<const T*>(lse), static_cast<const T*>(dout),
-                              static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv), B, Tq, Tk, E, Ev, scale,
-                              causal);
-    } else {
-      Tensor qf = to_float<T>(q, B * Tq * E), kf = to_float<T>(k, B * Tk * E), vf = to_float<T>(v, B * Tk * Ev);
-      Tensor of = to_float<T>(out, B * Tq * Ev), gf = to_float<T>(dout, B * Tq * Ev);
-      const Device dev = current_device();
-      Tensor dqf = dq ? Tensor::empty({B * Tq * E}, DType::float32, dev) : Tensor();
-      Tensor dkf = dk ? Tensor::empty({B * Tk * E}, DType::float32, dev) : Tensor();
-      Tensor dvf = dv ? Tensor::empty({B * Tk * Ev}, DType::float32, dev) : Tensor();
-      attention_backward_t<float>(fptr(qf), fptr(kf), fptr(vf), fptr(of), nullptr, fptr(gf), fptr(dqf), fptr(dkf),
-                                  fptr(dvf), B, Tq, Tk, E, Ev, scale, causal);
-      from_float<T>(dqf, dq);
-      from_float<T>(dkf, dk);
-      from_float<T>(dvf, dv);
-    }
-  });
+  const AttnLayout lq = AttnLayout::contiguous(Tq, E), lk = AttnLayout::contiguous(Tk, E),
+                   lv = AttnLayout::contiguous(Tk, Ev), lo = AttnLayout::contiguous(Tq, Ev);
+  attention_backward_strided(dt, q, lq, k, lk, v, lv, out, lo, lse, dout, lo, dq, lq, dk, lk, dv, lv, B, Tq, Tk, E,
+                             Ev, scale, causal);
 }
 
 const DropoutKernels kDropoutCuda{&dropout_apply};
 const EmbeddingKernels kEmbeddingCuda{&embedding_forward, &embedding_backward};
-const AttentionKernels kAttentionCuda{&attention_forward, &attention_backward, nullptr, nullptr};  // no strided kernels yet
+const AttentionKernels kAttentionCuda{&attention_forward, &attention_backward, &attention_forward_strided,
+                                      &attention_backward_strided};
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include "kiln/core/dtype.h"
+#include "kiln/core/macros.h"
 
 namespace kiln {
 
@@ -36,14 +37,15 @@ struct EmbeddingKernels {
 /// layout starting C elements later, values 2C later).
 struct AttnLayout {
   int64_t H = 1, sb = 0, sh = 0, st = 0;
-  int64_t offset(int64_t b) const { return (b / H) * sb + (b % H) * sh; }
-  static AttnLayout contiguous(int64_t T, int64_t E) { return {1, T * E, 0, E}; }
+  KILN_HD_INLINE int64_t offset(int64_t b) const { return (b / H) * sb + (b % H) * sh; }
+  KILN_HD_INLINE static AttnLayout contiguous(int64_t T, int64_t E) { return {1, T * E, 0, E}; }
 };
 
 struct AttentionKernels {
   /// For every batch b and query row i: s_j = scale q_i . k_j (j <= i when causal),
   /// p = softmax(s), out_i = sum_j p_j v_j; saves lse_i = log sum_j exp(s_j). lse has the
-  /// dtype dt, except for the CPU's bfloat16 kernel (AVX512_BF16 only), where it is float32.
+  /// dtype dt, except for 16-bit dt (the CPU's bfloat16 kernel, CUDA's float16 and
+  /// bfloat16), where it is float32.
   void (*forward)(DType dt, const void* q /* (B, Tq, E) */, const void* k /* (B, Tk, E) */,
                   const void* v /* (B, Tk, Ev) */, void* out /* (B, Tq, Ev) */, void* lse /* (B, Tq) */, int64_t B,
                   int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal);

@@ -1,7 +1,8 @@
 // CUDA against CPU for the loss and nn kernels (ops/cuda/loss.cu, ops/cuda/nn.cu): cross
 // entropy (label smoothing, ignore_index, spatial), nll_loss, mse_loss, dropout (bitwise
 // the same mask for the same seed), embedding (repeated indices, padding_idx) and scaled
-// dot-product attention (causal and not), forward and backward through autograd, in
+// dot-product attention (causal and not; the fused 16-bit kernels, the composed path, the
+// packed qkv layout), forward and backward through autograd, in
 // float32 / float64 and 16-bit where the op takes it. Skipped (visibly) without a GPU.
 #include <doctest/doctest.h>
 #include <cmath>
@@ -174,12 +175,20 @@ TEST_CASE("cuda parity: scaled_dot_product_attention, causal and not, forward an
   struct Case {
     Shape q, k, v;
   };
-  for (DType dt : {DType::float32, DType::float64, DType::bfloat16}) {
-    const double tol = dt == DType::float64 ? 1e-10 : dt == DType::bfloat16 ? 2e-2 : 1e-4;
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::float16}) {
+    const double tol = dt == DType::float64   ? 1e-10
+                       : dt == DType::bfloat16 ? 2e-2
+                       : dt == DType::float16  ? 5e-3
+                                               : 1e-4;
+    // 16-bit inputs with head dims 16, 32, 64 and 128 take the fused kernels
+    // (ops/cuda/flash_attention.cu, tiles of 64 and 32 rows); the others the composed path
     for (const Case& c : std::vector<Case>{{{2, 3, 16, 8}, {2, 3, 16, 8}, {2, 3, 16, 8}},
                                            {{1, 5, 4}, {1, 9, 4}, {1, 9, 6}},
                                            {{2, 100, 32}, {2, 100, 32}, {2, 100, 32}},
-                                           {{3, 7, 5}, {3, 4, 5}, {3, 4, 5}}}) {
+                                           {{3, 7, 5}, {3, 4, 5}, {3, 4, 5}},
+                                           {{2, 2, 130, 64}, {2, 2, 130, 64}, {2, 2, 130, 64}},
+                                           {{1, 40, 16}, {1, 100, 16}, {1, 100, 32}},
+                                           {{1, 2, 70, 128}, {1, 2, 70, 128}, {1, 2, 70, 128}}}) {
       for (bool causal : {false, true}) {
         INFO(dtype_name(dt) << " q " << shape_str(c.q) << " k " << shape_str(c.k) << " v " << shape_str(c.v)
                             << " causal " << causal);
@@ -198,6 +207,22 @@ TEST_CASE("cuda parity: scaled_dot_product_attention, causal and not, forward an
       }
     }
   }
+  // the GPT's packed qkv (B, T, 3C), read in place by the fused kernels (16-bit) or staged
+  // for the composed path (float32, and bf16 with heads of 8)
+  for (DType dt : {DType::float32, DType::bfloat16, DType::float16})
+    for (int64_t heads : {2, 8})
+      for (bool causal : {true, false}) {
+        INFO("packed " << dtype_name(dt) << " heads " << heads << " causal " << causal);
+        const double tol = dt == DType::bfloat16 ? 2e-2 : dt == DType::float16 ? 5e-3 : 1e-4;
+        Tensor x = randn({2, 77, 3 * 64}).to(dt), up = randn({2, 77, 64}).to(dt);
+        Tensor xa = x.clone().requires_grad_(), xb = x.to(kGpu).requires_grad_();
+        Tensor ya = scaled_dot_product_attention_packed(xa, heads, causal);
+        Tensor yb = scaled_dot_product_attention_packed(xb, heads, causal);
+        CHECK(compare(yb, ya, tol) == "");
+        ya.backward(up);
+        yb.backward(up.to(kGpu));
+        CHECK(compare(xb.grad(), xa.grad(), tol) == "");
+      }
   // a non-contiguous q (the op makes it contiguous), only q needing grad
   Tensor q = randn({2, 8, 4}), k = randn({2, 8, 4}), v = randn({2, 8, 4});
   Tensor qa = q.clone().requires_grad_(), qb = q.to(kGpu).requires_grad_();
