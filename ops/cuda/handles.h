@@ -12,4 +12,14 @@ cublasHandle_t cublas_handle();
 /// The current device's cuDNN handle, likewise.
 cudnnHandle_t cudnn_handle();
 
+/// The C functions behind two cuBLAS names that its header also overloads in C++ (for
+/// KILN_LAZY_AS, core/cuda/lazy_library.h).
+using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                  const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                  cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                                const void*, const void*, cudaDataType, int, long long, const void*,
+                                                cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                                long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+
 }  // namespace kiln::cuda

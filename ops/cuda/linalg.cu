@@ -21,14 +21,8 @@
 namespace kiln {
 namespace {
 
-// The C functions behind two cuBLAS names that its header also overloads in C++.
-using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
-                                  const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
-                                  cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
-using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                                                const void*, const void*, cudaDataType, int, long long, const void*,
-                                                cudaDataType, int, long long, const void*, void*, cudaDataType, int,
-                                                long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+using cuda::GemmEx;
+using cuda::GemmStridedBatchedEx;
 
 cublasHandle_t handle_for_current_stream() { return cuda::cublas_handle(); }  // ops/cuda/handles.cu
 

@@ -22,6 +22,7 @@
 #include "kiln/ops/cuda/shape_cuda.h"
 #include "kiln/ops/cuda/shape_index.h"
 #include "kiln/ops/dispatch.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/math.h"
 #include "kiln/ops/nn_math.h"
 
@@ -113,7 +114,7 @@ void embedding_backward(DType dt, const int64_t* idx, const void* dout, void* dw
 
 // C = alpha op(A) op(B) for one of attention's row-major GEMMs (ops/cuda/gemm_map.h: the
 // shapes, and their column-major cuBLAS form C^T = op(B)^T op(A)^T, tested on the CPU).
-// C is contiguous (batch, M, N).
+// C is contiguous (batch, M, N). float32 uses TF32 when set_float32_matmul_precision allows.
 template <class T>
 void gemm(const cuda::RowMajorGemm& g, T alpha, const T* A, const T* B, T* C) {
   if (g.M == 0 || g.N == 0 || g.batch == 0) return;
@@ -125,6 +126,15 @@ void gemm(const cuda::RowMajorGemm& g, T alpha, const T* A, const T* B, T* C) {
   const cuda::ColMajorGemm c = cuda::to_col_major(g);
   const cublasOperation_t opf = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, ops = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const T beta = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (float32_matmul_allows_tf32()) {  // set_float32_matmul_precision("high"): TF32 tensor cores, as linalg.cu
+      KILN_CUBLAS_CHECK(KILN_LAZY_AS(cublas, cublasGemmStridedBatchedEx, cuda::GemmStridedBatchedEx)(
+          h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, CUDA_R_32F, int(c.ld_first), c.stride_first, A,
+          CUDA_R_32F, int(c.ld_second), c.stride_second, &beta, C, CUDA_R_32F, int(c.ldc), c.stride_c, int(c.batch),
+          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+  }
   if constexpr (std::is_same_v<T, float>)
     KILN_CUBLAS_CHECK(KILN_LAZY(cublas, cublasSgemmStridedBatched)(
         h, opf, ops, int(c.m), int(c.n), int(c.k), &alpha, B, int(c.ld_first), c.stride_first, A, int(c.ld_second),
