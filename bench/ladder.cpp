@@ -9,6 +9,8 @@
 //          1 im2col   copy the input's patches into a matrix, one GEMM (conv_im2col.cpp)
 //          2 wide     stride 1: the GEMM reads the patches where they lie (conv_wide.cpp)
 //          3 direct   few input channels: vector registers, no GEMM (conv_direct.cpp)
+//   GPU (where one is visible; ops/cuda/ladder.h): GEMM naive, shared-memory tiled, cuBLAS
+//   float32 / TF32 / bf16; conv2d naive, cuDNN float32 / TF32 / bf16.
 // A rung that does not apply to a shape (direct needs at most 4 input channels) is not run.
 // Each result is checked against rung 0 before it is timed; times are medians.
 #include "bench/ladder.h"
@@ -20,8 +22,13 @@
 #include <vector>
 #include "bench/report.h"
 #include "bench/system_probe.h"
+#include "kiln/core/cuda.h"
 #include "kiln/core/error.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/conv.h"
+#include "kiln/ops/cuda/ladder.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/cpu/conv_algos.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/reference/conv2d.h"
@@ -84,7 +91,112 @@ std::string threads_label(int n) { return std::to_string(n) + (n == 1 ? " thread
 struct Row {
   std::string kernel, shape, rung, note;
   double ms, gflop;
+  double peak = NAN;  ///< GPU rungs: the GPU's peak GFLOP/s in the rung's precision (NaN: unknown)
+  bool gpu = false;
 };
+
+/// Median milliseconds per call of f on the GPU: one warm-up call, then `reps` calls between
+/// two CUDA events (the GPU's own clock), `rounds` times.
+double gpu_median_ms(int reps, const std::function<void()>& f) {
+  f();
+  cuda::synchronize();
+  std::vector<double> t;
+  for (int round = 0; round < 5; ++round) {
+    cuda::Event start, end;
+    start.record();
+    for (int r = 0; r < reps; ++r) f();
+    end.record();
+    t.push_back(double(start.elapsed_ms(end)) / reps);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<float> host(const Tensor& t) {
+  return t.to(Device::cpu()).to(DType::float32).contiguous().to_vector<float>();
+}
+
+/// The GPU rungs (ops/cuda/ladder.h): GEMM naive, tiled, cuBLAS float32 / TF32 / bf16;
+/// conv2d naive, cuDNN float32 / TF32 / bf16. Each checked against the GPU's rung 0.
+void run_gpu_rungs(bool smoke, const std::string& gpu, std::vector<Row>& rows) {
+  const Device dev = Device::cuda(0);
+  const int reps = smoke ? 1 : 10;
+  const std::string before = float32_matmul_precision();
+  struct Restore {  // the precision switch and benchmark flag as they were, even on an error
+    std::string precision;
+    bool bench;
+    ~Restore() {
+      set_float32_matmul_precision(precision);
+      cudnn_benchmark(bench);
+    }
+  } restore{before, cudnn_benchmark_enabled()};
+  auto add = [&](const std::string& kernel, const std::string& shape, const std::string& rung, double gflop,
+                 double ms, const char* precision) {
+    Row r{kernel, shape, rung + " (GPU)", "", ms, gflop};
+    r.gpu = true, r.peak = gpu_peak_gflops(gpu, precision);
+    rows.push_back(r);
+  };
+  auto check = [](const char* what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
+    const double d = max_rel_diff(got, want);
+    KILN_CHECK(d < tol, "kiln bench --ladder: GPU rung ", what, " disagrees with the naive kernel (", d, ")");
+  };
+
+  // ---- GEMM n x n x n
+  const int64_t n = smoke ? 256 : 4096;
+  const Tensor A = from_vector(random_floats(size_t(n * n), 5), {n, n}).to(dev),
+               B = from_vector(random_floats(size_t(n * n), 6), {n, n}).to(dev);
+  Tensor C = Tensor::empty({n, n}, DType::float32, dev);
+  const std::string gshape = std::to_string(n) + "^3";
+  const double gflop = 2.0 * double(n) * double(n) * double(n) * 1e-9;
+  const float *a = A.data<float>(), *b = B.data<float>();
+  float* c = C.data<float>();
+  add("gemm", gshape, "0 naive", gflop,
+      gpu_median_ms(smoke ? 1 : 2, [&] { cuda::ladder::gemm_naive(n, n, n, a, b, c); }), "fp32");
+  const std::vector<float> want = host(C);
+  add("gemm", gshape, "1 tiled (shared memory)", gflop,
+      gpu_median_ms(reps, [&] { cuda::ladder::gemm_tiled(n, n, n, a, b, c); }), "fp32");
+  check("1 tiled", host(C), want, 1e-4);
+  Tensor out;
+  set_float32_matmul_precision("highest");
+  add("gemm", gshape, "2 cuBLAS float32", gflop, gpu_median_ms(reps, [&] { out = matmul(A, B); }), "fp32");
+  check("2 cuBLAS float32", host(out), want, 1e-4);
+  set_float32_matmul_precision("high");
+  add("gemm", gshape, "3 cuBLAS TF32", gflop, gpu_median_ms(reps, [&] { out = matmul(A, B); }), "tf32");
+  check("3 cuBLAS TF32", host(out), want, 1e-2);
+  set_float32_matmul_precision("highest");
+  const Tensor Ah = A.to(DType::bfloat16), Bh = B.to(DType::bfloat16);
+  add("gemm", gshape, "4 cuBLAS bf16 (Tensor Cores)", gflop, gpu_median_ms(reps, [&] { out = matmul(Ah, Bh); }),
+      "bf16");
+  check("4 cuBLAS bf16", host(out), want, 5e-2);
+
+  // ---- conv2d: the ConvNet's second layer at a GPU batch
+  const reference::Conv2dShape r{.N = smoke ? 2 : 256, .C = 32, .H = 28, .W = 28, .O = 64, .kH = 3, .kW = 3,
+                                 .pad_h = 1, .pad_w = 1};
+  const std::string cshape = "32->64 3x3 28x28, batch " + std::to_string(r.N);
+  const double cflop = 2.0 * double(r.N * r.O * r.out_h() * r.out_w()) * double(r.C * r.kH * r.kW) * 1e-9;
+  const Tensor x = from_vector(random_floats(size_t(r.N * r.C * r.H * r.W), 7), {r.N, r.C, r.H, r.W}).to(dev),
+               w = from_vector(random_floats(size_t(r.O * r.C * r.kH * r.kW), 8), {r.O, r.C, r.kH, r.kW}).to(dev);
+  Tensor y = Tensor::empty({r.N, r.O, r.out_h(), r.out_w()}, DType::float32, dev);
+  add("conv2d", cshape, "0 naive", cflop,
+      gpu_median_ms(smoke ? 1 : 2,
+                    [&] { cuda::ladder::conv2d_naive(r, x.data<float>(), w.data<float>(), y.data<float>()); }),
+      "fp32");
+  const std::vector<float> ywant = host(y);
+  const Conv2dArgs args{.padding = {1, 1}};
+  cudnn_benchmark(true);  // the fastest algorithm cuDNN finds for the shape (chapter 10)
+  add("conv2d", cshape, "1 cuDNN float32", cflop, gpu_median_ms(reps, [&] { out = conv2d(x, w, Tensor(), args); }),
+      "fp32");
+  check("1 cuDNN float32", host(out), ywant, 1e-4);
+  set_float32_matmul_precision("high");
+  add("conv2d", cshape, "2 cuDNN TF32", cflop, gpu_median_ms(reps, [&] { out = conv2d(x, w, Tensor(), args); }),
+      "tf32");
+  check("2 cuDNN TF32", host(out), ywant, 1e-2);
+  set_float32_matmul_precision("highest");
+  const Tensor xh = x.to(DType::bfloat16), wh = w.to(DType::bfloat16);
+  add("conv2d", cshape, "3 cuDNN bf16", cflop, gpu_median_ms(reps, [&] { out = conv2d(xh, wh, Tensor(), args); }),
+      "bf16");
+  check("3 cuDNN bf16", host(out), ywant, 5e-2);
+}
 
 }  // namespace
 
@@ -162,6 +274,9 @@ std::string run_ladder(int threads, bool smoke) {
     });
   }
 
+  const std::string gpu = cuda::is_available() ? cuda::device_name() : "";
+  if (!gpu.empty()) run_gpu_rungs(smoke, gpu, rows);
+
   std::vector<std::vector<std::string>> table = {{"kernel", "shape", "rung", "median ms", "GFLOP/s", "of peak",
                                                   "speed-up", "note"}};
   double base = NAN;
@@ -169,8 +284,10 @@ std::string run_ladder(int threads, bool smoke) {
   for (const Row& r : rows) {
     if (r.kernel + r.shape != last_key) base = r.ms, last_key = r.kernel + r.shape;
     const double gfs = r.gflop / (r.ms * 1e-3);
-    // the single-thread rungs against one core's peak, the others against all threads'
-    const double pk = peak.fp32_gflops / (r.rung.find("(1 thread)") != std::string::npos ? threads : 1);
+    // the single-thread rungs against one core's peak, the others against all threads';
+    // the GPU's against its data-sheet peak in the rung's precision
+    const double pk =
+        r.gpu ? r.peak : peak.fp32_gflops / (r.rung.find("(1 thread)") != std::string::npos ? threads : 1);
     table.push_back({r.kernel, r.shape, r.rung, std::isfinite(r.ms) ? fmt("%.3f", r.ms) : "-",
                      std::isfinite(r.ms) ? fmt("%.1f", gfs) : "-",
                      std::isfinite(r.ms) && gfs <= pk ? fmt("%.1f%%", 100.0 * gfs / pk) : "-",
@@ -182,6 +299,9 @@ std::string run_ladder(int threads, bool smoke) {
          (peak.note.empty() ? "" : "\nnote: " + peak.note) + "\n";
   out += "each rung checked against rung 0 before timing; speed-up against rung 0 of the same shape; "
          "one-thread rungs against one core's peak\n";
+  out += gpu.empty() ? "no GPU visible: the GPU rungs (naive, shared-memory tiled, cuBLAS / cuDNN) were not run\n"
+                     : "GPU rungs on " + gpu + ": medians of CUDA-event timings, against its data-sheet peak in the "
+                       "rung's precision (\"-\" where kiln's table lacks the GPU)\n";
   return out;
 }
 

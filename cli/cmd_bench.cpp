@@ -313,7 +313,9 @@ int cmd_bench(int argc, char** argv, int first) {
   app.add_option("--csv", f.csv, "write the results as CSV to this file");
   app.add_option("--plot-dir", f.plot_dir, "write PNG charts to this folder");
   app.add_option("--compare", f.compare, "CSV files of bench runs (kiln and libtorch) to merge instead of running");
-  app.add_flag("--ladder", f.ladder, "time the kernel ladder (GEMM, conv2d: reference loops to tuned kernels) instead");
+  app.add_flag("--ladder", f.ladder,
+               "time the kernel ladder (GEMM, conv2d: reference loops to tuned kernels; GPU rungs where a GPU is "
+               "visible) instead");
   parse(app, argc, argv, first);
   if (!f.compare.empty()) return run_compare(f);
   if (f.ladder) {

@@ -4,6 +4,7 @@
 #include "kiln/core/cuda.h"
 #include "kiln/core/cuda_memory.h"
 #include "kiln/core/error.h"
+#include "kiln/ops/cuda/ladder.h"
 
 namespace kiln::cuda {
 namespace {
@@ -52,5 +53,12 @@ Tensor checked_values(const Tensor&, int64_t, std::optional<int64_t>, int64_t, c
 }
 void raise_check_errors(int) {}  // no device, so no device-side check can have failed
 uint64_t host_sync_count() { return 0; }
+namespace ladder {  // ops/cuda/ladder.h
+void gemm_naive(int64_t, int64_t, int64_t, const float*, const float*, float*) { no_backend("ladder::gemm_naive"); }
+void gemm_tiled(int64_t, int64_t, int64_t, const float*, const float*, float*) { no_backend("ladder::gemm_tiled"); }
+void conv2d_naive(const reference::Conv2dShape&, const float*, const float*, float*) {
+  no_backend("ladder::conv2d_naive");
+}
+}  // namespace ladder
 }  // namespace kiln::cuda
 #endif

@@ -9,7 +9,7 @@
 #   2. the GPU tests one by one, each with a time limit, in order of value
 #   3. the GPT benchmark (GPT-2 small shape) in bf16, tf32, fp32, kiln then PyTorch
 #   4. what time is left: the GPT in bf16 without the fused attention, the other GPU-shape
-#      workloads, CPU vs GPU, the remaining tests
+#      workloads, CPU vs GPU, the kernel ladder, the remaining tests
 # Without a GPU it stops after the build and reports the GPU tests as skipped (exit 0).
 #
 # Usage: scripts/gpu_check.sh [--sanitize] [extra cmake args...]
@@ -100,7 +100,7 @@ FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_c
   test_cuda_reduce test_cuda_parity_elementwise test_cuda_training test_cuda_host_sync test_dist test_cuda_parity_optim
   test_cuda_parity_conv test_cuda_parity_shape"
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
-  test_cuda_shape_index test_cuda_block_rows test_cuda_flash_attention"
+  test_cuda_shape_index test_cuda_block_rows test_cuda_flash_attention test_cuda_ladder"
 if [ "$SANITIZE" -eq 0 ]; then
   say "stage 1: configure ($BUILD_DIR, sm_$CUDA_ARCHS) and build"
   CMAKE_ARGS=(-S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"
@@ -216,6 +216,7 @@ bench_stage bench_vision_kiln 90 "$KILN" bench --devices cuda --gpu-shapes --wor
 compare bench_vision
 bench_stage bench_cpu_vs_gpu 60 "$KILN" bench --devices cpu,cuda --cpu-shapes --workloads mlp,lenet,convnet,gpt \
   --timed "$BENCH_TIMED" --csv "$LOGS/bench_cpu_vs_gpu.csv"
+bench_stage bench_ladder 60 "$KILN" bench --ladder  # the CPU and GPU rungs of docs/course/06-kernel-ladder.md
 for t in $LATER_TESTS; do run_test "$t"; done
 printf '%s\n' "${FAILED[@]}" > "$BUILD_DIR/failed_tests.txt"
 cp "$BUILD_DIR/failed_tests.txt" "$LOGS/" 2>/dev/null

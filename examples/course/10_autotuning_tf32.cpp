@@ -43,7 +43,10 @@ double rel_error(const Tensor& c, const Tensor& ref) {
   const std::vector<double> a = c.to(kiln::DType::float64).contiguous().to_vector<double>();
   const std::vector<double> b = ref.contiguous().to_vector<double>();
   double err = 0, top = 0;
-  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i])), top = std::max(top, std::fabs(b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(a[i] - b[i]));
+    top = std::max(top, std::fabs(b[i]));
+  }
   return err / top;
 }
 
@@ -176,7 +179,8 @@ int main(int argc, char** argv) {
     for (bool bench : {false, true}) {
       kiln::cudnn_benchmark(bench);
       const double cv = gpu_ms([&] { (void)kiln::conv2d(xc, wc, Tensor(), {.padding = {1, 1}}); });
-      std::printf("   precision %-8s matmul 4096^3 %7.3f ms (%6.1f TFLOP/s)   conv 64->64 3x3 at 128x56x56, %s: %.3f ms\n",
+      std::printf("   precision %-8s matmul 4096^3 %7.3f ms (%6.1f TFLOP/s)   conv 64->64 3x3 at 128x56x56, "
+                  "%s: %.3f ms\n",
                   precision, mm, 2.0 * 4096.0 * 4096.0 * 4096.0 / (mm * 1e9), bench ? "benchmark mode" : "heuristic",
                   cv);
     }

@@ -69,8 +69,9 @@ void column_sum(const T* x, T* out, int64_t outer, int64_t R, int64_t I, double 
   const cuda::rows::ColumnSplit sp = cuda::rows::column_split(outer, R, I, int64_t(cuda::multiprocessor_count(-1)) * 4);
   const int blocks = int(std::min<int64_t>(sp.tiles * sp.splits, 65535));
   Tensor ws;
-  if (sp.splits > 1) ws = Tensor::empty({sp.splits * outer * I}, std::is_same_v<T, double> ? DType::float64 : DType::float32,
-                                        Device::cuda(cuda::resolve_device(-1)));
+  if (sp.splits > 1)
+    ws = Tensor::empty({sp.splits * outer * I}, std::is_same_v<T, double> ? DType::float64 : DType::float32,
+                       Device::cuda(cuda::resolve_device(-1)));
   T* w = sp.splits > 1 ? static_cast<T*>(ws.raw_data()) : nullptr;
   column_sum_kernel<T><<<blocks, kReduceThreads, 0, s>>>(x, out, w, outer, R, I, sp, scale);
   KILN_CUDA_CHECK_LAUNCH();
