@@ -112,6 +112,20 @@ KILN_HD_INLINE void load_tile(const Block& b, T* dst, int ld, const T* base, int
   }
 }
 
+/// The inverse of load_tile for a float tile (leading dimension ld): rows r0 + r < rows go
+/// to base + (r0 + r) * st, rounded to T, each divided by div[r] when div is set (a row
+/// with div[r] = 0 has seen nothing and is written as 0).
+template <class T, class Block>
+KILN_HD_INLINE void store_tile(const Block& b, T* base, int64_t st, int64_t r0, int64_t rows, int tile, int width,
+                               const float* src, int ld, const float* div) {
+  for (int i = b.thread(); i < tile * width; i += b.size()) {
+    const int r = i / width, c = i - r * width;
+    if (r0 + r >= rows) continue;
+    const float v = src[r * ld + c];
+    base[(r0 + r) * st + c] = T(!div ? v : div[r] > 0 ? v / div[r] : 0.0f);
+  }
+}
+
 /// Fills n floats with v.
 template <class Block>
 KILN_HD_INLINE void fill(const Block& b, float* dst, int n, float v) {
@@ -205,11 +219,7 @@ KILN_HD void forward_tile(const Block& b, unsigned char* smem, const Params<T>& 
     Mma::template run<false, false>(b, P, L.ld_t, V, L.ld_ev, O, L.ldf_ev, tile, Ev, tile, true);  // O += P V
   }
   b.sync();
-  T* out = p.o + p.lo.offset(bh);
-  for (int i = b.thread(); i < tile * Ev; i += b.size()) {
-    const int r = i / Ev, c = i - r * Ev;
-    if (i0 + r < p.Tq) out[(i0 + r) * p.lo.st + c] = T(l[r] > 0 ? O[r * L.ldf_ev + c] / l[r] : 0.0f);
-  }
+  store_tile(b, p.o + p.lo.offset(bh), p.lo.st, i0, p.Tq, tile, Ev, O, L.ldf_ev, l);  // out = O / l
   for (int r = b.thread(); r < tile; r += b.size())
     if (i0 + r < p.Tq) p.lse[bh * p.Tq + i0 + r] = m[r] + f_log(l[r]);
 }
@@ -277,11 +287,7 @@ KILN_HD void backward_dq_tile(const Block& b, unsigned char* smem, const Params<
     Mma::template run<false, false>(b, dS, L.ld_t, K, L.ld_e, dQ, L.ldf_e, tile, E, tile, true);  // dQ += dS K
   }
   b.sync();
-  T* dq = p.dq + p.ldq.offset(bh);
-  for (int i = b.thread(); i < tile * E; i += b.size()) {
-    const int r = i / E, c = i - r * E;
-    if (i0 + r < p.Tq) dq[(i0 + r) * p.ldq.st + c] = T(dQ[r * L.ldf_e + c]);
-  }
+  store_tile(b, p.dq + p.ldq.offset(bh), p.ldq.st, i0, p.Tq, tile, E, dQ, L.ldf_e, static_cast<const float*>(nullptr));
 }
 
 /// Backward pass 2 for key tile `kt` of batch entry `bh`: dK and dV (either may be null),
@@ -318,14 +324,9 @@ KILN_HD void backward_dkv_tile(const Block& b, unsigned char* smem, const Params
     Mma::template run<true, false>(b, dS, L.ld_t, Q, L.ld_e, dK, L.ldf_e, tile, E, tile, true);     // dK += dS^T Q
   }
   b.sync();
-  for (int i = b.thread(); i < tile * E; i += b.size()) {
-    const int r = i / E, c = i - r * E;
-    if (p.dk && j0 + r < p.Tk) p.dk[p.ldk.offset(bh) + (j0 + r) * p.ldk.st + c] = T(dK[r * L.ldf_e + c]);
-  }
-  for (int i = b.thread(); i < tile * Ev; i += b.size()) {
-    const int r = i / Ev, c = i - r * Ev;
-    if (p.dv && j0 + r < p.Tk) p.dv[p.ldv.offset(bh) + (j0 + r) * p.ldv.st + c] = T(dV[r * L.ldf_ev + c]);
-  }
+  const float* none = nullptr;
+  if (p.dk) store_tile(b, p.dk + p.ldk.offset(bh), p.ldk.st, j0, p.Tk, tile, E, dK, L.ldf_e, none);
+  if (p.dv) store_tile(b, p.dv + p.ldv.offset(bh), p.ldv.st, j0, p.Tk, tile, Ev, dV, L.ldf_ev, none);
 }
 
 // ---------------------------------------------------------------- launchers (flash_attention.cu)
