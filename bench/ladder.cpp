@@ -12,7 +12,7 @@
 //   GPU (where one is visible; ops/cuda/ladder.h): GEMM naive, shared-memory tiled, cuBLAS
 //   float32 / TF32 / bf16; conv2d naive, cuDNN float32 / TF32 / bf16.
 // A rung that does not apply to a shape (direct needs at most 4 input channels) is not run.
-// Each result is checked against rung 0 before it is timed; times are medians.
+// Each rung's result (from its timed runs) is checked against rung 0; times are medians.
 #include "bench/ladder.h"
 
 #include <algorithm>
@@ -297,7 +297,7 @@ std::string run_ladder(int threads, bool smoke) {
   out += format_columns(table, 3);
   out += "cpu peak: " + peak.method + " = " + fmt("%.1f", peak.fp32_gflops) + " GFLOP/s fp32" +
          (peak.note.empty() ? "" : "\nnote: " + peak.note) + "\n";
-  out += "each rung checked against rung 0 before timing; speed-up against rung 0 of the same shape; "
+  out += "each rung's result checked against rung 0; speed-up against rung 0 of the same shape; "
          "one-thread rungs against one core's peak\n";
   out += gpu.empty() ? "no GPU visible: the GPU rungs (naive, shared-memory tiled, cuBLAS / cuDNN) were not run\n"
                      : "GPU rungs on " + gpu + ": medians of CUDA-event timings, against its data-sheet peak in the "
