@@ -1,6 +1,7 @@
 // The fused attention kernels of ops/cuda/flash_attention.h on the GPU: the tile bodies run
-// in cuda::DeviceBlock with Tensor Core tile GEMMs (WMMA 16x16x16, 16-bit inputs, float32
-// accumulation). Float16 and bfloat16 only; ops/cuda/nn.cu calls try_forward/try_backward
+// in cuda::DeviceBlock with Tensor Core tile GEMMs (WMMA, float32 accumulation): 16x16x16 on
+// float16 / bfloat16 inputs, 16x16x8 on float32 inputs rounded to TF32 (only when
+// set_float32_matmul_precision allows TF32). ops/cuda/nn.cu calls try_forward/try_backward
 // and takes its composed cuBLAS path when they decline.
 #include <mma.h>
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "kiln/core/tensor.h"
 #include "kiln/ops/cuda/block_reduce.cuh"
 #include "kiln/ops/cuda/flash_attention.h"
+#include "kiln/ops/linalg.h"
 
 namespace kiln::cuda::flash {
 namespace {
@@ -60,22 +62,55 @@ struct WmmaMma {
   }
 };
 
+/// The same contract for float32 tiles: 16x16x8 TF32 fragments, each element rounded to
+/// TF32 after loading (what cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 does to its inputs).
+struct WmmaTf32Mma {
+  template <bool TA, bool TB, class Block>
+  __device__ static void run(const Block&, const float* a, int lda, const float* b, int ldb, float* c, int ldc, int M,
+                             int N, int K, bool accumulate) {
+    using LA = std::conditional_t<TA, wmma::col_major, wmma::row_major>;
+    using LB = std::conditional_t<TB, wmma::col_major, wmma::row_major>;
+    const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32, fn = N / 16;
+    for (int f = warp; f < (M / 16) * fn; f += warps) {
+      const int m0 = (f / fn) * 16, n0 = (f % fn) * 16;
+      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+      if (accumulate)
+        wmma::load_matrix_sync(acc, c + m0 * ldc + n0, unsigned(ldc), wmma::mem_row_major);
+      else
+        wmma::fill_fragment(acc, 0.0f);
+      for (int k0 = 0; k0 < K; k0 += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> fb;
+        wmma::load_matrix_sync(fa, TA ? a + k0 * lda + m0 : a + m0 * lda + k0, unsigned(lda));
+        wmma::load_matrix_sync(fb, TB ? b + n0 * ldb + k0 : b + k0 * ldb + n0, unsigned(ldb));
+        for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+        for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(c + m0 * ldc + n0, acc, unsigned(ldc), wmma::mem_row_major);
+    }
+  }
+};
+
+template <class T>
+using MmaFor = std::conditional_t<std::is_same_v<T, float>, WmmaTf32Mma, WmmaMma>;
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) forward_kernel(Params<T> p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  forward_tile<T, WmmaMma>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
+  forward_tile<T, MmaFor<T>>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) backward_dq_kernel(Params<T> p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  backward_dq_tile<T, WmmaMma>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
+  backward_dq_tile<T, MmaFor<T>>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) backward_dkv_kernel(Params<T> p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  backward_dkv_tile<T, WmmaMma>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
+  backward_dkv_tile<T, MmaFor<T>>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
 }
 
 /// KILN_CUDA_FLASH_ATTENTION=0 turns the fused kernels off (the composed cuBLAS path runs).
@@ -116,25 +151,30 @@ int optin_smem(int dev) {
   return known[dev] = v;
 }
 
-/// Whether the fused kernels take this call: 16-bit, a supported head dim, a grid CUDA can
-/// launch and the shared memory of the largest of the three kernels on this device.
+/// Whether the fused kernels take this call: 16-bit (or float32 with TF32 allowed), a
+/// supported head dim, a grid CUDA can launch and the shared memory of the largest of the
+/// three kernels on this device.
 bool usable(DType dt, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev) {
-  if (!enabled() || (dt != DType::float16 && dt != DType::bfloat16) || !supported(E, Ev)) return false;
-  const int tile = tile_rows(E, Ev);
+  const bool type_ok = dt == DType::float16 || dt == DType::bfloat16 ||
+                       (dt == DType::float32 && float32_matmul_allows_tf32());
+  if (!enabled() || !type_ok || !supported(E, Ev)) return false;
+  const size_t elem = dtype_size(dt);
+  const int tile = tile_rows(E, Ev, elem);
   const int64_t tiles = (std::max(Tq, Tk) + tile - 1) / tile;
   if (B > 0x7fffffff || tiles > 65535) return false;
   int dev = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&dev));
   const int optin = optin_smem(dev);
   for (int kind = 0; kind < 3; ++kind)
-    if (SmemLayout(kind, tile, int(E), int(Ev), 2).bytes > size_t(optin)) return false;
+    if (SmemLayout(kind, tile, int(E), int(Ev), elem).bytes > size_t(optin)) return false;
   return true;
 }
 
 template <class F>
-void dispatch16(DType dt, F&& f) {
+void dispatch_flash(DType dt, F&& f) {
   if (dt == DType::bfloat16) f.template operator()<BFloat16>();
-  else f.template operator()<Half>();
+  else if (dt == DType::float16) f.template operator()<Half>();
+  else f.template operator()<float>();
 }
 
 }  // namespace
@@ -144,12 +184,12 @@ bool try_forward(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayo
                  double scale, bool causal) {
   if (!usable(dt, B, Tq, Tk, E, Ev)) return false;
   if (B == 0 || Tq == 0) return true;
-  dispatch16(dt, [&]<class T>() {
+  dispatch_flash(dt, [&]<class T>() {
     Params<T> p;
     p.q = static_cast<const T*>(q), p.k = static_cast<const T*>(k), p.v = static_cast<const T*>(v);
     p.lq = lq, p.lk = lk, p.lv = lv;
     p.o = static_cast<T*>(out), p.lo = lout, p.lse = lse;
-    p.B = B, p.Tq = Tq, p.Tk = Tk, p.E = int(E), p.Ev = int(Ev), p.tile = tile_rows(E, Ev);
+    p.B = B, p.Tq = Tq, p.Tk = Tk, p.E = int(E), p.Ev = int(Ev), p.tile = tile_rows(E, Ev, sizeof(T));
     p.scale = float(scale), p.causal = causal;
     launch(forward_kernel<T>, p, (Tq + p.tile - 1) / p.tile, SmemLayout(0, p.tile, p.E, p.Ev, sizeof(T)).bytes);
   });
@@ -162,9 +202,9 @@ bool try_backward(DType dt, const void* q, AttnLayout lq, const void* k, AttnLay
                   int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
   if (!usable(dt, B, Tq, Tk, E, Ev)) return false;
   if (B == 0) return true;
-  const int tile = tile_rows(E, Ev);
+  const int tile = tile_rows(E, Ev, dtype_size(dt));
   if (Tq == 0 || Tk == 0) {  // nothing attends: every gradient is zero
-    const int64_t sz = 2;
+    const int64_t sz = int64_t(dtype_size(dt));
     cudaStream_t st = cuda::current_raw_stream();
     auto zero_rows = [&](void* x, AttnLayout l, int64_t T, int64_t W) {
       if (!x || T == 0) return;
@@ -178,7 +218,7 @@ bool try_backward(DType dt, const void* q, AttnLayout lq, const void* k, AttnLay
     return true;
   }
   Tensor dsum = Tensor::empty({B * Tq}, DType::float32, Device::cuda(cuda::resolve_device(-1)));
-  dispatch16(dt, [&]<class T>() {
+  dispatch_flash(dt, [&]<class T>() {
     Params<T> p;
     p.q = static_cast<const T*>(q), p.k = static_cast<const T*>(k), p.v = static_cast<const T*>(v);
     p.out = static_cast<const T*>(out), p.dout = static_cast<const T*>(dout);

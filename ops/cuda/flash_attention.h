@@ -14,7 +14,8 @@
 // dK = sum dS^T Q, with dS = P (dP - D) scale and dP = dO V^T. The operands are read in
 // place through AttnLayout (the packed (B, T, 3C) qkv of the GPT needs no copy).
 //
-// Every tile lives in shared memory: 16-bit Q/K/V/dO tiles (the GEMMs' inputs), float32
+// Every tile lives in shared memory: Q/K/V/dO tiles in the input type (16-bit, or float32
+// rounded to TF32 by the Tensor Core GEMM when float32 matmuls may use TF32), float32
 // scores and accumulators. Rows are padded (8 halves, 4 floats) so WMMA's leading dimensions
 // and fragment addresses are aligned. Not yet tuned: the scores go through shared memory
 // (FlashAttention-2 keeps them in registers) and the softmax pass gives each row one thread.
@@ -37,8 +38,11 @@ constexpr int kMaxHeadDim = 128;
 KILN_HD_INLINE bool supported(int64_t E, int64_t Ev) {
   return E > 0 && Ev > 0 && E % 16 == 0 && Ev % 16 == 0 && E <= kMaxHeadDim && Ev <= kMaxHeadDim;
 }
-/// Rows (queries or keys) per tile: 64, or 32 when a head dim is above 64 (shared memory).
-KILN_HD_INLINE int tile_rows(int64_t E, int64_t Ev) { return E <= 64 && Ev <= 64 ? 64 : 32; }
+/// Rows (queries or keys) per tile: 64 for 16-bit inputs with head dims up to 64, else 32
+/// (shared memory: float32 tiles take twice the bytes).
+KILN_HD_INLINE int tile_rows(int64_t E, int64_t Ev, size_t elem = 2) {
+  return elem == 2 && E <= 64 && Ev <= 64 ? 64 : 32;
+}
 
 /// Everything a kernel needs (pointers of element type T; lse and D float32 (B, Tq)).
 template <class T>
@@ -331,8 +335,9 @@ KILN_HD void backward_dkv_tile(const Block& b, unsigned char* smem, const Params
 
 // ---------------------------------------------------------------- launchers (flash_attention.cu)
 
-/// The forward on the GPU when the fused kernels take it (float16/bfloat16, supported()
-/// head dims, the device's shared memory; KILN_CUDA_FLASH_ATTENTION=0 turns them off):
+/// The forward on the GPU when the fused kernels take it (float16/bfloat16, or float32 on
+/// TF32 Tensor Cores when set_float32_matmul_precision allows TF32; supported() head dims;
+/// the device's shared memory; KILN_CUDA_FLASH_ATTENTION=0 turns them off):
 /// true when it ran, false to let the caller take the composed path. lse is float32 (B, Tq).
 bool try_forward(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v, AttnLayout lv,
                  void* out, AttnLayout lout, float* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,

@@ -3,7 +3,8 @@
 // __syncthreads() (tests/cuda/block_emulation.h), the Tensor Core tile GEMM replaced by the
 // scalar one with the same contract. Forward, both backward passes, causal and not, Tq != Tk,
 // partial tiles, both tile sizes and the GPT's packed qkv layout, against kiln's CPU
-// attention in float64 on the same (rounded) inputs. No GPU needed: the code under test is
+// attention in float64 on the same (rounded) inputs; float32 with the tile sizes of the
+// TF32 kernels (the TF32 rounding itself happens in the GPU's WMMA loads, not here). No GPU needed: the code under test is
 // the kernels' own; only the WMMA calls are not (they run in the GPU check's parity test).
 #include <doctest/doctest.h>
 #include <cmath>
@@ -75,7 +76,7 @@ void run_kernels(const flash::Params<T>& p) {
 template <class T>
 flash::Params<T> params(int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, bool causal) {
   flash::Params<T> p;
-  p.B = B, p.Tq = Tq, p.Tk = Tk, p.E = int(E), p.Ev = int(Ev), p.tile = flash::tile_rows(E, Ev);
+  p.B = B, p.Tq = Tq, p.Tk = Tk, p.E = int(E), p.Ev = int(Ev), p.tile = flash::tile_rows(E, Ev, sizeof(T));
   p.scale = float(1.0 / std::sqrt(double(E))), p.causal = causal;
   return p;
 }
@@ -107,11 +108,12 @@ TEST_CASE("flash attention: shapes it takes, tile sizes and shared-memory layout
   CHECK(flash::tile_rows(64, 64) == 64);
   CHECK(flash::tile_rows(32, 16) == 64);
   CHECK(flash::tile_rows(80, 64) == 32);
+  CHECK(flash::tile_rows(64, 64, 4) == 32);  // float32 (TF32) tiles take twice the bytes
   for (int E = 16; E <= flash::kMaxHeadDim; E += 16)
     for (int Ev = 16; Ev <= flash::kMaxHeadDim; Ev += 16)
       for (int kind = 0; kind < 3; ++kind)
         for (size_t elem : {size_t(2), size_t(4)}) {
-          const int tile = flash::tile_rows(E, Ev);
+          const int tile = flash::tile_rows(E, Ev, elem);
           const flash::SmemLayout L(kind, tile, E, Ev, elem);
           INFO("E " << E << " Ev " << Ev << " kind " << kind << " elem " << elem);
           // WMMA: 16-bit leading dimensions multiples of 8, float ones of 4; every array 128-byte aligned
@@ -123,8 +125,8 @@ TEST_CASE("flash attention: shapes it takes, tile sizes and shared-memory layout
           CHECK(L.ldf_t % 4 == 0);
           for (size_t off : {L.q, L.k, L.v, L.dout, L.s, L.dp, L.p, L.ds, L.acc_e, L.acc_ev, L.row_a, L.row_b, L.row_c})
             CHECK((off == ~size_t(0) || off % 128 == 0));
-          // 16-bit tiles fit an A100's opt-in shared memory (163 KB; an H100/H200 has 227 KB)
-          if (elem == 2) CHECK(L.bytes <= size_t(163 * 1024));
+          // every kernel fits an A100's opt-in shared memory (163 KB; an H100/H200 has 227 KB)
+          CHECK(L.bytes <= size_t(163 * 1024));
         }
   // the arrays of one kernel do not overlap: the forward's are in increasing order
   const flash::SmemLayout f(0, 64, 64, 64, 2);
