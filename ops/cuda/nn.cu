@@ -196,13 +196,16 @@ bool is_contiguous(AttnLayout l, int64_t T, int64_t W) {
   return l.st == W && (l.H == 1 ? l.sb == T * W : (l.sh == T * W && l.sb == l.H * T * W));
 }
 
-// dst (B, T, W) rows in layout ld = src rows in layout ls, converted from S to D.
+// dst (B, T, W) rows in layout ld = src rows in layout ls, converted from S to D (the same
+// type is copied as it is: float64 must not pass through float).
 template <class S, class D>
 __global__ void copy_rows_kernel(const S* src, AttnLayout ls, D* dst, AttnLayout ld, int64_t B, int64_t T, int64_t W) {
   const int64_t n = B * T * W;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t w = i % W, t = (i / W) % T, b = i / (W * T);
-    dst[ld.offset(b) + t * ld.st + w] = D(static_cast<float>(src[ls.offset(b) + t * ls.st + w]));
+    const S x = src[ls.offset(b) + t * ls.st + w];
+    if constexpr (std::is_same_v<S, D>) dst[ld.offset(b) + t * ld.st + w] = x;
+    else dst[ld.offset(b) + t * ld.st + w] = D(static_cast<float>(x));  // 16-bit <-> float32
   }
 }
 

@@ -209,11 +209,14 @@ TEST_CASE("cuda parity: scaled_dot_product_attention, causal and not, forward an
   }
   // the GPT's packed qkv (B, T, 3C), read in place by the fused kernels (16-bit) or staged
   // for the composed path (float32, and bf16 with heads of 8)
-  for (DType dt : {DType::float32, DType::bfloat16, DType::float16})
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::float16})
     for (int64_t heads : {2, 8})
       for (bool causal : {true, false}) {
         INFO("packed " << dtype_name(dt) << " heads " << heads << " causal " << causal);
-        const double tol = dt == DType::bfloat16 ? 2e-2 : dt == DType::float16 ? 5e-3 : 1e-4;
+        const double tol = dt == DType::bfloat16   ? 2e-2
+                           : dt == DType::float16  ? 5e-3
+                           : dt == DType::float64  ? 1e-10
+                                                   : 1e-4;
         Tensor x = randn({2, 77, 3 * 64}).to(dt), up = randn({2, 77, 64}).to(dt);
         Tensor xa = x.clone().requires_grad_(), xb = x.to(kGpu).requires_grad_();
         Tensor ya = scaled_dot_product_attention_packed(xa, heads, causal);
