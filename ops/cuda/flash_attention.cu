@@ -201,7 +201,7 @@ bool try_backward(DType dt, const void* q, AttnLayout lq, const void* k, AttnLay
                   AttnLayout ldq, void* dk, AttnLayout ldk, void* dv, AttnLayout ldv, int64_t B, int64_t Tq,
                   int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
   if (!usable(dt, B, Tq, Tk, E, Ev)) return false;
-  if (B == 0) return true;
+  if (B == 0 || (!dq && !dk && !dv)) return true;
   const int tile = tile_rows(E, Ev, dtype_size(dt));
   if (Tq == 0 || Tk == 0) {  // nothing attends: every gradient is zero
     const int64_t sz = int64_t(dtype_size(dt));
