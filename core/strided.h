@@ -43,10 +43,13 @@ struct StridedLayout {
 
 /// Calls row(offsets, n, inner_strides) for every innermost row of the index space:
 /// offsets[k] is operand k's element offset of the row start, n the row length and
-/// inner_strides[k] operand k's stride along the row. Parallel when numel >= grain.
+/// inner_strides[k] operand k's stride along the row. Parallel when numel >= grain: over
+/// rows, and with split_rows also within rows of at least 2 grain elements (a contiguous
+/// tensor merges into one row), each piece then a call of its own. Only for loops whose
+/// elements are independent: a row's pieces may run on different threads.
 template <int N, class F>
 void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vector<int64_t>, N>& strides,
-                  const F& row, int64_t grain = 32768) {
+                  const F& row, int64_t grain = 32768, bool split_rows = false) {
   StridedLayout<N> L(shape, strides);
   const int nd = int(L.shape.size());
   KILN_CHECK(nd <= 16, "strided loop: at most 16 non-mergeable dims are supported, got ", nd);
@@ -56,6 +59,24 @@ void for_each_row(const std::vector<int64_t>& shape, const std::array<std::vecto
   int64_t rows = 1;
   for (int d = 0; d < nd - 1; ++d) rows *= L.shape[d];
   for (int64_t s : L.shape) if (s == 0) return;
+  if (split_rows && inner >= 2 * grain) {  // pieces of at least `grain` elements, in any order
+    const int64_t pieces = inner / grain;
+    parallel_for(0, rows * pieces, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t it = i0; it < i1; ++it) {
+        const int64_t p = it % pieces, begin = p * inner / pieces, end = (p + 1) * inner / pieces;
+        std::array<int64_t, N> off{};
+        int64_t r = it / pieces;
+        for (int d = nd - 2; d >= 0; --d) {
+          const int64_t i = r % L.shape[d];
+          r /= L.shape[d];
+          for (int k = 0; k < N; ++k) off[k] += i * L.strides[k][d];
+        }
+        for (int k = 0; k < N; ++k) off[k] += begin * inner_strides[k];
+        row(off, end - begin, inner_strides);
+      }
+    });
+    return;
+  }
   int64_t row_grain = grain / (inner > 0 ? inner : 1);
   if (row_grain < 1) row_grain = 1;
   parallel_for(0, rows, row_grain, [&](int64_t r0, int64_t r1) {

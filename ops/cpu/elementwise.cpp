@@ -13,12 +13,14 @@
 namespace kiln {
 namespace {
 
+// Elementwise: every output element is written once from its own inputs, so long rows
+// are split over the threads too (a contiguous tensor is one row).
 template <int N>
 void for_each_row_args(const EwArgs& a, const auto& row) {
   std::vector<int64_t> shape(a.shape, a.shape + a.ndim);
   std::array<std::vector<int64_t>, N> st;
   for (int k = 0; k < N; ++k) st[k].assign(a.strides[k], a.strides[k] + a.ndim);
-  for_each_row<N>(shape, st, row);
+  for_each_row<N>(shape, st, row, 32768, true);
 }
 
 // Runs f(out, a, b) elementwise with broadcasting; fast paths for unit-stride rows and

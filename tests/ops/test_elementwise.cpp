@@ -49,6 +49,38 @@ TEST_CASE("binary ops: values, broadcasting and promotion") {
   CHECK(sum(big + big).item() == 600000.0);
 }
 
+TEST_CASE("binary ops and where on long rows: split over threads, every element once") {
+  // A contiguous tensor is one row of the strided loop; with 2 threads it is cut into
+  // pieces. Each result element against its inputs, for 1 and 2 threads, contiguous, a
+  // broadcast row, a scalar and a transposed (non-contiguous) operand.
+  manual_seed(3);
+  Tensor a = randn({3, 100003}), b = randn({3, 100003}), r = randn({100003}), s = randn({1});
+  Tensor m = rand({3, 100003}) > 0.5;
+  const int before = get_num_threads();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Tensor& y : {a + b, a * r, a - s, where(m, a, b), a.t().contiguous().t() + b}) {
+      runs.push_back(y.to_vector<float>());
+    }
+  }
+  set_num_threads(before);
+  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), rv = r.to_vector<float>();
+  const std::vector<uint8_t> mv = m.to(DType::uint8).to_vector<uint8_t>();
+  const float sv = s.item<float>();
+  size_t bad = 0;
+  for (size_t i = 0; i < av.size(); ++i) {
+    const size_t j = i % rv.size();
+    bad += runs[0][i] != av[i] + bv[i];
+    bad += runs[1][i] != av[i] * rv[j];
+    bad += runs[2][i] != av[i] - sv;
+    bad += runs[3][i] != (mv[i] ? av[i] : bv[i]);
+    bad += runs[4][i] != av[i] + bv[i];
+  }
+  CHECK(bad == 0);
+  for (size_t k = 0; k < 5; ++k) CHECK(runs[k] == runs[k + 5]);  // 1 thread == 2 threads
+}
+
 TEST_CASE("unary ops: values") {
   Tensor x = T({-2, -0.5, 0.5, 2}, {4});
   auto v = [](const Tensor& t) { return t.to_vector<double>(); };
