@@ -158,8 +158,9 @@ void copy_cast_cpu(const Tensor& dst, const Tensor& src) {
   D* dp = static_cast<D*>(dst.raw_data());
   const S* sp = static_cast<const S*>(src.raw_data());
   if (dst.is_contiguous() && src.is_contiguous()) {
-    if constexpr (std::is_same_v<D, S>) {
-      std::memcpy(dp, sp, size_t(dst.numel()) * sizeof(D));
+    if constexpr (std::is_same_v<D, S>) {  // pieces of 256 KB or more over the threads
+      parallel_for(0, dst.numel(), int64_t(262144 / sizeof(D)),
+                   [&](int64_t b, int64_t e) { std::memcpy(dp + b, sp + b, size_t(e - b) * sizeof(D)); });
     } else {
       parallel_for(0, dst.numel(), 32768, [&](int64_t b, int64_t e) { convert_run(dp + b, sp + b, e - b); });
     }
