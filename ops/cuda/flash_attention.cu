@@ -26,9 +26,25 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
+/// The fragments of input type T: the fragment element type, the type the tiles are read
+/// as, and K per step. float32 is read as float into TF32 fragments (16x16x8) and each
+/// element rounded to TF32 after loading, what cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 does.
 template <class T> struct WmmaType;
-template <> struct WmmaType<Half> { using type = __half; };
-template <> struct WmmaType<BFloat16> { using type = __nv_bfloat16; };
+template <> struct WmmaType<Half> {
+  using frag = __half;
+  using mem = __half;
+  static constexpr int kK = 16;
+};
+template <> struct WmmaType<BFloat16> {
+  using frag = __nv_bfloat16;
+  using mem = __nv_bfloat16;
+  static constexpr int kK = 16;
+};
+template <> struct WmmaType<float> {
+  using frag = wmma::precision::tf32;
+  using mem = float;
+  static constexpr int kK = 8;
+};
 
 /// ScalarMma's contract (flash_attention.h) on Tensor Cores: warp w of the block computes
 /// the 16 x 16 output fragments w, w + 4, ... of C. M, N, K are multiples of 16, leading
@@ -37,80 +53,52 @@ struct WmmaMma {
   template <bool TA, bool TB, class T, class Block>
   __device__ static void run(const Block&, const T* a, int lda, const T* b, int ldb, float* c, int ldc, int M, int N,
                              int K, bool accumulate) {
-    using W = typename WmmaType<T>::type;
+    using W = WmmaType<T>;
+    constexpr int kK = W::kK;
     using LA = std::conditional_t<TA, wmma::col_major, wmma::row_major>;
     using LB = std::conditional_t<TB, wmma::col_major, wmma::row_major>;
-    const W* aw = reinterpret_cast<const W*>(a);
-    const W* bw = reinterpret_cast<const W*>(b);
+    const auto* aw = reinterpret_cast<const typename W::mem*>(a);
+    const auto* bw = reinterpret_cast<const typename W::mem*>(b);
     const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32, fn = N / 16;
     for (int f = warp; f < (M / 16) * fn; f += warps) {
       const int m0 = (f / fn) * 16, n0 = (f % fn) * 16;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fragment<wmma::accumulator, 16, 16, kK, float> acc;
       if (accumulate)
         wmma::load_matrix_sync(acc, c + m0 * ldc + n0, unsigned(ldc), wmma::mem_row_major);
       else
         wmma::fill_fragment(acc, 0.0f);
-      for (int k0 = 0; k0 < K; k0 += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, LA> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, LB> fb;
+      for (int k0 = 0; k0 < K; k0 += kK) {
+        wmma::fragment<wmma::matrix_a, 16, 16, kK, typename W::frag, LA> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, kK, typename W::frag, LB> fb;
         wmma::load_matrix_sync(fa, TA ? aw + k0 * lda + m0 : aw + m0 * lda + k0, unsigned(lda));
         wmma::load_matrix_sync(fb, TB ? bw + n0 * ldb + k0 : bw + k0 * ldb + n0, unsigned(ldb));
+        if constexpr (std::is_same_v<T, float>) {
+          for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+          for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+        }
         wmma::mma_sync(acc, fa, fb, acc);
       }
       wmma::store_matrix_sync(c + m0 * ldc + n0, acc, unsigned(ldc), wmma::mem_row_major);
     }
   }
 };
-
-/// The same contract for float32 tiles: 16x16x8 TF32 fragments, each element rounded to
-/// TF32 after loading (what cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 does to its inputs).
-struct WmmaTf32Mma {
-  template <bool TA, bool TB, class Block>
-  __device__ static void run(const Block&, const float* a, int lda, const float* b, int ldb, float* c, int ldc, int M,
-                             int N, int K, bool accumulate) {
-    using LA = std::conditional_t<TA, wmma::col_major, wmma::row_major>;
-    using LB = std::conditional_t<TB, wmma::col_major, wmma::row_major>;
-    const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32, fn = N / 16;
-    for (int f = warp; f < (M / 16) * fn; f += warps) {
-      const int m0 = (f / fn) * 16, n0 = (f % fn) * 16;
-      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-      if (accumulate)
-        wmma::load_matrix_sync(acc, c + m0 * ldc + n0, unsigned(ldc), wmma::mem_row_major);
-      else
-        wmma::fill_fragment(acc, 0.0f);
-      for (int k0 = 0; k0 < K; k0 += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> fb;
-        wmma::load_matrix_sync(fa, TA ? a + k0 * lda + m0 : a + m0 * lda + k0, unsigned(lda));
-        wmma::load_matrix_sync(fb, TB ? b + n0 * ldb + k0 : b + k0 * ldb + n0, unsigned(ldb));
-        for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
-        for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(c + m0 * ldc + n0, acc, unsigned(ldc), wmma::mem_row_major);
-    }
-  }
-};
-
-template <class T>
-using MmaFor = std::conditional_t<std::is_same_v<T, float>, WmmaTf32Mma, WmmaMma>;
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) forward_kernel(Params<T> p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  forward_tile<T, MmaFor<T>>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
+  forward_tile<T, WmmaMma>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) backward_dq_kernel(Params<T> p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  backward_dq_tile<T, MmaFor<T>>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
+  backward_dq_tile<T, WmmaMma>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 4) backward_dkv_kernel(Params<T> p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  backward_dkv_tile<T, MmaFor<T>>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
+  backward_dkv_tile<T, WmmaMma>(cuda::DeviceBlock{}, smem, p, int64_t(blockIdx.x), int64_t(blockIdx.y));
 }
 
 /// KILN_CUDA_FLASH_ATTENTION=0 turns the fused kernels off (the composed cuBLAS path runs).
