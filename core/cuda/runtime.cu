@@ -66,15 +66,27 @@ int resolve_device(int device) {
   return device;
 }
 
-int multiprocessor_count(int device) {
-  static std::atomic<int> cache[kMaxDevices] = {};
+namespace {
+/// A device attribute, read once per device (cache: one slot per device, 0 = not read).
+int cached_attribute(std::atomic<int> (&cache)[kMaxDevices], cudaDeviceAttr attr, int device) {
   device = resolve_device(device);
   int v = cache[device].load(std::memory_order_relaxed);
   if (v == 0) {
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, device));
     cache[device].store(v, std::memory_order_relaxed);
   }
   return v;
+}
+}  // namespace
+
+int multiprocessor_count(int device) {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  return cached_attribute(cache, cudaDevAttrMultiProcessorCount, device);
+}
+
+int max_shared_memory_optin(int device) {
+  static std::atomic<int> cache[kMaxDevices] = {};
+  return cached_attribute(cache, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
 std::string device_name(int device) {

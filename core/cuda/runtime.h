@@ -17,6 +17,9 @@ int resolve_device(int device);
 cudaStream_t current_raw_stream(int device = -1);
 /// Number of streaming multiprocessors of `device` (cached).
 int multiprocessor_count(int device);
+/// Shared memory one block of a kernel on `device` may use once it asks for it with
+/// cudaFuncSetAttribute (cudaDevAttrMaxSharedMemoryPerBlockOptin, cached).
+int max_shared_memory_optin(int device);
 /// Counts one host synchronisation (cuda::host_sync_count; core/cuda/device_check.cu).
 void note_host_sync();
 

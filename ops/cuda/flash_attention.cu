@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -127,18 +126,6 @@ void launch(K kernel, const Params<T>& p, int64_t tiles, size_t bytes) {
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-/// The device's shared memory per block with the opt-in (read once per device).
-int optin_smem(int dev) {
-  static std::mutex mu;
-  static std::map<int, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(dev);
-  if (it != known.end()) return it->second;
-  int v = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return known[dev] = v;
-}
-
 /// Whether the fused kernels take this call: 16-bit (or float32 with TF32 allowed), a
 /// supported head dim, a grid CUDA can launch and the shared memory of the largest of the
 /// three kernels on this device.
@@ -150,9 +137,7 @@ bool usable(DType dt, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev) 
   const int tile = tile_rows(E, Ev, elem);
   const int64_t tiles = (std::max(Tq, Tk) + tile - 1) / tile;
   if (B > 0x7fffffff || tiles > 65535) return false;
-  int dev = 0;
-  KILN_CUDA_CHECK(cudaGetDevice(&dev));
-  const int optin = optin_smem(dev);
+  const int optin = cuda::max_shared_memory_optin(-1);
   for (int kind = 0; kind < 3; ++kind)
     if (SmemLayout(kind, tile, int(E), int(Ev), elem).bytes > size_t(optin)) return false;
   return true;
