@@ -4,7 +4,7 @@
 //          1 blocked  loops reordered (i, k, j) in cache blocks: the inner loop runs along
 //                     rows of B and C, so it vectorises and reuses what the cache holds
 //          2 packed   kiln's GotoBLAS kernel (ops/cpu/sgemm.cpp): packed panels, a 12 x 32
-//                     register tile, AVX-512 FMAs (where the build has AVX-512)
+//                     register tile of AVX-512 FMAs (6 x 16 with AVX2)
 //   conv:  0 naive    the seven loops of ops/reference/conv2d.h
 //          1 im2col   copy the input's patches into a matrix, one GEMM (conv_im2col.cpp)
 //          2 wide     stride 1: the GEMM reads the patches where they lie (conv_wide.cpp)
@@ -228,7 +228,7 @@ std::string run_ladder(int threads, bool smoke) {
         "");
     KILN_CHECK(max_rel_diff(C, want) < 1e-4, "kiln bench --ladder: the packed GEMM disagrees with the reference");
   } else {
-    add("gemm", gshape, "2 packed", gemm_gflop, NAN, "not in this build (no AVX-512)");
+    add("gemm", gshape, "2 packed", gemm_gflop, NAN, "not in this build (no AVX-512 or AVX2)");
   }
 
   // ---- convolution: ConvNet's second layer (stride 1: im2col, wide) and first (1 channel: direct)

@@ -343,8 +343,9 @@ int cmd_bench(int argc, char** argv, int first) {
   bench::Report rep;
   rep.framework = "kiln";
   rep.version = "0.1.0";
-  rep.backend = sgemm_packed_available() ? "own AVX-512 sgemm, Eigen for float64, own kernels"
-                                          : "Eigen GEMM, own kernels";
+  rep.backend = sgemm_packed_available()
+                    ? std::string("own ") + sgemm_packed_isa() + " sgemm, Eigen for float64, own kernels"
+                    : std::string("Eigen GEMM, own kernels");
   rep.date = bench::iso_date_utc();
   rep.cpu_model = bench::cpu_model_name();
   rep.threads = int(threads);

@@ -147,9 +147,9 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an
 }
 
 /// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation), and on a CPU with
-/// the packed AVX-512 kernels (ops/cpu/linalg.cpp: bf16 on the AVX512_BF16 kernel where it
-/// outruns the FMAs, else on the float32 kernel, which widens each packed panel). Without
-/// them (no AVX-512) the CPU converts whole operands to float32 and rounds the result back.
+/// the packed kernels (ops/cpu/linalg.cpp: bf16 on the AVX512_BF16 kernel where it outruns
+/// the FMAs, else on the AVX-512 or AVX2 float32 kernel, which widens each packed panel).
+/// Without them (no AVX2) the CPU converts whole operands to float32 and rounds the result back.
 bool gemm_in_float32(const Tensor& t) {
   return is_half(t.dtype()) && !t.device().is_cuda() && !sgemm_packed_available();
 }

@@ -1,6 +1,6 @@
 // CPU kernels of the linalg op family and their registration in the dispatch table.
-// float32 GEMM runs kiln's packed AVX-512 kernel (ops/cpu/sgemm.cpp) where the build has
-// it; float64, and float32 without AVX-512, go through Eigen: Eigen::Map over raw row-major
+// float32 GEMM runs kiln's packed AVX-512 / AVX2 kernel (ops/cpu/sgemm.cpp) where the build
+// has it; float64, and float32 without AVX2, go through Eigen: Eigen::Map over raw row-major
 // buffers, transposes folded into the Map's storage order; big tall products split into
 // one block of rows per thread, other big products on Eigen's own OpenMP threading.
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).

@@ -1,4 +1,5 @@
-// kiln's float32 GEMM for AVX-512 CPUs: C = alpha * op(A) @ op(B) + beta * C, row-major.
+// kiln's float32 GEMM for x86 CPUs with AVX-512 or AVX2 + FMA: C = alpha * op(A) @ op(B) + beta * C,
+// row-major.
 //
 // The scheme is GotoBLAS's (and BLIS's), the one every fast CPU BLAS uses:
 //
@@ -7,16 +8,21 @@
 //       pack op(B)[pc, jc]  -> Bp      KC x NC, as NR-wide column panels (L2)
 //       for ic in M by MC:
 //         pack op(A)[ic, pc] -> Ap     MC x KC, as MR-tall row panels (L2)
-//         for jr in NC by NR:          one B panel, KC x NR = 32 KiB, stays in L1 ...
+//         for jr in NC by NR:          one B panel, KC x NR (32 KiB, 16 with AVX2), stays in L1 ...
 //           for ir in MC by MR:        ... while the A panels stream past it
 //             micro-kernel: C[ir, jr] (MR x NR) += Ap panel @ Bp panel
 //
-// The micro-kernel keeps a 12 x 32 tile of C in 24 of the 32 zmm registers: per k it loads
-// one row of the B panel (2 vectors), broadcasts 12 values of the A panel and issues 24
-// fused multiply-adds, so the loads never limit the two FMA units. Packing makes both
-// panels contiguous and aligned whatever the strides and transposes of A and B (a
-// transposed operand is packed 16 x 16 blocks at a time with AVX-512 shuffles) and
-// zero-pads the edges, so the kernel has no special cases but the final masked store.
+// The micro-kernel keeps an MR x NR tile of C in registers, NR two vectors wide: per k it
+// loads one row of the B panel (2 vectors), broadcasts MR values of the A panel and issues
+// 2 MR fused multiply-adds, so the loads never limit the two FMA units. With AVX-512 the
+// tile is 12 x 32 (24 of the 32 zmm registers), with AVX2 6 x 16 (12 of the 16 ymm). The
+// code is written once over the vector operations of sgemm_pack.h (Avx512, Avx2) and
+// compiled for each instruction set the build has; an AVX-512 build also carries the AVX2
+// one (KILN_CPU_SGEMM=avx2 selects it, so both are tested on an AVX-512 machine). Packing
+// makes both panels contiguous and aligned whatever the strides and transposes of A and B
+// (a transposed operand is packed W x W blocks at a time with shuffles, W the vector's
+// float lanes) and zero-pads the edges, so the kernel has no special cases but the final
+// masked store.
 //
 // Threads (OpenMP) take independent blocks of C, by rows or by columns, each with its own
 // packing buffers: no barriers, and every panel a thread reads is in its own core's cache.
@@ -25,9 +31,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 #include <omp.h>
+#include "kiln/core/copy.h"
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
 #include "kiln/ops/cpu/sgemm_pack.h"
@@ -35,33 +43,27 @@
 
 namespace kiln {
 
-#if defined(__AVX512F__)
-
-bool sgemm_packed_available() { return true; }
+#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
 
 namespace {
 
 using namespace sgemm_detail;
 
-constexpr int MR = 12;         // rows of the C tile held in registers
-constexpr int NR = 32;         // columns: two 16-float zmm vectors
-constexpr int64_t KC = 256;    // depth of one packed slice: a B panel is KC x NR x 4 B = 32 KiB (L1)
-constexpr int64_t MC = 192;    // rows of a packed A block: MC x KC x 4 B = 192 KiB (L2)
-constexpr int64_t kDirectBRows = 24;  // C at most two tiles tall reads a row-major B in place
-constexpr int64_t NC = 512;    // columns of a packed B block: KC x NC x 4 B = 512 KiB (L2)
-
 /// Packs op(A) rows [0, mc) x depth [0, kc) (A already offset to the block's corner) into
 /// MR-row panels: Ap[panel][k][i] = op(A)(panel * MR + i, k), zero rows past mc. E is
 /// float, or F16 / BF16 widened here.
-template <class E>
+template <class Isa, class E>
 void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, float* Ap) {
+  constexpr int MR = Isa::MR;
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += MR * kc) {
     const int mr = int(std::min<int64_t>(MR, mc - i0));
     if (trans_a) {  // A stored (K, M): the MR values of one k are contiguous
-      for (int64_t k = 0; k < kc; ++k)  // MR = 12 lanes of one masked copy, zeros past mr
-        _mm512_mask_storeu_ps(Ap + k * MR, 0x0FFF, load16(A + k * lda + i0, mr));
+      const typename Isa::Mask keep = Isa::mask(MR);
+      // MR lanes of one masked copy, zeros past mr (with AVX2 the store's spill past MR lanes
+      // is overwritten by k + 1's)
+      for (int64_t k = 0; k < kc; ++k) Isa::store_lanes(Ap + k * MR, Isa::load(A + k * lda + i0, mr), keep);
     } else {  // A stored (M, K): transpose MR rows
-      pack_transposed(RowsOf<E>{A + i0 * lda, lda}, mr, kc, Ap, MR);
+      pack_transposed<Isa>(RowsOf<E>{A + i0 * lda, lda}, mr, kc, Ap, MR);
       if (mr < MR)
         for (int64_t k = 0; k < kc; ++k)
           for (int i = mr; i < MR; ++i) Ap[k * MR + i] = 0.f;
@@ -71,46 +73,49 @@ void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, float
 
 /// Packs op(B) depth [0, kc) x columns [0, nc) (B already moved to the block's corner)
 /// into NR-column panels: Bp[panel][k][j] = op(B)(k, panel * NR + j), zero past nc.
-template <class E>
+template <class Isa, class E>
 void pack_b(bool trans_b, const RowsOf<E>& B, int64_t kc, int64_t nc, float* Bp) {
+  constexpr int W = Isa::W, NR = Isa::NR;
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     const int nr = int(std::min<int64_t>(NR, nc - j0));
     float* d = Bp + j0 * kc;
     if (!trans_b) {  // stored row k holds op(B)'s row k: each k's NR values are contiguous
-      const int n0 = std::min(nr, 16), n1 = std::clamp(nr - 16, 0, 16);
+      const int n0 = std::min(nr, W), n1 = std::clamp(nr - W, 0, W);
       for (int64_t k = 0; k < kc; ++k) {
         const E* s = B.row(k) + j0;
-        _mm512_store_ps(d + k * NR, load16(s, n0));
-        _mm512_store_ps(d + k * NR + 16, n1 > 0 ? load16(s + 16, n1) : _mm512_setzero_ps());
+        Isa::store(d + k * NR, Isa::load(s, n0));
+        Isa::store(d + k * NR + W, n1 > 0 ? Isa::load(s + W, n1) : Isa::zero());
       }
-    } else {  // stored row j holds op(B)'s column j: transpose 16 at a time
-      for (int h = 0; h < NR; h += 16) {
-        const int rows = std::clamp(nr - h, 0, 16);
-        if (rows > 0) pack_transposed(B.from_row(j0 + h), rows, kc, d + h, NR);
-        if (rows < 16)
+    } else {  // stored row j holds op(B)'s column j: transpose W at a time
+      for (int h = 0; h < NR; h += W) {
+        const int rows = std::clamp(nr - h, 0, W);
+        if (rows > 0) pack_transposed<Isa>(B.from_row(j0 + h), rows, kc, d + h, NR);
+        if (rows < W)
           for (int64_t k = 0; k < kc; ++k)
-            for (int j = h + rows; j < h + 16; ++j) d[k * NR + j] = 0.f;
+            for (int j = h + rows; j < h + W; ++j) d[k * NR + j] = 0.f;
       }
     }
   }
 }
 
 /// C tile (mr x nr, row stride ldc) = alpha * Ap panel @ B panel + beta * C, for
-/// mr <= ROWS <= MR (a panel's last rows run the 8- or 4-row variant instead of computing
-/// zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in registers. The B
-/// panel's rows are Bp.ld apart (NR when packed, B's own row stride when it is read in
-/// place), or found in a row table (kTable); masked loads keep the reads inside its nr
-/// columns. A non-null bias (nr values) is added to every row: the linear layer's bias
-/// without a separate pass over C.
-template <int ROWS, bool kTable>
+/// mr <= ROWS <= MR (a panel's last rows run the 2/3- or 1/3-height variant instead of
+/// computing zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in
+/// registers. The B panel's rows are Bp.ld apart (NR when packed, B's own row stride when
+/// it is read in place), or found in a row table (kTable); unless every row has NR
+/// readable values (kFull: a packed panel is zero-padded), masked loads keep the reads
+/// inside its nr columns. A non-null bias (nr values) is added to every row: the linear
+/// layer's bias without a separate pass over C.
+template <class Isa, int ROWS, bool kTable, bool kFull>
 void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, float* C, int64_t ldc, int mr, int nr,
                   float alpha, float beta, const float* bias) {
-  const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
-  const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
-  __m512 c0[ROWS], c1[ROWS];
+  using V = typename Isa::V;
+  constexpr int W = Isa::W, MR = Isa::MR;
+  const typename Isa::Mask m0 = Isa::mask(nr), m1 = Isa::mask(nr - W);
+  V c0[ROWS], c1[ROWS];
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
-    c0[i] = c1[i] = _mm512_setzero_ps();
+    c0[i] = c1[i] = Isa::zero();
     if (i < mr) {  // the tile of C is read or written after the loop: fetch it meanwhile
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
@@ -119,68 +124,87 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, float* C, int
   const float* b = Bp.base;
   for (int64_t k = 0; k < kc; ++k) {
     if constexpr (kTable) b = Bp.base + Bp.rows[k];
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+    V b0, b1;
+    if constexpr (kFull) b0 = Isa::load(b), b1 = Isa::load(b + W);
+    else b0 = Isa::load(b, m0), b1 = Isa::load(b + W, m1);
 #pragma GCC unroll 12
     for (int i = 0; i < ROWS; ++i) {
-      const __m512 a = _mm512_set1_ps(Ap[i]);
-      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+      const V a = Isa::set1(Ap[i]);
+      c0[i] = Isa::fma(a, b0, c0[i]);
+      c1[i] = Isa::fma(a, b1, c1[i]);
     }
     Ap += MR;
     if constexpr (!kTable) b += Bp.ld;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-  const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  const V va = Isa::set1(alpha), vb = Isa::set1(beta);
+  const V bias0 = bias ? Isa::load(bias, m0) : Isa::zero();
+  const V bias1 = bias ? Isa::load(bias + W, m1) : Isa::zero();
+  const bool whole = nr == 2 * W;  // plain stores (a masked store is slow on some CPUs)
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
     if (i >= mr) break;
     float* c = C + i * ldc;
-    __m512 r0 = _mm512_fmadd_ps(va, c0[i], bias0), r1 = _mm512_fmadd_ps(va, c1[i], bias1);
+    V r0 = Isa::fma(va, c0[i], bias0), r1 = Isa::fma(va, c1[i], bias1);
     if (beta != 0.f) {
-      r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), r0);
-      r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), r1);
+      r0 = Isa::fma(vb, Isa::load(c, m0), r0);
+      r1 = Isa::fma(vb, Isa::load(c + W, m1), r1);
     }
-    _mm512_mask_storeu_ps(c, m0, r0);
-    _mm512_mask_storeu_ps(c + 16, m1, r1);
+    if (whole) {
+      Isa::store(c, r0);
+      Isa::store(c + W, r1);
+    } else {
+      Isa::store(c, r0, m0);
+      Isa::store(c + W, r1, m1);
+    }
   }
 }
 
 /// C block (mc x nc) from packed Ap (mc rows) and B (nc columns), depth kc: B packed in
 /// NR-column panels (packed), or read in place (rows of op(B), by stride or table).
+template <class Isa>
 void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Rows& B, bool packed, float* C,
                   int64_t ldc, float alpha, float beta, const float* bias) {
-  auto tile = [&]<bool kTable>(int64_t i0, int64_t j0) {
+  constexpr int MR = Isa::MR, NR = Isa::NR;
+  auto tile = [&]<bool kTable, bool kFull>(int64_t i0, int64_t j0) {
     const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
     const float* a = Ap + i0 * kc;
     const Rows b = packed ? Rows{B.base + j0 * kc, NR} : B.from_col(j0);
     float* c = C + i0 * ldc + j0;
     const float* bi = bias ? bias + j0 : nullptr;
-    if (mr > 8) micro_kernel<MR, kTable>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
-    else if (mr > 4) micro_kernel<8, kTable>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
-    else micro_kernel<4, kTable>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
+    if (mr > 2 * MR / 3) micro_kernel<Isa, MR, kTable, kFull>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
+    else if (mr > MR / 3) micro_kernel<Isa, 2 * MR / 3, kTable, kFull>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
+    else micro_kernel<Isa, MR / 3, kTable, kFull>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
   };
   const bool table = !packed && B.rows;
-  for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 ...
+  for (int64_t j0 = 0; j0 < nc; j0 += NR) {  // one B panel stays in L1 ...
+    const bool full = packed || nc - j0 >= NR;
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {  // ... while the A panels pass
-      if (table) tile.template operator()<true>(i0, j0);
-      else tile.template operator()<false>(i0, j0);
+      if (table) {
+        if (full) tile.template operator()<true, true>(i0, j0);
+        else tile.template operator()<true, false>(i0, j0);
+      } else {
+        if (full) tile.template operator()<false, true>(i0, j0);
+        else tile.template operator()<false, false>(i0, j0);
+      }
     }
+  }
 }
 
 thread_local Buffer tls_a, tls_b, tls_part;  // packed A, packed B, the K split's partial C's
 
 /// The whole loop nest on the calling thread, with its own packing buffers.
-template <class E>
+template <class Isa, class E>
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const E* A,
                   int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, const float* bias) {
+  constexpr int MR = Isa::MR, NR = Isa::NR;
+  constexpr int64_t KC = Isa::KC, MC = Isa::MC, NC = Isa::NC;
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
   // one pass over the C tiles, a short one would pay it for little work).
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
   // A short C (a convolution's 16 or 32 output channels) uses each B panel for a tile or
   // two: packing would copy B for less than it saves, so a row-major B is read in place.
   // (16-bit operands are always packed: the micro-kernel reads float32.)
-  const bool direct_b = std::is_same_v<E, float> && !trans_b && M <= kDirectBRows;
+  const bool direct_b = std::is_same_v<E, float> && !trans_b && M <= 2 * MR;
   float* Bp = direct_b ? nullptr : tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kcmax);
   float* Ap = tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kcmax);
   for (int64_t jc = 0; jc < N; jc += NC) {
@@ -188,23 +212,23 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     for (int64_t pc = 0; pc < K; pc += kcmax) {
       const int64_t kc = std::min(kcmax, K - pc);
       const RowsOf<E> Bc = trans_b ? B.from_row(jc).from_col(pc) : B.from_row(pc).from_col(jc);
-      if (!direct_b) pack_b(trans_b, Bc, kc, nc, Bp);
+      if (!direct_b) pack_b<Isa>(trans_b, Bc, kc, nc, Bp);
       const float b = pc == 0 ? beta : 1.f;  // later slices add to what the first wrote
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
-        pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
+        pack_a<Isa>(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
         Rows Bf{Bp, NR};
         if constexpr (std::is_same_v<E, float>)
           if (direct_b) Bf = Bc;
-        macro_kernel(mc, nc, kc, Ap, Bf, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
-                     pc == 0 && bias ? bias + jc : nullptr);
+        macro_kernel<Isa>(mc, nc, kc, Ap, Bf, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
+                          pc == 0 && bias ? bias + jc : nullptr);
       }
     }
   }
 }
 
 /// sgemm_packed over B given by Rows (a stride or a row table).
-template <class E>
+template <class Isa, class E>
 void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const E* A,
                 int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, int threads, const float* bias) {
   if (M <= 0 || N <= 0) return;
@@ -228,8 +252,8 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
       const int64_t per = (K + T - 1) / T, k0 = t * per, kn = std::min(K, k0 + per) - k0;
       const E* At = trans_a ? A + k0 * lda : A + k0;
       const RowsOf<E> Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
-      if (t == 0) sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
-      else sgemm_serial(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part + (t - 1) * M * N, N, nullptr);
+      if (t == 0) sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
+      else sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part + (t - 1) * M * N, N, nullptr);
 #pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < M; ++i)
@@ -242,30 +266,15 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     return;
   }
   // Otherwise threads take independent blocks of C (split_c, sgemm_pack.h).
-  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-    sgemm_serial(trans_a, trans_b, rows, cols, K, alpha, trans_a ? A + r0 : A + r0 * lda, lda,
-                 trans_b ? B.from_row(c0) : B.from_col(c0), beta, C + r0 * ldc + c0, ldc, bias ? bias + c0 : nullptr);
+  split_c(want, M, N, Isa::NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+    sgemm_serial<Isa>(trans_a, trans_b, rows, cols, K, alpha, trans_a ? A + r0 : A + r0 * lda, lda,
+                      trans_b ? B.from_row(c0) : B.from_col(c0), beta, C + r0 * ldc + c0, ldc,
+                      bias ? bias + c0 : nullptr);
   });
 }
 
-}  // namespace
-
-void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
-                  const float* bias) {
-  sgemm_rows(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, ldb}, beta, C, ldc, threads, bias);
-}
-
-void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                       int64_t lda, const float* B, const int64_t* b_rows, float beta, float* C, int64_t ldc,
-                       int threads) {
-  sgemm_rows(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, 0, b_rows}, beta, C, ldc, threads, nullptr);
-}
-
-namespace {
-
-/// sgemm_packed_half for one element type E (F16 or BF16).
-template <class E>
+/// sgemm_packed_half for one instruction set and element type E (F16 or BF16).
+template <class Isa, class E>
 void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
   if (M <= 0 || N <= 0) return;
@@ -274,55 +283,105 @@ void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
   // Threads take blocks of C as sgemm_packed does; each sums its block in float32 (in a
   // buffer of its own) and rounds it to E once.
-  split_c(want, M, N, NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  split_c(want, M, N, Isa::NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
     float* s = tls_part.get(rows * cols);
     if (K > 0)
-      sgemm_serial(trans_a, trans_b, rows, cols, K, 1.f, trans_a ? a + r0 : a + r0 * lda, lda,
-                   trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr);
+      sgemm_serial<Isa>(trans_a, trans_b, rows, cols, K, 1.f, trans_a ? a + r0 : a + r0 * lda, lda,
+                        trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr);
     else
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) s[i * cols + j] = bias ? bias[c0 + j] : 0.f;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* src = s + i * cols;
-      uint16_t* dst = C + (r0 + i) * ldc + c0;
-      int64_t j = 0;
-      if constexpr (std::is_same_v<E, F16>)
-        for (; j + 16 <= cols; j += 16)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j),
-                              _mm512_cvtps_ph(_mm512_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-      for (; j < cols; ++j) dst[j] = std::is_same_v<E, F16> ? float_to_half_bits(src[j]) : float_to_bf16_bits(src[j]);
-    }
+    using Stored = std::conditional_t<std::is_same_v<E, F16>, Half, BFloat16>;  // the same 16 bits
+    for (int64_t i = 0; i < rows; ++i)  // vectorised, as Tensor::to (core/copy.h)
+      convert_floats(s + i * cols, reinterpret_cast<Stored*>(C + (r0 + i) * ldc + c0), cols);
   });
+}
+
+#if defined(KILN_SGEMM_AVX512)
+/// Whether the AVX-512 kernel runs: yes, unless the build also has the AVX2 one and
+/// KILN_CPU_SGEMM=avx2 asks for it (read once).
+bool use_avx512() {
+#if defined(KILN_SGEMM_AVX2)
+  static const bool v = [] {
+    const char* env = std::getenv("KILN_CPU_SGEMM");
+    if (!env || !*env || std::strcmp(env, "avx512") == 0) return true;
+    KILN_CHECK(std::strcmp(env, "avx2") == 0, "KILN_CPU_SGEMM: expected avx512 or avx2, got '", env, "'");
+    return false;
+  }();
+  return v;
+#else
+  return true;
+#endif
+}
+#endif
+
+/// Calls f.template operator()<Isa>() for the kernel's instruction set.
+template <class F>
+void with_isa(F&& f) {
+#if defined(KILN_SGEMM_AVX512)
+  if (use_avx512()) return f.template operator()<Avx512>();
+#endif
+#if defined(KILN_SGEMM_AVX2)
+  return f.template operator()<Avx2>();
+#endif
 }
 
 }  // namespace
 
+bool sgemm_packed_available() { return true; }
+
+const char* sgemm_packed_isa() {
+  const char* name = "";
+  with_isa([&]<class Isa>() { name = Isa::name; });
+  return name;
+}
+
+void sgemm_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
+                  const float* bias) {
+  with_isa([&]<class Isa>() {
+    sgemm_rows<Isa>(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, ldb}, beta, C, ldc, threads, bias);
+  });
+}
+
+void sgemm_packed_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                       int threads) {
+  with_isa([&]<class Isa>() {
+    sgemm_rows<Isa>(trans_a, trans_b, M, N, K, alpha, A, lda, Rows{B, 0, b_rows}, beta, C, ldc, threads, nullptr);
+  });
+}
+
 void sgemm_packed_half(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                        int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads,
                        const float* bias) {
-  if (bf16) sgemm_half<BF16>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
-  else sgemm_half<F16>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+  with_isa([&]<class Isa>() {
+    if (bf16) sgemm_half<Isa, BF16>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+    else sgemm_half<Isa, F16>(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
+  });
 }
 
-#else  // no AVX-512 in this build: gemm_cpu stays on Eigen
+#else  // neither AVX-512 nor AVX2 + FMA + F16C in this build: gemm_cpu stays on Eigen
 
 bool sgemm_packed_available() { return false; }
 
+const char* sgemm_packed_isa() { return "none"; }
+
 void sgemm_packed(bool, bool, int64_t M, int64_t N, int64_t K, float, const float*, int64_t, const float*, int64_t,
                   float, float*, int64_t, int, const float*) {
-  KILN_FAIL("matmul (cpu sgemm): the packed AVX-512 float32 GEMM is not compiled into this build (no AVX-512); ",
+  KILN_FAIL("matmul (cpu sgemm): the packed float32 GEMM is not compiled into this build (no AVX-512 or AVX2); ",
             "called for M=", M, " N=", N, " K=", K);
 }
 
 void sgemm_packed_rows(bool, bool, int64_t M, int64_t N, int64_t K, float, const float*, int64_t, const float*,
                        const int64_t*, float, float*, int64_t, int) {
-  KILN_FAIL("conv2d (cpu sgemm): the packed AVX-512 float32 GEMM is not compiled into this build (no AVX-512); ",
+  KILN_FAIL("conv2d (cpu sgemm): the packed float32 GEMM is not compiled into this build (no AVX-512 or AVX2); ",
             "called for M=", M, " N=", N, " K=", K);
 }
 
 void sgemm_packed_half(bool, bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
                       uint16_t*, int64_t, int, const float*) {
-  KILN_FAIL("matmul (cpu 16-bit gemm): the packed AVX-512 GEMM is not compiled into this build (no AVX-512); ",
+  KILN_FAIL("matmul (cpu 16-bit gemm): the packed GEMM is not compiled into this build (no AVX-512 or AVX2); ",
             "called for M=", M, " N=", N, " K=", K);
 }
 

@@ -1,14 +1,20 @@
-// kiln's own float32 GEMM for x86 CPUs with AVX-512: the GotoBLAS / BLIS scheme in one
-// file (ops/cpu/sgemm.cpp). gemm_cpu<float> calls it when it is compiled in; everything
-// else (float64, CPUs without AVX-512) stays on Eigen. See docs/architecture.md.
+// kiln's own float32 GEMM for x86 CPUs with AVX-512 or AVX2 + FMA + F16C: the GotoBLAS /
+// BLIS scheme in one file (ops/cpu/sgemm.cpp). gemm_cpu<float> calls it when it is
+// compiled in; everything else (float64, CPUs without AVX2) stays on Eigen. See
+// docs/architecture.md.
 #pragma once
 #include <cstdint>
 
 namespace kiln {
 
-/// True when this build contains the packed AVX-512 kernel (compiled with -march=native
-/// on an AVX-512 CPU, or -mavx512f).
+/// True when this build contains the packed kernel (compiled with -march=native on a CPU
+/// with AVX-512, or with AVX2, FMA and F16C).
 bool sgemm_packed_available();
+
+/// The instruction set the packed float32 kernel runs: "AVX-512", "AVX2" (an AVX-512
+/// build runs the AVX2 kernel when the environment sets KILN_CPU_SGEMM=avx2, read once),
+/// or "none".
+const char* sgemm_packed_isa();
 
 /// Row-major C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, with the same
 /// conventions as gemm_cpu: op(A) = A (M, K) with row stride lda, or A stored (K, M) and

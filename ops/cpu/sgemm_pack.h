@@ -1,10 +1,17 @@
 // The pieces of kiln's packed CPU GEMMs that the float32 kernel (ops/cpu/sgemm.cpp) and the
 // bf16 kernel (ops/cpu/sgemm_bf16.cpp) share: growing aligned buffers, the row addressing
-// of an operand, and the 16 x 16 transpose that packs a transposed operand. The transpose
-// moves 32-bit lanes without arithmetic, so it packs float32 values and bf16 pairs alike.
-// AVX-512 only (the files that include it compile it under __AVX512F__).
+// of an operand, the vector operations of each instruction set the float32 kernel is
+// written for (Avx512: 16 lanes, Avx2: 8 lanes with FMA and F16C), and the W x W transpose
+// that packs a transposed operand. The transpose moves 32-bit lanes without arithmetic,
+// so it packs float32 values and bf16 pairs alike.
 #pragma once
 #if defined(__AVX512F__)
+#define KILN_SGEMM_AVX512 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KILN_SGEMM_AVX2 1
+#endif
+#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
 // GCC 12's shuffle intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
 // reports (GCC bug 105593, fixed in GCC 13).
 #if !defined(__clang__)
@@ -22,13 +29,15 @@
 
 namespace kiln::sgemm_detail {
 
-/// A 64-byte aligned float buffer that only grows (one per thread and role, kept between calls).
+/// A 64-byte aligned float buffer that only grows (one per thread and role, kept between
+/// calls), with 16 floats to spare past what was asked: packing may store a whole vector
+/// past its last value (Avx2::store_lanes).
 struct Buffer {
   std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
   int64_t n = 0;
   float* get(int64_t want) {
     if (want > n) {
-      int64_t bytes = (want * int64_t(sizeof(float)) + 63) / 64 * 64;
+      int64_t bytes = ((want + 16) * int64_t(sizeof(float)) + 63) / 64 * 64;
       float* q = static_cast<float*>(std::aligned_alloc(64, size_t(bytes)));
       KILN_CHECK(q != nullptr, "matmul (cpu sgemm): could not allocate a ", bytes, "-byte packing buffer");
       p.reset(q);
@@ -52,6 +61,19 @@ struct RowsOf {
 };
 using Rows = RowsOf<float>;
 
+/// The stored element types the float32 kernel packs: float32 itself, or float16 / bfloat16
+/// (their raw bits in F16 / BF16 below), widened to float32 as a panel is packed, once per
+/// panel (F16C's VCVTPH2PS; a bf16 value is the top half of its float32).
+struct F16 {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
+};
+inline float to_f32(float v) { return v; }
+inline float to_f32(F16 h) { return half_bits_to_float(h.bits); }
+inline float to_f32(BF16 h) { return bf16_bits_to_float(h.bits); }
+#if defined(KILN_SGEMM_AVX512)
 /// Transposes the 16 x 16 block held in r[0..15] (r[i] = row i) in place: afterwards r[j]
 /// is column j. Three rounds of shuffles: pairs of floats, then quadruples, then 128-bit lanes.
 inline void transpose16(__m512 r[16]) {
@@ -82,18 +104,6 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-/// The stored element types the float32 kernel packs: float32 itself, or float16 / bfloat16
-/// (their raw bits in F16 / BF16 below), widened to float32 as a panel is packed, once per
-/// panel (F16C's VCVTPH2PS; a bf16 value is the top half of its float32).
-struct F16 {
-  uint16_t bits;
-};
-struct BF16 {
-  uint16_t bits;
-};
-inline float to_f32(float v) { return v; }
-inline float to_f32(F16 h) { return half_bits_to_float(h.bits); }
-inline float to_f32(BF16 h) { return bf16_bits_to_float(h.bits); }
 /// 16 values from p as float32; `n` < 16 reads only the first n (the others are 0).
 inline __m512 load16(const float* p, int n = 16) {
   return _mm512_maskz_loadu_ps(n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1), p);
@@ -118,22 +128,121 @@ inline __m512 load16(const BF16* p, int n = 16) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/// Writes the transpose of stored rows [0, rows) of src over depth [0, kc) into
-/// dst[k * step + i] (i < rows <= 16; lanes past `rows` are not written): the packing of a
-/// transposed operand, 16 x 16 blocks at a time.
+/// The float32 kernel's vector operations with AVX-512: 16 lanes, masks in k registers.
+struct Avx512 {
+  using V = __m512;
+  using Mask = __mmask16;
+  static constexpr int W = 16;                      // float lanes
+  static constexpr int MR = 12, NR = 32;            // C tile in registers: 12 x 2 zmm of the 32
+  static constexpr int64_t KC = 256, MC = 192, NC = 512;
+  static constexpr const char* name = "AVX-512";
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static Mask mask(int n) { return n >= 16 ? Mask(0xFFFF) : Mask((1u << std::max(n, 0)) - 1); }
+  template <class E>
+  static V load(const E* p, int n = W) { return load16(p, n); }
+  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
+  static void store(float* p, V v, int n) { store(p, v, mask(n)); }
+  /// Packing's store of the lanes in m (see Avx2::store_lanes).
+  static void store_lanes(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
+  static void transpose(V r[W]) { transpose16(r); }
+};
+#endif
+
+#if defined(KILN_SGEMM_AVX2)
+/// Transposes the 8 x 8 block held in r[0..7] in place (r[j] becomes column j): pairs, then
+/// quadruples within each 128-bit half, then the halves.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // half h: r_i[4h], r_i+1[4h], r_i[4h+1], r_i+1[4h+1]
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  //         the same for 4h+2, 4h+3
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; g += 4) {  // u[g + c], half h: column 4h + c of rows g .. g+3
+    u[g] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {  // column c: the low halves of u[c] and u[4 + c]; column 4 + c: the high
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+/// 8 lanes of -1 then 8 of 0: the 32-byte load at kLaneMask + 8 - n has its first n lanes set.
+alignas(64) inline constexpr int32_t kLaneMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+/// 8 16-bit values from p; `n` < 8 reads only the first n (the others are 0).
 template <class E>
+inline __m128i load8_bits(const E* p, int n) {
+  if (n >= 8) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  alignas(16) uint16_t t[8] = {};
+  for (int i = 0; i < n; ++i) t[i] = p[i].bits;
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+}
+
+/// The float32 kernel's vector operations with AVX2 + FMA (+ F16C for float16): 8 lanes,
+/// masks as lane vectors (VMASKMOVPS). 6 x 16 C tile: 12 of the 16 ymm registers hold C,
+/// two the B row, one the broadcast A value (the tile of BLIS's Haswell and Zen kernels).
+struct Avx2 {
+  using V = __m256;
+  using Mask = __m256i;
+  static constexpr int W = 8;
+  static constexpr int MR = 6, NR = 16;
+  static constexpr int64_t KC = 256, MC = 144, NC = 512;  // B panel 16 KiB (L1), A block 144 KiB (L2)
+  static constexpr const char* name = "AVX2";
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static Mask mask(int n) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - std::clamp(n, 0, 8)));
+  }
+  static V load(const float* p, int n = W) { return n >= W ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask(n)); }
+  static V load(const F16* p, int n = W) { return _mm256_cvtph_ps(load8_bits(p, n)); }
+  static V load(const BF16* p, int n = W) {  // a bf16 value is the top half of its float32
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load8_bits(p, n)), 16));
+  }
+  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store(float* p, V v, Mask m) { _mm256_maskstore_ps(p, m, v); }
+  static void store(float* p, V v, int n) {
+    if (n >= W) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, mask(n), v);
+  }
+  /// Packing's store of the lanes in m: all W of them, as a masked store (VMASKMOVPS) is
+  /// microcoded and slow on AMD's AVX2 CPUs. The lanes past m hold junk (zeros or other
+  /// values) that the packing overwrites afterwards: it stores in ascending address order,
+  /// fills lanes past a panel's rows with zeros after, and its Buffer has slack.
+  static void store_lanes(float* p, V v, Mask) { _mm256_storeu_ps(p, v); }
+  static void transpose(V r[W]) { transpose8(r); }
+};
+#endif
+
+/// Writes the transpose of stored rows [0, rows) of src over depth [0, kc) into
+/// dst[k * step + i] (i < rows <= W): the packing of a transposed operand, W x W blocks at a
+/// time. Lanes past `rows` may receive junk (Isa::store_lanes), up to W - 1 floats past the
+/// last value written: the caller zero-fills them after, or packs what lies there later.
+template <class Isa, class E>
 inline void pack_transposed(const RowsOf<E>& src, int rows, int64_t kc, float* dst, int64_t step) {
-  const __mmask16 keep = __mmask16((1u << rows) - 1);
-  const E* s[16];
-  for (int i = 0; i < 16; ++i) s[i] = src.row(std::min(i, rows - 1));
+  constexpr int W = Isa::W;
+  const typename Isa::Mask keep = Isa::mask(rows);
+  const E* s[W];
+  for (int i = 0; i < W; ++i) s[i] = src.row(std::min(i, rows - 1));
   int64_t k = 0;
-  for (; k + 16 <= kc; k += 16) {
-    __m512 r[16];
+  for (; k + W <= kc; k += W) {
+    typename Isa::V r[W];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) r[i] = i < rows ? load16(s[i] + k) : _mm512_setzero_ps();
-    transpose16(r);
+    for (int i = 0; i < W; ++i) r[i] = i < rows ? Isa::load(s[i] + k) : Isa::zero();
+    Isa::transpose(r);
 #pragma GCC unroll 16
-    for (int kk = 0; kk < 16; ++kk) _mm512_mask_storeu_ps(dst + (k + kk) * step, keep, r[kk]);
+    for (int kk = 0; kk < W; ++kk) Isa::store_lanes(dst + (k + kk) * step, r[kk], keep);
   }
   for (; k < kc; ++k)
     for (int i = 0; i < rows; ++i) dst[k * step + i] = to_f32(s[i][k]);

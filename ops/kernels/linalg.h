@@ -30,7 +30,7 @@ using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const vo
 
 /// Single row-major GEMM (instantiated for float and double):
 /// C (M, N) = alpha * op(A) @ op(B) + beta * C [+ bias (N values) on every row]. float
-/// runs sgemm_packed (ops/cpu/sgemm.h) when the build has AVX-512, everything else Eigen,
+/// runs sgemm_packed (ops/cpu/sgemm.h) when the build has AVX-512 or AVX2, everything else Eigen,
 /// transposes folded into Eigen::Map's storage order. Multi-threaded unless called inside
 /// a parallel region.
 template <class T>

@@ -50,7 +50,7 @@ TEST_CASE("float -> binary16: round to nearest even at every boundary, subnormal
 }
 
 TEST_CASE("Tensor casts between float32 and float16 / bfloat16: the scalar conversions' bits, any length") {
-  // Tensor::to runs 16 values per step where the build has AVX-512 (core/tensor.cpp) and the
+  // Tensor::to runs 16 values per step where the build has AVX-512 (8 with AVX2; core/tensor.cpp) and the
   // scalar conversions on the tail: both must give float_to_half_bits' / float_to_bf16_bits'
   // bits, for every binary16 and bf16 pattern widened and for a spread of floats (ties,
   // subnormals, overflow, inf, NaN) narrowed, at lengths that end inside a vector.

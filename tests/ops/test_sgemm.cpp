@@ -1,9 +1,13 @@
-// kiln's packed AVX-512 float32 GEMM (ops/cpu/sgemm.cpp) against a float64 reference:
-// every transpose, edge sizes around the 12 x 32 tile and the 256 / 192 / 512 blocking,
-// row strides wider than the matrix, alpha and beta, a row bias, one and two threads.
+// kiln's packed float32 GEMM (ops/cpu/sgemm.cpp) against a float64 reference: every
+// transpose, edge sizes around the AVX-512 12 x 32 and the AVX2 6 x 16 tiles and the
+// 256 / 192 (144) / 512 blocking, row strides wider than the matrix, alpha and beta, a row
+// bias, one and two threads. CTest runs it again with KILN_CPU_SGEMM=avx2, so an AVX-512
+// machine tests both kernels.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <random>
 #include <vector>
@@ -71,12 +75,13 @@ void check_case(const Case& c, const Gemm& gemm) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  // Edges of the 12-row tile (4- and 8-row variants), the 32-column tile and its masks.
-  const int64_t small[] = {1, 3, 4, 5, 8, 11, 12, 13, 16, 17, 31, 33};
+  // Edges of the 12-row tile (4- and 8-row variants) and the 6-row one (2 and 4), the 32-
+  // and 16-column tiles and their masks.
+  const int64_t small[] = {1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 16, 17, 31, 33};
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
       for (int64_t m : small)
-        for (int64_t n : {int64_t(1), int64_t(17), int64_t(32), int64_t(45)})
+        for (int64_t n : {int64_t(1), int64_t(7), int64_t(9), int64_t(16), int64_t(17), int64_t(32), int64_t(45)})
           out.push_back({bool(ta), bool(tb), m, n, m + n, 1.f, 0.f, 1});
   // Blocking: K over 256 (equal slices), M over 192, N over 512; 16-deep transposes and
   // their remainders; both thread splits (by rows when M >= N, else by columns).
@@ -106,7 +111,7 @@ std::vector<Case> cases() {
 
 TEST_CASE("sgemm_packed: against a float64 reference") {
   if (!sgemm_packed_available()) {
-    MESSAGE("skipped: this build has no AVX-512 (the float32 GEMM is Eigen's, tested through matmul)");
+    MESSAGE("skipped: this build has neither AVX-512 nor AVX2 (the float32 GEMM is Eigen's, tested through matmul)");
     return;
   }
   auto run = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -131,7 +136,7 @@ TEST_CASE("gemm_cpu<float>, gemm_rows_cpu<float>: against a float64 reference, w
 
 TEST_CASE("sgemm_packed: K = 0 or alpha = 0 scales C by beta; empty C is a no-op") {
   if (!sgemm_packed_available()) {
-    MESSAGE("skipped: this build has no AVX-512");
+    MESSAGE("skipped: this build has neither AVX-512 nor AVX2");
     return;
   }
   std::vector<float> C = {1, 2, 3, 4};
@@ -143,10 +148,22 @@ TEST_CASE("sgemm_packed: K = 0 or alpha = 0 scales C by beta; empty C is a no-op
   sgemm_packed(false, false, 0, 2, 3, 1.f, nullptr, 3, nullptr, 2, 0.f, nullptr, 2, 2);
 }
 
-TEST_CASE("sgemm_packed: a build without AVX-512 says so") {
+TEST_CASE("sgemm_packed: a build without AVX-512 or AVX2 says so") {
   if (sgemm_packed_available()) return;
   CHECK_THROWS_WITH_AS(sgemm_packed(false, false, 2, 2, 2, 1.f, nullptr, 2, nullptr, 2, 0.f, nullptr, 2, 1),
                        doctest::Contains("not compiled into this build"), Error);
   CHECK_THROWS_WITH_AS(sgemm_packed_rows(false, false, 2, 2, 2, 1.f, nullptr, 2, nullptr, nullptr, 0.f, nullptr, 2, 1),
                        doctest::Contains("not compiled into this build"), Error);
+}
+
+TEST_CASE("sgemm_packed_isa: names the kernel that runs, and KILN_CPU_SGEMM=avx2 selects the AVX2 one") {
+  const std::string isa = sgemm_packed_isa();
+  MESSAGE("packed float32 GEMM in this run: ", isa);
+  if (!sgemm_packed_available()) {
+    CHECK(isa == "none");
+    return;
+  }
+  CHECK((isa == "AVX-512" || isa == "AVX2"));
+  const char* env = std::getenv("KILN_CPU_SGEMM");
+  if (env && std::string(env) == "avx2") CHECK(isa == "AVX2");
 }
