@@ -208,6 +208,7 @@ CpuFeatures cpu_features() {
   const bool fma = c & (1u << 12), osxsave = c & (1u << 27);
   const int base_family = int((a >> 8) & 0xF);
   f.family = base_family == 0xF ? base_family + int((a >> 20) & 0xFF) : base_family;
+  f.model = int((a >> 4) & 0xF) | (base_family == 0x6 || base_family == 0xF ? int((a >> 16) & 0xF) << 4 : 0);
   if (!osxsave) return f;
   unsigned xlo, xhi;
   asm volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
@@ -246,6 +247,9 @@ CpuCoreRates cpu_core_rates(const std::string& m, const CpuFeatures& f) {
       units = "1 FMA unit";
     }
     r.isa = "AVX-512, " + units;
+  } else if (f.avx2_fma && has("AMD") && f.family == 0x17 && f.model < 0x30) {
+    r.fp32 = 16;  // Zen 1 / Zen+ (EPYC 7xx1, Ryzen 1000/2000): a 256-bit op is two 128-bit halves
+    r.isa = "AVX2+FMA, 128-bit units (Zen 1)";
   } else if (f.avx2_fma) {
     r.fp32 = 32;
     r.isa = "AVX2+FMA, 2 FMA units";

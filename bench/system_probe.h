@@ -56,7 +56,8 @@ struct CpuCoreRates {
 /// The instruction-set features that decide the rates (from CPUID, or given in tests).
 struct CpuFeatures {
   bool avx2_fma = false, avx512f = false, avx512_bf16 = false, avx512_fp16 = false, amx_bf16 = false;
-  int family = 0;  ///< CPUID family (base + extended): on AMD 0x19 Zen 3/4, 0x1A Zen 5
+  int family = 0;  ///< CPUID family (base + extended): on AMD 0x17 Zen 1/2, 0x19 Zen 3/4, 0x1A Zen 5
+  int model = 0;   ///< CPUID model (base + extended << 4 for families 6 and 0xF): AMD 0x17 below 0x30 is Zen 1
 };
 /// This CPU's features (CPUID; AMX only when Linux grants the process its tile state).
 CpuFeatures cpu_features();
@@ -64,8 +65,9 @@ CpuFeatures cpu_features();
 /// microarchitectures (AMD Zen 4 runs AVX-512 on 256-bit units: half of Intel's rate per
 /// cycle; Zen 5, known by its name or, in a VM that hides it, by CPUID family 0x1A, does
 /// not; Intel Xeon Bronze/Silver and Gold 5xxx of Skylake/Cascade Lake have one 512-bit
-/// FMA unit; AVX512_FP16 marks Sapphire Rapids or later, two units), then the instruction
-/// set alone (AVX-512: two FMA units, AVX2+FMA: two 256-bit units, else SSE: 8).
+/// FMA unit; AVX512_FP16 marks Sapphire Rapids or later, two units; AMD Zen 1, family 0x17
+/// below model 0x30, runs AVX2 on two 128-bit units), then the instruction set alone
+/// (AVX-512: two FMA units, AVX2+FMA: two 256-bit units, else SSE: 8).
 CpuCoreRates cpu_core_rates(const std::string& model_name, const CpuFeatures& f);
 
 /// The CPU peak the MFU column divides by, for each precision: per-core rate (the table)

@@ -175,6 +175,12 @@ TEST_CASE("bench: the CPU peak comes from per-core rates x threads x clock, cros
   rates = bench::cpu_core_rates("AMD Ryzen 9 5950X", avx2);
   CHECK(rates.fp32 == 32);
   CHECK(rates.bf16 == 32);  // no bf16 instructions: the fp32 units
+  // AMD family 0x17: Zen 1 / Zen+ (models below 0x30) split a 256-bit FMA in two, Zen 2 does not
+  CpuFeatures zen1 = avx2, zen2 = avx2;
+  zen1.family = zen2.family = 0x17;
+  zen1.model = 0x01, zen2.model = 0x31;
+  CHECK(bench::cpu_core_rates("AMD EPYC 7601 32-Core Processor", zen1).fp32 == 16);
+  CHECK(bench::cpu_core_rates("AMD EPYC", zen2).fp32 == 32);
   CHECK(bench::cpu_core_rates("some CPU", CpuFeatures{}).fp32 == 8);
 
   rates = bench::cpu_core_rates("Intel(R) Xeon(R) Processor", spr);
