@@ -142,7 +142,9 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return sum(xc, dims, keepdim); }, x))
     return *r;  // autocast: the op ran on cast inputs
   check_defined("sum", x);
-  if (is_half(x.dtype())) return sum(x.to(DType::float32), dims, keepdim).to(x.dtype());
+  // 16-bit: the CPU kernel widens as it reads (a linear layer's bias gradient under autocast
+  // is a sum over every token); elsewhere through a float32 copy
+  if (is_half(x.dtype()) && !x.is_cpu()) return sum(x.to(DType::float32), dims, keepdim).to(x.dtype());
   auto d = checked_dims("sum", x, dims);
   const bool fl = x.is_floating_point();
   Tensor out = run_reduce(Op::sum, x, d, keepdim, fl ? x.dtype() : DType::int64);
@@ -157,7 +159,7 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
   if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return mean(xc, dims, keepdim); }, x))
     return *r;  // autocast: the op ran on cast inputs
   check_defined("mean", x);
-  if (is_half(x.dtype())) return mean(x.to(DType::float32), dims, keepdim).to(x.dtype());
+  if (is_half(x.dtype()) && !x.is_cpu()) return mean(x.to(DType::float32), dims, keepdim).to(x.dtype());
   auto d = checked_dims("mean", x, dims);
   const int64_t n = reduced_count(x.shape(), d);
   if (!x.is_floating_point()) {

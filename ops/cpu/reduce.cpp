@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 #include <vector>
+#include "kiln/core/copy.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/kernels/reduce.h"
 #include "kiln/ops/reduce_math.h"
@@ -76,7 +77,30 @@ void reduce_engine(const P& p, int64_t O, int64_t R, int64_t I) {
 
 using cpu::row_sum;
 
-// sum / mean: out = sum * scale (scale unused for integers)
+template <class T>
+constexpr bool kIs16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+/// row_sum over 16-bit values, widened 512 at a time (vectorised, core/copy.h): the same
+/// sums in the same order as row_sum over the float32 copy, without making the copy.
+template <class T>
+double row_sum_widened(const T* x, int64_t n) {
+  alignas(64) float buf[512];
+  double acc[8] = {};
+  const int64_t full = n / 8 * 8;
+  for (int64_t i = 0; i < full; i += 512) {
+    const int64_t m = std::min<int64_t>(512, full - i);  // a multiple of 8
+    convert_floats(x + i, buf, m);
+    for (int64_t k = 0; k < m; k += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += double(buf[k + j]);
+  }
+  double s = 0;
+  for (int j = 0; j < 8; ++j) s += acc[j];
+  for (int64_t i = full; i < n; ++i) s += double(float(x[i]));
+  return s;
+}
+
+// sum / mean: out = sum * scale (scale unused for integers). 16-bit T (CPU only) accumulates
+// its values widened, exactly as the float32 copy would, and rounds the result via float32.
 template <class T, class A, class OutT>
 struct SumPolicy {
   using Acc = A;
@@ -84,17 +108,27 @@ struct SumPolicy {
   OutT* out;
   int64_t R, I;
   double scale;
-  A row(int64_t o, int64_t r0, int64_t r1) const { return row_sum<T, A>(x + o * R + r0, r1 - r0); }
+  A row(int64_t o, int64_t r0, int64_t r1) const {
+    if constexpr (kIs16<T>) return row_sum_widened(x + o * R + r0, r1 - r0);
+    else return row_sum<T, A>(x + o * R + r0, r1 - r0);
+  }
   void cols(A* acc, int64_t o, int64_t r0, int64_t r1, int64_t i0, int64_t w) const {
     for (int64_t j = 0; j < w; ++j) acc[j] = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + (o * R + r) * I + i0;  // (w)
-      for (int64_t j = 0; j < w; ++j) acc[j] += A(xr[j]);
+      if constexpr (kIs16<T>) {
+        alignas(64) float buf[kColBlock];
+        convert_floats(xr, buf, w);
+        for (int64_t j = 0; j < w; ++j) acc[j] += A(buf[j]);
+      } else {
+        for (int64_t j = 0; j < w; ++j) acc[j] += A(xr[j]);
+      }
     }
   }
   static void merge(A& a, const A& b) { a += b; }
   void finish(int64_t o, int64_t i, const A& a) const {
     if constexpr (std::is_integral_v<A>) out[o * I + i] = OutT(a);
+    else if constexpr (kIs16<OutT>) out[o * I + i] = OutT(float(a * scale));  // as .to(float32).to(OutT)
     else out[o * I + i] = OutT(a * scale);
   }
 };
@@ -287,7 +321,16 @@ void reduce_cpu(Op op, DType dt, const ReduceArgs& a) {
   switch (op) {
     case Op::sum:
     case Op::mean:
-      if (is_floating(dt)) {
+      if (dt == DType::float16 || dt == DType::bfloat16) {  // a bias gradient under autocast
+        auto run = [&]<class T>() {
+          T* out = static_cast<T*>(a.out);
+          if (R == 0) return fill_n(out, n_out, T(op == Op::sum ? 0.f : std::numeric_limits<float>::quiet_NaN()));
+          SumPolicy<T, double, T> p{static_cast<const T*>(a.x), out, R, I, op == Op::mean ? 1.0 / double(R) : 1.0};
+          reduce_engine(p, O, R, I);
+        };
+        if (dt == DType::float16) run.template operator()<Half>();
+        else run.template operator()<BFloat16>();
+      } else if (is_floating(dt)) {
         KILN_DISPATCH_FLOATING(dt, op_name(op), [&]<class T>() {
           T* out = static_cast<T*>(a.out);
           if (R == 0) return fill_n(out, n_out, op == Op::sum ? T(0) : std::numeric_limits<T>::quiet_NaN());

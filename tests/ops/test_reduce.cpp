@@ -435,6 +435,41 @@ TEST_CASE("16-bit inputs compute in float32") {
   check_values(leaf.grad(), {0.19661193, -0.19661193, 0, 0}, 1e-2);
 }
 
+TEST_CASE("16-bit sum and mean on the CPU: the float32 copy's bits, without the copy") {
+  // The CPU kernel widens 16-bit values as it reads them (rows 512 at a time, column blocks
+  // a row at a time); it must give exactly sum(x.to(float32)).to(dtype): rows shorter and
+  // longer than a chunk and not a multiple of 8, column sums (a bias gradient) over one and
+  // several column blocks, and a full reduction split over R.
+  std::mt19937 g(7);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (DType dt : {DType::float16, DType::bfloat16})
+    for (const Shape& s : std::vector<Shape>{{3, 5}, {2, 1029}, {4, 8}, {300, 7}, {2048, 129}, {37, 600}, {70000}})
+      for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{-1}, {0}, {}}) {
+        if (s.size() == 1 && dims == std::vector<int64_t>{-1}) continue;  // the same as {}
+        CAPTURE(dtype_name(dt));
+        CAPTURE(shape_str(s));
+        CAPTURE(dims.size());
+        std::vector<float> v(size_t(shape_numel(s)));
+        for (auto& e : v) e = nd(g);
+        const Tensor x = from_vector(v, s).to(dt);
+        for (bool is_mean : {false, true}) {
+          const Tensor got = is_mean ? mean(x, dims) : sum(x, dims);
+          const Tensor want = (is_mean ? mean(x.to(DType::float32), dims) : sum(x.to(DType::float32), dims)).to(dt);
+          REQUIRE(got.dtype() == dt);
+          const auto a = got.to(DType::float32).to_vector<float>(), b = want.to(DType::float32).to_vector<float>();
+          REQUIRE(a.size() == b.size());
+          int bad = 0;
+          for (size_t i = 0; i < a.size(); ++i) bad += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+          CHECK(bad == 0);
+        }
+      }
+  // the gradient: ones (sum) and 1/n (mean) in the input's dtype
+  Tensor leaf = from_vector(std::vector<float>(24, 1.f), {4, 6}).to(DType::bfloat16).requires_grad_();
+  sum(mean(leaf, {0})).backward();
+  REQUIRE(leaf.grad().dtype() == DType::bfloat16);
+  check_values(leaf.grad(), std::vector<double>(24, 0.25));
+}
+
 // ================================================================ gradients
 
 TEST_CASE("gradcheck: sum, mean, var, std, logsumexp over random dims, keepdim, layouts") {
