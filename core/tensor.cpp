@@ -119,8 +119,8 @@ DeviceCopyFn g_device_copy = nullptr;
 DeviceRangeFn g_device_range = nullptr;
 
 /// d[0, n) = s[0, n) converted. Between float32 and a 16-bit float, 16 values per step where
-/// the build has AVX-512 (8 with AVX2 + F16C): VCVTPS2PH / VCVTPH2PS for float16, and for bfloat16 the rounding
-/// of float_to_bf16_bits in integer lanes (to nearest even, a NaN kept quiet: the same
+/// the build has AVX-512 (8 with AVX2 + F16C): VCVTPS2PH / VCVTPH2PS for float16, and for
+/// bfloat16 the rounding of float_to_bf16_bits in integer lanes (to nearest even, a NaN kept quiet: the same
 /// bits), then widening by a shift. GCC does not vectorise the scalar conversions (one
 /// F16C instruction per value), and autocast's casts run on every activation.
 template <class D, class S>

@@ -50,10 +50,11 @@ TEST_CASE("float -> binary16: round to nearest even at every boundary, subnormal
 }
 
 TEST_CASE("Tensor casts between float32 and float16 / bfloat16: the scalar conversions' bits, any length") {
-  // Tensor::to runs 16 values per step where the build has AVX-512 (8 with AVX2; core/tensor.cpp) and the
-  // scalar conversions on the tail: both must give float_to_half_bits' / float_to_bf16_bits'
-  // bits, for every binary16 and bf16 pattern widened and for a spread of floats (ties,
-  // subnormals, overflow, inf, NaN) narrowed, at lengths that end inside a vector.
+  // Tensor::to runs 16 values per step where the build has AVX-512 (8 with AVX2;
+  // core/tensor.cpp) and the scalar conversions on the tail: both must give
+  // float_to_half_bits' / float_to_bf16_bits' bits, for every binary16 and bf16 pattern
+  // widened and for a spread of floats (ties, subnormals, overflow, inf, NaN) narrowed, at
+  // lengths that end inside a vector.
   std::vector<float> fs;
   for (uint32_t u = 0; u < 0xffffffffu - 65521; u += 65521) fs.push_back(bits_float(u));
   for (uint32_t h = 0; h < 0x7c00u; h += 7) {  // binary16 values and the midpoints above them
