@@ -58,6 +58,10 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   nvidia-smi > "$LOGS/nvidia-smi.txt" 2>&1
 fi
 row "GPU (name, driver, memory, clock)" "${GPU_INFO:-none found (nvidia-smi missing or lists no GPU)}"
+# the host CPU: its packed GEMM kernels are tested in stage 4 (no other session machine has had AVX-512 and AMX)
+row "host CPU" "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs, $(grep -m1 -o -w -E \
+  'avx512f|avx2' /proc/cpuinfo | head -n1)$(grep -m1 -q -w avx512_bf16 /proc/cpuinfo && echo ' avx512_bf16')$(grep \
+  -m1 -q -w amx_bf16 /proc/cpuinfo && echo ' amx_bf16')"
 NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ ! -x "$NVCC" ]; then row "nvcc" "not found (set CUDACXX)"; exit 1; fi
 row "nvcc" "$NVCC: $("$NVCC" --version | grep -o 'release [0-9.]*, V[0-9.]*' | head -n1)"
@@ -101,6 +105,9 @@ FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_c
   test_cuda_parity_conv test_cuda_parity_shape"
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
   test_cuda_shape_index test_cuda_block_rows test_cuda_flash_attention test_cuda_ladder"
+# The host CPU's packed GEMMs (AVX-512, AVX512_BF16 and, with KILN_CPU_SGEMM=avx2, AVX2),
+# last: a GPU host's Xeon is the only AVX-512 machine a session may get.
+CPU_TESTS="test_sgemm test_sgemm_bf16 test_linalg"
 if [ "$SANITIZE" -eq 0 ]; then
   say "stage 1: configure ($BUILD_DIR, sm_$CUDA_ARCHS) and build"
   CMAKE_ARGS=(-S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"
@@ -122,7 +129,7 @@ if [ "$SANITIZE" -eq 0 ]; then
   # -k 0 / -k: build everything that can be built, so one broken test leaves the others
   KEEP=$([ -f "$BUILD_DIR/build.ninja" ] && echo "-k 0" || echo "-k")
   # shellcheck disable=SC2086
-  timeout "$(limit 300)" cmake --build "$BUILD_DIR" -j "$JOBS" --target kiln_cli ptxas_resources $FIRST_TESTS $LATER_TESTS \
+  timeout "$(limit 300)" cmake --build "$BUILD_DIR" -j "$JOBS" --target kiln_cli ptxas_resources $FIRST_TESTS $LATER_TESTS $CPU_TESTS \
     -- $KEEP \
     > "$LOGS/build.log" 2>&1
   BUILD_RC=$?
@@ -145,18 +152,19 @@ fi
 
 # ---------------------------------------------------------------- 2. GPU tests, one by one
 FAILED=()
-run_test() {  # run_test NAME [wrapper...]: one test program with its own time limit
+run_test() {  # run_test NAME [wrapper...]: one test program with its own time limit (RUN_AS: its log's name)
   local t=$1; shift
+  local name=${RUN_AS:-$t}
   local exe="$BUILD_DIR/tests/$t" secs
   secs=$(limit "$TEST_TIMEOUT")
-  if [ "$secs" -lt 5 ]; then row "  $t" "not run: deadline"; return; fi
-  if [ ! -x "$exe" ]; then row "  $t" "not built"; FAILED+=("$t"); return; fi
-  timeout "$secs" "$@" "$exe" > "$LOGS/$t.log" 2>&1
+  if [ "$secs" -lt 5 ]; then row "  $name" "not run: deadline"; return; fi
+  if [ ! -x "$exe" ]; then row "  $name" "not built"; FAILED+=("$t"); return; fi
+  timeout "$secs" "$@" "$exe" > "$LOGS/$name.log" 2>&1
   local rc=$?
   local counts
-  counts=$(grep -E "test cases:" "$LOGS/$t.log" | tail -n1 | sed 's/.*test cases: *//' | tr -s ' ')
-  if [ $rc -eq 0 ]; then row "  $t" "ok: ${counts:-?}"
-  else row "  $t" "FAILED rc $rc$([ $rc -eq 124 ] && echo " (timeout ${secs}s)"): ${counts:-no summary}"; FAILED+=("$t"); fi
+  counts=$(grep -E "test cases:" "$LOGS/$name.log" | tail -n1 | sed 's/.*test cases: *//' | tr -s ' ')
+  if [ $rc -eq 0 ]; then row "  $name" "ok: ${counts:-?}"
+  else row "  $name" "FAILED rc $rc$([ $rc -eq 124 ] && echo " (timeout ${secs}s)"): ${counts:-no summary}"; FAILED+=("$t"); fi
 }
 if [ "$SANITIZE" -eq 1 ]; then
   say "sanitize: rerunning the failed tests under compute-sanitizer"
@@ -218,6 +226,7 @@ bench_stage bench_cpu_vs_gpu 60 "$KILN" bench --devices cpu,cuda --cpu-shapes --
   --timed "$BENCH_TIMED" --csv "$LOGS/bench_cpu_vs_gpu.csv"
 bench_stage bench_ladder 60 "$KILN" bench --ladder  # the CPU and GPU rungs of docs/course/06-kernel-ladder.md
 for t in $LATER_TESTS; do run_test "$t"; done
+for t in $CPU_TESTS; do run_test "$t"; RUN_AS=${t}_avx2 run_test "$t" env KILN_CPU_SGEMM=avx2; done
 printf '%s\n' "${FAILED[@]}" > "$BUILD_DIR/failed_tests.txt"
 cp "$BUILD_DIR/failed_tests.txt" "$LOGS/" 2>/dev/null
 [ ${#FAILED[@]} -eq 0 ]
