@@ -18,7 +18,9 @@
 // tile is 12 x 32 (24 of the 32 zmm registers), with AVX2 6 x 16 (12 of the 16 ymm). The
 // code is written once over the vector operations of sgemm_pack.h (Avx512, Avx2) and
 // compiled for each instruction set the build has; an AVX-512 build also carries the AVX2
-// one (KILN_CPU_SGEMM=avx2 selects it, so both are tested on an AVX-512 machine). Packing
+// one (KILN_CPU_SGEMM=avx2 selects it, so both are tested on an AVX-512 machine), and every
+// build a scalar model of AVX-512 (Scalar16, KILN_CPU_SGEMM=scalar16: the AVX-512 tile
+// geometry tested on any CPU). Packing
 // makes both panels contiguous and aligned whatever the strides and transposes of A and B
 // (a transposed operand is packed W x W blocks at a time with shuffles, W the vector's
 // float lanes) and zero-pads the edges, so the kernel has no special cases but the final
@@ -33,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <omp.h>
 #include "kiln/core/copy.h"
@@ -311,33 +314,51 @@ void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   });
 }
 
-#if defined(KILN_SGEMM_AVX512)
-/// Whether the AVX-512 kernel runs: yes, unless the build also has the AVX2 one and
-/// KILN_CPU_SGEMM=avx2 asks for it (read once).
-bool use_avx512() {
+/// The kernel that runs: AVX-512 where the build has it, else AVX2; KILN_CPU_SGEMM=avx2
+/// (in an AVX-512 build) or scalar16 (the scalar model of AVX-512, for tests) chooses
+/// another (read once).
+enum class Kernel { avx512, avx2, scalar16 };
+Kernel selected_kernel() {
+  static const Kernel k = [] {
+    const std::string env = std::getenv("KILN_CPU_SGEMM") ? std::getenv("KILN_CPU_SGEMM") : "";
+    if (env == "scalar16") return Kernel::scalar16;
 #if defined(KILN_SGEMM_AVX2)
-  static const bool v = [] {
-    const char* env = std::getenv("KILN_CPU_SGEMM");
-    if (!env || !*env || std::strcmp(env, "avx512") == 0) return true;
-    KILN_CHECK(std::strcmp(env, "avx2") == 0, "KILN_CPU_SGEMM: expected avx512 or avx2, got '", env, "'");
-    return false;
-  }();
-  return v;
+    if (env == "avx2") return Kernel::avx2;
+#endif
+#if defined(KILN_SGEMM_AVX512)
+    if (env == "avx512") return Kernel::avx512;
+#endif
+    std::string have;  // this build's kernels
+#if defined(KILN_SGEMM_AVX512)
+    have += "avx512, ";
+#endif
+#if defined(KILN_SGEMM_AVX2)
+    have += "avx2, ";
+#endif
+    KILN_CHECK(env.empty(), "KILN_CPU_SGEMM: '", env, "' is not a kernel of this build (it has ", have, "scalar16)");
+#if defined(KILN_SGEMM_AVX512)
+    return Kernel::avx512;
 #else
-  return true;
+    return Kernel::avx2;
 #endif
+  }();
+  return k;
 }
-#endif
 
-/// Calls f.template operator()<Isa>() for the kernel's instruction set.
+/// Calls f.template operator()<Isa>() for the selected kernel's instruction set.
 template <class F>
 void with_isa(F&& f) {
+  switch (selected_kernel()) {
 #if defined(KILN_SGEMM_AVX512)
-  if (use_avx512()) return f.template operator()<Avx512>();
+    case Kernel::avx512: return f.template operator()<Avx512>();
 #endif
 #if defined(KILN_SGEMM_AVX2)
-  return f.template operator()<Avx2>();
+    case Kernel::avx2: return f.template operator()<Avx2>();
 #endif
+    case Kernel::scalar16: return f.template operator()<Scalar16>();
+    default: break;
+  }
+  KILN_FAIL("matmul (cpu sgemm): no packed kernel selected");
 }
 
 }  // namespace

@@ -11,9 +11,10 @@ namespace kiln {
 /// with AVX-512, or with AVX2, FMA and F16C).
 bool sgemm_packed_available();
 
-/// The instruction set the packed float32 kernel runs: "AVX-512", "AVX2" (an AVX-512
-/// build runs the AVX2 kernel when the environment sets KILN_CPU_SGEMM=avx2, read once),
-/// or "none".
+/// The instruction set the packed float32 kernel runs: "AVX-512", "AVX2" or "none". The
+/// environment variable KILN_CPU_SGEMM (read once) chooses another kernel of the build:
+/// avx2 in an AVX-512 build, or scalar16, a plain C++ model of the AVX-512 kernel (slow:
+/// for tests on CPUs without AVX-512).
 const char* sgemm_packed_isa();
 
 /// Row-major C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, with the same

@@ -20,6 +20,7 @@
 #endif
 #include <immintrin.h>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -224,6 +225,55 @@ struct Avx2 {
   static void transpose(V r[W]) { transpose8(r); }
 };
 #endif
+
+/// The AVX-512 kernel's operations spelled out in plain C++, one lane at a time: what each
+/// intrinsic of Avx512 does, with its tile geometry (16 lanes, 12 x 32). Not a fast path: an
+/// AVX-512 build runs Avx512, and KILN_CPU_SGEMM=scalar16 runs this one, so that the tests
+/// exercise the AVX-512 geometry of the shared kernel code on a CPU without AVX-512.
+struct Scalar16 {
+  struct V {
+    float v[16];
+  };
+  using Mask = uint32_t;  // bit i: lane i
+  static constexpr int W = 16;
+  static constexpr int MR = 12, NR = 32;
+  static constexpr int64_t KC = 256, MC = 192, NC = 512;
+  static constexpr const char* name = "scalar model of AVX-512";
+  static V zero() { return V{}; }
+  static V set1(float x) {
+    V r;
+    for (float& e : r.v) e = x;
+    return r;
+  }
+  static V fma(V a, V b, V c) {  // one rounding, as VFMADD
+    for (int i = 0; i < W; ++i) c.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
+    return c;
+  }
+  static Mask mask(int n) { return n >= W ? 0xFFFFu : (1u << std::max(n, 0)) - 1; }
+  template <class E>
+  static V load(const E* p, int n = W) {  // the first n values, zeros after (a masked load)
+    V r{};
+    for (int i = 0; i < std::min(n, W); ++i) r.v[i] = to_f32(p[i]);
+    return r;
+  }
+  static V load(const float* p, Mask m) {
+    V r{};
+    for (int i = 0; i < W; ++i)
+      if (m >> i & 1u) r.v[i] = p[i];
+    return r;
+  }
+  static void store(float* p, V v) { std::copy(v.v, v.v + W, p); }
+  static void store(float* p, V v, Mask m) {
+    for (int i = 0; i < W; ++i)
+      if (m >> i & 1u) p[i] = v.v[i];
+  }
+  static void store(float* p, V v, int n) { store(p, v, mask(n)); }
+  static void store_lanes(float* p, V v, Mask m) { store(p, v, m); }
+  static void transpose(V r[W]) {
+    for (int i = 0; i < W; ++i)
+      for (int j = i + 1; j < W; ++j) std::swap(r[i].v[j], r[j].v[i]);
+  }
+};
 
 /// Writes the transpose of stored rows [0, rows) of src over depth [0, kc) into
 /// dst[k * step + i] (i < rows <= W): the packing of a transposed operand, W x W blocks at a
