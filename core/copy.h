@@ -10,9 +10,13 @@ namespace kiln {
 /// CPU<->CPU is done here; any CUDA side goes through the hook the CUDA backend registers.
 void copy_tensor(const Tensor& dst, const Tensor& src);
 
+/// True for the 16-bit float storage types (Half, BFloat16).
+template <class T>
+inline constexpr bool kIs16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
 /// dst[0, n) = src[0, n) converted between float32 and float16 / bfloat16 on the CPU: the
-/// bits of Tensor::to (16 values per step where the build has AVX-512). For kernels that
-/// keep 16-bit storage and compute in float32 a chunk at a time.
+/// bits of Tensor::to (16 values per step where the build has AVX-512, 8 with AVX2). For
+/// kernels that keep 16-bit storage and compute in float32 a chunk at a time.
 void convert_floats(const float* src, Half* dst, int64_t n);
 void convert_floats(const float* src, BFloat16* dst, int64_t n);
 void convert_floats(const Half* src, float* dst, int64_t n);

@@ -74,9 +74,7 @@ void binary_cpu(Op op, DType dt, const EwArgs& args) {
 // the stack, computed as a float32 row is, and rounded back, so memory is read and written
 // once in 16 bits (where converting the tensors first would read and write it three
 // times). The same bits as computing on the widened tensor and rounding its result.
-template <class T>
-constexpr bool kIs16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-constexpr int64_t kChunk = 512;
+constexpr int64_t kChunk = 512;  // (kIs16: core/copy.h)
 
 template <class T, class F>
 void unary_loop(const UnaryArgs& a, F f) {

@@ -77,9 +77,6 @@ void reduce_engine(const P& p, int64_t O, int64_t R, int64_t I) {
 
 using cpu::row_sum;
 
-template <class T>
-constexpr bool kIs16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
 /// row_sum over 16-bit values, widened 512 at a time (vectorised, core/copy.h): the same
 /// sums in the same order as row_sum over the float32 copy, without making the copy.
 template <class T>

@@ -195,18 +195,10 @@ void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Row
 
 thread_local Buffer tls_a, tls_b, tls_part;  // packed A, packed B, the K split's partial C's
 
-/// Nothing to do when a block of C is final (sgemm_serial's default).
-struct NoFinish {
-  void operator()(int64_t, int64_t, int64_t, int64_t) const {}
-};
-
-/// The whole loop nest on the calling thread, with its own packing buffers. finish(i0, rows,
-/// j0, cols) is called for each block of C as soon as it holds its final values (after the
-/// last K slice), while it is still in cache: sgemm_half rounds it to 16 bits there.
-template <class Isa, class E, class Finish = NoFinish>
+/// The whole loop nest on the calling thread, with its own packing buffers.
+template <class Isa, class E>
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const E* A,
-                  int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, const float* bias,
-                  const Finish& finish = {}) {
+                  int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, const float* bias) {
   constexpr int MR = Isa::MR, NR = Isa::NR;
   constexpr int64_t KC = Isa::KC, MC = Isa::MC, NC = Isa::NC;
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
@@ -233,7 +225,6 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
           if (direct_b) Bf = Bc;
         macro_kernel<Isa>(mc, nc, kc, Ap, Bf, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
                           pc == 0 && bias ? bias + jc : nullptr);
-        if (pc + kc == K) finish(ic, mc, jc, nc);
       }
     }
   }
@@ -298,19 +289,14 @@ void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
   using Stored = std::conditional_t<std::is_same_v<E, F16>, Half, BFloat16>;  // the same 16 bits
   split_c(want, M, N, Isa::NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
     float* s = tls_part.get(rows * cols);
-    // rows [i0, i0 + n) x columns [j0, j0 + m) of the block, rounded (vectorised, as Tensor::to)
-    auto round = [&](int64_t i0, int64_t n, int64_t j0, int64_t m) {
-      for (int64_t i = i0; i < i0 + n; ++i)
-        convert_floats(s + i * cols + j0, reinterpret_cast<Stored*>(C + (r0 + i) * ldc + c0 + j0), m);
-    };
-    if (K > 0) {  // each block of sums rounded as soon as it is final, while it is in cache
+    if (K > 0)
       sgemm_serial<Isa>(trans_a, trans_b, rows, cols, K, 1.f, trans_a ? a + r0 : a + r0 * lda, lda,
-                        trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr, round);
-    } else {
+                        trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr);
+    else
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) s[i * cols + j] = bias ? bias[c0 + j] : 0.f;
-      round(0, rows, 0, cols);
-    }
+    for (int64_t i = 0; i < rows; ++i)  // rounded as Tensor::to rounds (vectorised)
+      convert_floats(s + i * cols, reinterpret_cast<Stored*>(C + (r0 + i) * ldc + c0), cols);
   });
 }
 
