@@ -306,7 +306,8 @@ void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
 enum class Kernel { avx512, avx2, scalar16 };
 Kernel selected_kernel() {
   static const Kernel k = [] {
-    const std::string env = std::getenv("KILN_CPU_SGEMM") ? std::getenv("KILN_CPU_SGEMM") : "";
+    const char* var = std::getenv("KILN_CPU_SGEMM");
+    const std::string env = var ? var : "";
     if (env == "scalar16") return Kernel::scalar16;
 #if defined(KILN_SGEMM_AVX2)
     if (env == "avx2") return Kernel::avx2;
