@@ -6,18 +6,14 @@
 #include <iomanip>
 #include <sstream>
 #include <type_traits>
-#if defined(__AVX512F__)
-#if !defined(__clang__)  // GCC 12's AVX-512 intrinsics start from undefined vectors (GCC bug 105593)
+#if defined(__AVX512F__) && !defined(__clang__)  // GCC 12's AVX-512 intrinsics start from undefined vectors (GCC bug 105593)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#elif defined(__AVX2__) && defined(__F16C__)
-#include <immintrin.h>
 #endif
 #include "kiln/core/autograd.h"
 #include "kiln/core/checked_math.h"
 #include "kiln/core/copy.h"
 #include "kiln/core/rng.h"
+#include "kiln/core/simd_half.h"
 #include "kiln/core/strided.h"
 
 namespace kiln {
@@ -119,65 +115,41 @@ DeviceCopyFn g_device_copy = nullptr;
 DeviceRangeFn g_device_range = nullptr;
 
 /// d[0, n) = s[0, n) converted. Between float32 and a 16-bit float, 16 values per step where
-/// the build has AVX-512 (8 with AVX2 + F16C): VCVTPS2PH / VCVTPH2PS for float16, and for
-/// bfloat16 the rounding of float_to_bf16_bits in integer lanes (to nearest even, a NaN kept quiet: the same
-/// bits), then widening by a shift. GCC does not vectorise the scalar conversions (one
-/// F16C instruction per value), and autocast's casts run on every activation.
+/// the build has AVX-512 (8 with AVX2 + F16C), with core/simd_half.h's conversions (the
+/// bits of the scalar ones). GCC does not vectorise the scalar conversions (one F16C
+/// instruction per value), and autocast's casts run on every activation.
 template <class D, class S>
 void convert_run(D* __restrict d, const S* __restrict s, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
+  using H = __m256i;  // 16 16-bit values
   if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
     for (; i + 16 <= n; i += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
-                          _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm256_storeu_si256(reinterpret_cast<H*>(d + i), simd::half16_from_floats(_mm512_loadu_ps(s + i)));
   } else if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
     for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+      _mm512_storeu_ps(d + i, simd::floats_from_half16(_mm256_loadu_si256(reinterpret_cast<const H*>(s + i))));
   } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>) {
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-    for (; i + 16 <= n; i += 16) {
-      const __m512i x = _mm512_loadu_si512(s + i);
-      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), inf);
-      const __m512i hi = _mm512_srli_epi32(x, 16);
-      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
-      r = _mm512_mask_or_epi32(r, nan, hi, quiet);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm512_cvtepi32_epi16(r));
-    }
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<H*>(d + i), simd::bf16x16_from_floats(_mm512_loadu_ps(s + i)));
   } else if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>) {
-    for (; i + 16 <= n; i += 16) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-      _mm512_storeu_si512(d + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(d + i, simd::floats_from_bf16x16(_mm256_loadu_si256(reinterpret_cast<const H*>(s + i))));
   }
 #elif defined(__AVX2__) && defined(__F16C__)
+  using H = __m128i;  // 8 16-bit values
   if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
     for (; i + 8 <= n; i += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
-                       _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm_storeu_si128(reinterpret_cast<H*>(d + i), simd::half8_from_floats(_mm256_loadu_ps(s + i)));
   } else if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+      _mm256_storeu_ps(d + i, simd::floats_from_half8(_mm_loadu_si128(reinterpret_cast<const H*>(s + i))));
   } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>) {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
-    for (; i + 8 <= n; i += 8) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);  // both sides >= 0: signed works
-      const __m256i hi = _mm256_srli_epi32(x, 16);
-      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
-      r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
-      // 32 -> 16 bits (every lane <= 0xFFFF): packus works within 128-bit halves, the
-      // permute puts the two halves' results side by side
-      const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(p));
-    }
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<H*>(d + i), simd::bf16x8_from_floats(_mm256_loadu_ps(s + i)));
   } else if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>) {
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(d + i, simd::floats_from_bf16x8(_mm_loadu_si128(reinterpret_cast<const H*>(s + i))));
   }
 #endif
   for (; i < n; ++i) d[i] = static_cast<D>(s[i]);

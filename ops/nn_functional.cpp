@@ -3,7 +3,6 @@
 // allocation, the call through dispatch (ops/cpu/nn.cpp) and the backward lambdas.
 #include "kiln/ops/nn_functional.h"
 #include "kiln/core/autocast.h"
-#include "kiln/ops/cpu/sgemm.h"
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -24,11 +23,10 @@ namespace {
 // take the tensor's own dtype.
 DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
 
-/// Attention's kernel dtype: compute_dtype, except bf16 on a CPU whose bf16 GEMM outruns its
-/// float32 one, where the CPU kernel takes bf16 itself (ops/cpu/nn.cpp).
-DType attention_dtype(const Tensor& x) {
-  return x.is_cpu() && x.dtype() == DType::bfloat16 && sgemm_bf16_preferred() ? DType::bfloat16 : compute_dtype(x);
-}
+/// Attention's kernel dtype is the operands' own on every device: the CPU kernels take
+/// float16 / bfloat16 storage themselves (ops/cpu/nn.cpp: on the bf16 GEMM where it outruns
+/// float32, else widening one batch entry at a time), so no float32 copy of q, k, v exists.
+DType attention_dtype(const Tensor& x) { return x.dtype(); }
 /// lse's dtype for kernel dtype dt: float32 for 16-bit kernels (ops/kernels/nn.h).
 DType lse_dtype(DType dt) { return dt == DType::bfloat16 || dt == DType::float16 ? DType::float32 : dt; }
 Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }

@@ -2,7 +2,9 @@
 // forward/backward) and their registration in the dispatch table. Attention works on
 // blocks of rows (flash-attention style, small GEMMs), never a T x T matrix.
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"  // same Eigen AVX-512 code at -O1
 #include <Eigen/Core>
 #include <algorithm>
@@ -325,10 +327,83 @@ void attention_backward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLa
   });
 }
 
+// ---------------------------------------------------------------- 16-bit attention, widened
+//
+// float16, and bfloat16 on a CPU without AVX512_BF16: one batch entry at a time, its rows of
+// q, k, v (and out, dout for the backward) are widened into float32 buffers of the thread,
+// the float32 kernel runs on them and its results are rounded into place. The bits of
+// widening whole tensors first (the float32 kernel's units do not depend on the batch
+// entries around them), without a float32 copy of qkv in memory.
+
+/// The rows [0, T) of batch entry b of a 16-bit operand widened into dst (T x n, contiguous).
+template <class X>
+void widen_rows(const X* src, const AttnLayout& l, int64_t b, int64_t T, int64_t n, float* dst) {
+  for (int64_t t = 0; t < T; ++t) convert_floats(row_of(src, l, b, t), dst + t * n, n);
+}
+/// The rows of src (T x n, contiguous) rounded into batch entry b of a 16-bit operand.
+template <class X>
+void round_rows(const float* src, int64_t T, int64_t n, X* dst, const AttnLayout& l, int64_t b) {
+  for (int64_t t = 0; t < T; ++t) convert_floats(src + t * n, row_of(dst, l, b, t), n);
+}
+
+template <class X>
+void attention_forward_16(const X* q, AttnLayout lq, const X* k, AttnLayout lk, const X* v, AttnLayout lv, X* out,
+                          AttnLayout lo, float* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,
+                          float scale, bool causal) {
+  const auto cq = AttnLayout::contiguous(Tq, E), ck = AttnLayout::contiguous(Tk, E),
+             cv = AttnLayout::contiguous(Tk, Ev), co = AttnLayout::contiguous(Tq, Ev);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {  // the float32 kernel runs serially inside
+    std::vector<float> Q(size_t(Tq * E)), K(size_t(Tk * E)), V(size_t(Tk * Ev)), O(size_t(Tq * Ev));
+    for (int64_t b = b0; b < b1; ++b) {
+      widen_rows(q, lq, b, Tq, E, Q.data());
+      widen_rows(k, lk, b, Tk, E, K.data());
+      widen_rows(v, lv, b, Tk, Ev, V.data());
+      attention_forward_t<float>(Q.data(), cq, K.data(), ck, V.data(), cv, O.data(), co, lse + b * Tq, 1, Tq, Tk, E,
+                                 Ev, scale, causal);
+      round_rows(O.data(), Tq, Ev, out, lo, b);
+    }
+  });
+}
+
+template <class X>
+void attention_backward_16(const X* q, AttnLayout lq, const X* k, AttnLayout lk, const X* v, AttnLayout lv,
+                           const X* out, AttnLayout lo, const float* lse, const X* dout, AttnLayout lg, X* dq,
+                           AttnLayout ldq, X* dk, AttnLayout ldk, X* dv, AttnLayout ldv, int64_t B, int64_t Tq,
+                           int64_t Tk, int64_t E, int64_t Ev, float scale, bool causal) {
+  const auto cq = AttnLayout::contiguous(Tq, E), ck = AttnLayout::contiguous(Tk, E),
+             cv = AttnLayout::contiguous(Tk, Ev), co = AttnLayout::contiguous(Tq, Ev);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<float> Q(size_t(Tq * E)), K(size_t(Tk * E)), V(size_t(Tk * Ev)), O(size_t(Tq * Ev)),
+        G(size_t(Tq * Ev)), dQ(dq ? size_t(Tq * E) : 0), dK(dk ? size_t(Tk * E) : 0), dV(dv ? size_t(Tk * Ev) : 0);
+    for (int64_t b = b0; b < b1; ++b) {
+      widen_rows(q, lq, b, Tq, E, Q.data());
+      widen_rows(k, lk, b, Tk, E, K.data());
+      widen_rows(v, lv, b, Tk, Ev, V.data());
+      widen_rows(out, lo, b, Tq, Ev, O.data());
+      widen_rows(dout, lg, b, Tq, Ev, G.data());
+      attention_backward_t<float>(Q.data(), cq, K.data(), ck, V.data(), cv, O.data(), co, lse + b * Tq, G.data(), co,
+                                  dq ? dQ.data() : nullptr, cq, dk ? dK.data() : nullptr, ck,
+                                  dv ? dV.data() : nullptr, cv, 1, Tq, Tk, E, Ev, scale, causal);
+      if (dq) round_rows(dQ.data(), Tq, E, dq, ldq, b);
+      if (dk) round_rows(dK.data(), Tk, E, dk, ldk, b);
+      if (dv) round_rows(dV.data(), Tk, Ev, dv, ldv, b);
+    }
+  });
+}
+
 void attention_forward_strided(DType dt, const void* q, AttnLayout lq, const void* k, AttnLayout lk, const void* v,
                                AttnLayout lv, void* out, AttnLayout lo, void* lse, int64_t B, int64_t Tq,
                                int64_t Tk, int64_t E, int64_t Ev, double scale, bool causal) {
-  if (dt == DType::bfloat16)  // lse float32 (ops/kernels/nn.h)
+  // 16-bit: lse float32 (ops/kernels/nn.h)
+  auto run16 = [&]<class X>() {
+    attention_forward_16(static_cast<const X*>(q), lq, static_cast<const X*>(k), lk, static_cast<const X*>(v), lv,
+                         static_cast<X*>(out), lo, static_cast<float*>(lse), B, Tq, Tk, E, Ev, float(scale), causal);
+  };
+  if (dt == DType::float16) return run16.template operator()<Half>();
+  if (dt == DType::bfloat16 && !sgemm_bf16_preferred()) return run16.template operator()<BFloat16>();
+  if (dt == DType::bfloat16)
     return attention_forward_bf16(static_cast<const bf16*>(q), lq, static_cast<const bf16*>(k), lk,
                                   static_cast<const bf16*>(v), lv, static_cast<bf16*>(out), lo,
                                   static_cast<float*>(lse), B, Tq, Tk, E, Ev, float(scale), causal);
@@ -343,6 +418,14 @@ void attention_backward_strided(DType dt, const void* q, AttnLayout lq, const vo
                                 AttnLayout lg, void* dq, AttnLayout ldq, void* dk, AttnLayout ldk, void* dv,
                                 AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev,
                                 double scale, bool causal) {
+  auto run16 = [&]<class X>() {
+    attention_backward_16(static_cast<const X*>(q), lq, static_cast<const X*>(k), lk, static_cast<const X*>(v), lv,
+                          static_cast<const X*>(out), lo, static_cast<const float*>(lse),
+                          static_cast<const X*>(dout), lg, static_cast<X*>(dq), ldq, static_cast<X*>(dk), ldk,
+                          static_cast<X*>(dv), ldv, B, Tq, Tk, E, Ev, float(scale), causal);
+  };
+  if (dt == DType::float16) return run16.template operator()<Half>();
+  if (dt == DType::bfloat16 && !sgemm_bf16_preferred()) return run16.template operator()<BFloat16>();
   if (dt == DType::bfloat16)
     return attention_backward_bf16(static_cast<const bf16*>(q), lq, static_cast<const bf16*>(k), lk,
                                    static_cast<const bf16*>(v), lv, static_cast<const bf16*>(out), lo,

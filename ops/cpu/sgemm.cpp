@@ -62,9 +62,12 @@ void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, float
     const int mr = int(std::min<int64_t>(MR, mc - i0));
     if (trans_a) {  // A stored (K, M): the MR values of one k are contiguous
       const typename Isa::Mask keep = Isa::mask(MR);
-      // MR lanes of one masked copy, zeros past mr (with AVX2 the store's spill past MR lanes
-      // is overwritten by k + 1's)
-      for (int64_t k = 0; k < kc; ++k) Isa::store_lanes(Ap + k * MR, Isa::load(A + k * lda + i0, mr), keep);
+      // MR lanes of one copy, zeros past mr (with AVX2 the store's spill past MR lanes is
+      // overwritten by k + 1's). The load reads a whole vector where the block has that many
+      // columns left (lanes past MR are not kept): a partial one is a masked load, or for
+      // 16-bit values with AVX2 a copy through memory, on every k.
+      const int n = mc - i0 >= Isa::W ? Isa::W : mr;
+      for (int64_t k = 0; k < kc; ++k) Isa::store_lanes(Ap + k * MR, Isa::load(A + k * lda + i0, n), keep);
     } else {  // A stored (M, K): transpose MR rows
       pack_transposed<Isa>(RowsOf<E>{A + i0 * lda, lda}, mr, kc, Ap, MR);
       if (mr < MR)
@@ -101,17 +104,19 @@ void pack_b(bool trans_b, const RowsOf<E>& B, int64_t kc, int64_t nc, float* Bp)
   }
 }
 
-/// C tile (mr x nr, row stride ldc) = alpha * Ap panel @ B panel + beta * C, for
-/// mr <= ROWS <= MR (a panel's last rows run the 2/3- or 1/3-height variant instead of
-/// computing zeros); beta == 0 does not read C. The 2 x ROWS accumulators stay in
-/// registers. The B panel's rows are Bp.ld apart (NR when packed, B's own row stride when
-/// it is read in place), or found in a row table (kTable); unless every row has NR
-/// readable values (kFull: a packed panel is zero-padded), masked loads keep the reads
-/// inside its nr columns. A non-null bias (nr values) is added to every row: the linear
-/// layer's bias without a separate pass over C.
-template <class Isa, int ROWS, bool kTable, bool kFull>
-void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, float* C, int64_t ldc, int mr, int nr,
-                  float alpha, float beta, const float* bias) {
+/// C tile (mr x nr) = alpha * Ap panel @ B panel + beta * C, written to `out` (row stride
+/// ldo): C itself (O = float, out == C), or, in a 16-bit GEMM's last slice of K, its 16-bit
+/// result rounded as Tensor::to rounds (O = F16 / BF16; C the float32 sums of the earlier
+/// slices, read when beta != 0). mr <= ROWS <= MR (a panel's last rows run the 2/3- or
+/// 1/3-height variant instead of computing zeros); beta == 0 does not read C. The 2 x ROWS
+/// accumulators stay in registers. The B panel's rows are Bp.ld apart (NR when packed, B's
+/// own row stride when it is read in place), or found in a row table (kTable); unless every
+/// row has NR readable values (kFull: a packed panel is zero-padded), masked loads keep the
+/// reads inside its nr columns. A non-null bias (nr values) is added to every row: the
+/// linear layer's bias without a separate pass over C.
+template <class Isa, int ROWS, bool kTable, bool kFull, class O>
+void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, const float* C, int64_t ldc, O* out, int64_t ldo,
+                  int mr, int nr, float alpha, float beta, const float* bias) {
   using V = typename Isa::V;
   constexpr int W = Isa::W, MR = Isa::MR;
   const typename Isa::Mask m0 = Isa::mask(nr), m1 = Isa::mask(nr - W);
@@ -119,9 +124,9 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, float* C, int
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
     c0[i] = c1[i] = Isa::zero();
-    if (i < mr) {  // the tile of C is read or written after the loop: fetch it meanwhile
-      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
+    if (i < mr) {  // the tile is written (and C read) after the loop: fetch it meanwhile
+      _mm_prefetch(reinterpret_cast<const char*>(out + i * ldo), _MM_HINT_T0);
+      if constexpr (std::is_same_v<O, float>) _mm_prefetch(reinterpret_cast<const char*>(out + i * ldo + 16), _MM_HINT_T0);
     }
   }
   const float* b = Bp.base;
@@ -146,37 +151,47 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, float* C, int
 #pragma GCC unroll 12
   for (int i = 0; i < ROWS; ++i) {
     if (i >= mr) break;
-    float* c = C + i * ldc;
     V r0 = Isa::fma(va, c0[i], bias0), r1 = Isa::fma(va, c1[i], bias1);
     if (beta != 0.f) {
+      const float* c = C + i * ldc;
       r0 = Isa::fma(vb, Isa::load(c, m0), r0);
       r1 = Isa::fma(vb, Isa::load(c + W, m1), r1);
     }
-    if (whole) {
-      Isa::store(c, r0);
-      Isa::store(c + W, r1);
+    O* o = out + i * ldo;
+    if constexpr (!std::is_same_v<O, float>) {  // rounded to 16 bits
+      if (whole) {
+        Isa::store2(o, r0, r1);
+      } else {
+        Isa::store(o, r0, nr);
+        Isa::store(o + W, r1, nr - W);
+      }
+    } else if (whole) {
+      Isa::store(o, r0);
+      Isa::store(o + W, r1);
     } else {
-      Isa::store(c, r0, m0);
-      Isa::store(c + W, r1, m1);
+      Isa::store(o, r0, m0);
+      Isa::store(o + W, r1, m1);
     }
   }
 }
 
-/// C block (mc x nc) from packed Ap (mc rows) and B (nc columns), depth kc: B packed in
+/// C block (mc x nc) from packed Ap (mc rows) and B (nc columns), depth kc, written to
+/// `out` (see micro_kernel; C may be null when beta == 0 and out is not C): B packed in
 /// NR-column panels (packed), or read in place (rows of op(B), by stride or table).
-template <class Isa>
-void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Rows& B, bool packed, float* C,
-                  int64_t ldc, float alpha, float beta, const float* bias) {
+template <class Isa, class O>
+void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Rows& B, bool packed, const float* C,
+                  int64_t ldc, O* out, int64_t ldo, float alpha, float beta, const float* bias) {
   constexpr int MR = Isa::MR, NR = Isa::NR;
   auto tile = [&]<bool kTable, bool kFull>(int64_t i0, int64_t j0) {
     const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
     const float* a = Ap + i0 * kc;
     const Rows b = packed ? Rows{B.base + j0 * kc, NR} : B.from_col(j0);
-    float* c = C + i0 * ldc + j0;
+    const float* c = C ? C + i0 * ldc + j0 : nullptr;
+    O* o = out + i0 * ldo + j0;
     const float* bi = bias ? bias + j0 : nullptr;
-    if (mr > 2 * MR / 3) micro_kernel<Isa, MR, kTable, kFull>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
-    else if (mr > MR / 3) micro_kernel<Isa, 2 * MR / 3, kTable, kFull>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
-    else micro_kernel<Isa, MR / 3, kTable, kFull>(kc, a, b, c, ldc, mr, nr, alpha, beta, bi);
+    if (mr > 2 * MR / 3) micro_kernel<Isa, MR, kTable, kFull>(kc, a, b, c, ldc, o, ldo, mr, nr, alpha, beta, bi);
+    else if (mr > MR / 3) micro_kernel<Isa, 2 * MR / 3, kTable, kFull>(kc, a, b, c, ldc, o, ldo, mr, nr, alpha, beta, bi);
+    else micro_kernel<Isa, MR / 3, kTable, kFull>(kc, a, b, c, ldc, o, ldo, mr, nr, alpha, beta, bi);
   };
   const bool table = !packed && B.rows;
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {  // one B panel stays in L1 ...
@@ -195,10 +210,13 @@ void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Row
 
 thread_local Buffer tls_a, tls_b, tls_part;  // packed A, packed B, the K split's partial C's
 
-/// The whole loop nest on the calling thread, with its own packing buffers.
-template <class Isa, class E>
+/// The whole loop nest on the calling thread, with its own packing buffers. With a 16-bit
+/// `out` (O = E = F16 / BF16) the last slice of K writes the result rounded there, and C
+/// (float32, may be null when K fits one slice) holds the sums of the slices before it.
+template <class Isa, class E, class O = float>
 void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const E* A,
-                  int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, const float* bias) {
+                  int64_t lda, const RowsOf<E>& B, float beta, float* C, int64_t ldc, const float* bias,
+                  O* out = nullptr, int64_t ldo = 0) {
   constexpr int MR = Isa::MR, NR = Isa::NR;
   constexpr int64_t KC = Isa::KC, MC = Isa::MC, NC = Isa::NC;
   // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
@@ -223,10 +241,41 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
         Rows Bf{Bp, NR};
         if constexpr (std::is_same_v<E, float>)
           if (direct_b) Bf = Bc;
-        macro_kernel<Isa>(mc, nc, kc, Ap, Bf, !direct_b, C + ic * ldc + jc, ldc, alpha, b,
-                          pc == 0 && bias ? bias + jc : nullptr);
+        float* c = C ? C + ic * ldc + jc : nullptr;
+        const float* bi = pc == 0 && bias ? bias + jc : nullptr;
+        if constexpr (!std::is_same_v<O, float>)
+          if (pc + kc >= K) {  // a 16-bit product's last slice: rounded into out
+            macro_kernel<Isa>(mc, nc, kc, Ap, Bf, !direct_b, c, ldc, out + ic * ldo + jc, ldo, alpha, b, bi);
+            continue;
+          }
+        macro_kernel<Isa>(mc, nc, kc, Ap, Bf, !direct_b, c, ldc, c, ldc, alpha, b, bi);
       }
     }
+  }
+}
+
+/// Threads for a split of K instead of C, 0 for none: a deep product with a small C (a
+/// weight gradient, C = dY^T X over 2048 tokens), where each thread packs its own share of
+/// both operands (a split of C would have every thread pack all of one) into its own
+/// partial C, summed in thread order after. Every share is at least 256 deep.
+int split_k_threads(int want, int64_t M, int64_t N, int64_t K) {
+  if (want > 1 && K >= 2 * std::max(M, N) && K >= 512 * want && M * N <= (int64_t(1) << 18))
+    return int(std::min<int64_t>(want, K / 256));
+  return 0;
+}
+
+/// The K split: thread t of T runs serial(k0, kn, t) over its share [k0, k0 + kn) of K,
+/// then finish(i) runs for each row i of C, over the threads.
+template <class Serial, class Finish>
+void split_k(int nt, int64_t M, int64_t K, const Serial& serial, const Finish& finish) {
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t per = (K + T - 1) / T, k0 = t * per, kn = std::min(K, k0 + per) - k0;
+    serial(k0, kn, t);
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; ++i) finish(i, T);
   }
 }
 
@@ -242,30 +291,23 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     return;
   }
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
-  // A deep product with a small C (a weight gradient: C = dY^T X over 2048 tokens) splits
-  // K instead: each thread packs its own share of both operands (a split of C would have
-  // every thread pack all of one) into its own partial C, summed in thread order after.
-  if (want > 1 && K >= 2 * std::max(M, N) && K >= 512 * want && M * N <= (int64_t(1) << 18)) {
-    const int nt = int(std::min<int64_t>(want, K / 256));
-    float* part = tls_part.get((nt - 1) * M * N);  // threads 1.. write here, thread 0 into C
-#pragma omp parallel num_threads(nt)
-    {
-      // K >= 512 T: every thread's share is at least 256 deep
-      const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      const int64_t per = (K + T - 1) / T, k0 = t * per, kn = std::min(K, k0 + per) - k0;
-      const E* At = trans_a ? A + k0 * lda : A + k0;
-      const RowsOf<E> Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
-      if (t == 0) sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
-      else sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part + (t - 1) * M * N, N, nullptr);
-#pragma omp barrier
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < M; ++i)
-        for (int u = 1; u < T; ++u) {
-          const float* p = part + (u - 1) * M * N + i * N;
+  if (const int nt = split_k_threads(want, M, N, K)) {  // thread 0 into C, threads 1.. into part
+    float* part = tls_part.get((nt - 1) * M * N);
+    split_k(
+        nt, M, K,
+        [&](int64_t k0, int64_t kn, int t) {
+          const E* At = trans_a ? A + k0 * lda : A + k0;
+          const RowsOf<E> Bt = trans_b ? B.from_col(k0) : B.from_row(k0);
+          if (t == 0) sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, beta, C, ldc, bias);
+          else sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, alpha, At, lda, Bt, 0.f, part + (t - 1) * M * N, N, nullptr);
+        },
+        [&](int64_t i, int T) {
           float* c = C + i * ldc;
-          for (int64_t j = 0; j < N; ++j) c[j] += p[j];
-        }
-    }
+          for (int u = 1; u < T; ++u) {
+            const float* p = part + (u - 1) * M * N + i * N;
+            for (int64_t j = 0; j < N; ++j) c[j] += p[j];
+          }
+        });
     return;
   }
   // Otherwise threads take independent blocks of C (split_c, sgemm_pack.h).
@@ -276,27 +318,48 @@ void sgemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   });
 }
 
-/// sgemm_packed_half for one instruction set and element type E (F16 or BF16).
+/// sgemm_packed_half for one instruction set and element type E (F16 or BF16): float32 sums
+/// rounded to E once, by the micro-kernel as it finishes each tile.
 template <class Isa, class E>
 void sgemm_half(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
-                const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
+                const uint16_t* B, int64_t ldb, uint16_t* C16, int64_t ldc, int threads, const float* bias) {
   if (M <= 0 || N <= 0) return;
   const auto* a = reinterpret_cast<const E*>(A);
   const RowsOf<E> b{reinterpret_cast<const E*>(B), ldb};
-  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
-  // Threads take blocks of C as sgemm_packed does; each sums its block in float32 (in a
-  // buffer of its own) and rounds it to E once.
+  E* C = reinterpret_cast<E*>(C16);
   using Stored = std::conditional_t<std::is_same_v<E, F16>, Half, BFloat16>;  // the same 16 bits
+  if (K <= 0) {  // C = bias
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j].bits = Stored(bias ? bias[j] : 0.f).bits;
+    return;
+  }
+  const int want = omp_in_parallel() ? 1 : std::max(1, threads);
+  if (const int nt = split_k_threads(want, M, N, K)) {  // float32 partials, summed in order and rounded
+    float* part = tls_part.get(nt * M * N);
+    split_k(
+        nt, M, K,
+        [&](int64_t k0, int64_t kn, int t) {
+          sgemm_serial<Isa>(trans_a, trans_b, M, N, kn, 1.f, trans_a ? a + k0 * lda : a + k0, lda,
+                            trans_b ? b.from_col(k0) : b.from_row(k0), 0.f, part + t * M * N, N,
+                            t == 0 ? bias : nullptr);
+        },
+        [&](int64_t i, int T) {
+          float* c = part + i * N;
+          for (int u = 1; u < T; ++u) {
+            const float* p = part + u * M * N + i * N;
+            for (int64_t j = 0; j < N; ++j) c[j] += p[j];
+          }
+          convert_floats(c, reinterpret_cast<Stored*>(C + i * ldc), N);
+        });
+    return;
+  }
+  // Threads take blocks of C as sgemm_packed does; a product deeper than one slice of K
+  // keeps the earlier slices' float32 sums in a buffer of the thread's own.
   split_c(want, M, N, Isa::NR, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-    float* s = tls_part.get(rows * cols);
-    if (K > 0)
-      sgemm_serial<Isa>(trans_a, trans_b, rows, cols, K, 1.f, trans_a ? a + r0 : a + r0 * lda, lda,
-                        trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr);
-    else
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) s[i * cols + j] = bias ? bias[c0 + j] : 0.f;
-    for (int64_t i = 0; i < rows; ++i)  // rounded as Tensor::to rounds (vectorised)
-      convert_floats(s + i * cols, reinterpret_cast<Stored*>(C + (r0 + i) * ldc + c0), cols);
+    float* s = K > Isa::KC ? tls_part.get(rows * cols) : nullptr;
+    sgemm_serial<Isa>(trans_a, trans_b, rows, cols, K, 1.f, trans_a ? a + r0 : a + r0 * lda, lda,
+                      trans_b ? b.from_row(c0) : b.from_col(c0), 0.f, s, cols, bias ? bias + c0 : nullptr,
+                      C + r0 * ldc + c0, ldc);
   });
 }
 

@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <type_traits>
 #include <omp.h>
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
+#include "kiln/core/simd_half.h"
 
 namespace kiln::sgemm_detail {
 
@@ -122,11 +124,12 @@ inline __m256i load16_bits_partial(const E* p, int n) {
 #endif
 }
 inline __m512 load16(const F16* p, int n = 16) {
-  return _mm512_cvtph_ps(n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : load16_bits_partial(p, n));
+  return simd::floats_from_half16(n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                          : load16_bits_partial(p, n));
 }
 inline __m512 load16(const BF16* p, int n = 16) {
-  const __m256i h = n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : load16_bits_partial(p, n);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return simd::floats_from_bf16x16(n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                           : load16_bits_partial(p, n));
 }
 
 /// The float32 kernel's vector operations with AVX-512: 16 lanes, masks in k registers.
@@ -147,6 +150,29 @@ struct Avx512 {
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static void store(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
   static void store(float* p, V v, int n) { store(p, v, mask(n)); }
+  /// v rounded to E (F16 / BF16) as Tensor::to rounds, into the first n values at p (n <= 0:
+  /// none): a 16-bit GEMM's finished tile.
+  template <class E>
+  static void store(E* p, V v, int n) {
+    const __m256i h = std::is_same_v<E, F16> ? simd::half16_from_floats(v) : simd::bf16x16_from_floats(v);
+    if (n >= W) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    } else if (n > 0) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+      _mm256_mask_storeu_epi16(p, __mmask16((1u << n) - 1), h);
+#else
+      alignas(32) uint16_t t[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(t), h);
+      for (int i = 0; i < n; ++i) p[i].bits = t[i];
+#endif
+    }
+  }
+  /// a then b (2 W values) rounded to E at p.
+  template <class E>
+  static void store2(E* p, V a, V b) {
+    store(p, a, W);
+    store(p + W, b, W);
+  }
   /// Packing's store of the lanes in m (see Avx2::store_lanes).
   static void store_lanes(float* p, V v, Mask m) { _mm512_mask_storeu_ps(p, m, v); }
   static void transpose(V r[W]) { transpose16(r); }
@@ -206,16 +232,34 @@ struct Avx2 {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneMask + 8 - std::clamp(n, 0, 8)));
   }
   static V load(const float* p, int n = W) { return n >= W ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask(n)); }
-  static V load(const F16* p, int n = W) { return _mm256_cvtph_ps(load8_bits(p, n)); }
-  static V load(const BF16* p, int n = W) {  // a bf16 value is the top half of its float32
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load8_bits(p, n)), 16));
-  }
+  static V load(const F16* p, int n = W) { return simd::floats_from_half8(load8_bits(p, n)); }
+  static V load(const BF16* p, int n = W) { return simd::floats_from_bf16x8(load8_bits(p, n)); }
   static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void store(float* p, V v, Mask m) { _mm256_maskstore_ps(p, m, v); }
   static void store(float* p, V v, int n) {
     if (n >= W) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, mask(n), v);
+  }
+  /// v rounded to E (F16 / BF16) as Tensor::to rounds, into the first n values at p (n <= 0:
+  /// none): a 16-bit GEMM's finished tile.
+  template <class E>
+  static void store(E* p, V v, int n) {
+    const __m128i h = std::is_same_v<E, F16> ? simd::half8_from_floats(v) : simd::bf16x8_from_floats(v);
+    if (n >= W) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+    } else if (n > 0) {
+      alignas(16) uint16_t t[8];
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), h);
+      for (int i = 0; i < n; ++i) p[i].bits = t[i];
+    }
+  }
+  /// a then b (2 W values) rounded to E at p: bf16 with one pack for both.
+  template <class E>
+  static void store2(E* p, V a, V b) {
+    const __m256i h = std::is_same_v<E, F16> ? _mm256_set_m128i(simd::half8_from_floats(b), simd::half8_from_floats(a))
+                                             : simd::bf16x16_from_floats(a, b);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
   /// Packing's store of the lanes in m: all W of them, as a masked store (VMASKMOVPS) is
   /// microcoded and slow on AMD's AVX2 CPUs. The lanes past m hold junk (zeros or other
@@ -268,6 +312,16 @@ struct Scalar16 {
       if (m >> i & 1u) p[i] = v.v[i];
   }
   static void store(float* p, V v, int n) { store(p, v, mask(n)); }
+  template <class E>  // rounded to E (F16 / BF16), the first n values
+  static void store(E* p, V v, int n) {
+    for (int i = 0; i < std::min(n, W); ++i)
+      p[i].bits = std::is_same_v<E, F16> ? float_to_half_bits(v.v[i]) : float_to_bf16_bits(v.v[i]);
+  }
+  template <class E>
+  static void store2(E* p, V a, V b) {
+    store(p, a, W);
+    store(p + W, b, W);
+  }
   static void store_lanes(float* p, V v, Mask m) { store(p, v, m); }
   static void transpose(V r[W]) {
     for (int i = 0; i < W; ++i)

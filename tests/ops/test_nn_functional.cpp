@@ -377,6 +377,50 @@ TEST_CASE("attention in bfloat16 on the CPU: forward and gradients against float
   }
 }
 
+TEST_CASE("attention in 16 bits without the bf16 kernel: the float32 attention of the widened values") {
+  // float16 always, bfloat16 where the CPU has no AVX512_BF16: one batch entry at a time is
+  // widened into float32 buffers, so the forward is bitwise the float32 kernel's result on
+  // the widened tensors, rounded once (packed and unpacked, strided views included). The
+  // backward reads the output as stored (16-bit, as a GPU's flash attention does; the float32
+  // path reads its float32 output), so its gradients agree to a few 16-bit roundings.
+  manual_seed(37);
+  auto near = [](const Tensor& a, const Tensor& b, double rel) {
+    const double scale = max(abs(b.to(DType::float64))).item();
+    return max_abs_diff(a.to(DType::float64), b.to(DType::float64)) <= rel * scale;
+  };
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    if (dt == DType::bfloat16 && sgemm_bf16_preferred()) continue;  // the bf16 kernel's own test above
+    CAPTURE(dt);
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      const int64_t B = 3, T = 37, H = 2, d = 16, C = H * d;
+      const Tensor x16 = randn({B, T, 3 * C}).to(dt), g16 = randn({B, T, C}).to(dt);
+      Tensor xh = x16.clone().requires_grad_(), xf = x16.to(DType::float32).requires_grad_();
+      Tensor y = scaled_dot_product_attention_packed(xh, H, causal);
+      Tensor yf = scaled_dot_product_attention_packed(xf, H, causal);
+      CHECK(max_abs_diff(y.to(DType::float32), yf.to(dt).to(DType::float32)) == 0.0);
+      y.backward(g16);
+      yf.backward(g16.to(DType::float32));
+      const double rel = dt == DType::bfloat16 ? 0x1p-7 : 0x1p-10;
+      CHECK(near(xh.grad(), xf.grad(), rel));
+      // unpacked, on (B, H, T, d) views of the same tensor
+      auto heads = [&](const Tensor& t, int part) {
+        return t.slice(2, part * C, (part + 1) * C).reshape({B, T, H, d}).transpose(1, 2);
+      };
+      Tensor q = heads(x16, 0).clone().requires_grad_(), k = heads(x16, 1).clone().requires_grad_();
+      Tensor qf = q.detach().to(DType::float32).requires_grad_(), kf = k.detach().to(DType::float32).requires_grad_();
+      Tensor u = scaled_dot_product_attention(q, k, heads(x16, 2), causal);
+      Tensor uf = scaled_dot_product_attention(qf, kf, heads(x16, 2).to(DType::float32), causal);
+      CHECK(max_abs_diff(u.to(DType::float32), uf.to(dt).to(DType::float32)) == 0.0);
+      const Tensor gu = randn(u.shape()).to(dt);
+      u.backward(gu);
+      uf.backward(gu.to(DType::float32));
+      CHECK(near(q.grad(), qf.grad(), rel));
+      CHECK(near(k.grad(), kf.grad(), rel));
+    }
+  }
+}
+
 TEST_CASE("nn functions: larger inputs, thread count does not change results") {
   manual_seed(23);
   const int saved = get_num_threads();

@@ -161,7 +161,8 @@ TEST_CASE("sgemm_bf16: K = 0 adds the bias to beta * C; bad beta and a missing k
   CHECK(C16 == std::vector<uint16_t>{0x4120, 0x41A0, 0x4120, 0x41A0});  // 10, 20
 }
 
-TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, against float64") {
+TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, against float64, and bitwise the "
+          "float32 kernel's sums rounded once") {
   if (!sgemm_packed_available()) {
     CHECK_THROWS_WITH_AS(sgemm_packed_half(false, false, false, 2, 2, 2, nullptr, 2, nullptr, 2, nullptr, 2, 1),
                          doctest::Contains("not compiled"), Error);
@@ -177,6 +178,7 @@ TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, a
                                                {false, false, 70, 45, 300, 0.f, 2, true},
                                                {false, false, 200, 530, 70, 0.f, 2, false},
                                                {false, false, 37, 20, 600, 0.f, 2, true},
+                                               {false, false, 50, 21, 1100, 0.f, 2, true},  // K split over threads
                                                {false, false, 4, 3, 0, 0.f, 1, true}}) {
           const int64_t M = c.M, N = c.N, K = c.K;
           const int threads = c.threads;
@@ -193,6 +195,16 @@ TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, a
           for (auto& x : bias) x = nd(g);
           sgemm_packed_half(bf16, ta, tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, threads,
                             with_bias ? bias.data() : nullptr);
+          // The float32 kernel on the same values sums in the same order (slices of K, the
+          // thread split): the 16-bit result is its float32 result rounded once.
+          std::vector<float> Af(A.size()), Bf(B.size()), Cf(M * N);
+          for (size_t i = 0; i < A.size(); ++i) Af[i] = float(from16(A[i]));
+          for (size_t i = 0; i < B.size(); ++i) Bf[i] = float(from16(B[i]));
+          sgemm_packed(ta, tb, M, N, K, 1.f, Af.data(), lda, Bf.data(), ldb, 0.f, Cf.data(), N, threads,
+                       with_bias ? bias.data() : nullptr);
+          int64_t differ = 0;
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) differ += C[i * ldc + j] != to16(Cf[i * N + j]);
           double worst = 0;
           for (int64_t i = 0; i < M; ++i) {
             for (int64_t j = 0; j < N; ++j) {
@@ -210,5 +222,6 @@ TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, a
           }
           INFO("bf16=", bf16, " ta=", ta, " tb=", tb, " M=", M, " N=", N, " K=", K, " threads=", threads);
           CHECK(worst < 1e-6 * double(K + 4));
+          CHECK(differ == 0);
         }
 }

@@ -1,0 +1,62 @@
+// Vector conversions between float32 and the 16-bit floats on x86 CPUs: 16 values per
+// instruction sequence with AVX-512, 8 with AVX2 + F16C. Tensor::to's CPU copies
+// (core/tensor.cpp) and the packed GEMM's panels and rounded results (ops/cpu/sgemm_pack.h)
+// both use these, so a 16-bit GEMM result has exactly the bits of its float32 sum rounded
+// by Tensor::to.
+//
+// float16: VCVTPS2PH (round to nearest even) and VCVTPH2PS. bfloat16: a bf16 value is the top
+// half of its float32, so widening is a 16-bit shift; narrowing is float_to_bf16_bits
+// (core/half.h) in integer lanes: add 0x7fff plus the lowest kept bit (to nearest even),
+// keep the top half, and a NaN becomes its top half with the quiet bit set.
+#pragma once
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+namespace kiln::simd {
+
+inline __m128i half8_from_floats(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline __m256 floats_from_half8(__m128i h) { return _mm256_cvtph_ps(h); }
+
+/// v rounded to bf16, each value in the low half of its 32-bit lane.
+inline __m256i bf16_round_lanes(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  const __m256i hi = _mm256_srli_epi32(x, 16);
+  const __m256i up = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, up), 16);
+  return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+// 32 -> 16 bits (every lane <= 0xFFFF): packus works within 128-bit halves, the permutes
+// put the halves' results in order.
+inline __m128i bf16x8_from_floats(__m256 v) {
+  const __m256i r = bf16_round_lanes(v);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+/// a then b rounded to bf16: 16 values, one pack for both.
+inline __m256i bf16x16_from_floats(__m256 a, __m256 b) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_round_lanes(a), bf16_round_lanes(b)), 0xD8);
+}
+inline __m256 floats_from_bf16x8(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+#if defined(__AVX512F__)
+inline __m256i half16_from_floats(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline __m512 floats_from_half16(__m256i h) { return _mm512_cvtph_ps(h); }
+
+inline __m256i bf16x16_from_floats(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m512i hi = _mm512_srli_epi32(x, 16);
+  const __m512i up = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, up), 16);
+  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+inline __m512 floats_from_bf16x16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
+
+}  // namespace kiln::simd
+#endif
