@@ -265,7 +265,7 @@ int split_k_threads(int want, int64_t M, int64_t N, int64_t K) {
 }
 
 /// The K split: thread t of T runs serial(k0, kn, t) over its share [k0, k0 + kn) of K,
-/// then finish(i) runs for each row i of C, over the threads.
+/// then finish(i, T) runs for each row i of C, spread over the threads.
 template <class Serial, class Finish>
 void split_k(int nt, int64_t M, int64_t K, const Serial& serial, const Finish& finish) {
 #pragma omp parallel num_threads(nt)
