@@ -1,7 +1,8 @@
 // The pieces of kiln's packed CPU GEMMs that the float32 kernel (ops/cpu/sgemm.cpp) and the
 // bf16 kernel (ops/cpu/sgemm_bf16.cpp) share: growing aligned buffers, the row addressing
 // of an operand, the vector operations of each instruction set the float32 kernel is
-// written for (Avx512: 16 lanes, Avx2: 8 lanes with FMA and F16C), and the W x W transpose
+// written for (Avx512: 16 lanes, Avx2: 8 lanes with FMA and F16C; loads that widen 16-bit
+// values and stores that round to them, with core/simd_half.h), and the W x W transpose
 // that packs a transposed operand. The transpose moves 32-bit lanes without arithmetic,
 // so it packs float32 values and bf16 pairs alike.
 #pragma once
