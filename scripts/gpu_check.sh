@@ -106,8 +106,9 @@ FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_c
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
   test_cuda_shape_index test_cuda_block_rows test_cuda_flash_attention test_cuda_ladder"
 # The host CPU's packed GEMMs (AVX-512, AVX512_BF16 and, with KILN_CPU_SGEMM=avx2, AVX2),
-# last: a GPU host's Xeon is the only AVX-512 machine a session may get.
-CPU_TESTS="test_sgemm test_sgemm_bf16 test_linalg"
+# its 16-lane float <-> 16-bit conversions (test_half) and 16-bit attention paths
+# (test_nn_functional), last: a GPU host's Xeon is the only AVX-512 machine a session may get.
+CPU_TESTS="test_sgemm test_sgemm_bf16 test_linalg test_half test_nn_functional"
 if [ "$SANITIZE" -eq 0 ]; then
   say "stage 1: configure ($BUILD_DIR, sm_$CUDA_ARCHS) and build"
   CMAKE_ARGS=(-S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS"
