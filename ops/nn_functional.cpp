@@ -23,10 +23,6 @@ namespace {
 // take the tensor's own dtype.
 DType compute_dtype(const Tensor& x) { return x.is_cpu() ? cpu_compute_dtype(x.dtype()) : x.dtype(); }
 
-/// Attention's kernel dtype is the operands' own on every device: the CPU kernels take
-/// float16 / bfloat16 storage themselves (ops/cpu/nn.cpp: on the bf16 GEMM where it outruns
-/// float32, else widening one batch entry at a time), so no float32 copy of q, k, v exists.
-DType attention_dtype(const Tensor& x) { return x.dtype(); }
 /// lse's dtype for kernel dtype dt: float32 for 16-bit kernels (ops/kernels/nn.h).
 DType lse_dtype(DType dt) { return dt == DType::bfloat16 || dt == DType::float16 ? DType::float32 : dt; }
 Tensor as_compute(const Tensor& t, DType dt) { return t.to(dt).contiguous(); }
@@ -141,8 +137,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KILN_CHECK(Tk > 0 || Tq == 0 || B == 0, op, ": no keys (Tk = 0) for ", Tq, " queries: q ", shape_str(q.shape()),
              ", k ", shape_str(k.shape()));
   const double scale = 1.0 / std::sqrt(double(E));
-  const DType dt = attention_dtype(q), xdt = q.dtype();
-  Tensor qc, kc, vc, outc, lse, out;
+  // The kernels take the operands' own dtype on every device: the CPU's take float16 /
+  // bfloat16 storage themselves (ops/cpu/nn.cpp: on the bf16 GEMM where it outruns float32,
+  // else widening one batch entry at a time), so no float32 copy of q, k, v exists.
+  const DType dt = q.dtype();
+  Tensor qc, kc, vc, out, lse;
   {
     NoGradGuard ng;
     qc = as_compute(q, dt);
@@ -151,15 +150,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Shape oshape = batch;
     oshape.push_back(Tq);
     oshape.push_back(Ev);
-    outc = Tensor::empty(oshape, dt, q.device());
+    out = Tensor::empty(oshape, dt, q.device());
     lse = Tensor::empty({B, Tq}, lse_dtype(dt), q.device());
     kernel<AttentionKernels>(Op::scaled_dot_product_attention, q.device())
-        ->forward(dt, qc.raw_data(), kc.raw_data(), vc.raw_data(), outc.raw_data(), lse.raw_data(), B, Tq, Tk, E, Ev,
+        ->forward(dt, qc.raw_data(), kc.raw_data(), vc.raw_data(), out.raw_data(), lse.raw_data(), B, Tq, Tk, E, Ev,
                   scale, causal);
-    out = cast_back(outc, xdt);
   }
   if (!any_requires_grad({q, k, v})) return out;
-  Tensor qd = qc.detach(), kd = kc.detach(), vd = vc.detach(), od = outc.detach();
+  Tensor qd = qc.detach(), kd = kc.detach(), vd = vc.detach(), od = out.detach();
   Shape qs = q.shape(), ks = k.shape(), vs = v.shape();
   return record(out, op, {q, k, v}, {qd, kd, vd, od, lse},
                 [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
@@ -171,7 +169,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     kernel<AttentionKernels>(Op::scaled_dot_product_attention, gc.device())
         ->backward(dt, qd.raw_data(), kd.raw_data(), vd.raw_data(), od.raw_data(), lse.raw_data(), gc.raw_data(),
                    p(dq), p(dk), p(dv), B, Tq, Tk, E, Ev, scale, causal);
-    return {cast_back(dq, xdt), cast_back(dk, xdt), cast_back(dv, xdt)};
+    return {dq, dk, dv};
   });
 }
 
@@ -200,28 +198,27 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
   // (B, T, C) with the heads side by side, and the backward writes d(qkv) the same way.
   const AttnLayout lin{H, T * 3 * C, d, 3 * C}, lout{H, T * C, d, C};
   const double scale = 1.0 / std::sqrt(double(d));
-  const DType dt = attention_dtype(qkv), xdt = qkv.dtype();
+  const DType dt = qkv.dtype();  // as in scaled_dot_product_attention
   const int64_t third = C * int64_t(dtype_size(dt));  // bytes from q to k, k to v
   auto part = [third](const Tensor& t, int i) { return static_cast<char*>(t.raw_data()) + i * third; };
-  Tensor xc, outc, lse, out;
+  Tensor xc, out, lse;
   {
     NoGradGuard ng;
     xc = as_compute(qkv, dt);
-    outc = Tensor::empty({B, T, C}, dt, qkv.device());
+    out = Tensor::empty({B, T, C}, dt, qkv.device());
     lse = Tensor::empty({B * H, T}, lse_dtype(dt), qkv.device());
-    ker->forward_strided(dt, part(xc, 0), lin, part(xc, 1), lin, part(xc, 2), lin, outc.raw_data(), lout,
+    ker->forward_strided(dt, part(xc, 0), lin, part(xc, 1), lin, part(xc, 2), lin, out.raw_data(), lout,
                          lse.raw_data(), B * H, T, T, d, d, scale, causal);
-    out = cast_back(outc, xdt);
   }
   if (!any_requires_grad({qkv})) return out;
-  Tensor xd = xc.detach(), od = outc.detach();
+  Tensor xd = xc.detach(), od = out.detach();
   return record(out, op, {qkv}, {xd, od, lse}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
     Tensor gc = as_compute(g, dt);
     Tensor dx = Tensor::empty({B, T, 3 * C}, dt, gc.device());  // every element is written
     ker->backward_strided(dt, part(xd, 0), lin, part(xd, 1), lin, part(xd, 2), lin, od.raw_data(), lout,
                           lse.raw_data(), gc.raw_data(), lout, part(dx, 0), lin, part(dx, 1), lin, part(dx, 2), lin,
                           B * H, T, T, d, d, scale, causal);
-    return {cast_back(dx, xdt)};
+    return {dx};
   });
 }
 

@@ -97,7 +97,7 @@ void forward_range(int nt, const Conv2dGeom& g, const T* x, const T* w, const T*
 }
 
 /// Samples per block when 16-bit activations are widened for the float32 algorithms: about
-/// a megabyte of float32 buffers (values per sample: per_sample), so they stay in cache.
+/// 256 KB of float32 buffers (values per sample: per_sample), so they stay in a core's L2.
 inline int64_t block_samples(int64_t per_sample) { return std::max<int64_t>(1, (int64_t(1) << 16) / per_sample); }
 
 /// X: how x and y are stored, T or a 16-bit float (a 16-bit convolution; T = float):
