@@ -129,6 +129,12 @@ inline int64_t exp_width(int64_t ni, int64_t n) { return std::min(n, (ni + 15) /
 // Number of keys query row i sees: j <= i when causal (top-left aligned, like PyTorch).
 inline int64_t keys_seen(int64_t i, int64_t Tk, bool causal) { return causal ? std::min(i + 1, Tk) : Tk; }
 
+/// Batch entries per parallel_for chunk for units of whole batch entries (a backward, or a
+/// 16-bit pass that widens an entry at a time): about 32768 multiply-adds per chunk or more.
+inline int64_t entry_grain(int64_t Tq, int64_t Tk, int64_t E, int64_t Ev) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+}
+
 /// Row t of batch entry b of an operand.
 template <class T>
 inline T* row_of(T* base, const AttnLayout& l, int64_t b, int64_t t) {
@@ -181,7 +187,7 @@ void attention_backward_t(const T* q, AttnLayout lq, const T* k, AttnLayout lk, 
   // dS once (kRows x the keys it sees) and adds its share to dk and dv, which the unit owns
   // (five GEMMs per block; a pass for dq and another for dk, dv would recompute P and dP).
   // Units are whole batch entries, so the order of the sums does not depend on the threads.
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  const int64_t grain = entry_grain(Tq, Tk, E, Ev);
   parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
     RowMat<T> P(kRows, Tk), dS(kRows, Tk);
     for (int64_t b = b0; b < b1; ++b) {
@@ -274,7 +280,7 @@ void attention_backward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLa
                              AttnLayout ldv, int64_t B, int64_t Tq, int64_t Tk, int64_t E, int64_t Ev, float scale,
                              bool causal) {
   // attention_backward_t's formulas and units (whole batch entries, blocks of query rows)
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  const int64_t grain = entry_grain(Tq, Tk, E, Ev);
   parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
     RowMat<float> P(kRows, Tk), dS(kRows, Tk);
     std::vector<bf16> P16(size_t(kRows * Tk)), dS16(size_t(kRows * Tk));
@@ -352,7 +358,7 @@ void attention_forward_16(const X* q, AttnLayout lq, const X* k, AttnLayout lk, 
                           float scale, bool causal) {
   const auto cq = AttnLayout::contiguous(Tq, E), ck = AttnLayout::contiguous(Tk, E),
              cv = AttnLayout::contiguous(Tk, Ev), co = AttnLayout::contiguous(Tq, Ev);
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  const int64_t grain = entry_grain(Tq, Tk, E, Ev);
   parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {  // the float32 kernel runs serially inside
     std::vector<float> Q(size_t(Tq * E)), K(size_t(Tk * E)), V(size_t(Tk * Ev)), O(size_t(Tq * Ev));
     for (int64_t b = b0; b < b1; ++b) {
@@ -373,7 +379,7 @@ void attention_backward_16(const X* q, AttnLayout lq, const X* k, AttnLayout lk,
                            int64_t Tk, int64_t E, int64_t Ev, float scale, bool causal) {
   const auto cq = AttnLayout::contiguous(Tq, E), ck = AttnLayout::contiguous(Tk, E),
              cv = AttnLayout::contiguous(Tk, Ev), co = AttnLayout::contiguous(Tq, Ev);
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(Tq * Tk * (E + Ev), 1));
+  const int64_t grain = entry_grain(Tq, Tk, E, Ev);
   parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
     std::vector<float> Q(size_t(Tq * E)), K(size_t(Tk * E)), V(size_t(Tk * Ev)), O(size_t(Tq * Ev)),
         G(size_t(Tq * Ev)), dQ(dq ? size_t(Tq * E) : 0), dK(dk ? size_t(Tk * E) : 0), dV(dv ? size_t(Tk * Ev) : 0);
