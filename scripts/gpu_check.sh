@@ -105,7 +105,7 @@ FIRST_TESTS="test_cuda_runtime test_cuda_device test_cuda_allocator_logic test_c
   test_cuda_parity_conv test_cuda_parity_shape"
 LATER_TESTS="test_cuda_kernel_coverage test_cuda_multi_tensor_index test_cuda_index_math test_cuda_pool_index
   test_cuda_shape_index test_cuda_block_rows test_cuda_flash_attention test_cuda_ladder"
-# The host CPU's packed GEMMs (AVX-512, AVX512_BF16 and, with KILN_CPU_SGEMM=avx2, AVX2),
+# The host CPU's packed GEMMs (AVX-512, AVX512_BF16, AMX and, with KILN_CPU_SGEMM=avx2, AVX2),
 # its 16-lane float <-> 16-bit conversions (test_half) and 16-bit attention paths
 # (test_nn_functional), last: a GPU host's Xeon is the only AVX-512 machine a session may get.
 CPU_TESTS="test_sgemm test_sgemm_bf16 test_linalg test_half test_nn_functional"
@@ -228,6 +228,9 @@ bench_stage bench_cpu_vs_gpu 60 "$KILN" bench --devices cpu,cuda --cpu-shapes --
 bench_stage bench_ladder 60 "$KILN" bench --ladder  # the CPU and GPU rungs of docs/course/06-kernel-ladder.md
 for t in $LATER_TESTS; do run_test "$t"; done
 for t in $CPU_TESTS; do run_test "$t"; RUN_AS=${t}_avx2 run_test "$t" env KILN_CPU_SGEMM=avx2; done
+# The AMX kernel's first run, where the host's Xeon has AMX (the tests say so when it does
+# not: KILN_CPU_BF16_GEMM=amx is then an error naming the missing AMX-BF16)
+for t in test_sgemm_bf16 test_linalg test_nn_functional; do RUN_AS=${t}_amx run_test "$t" env KILN_CPU_BF16_GEMM=amx; done
 printf '%s\n' "${FAILED[@]}" > "$BUILD_DIR/failed_tests.txt"
 cp "$BUILD_DIR/failed_tests.txt" "$LOGS/" 2>/dev/null
 [ ${#FAILED[@]} -eq 0 ]

@@ -45,13 +45,22 @@ void sgemm_packed_half(bool bf16, bool trans_a, bool trans_b, int64_t M, int64_t
 bool sgemm_bf16_available();
 /// True when bf16 matmul / linear on the CPU should use sgemm_bf16: available, and a CPU
 /// whose VDPBF16PS doubles its float32 FMA rate (AMD Zen 4 and later; Intel's measured at
-/// half of it). KILN_CPU_BF16_GEMM=1 or 0 overrides (for measuring both).
+/// half of it). KILN_CPU_BF16_GEMM overrides: 0 (off), 1 (the AVX512_BF16 kernel where the
+/// CPU has it), amx (the AMX kernel), amx_model (the AMX kernel's loop nest on a C++ model
+/// of the tile instructions, any CPU: tests).
 bool sgemm_bf16_preferred();
+/// The kernel behind sgemm_bf16 and sgemm_bf16_rounding: "amx" or "amx_model" when
+/// KILN_CPU_BF16_GEMM selects it, else "avx512_bf16" where that kernel can run, else null
+/// (they then throw).
+const char* sgemm_bf16_kernel();
+/// True when the CPU has AMX-BF16 and Linux granted this process the tile state (asked
+/// once, on the first call).
+bool sgemm_amx_available();
 
 /// Row-major C (M, N) float32 = op(A) @ op(B) + beta * C [+ bias], with A and B bfloat16
 /// (raw 16-bit storage) and every product summed in float32 (VDPBF16PS; ops/cpu/sgemm_bf16.cpp).
 /// Transposes, strides and bias as sgemm_packed; beta is 0 (C not read) or 1. Throws
-/// kiln::Error when sgemm_bf16_available() is false.
+/// kiln::Error when no kernel can run (sgemm_bf16_kernel() null).
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
                 const float* bias = nullptr);
@@ -69,5 +78,18 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
 void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads);
+
+/// The AMX forms of the three above (ops/cpu/sgemm_amx.cpp; sgemm_bf16 calls them when
+/// KILN_CPU_BF16_GEMM selects AMX): the tile instructions, or with `model` their C++ model.
+/// Only in builds with the packed kernels (AVX2 or AVX-512).
+void sgemm_amx(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
+               const float* bias = nullptr);
+void sgemm_amx(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads,
+               const float* bias = nullptr);
+void sgemm_amx_rounding(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C,
+                        int64_t ldc, int threads);
 
 }  // namespace kiln

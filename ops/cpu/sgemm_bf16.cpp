@@ -20,12 +20,14 @@
 // Xeon) 24 independent VDPBF16PS chains reach 80 GFLOP/s a core against 170 for FMAs, and
 // this kernel 72-75 GFLOP/s against the float32 kernel's 80-98 (docs/benchmarks.md). So
 // matmul and linear use it where sgemm_bf16_preferred() (AMD, or KILN_CPU_BF16_GEMM=1);
-// Intel's bf16 speed-up is AMX, not written yet.
+// Intel's bf16 speed-up is AMX: ops/cpu/sgemm_amx.cpp, behind the same entry points when
+// KILN_CPU_BF16_GEMM=amx (see bf16_kernel() at the end of this file).
 #include "kiln/ops/cpu/sgemm.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <omp.h>
 #include "kiln/core/error.h"
@@ -51,17 +53,14 @@ bool sgemm_bf16_available() {
   return ok;
 }
 
-bool sgemm_bf16_preferred() {
-  static const bool use = [] {
-    if (const char* env = std::getenv("KILN_CPU_BF16_GEMM")) return sgemm_bf16_available() && std::atoi(env) != 0;
-    unsigned a, b, c, d;
-    if (!sgemm_bf16_available() || !__get_cpuid(0, &a, &b, &c, &d)) return false;
-    return b == 0x68747541 && d == 0x69746E65 && c == 0x444D4163;  // "AuthenticAMD"
-  }();
-  return use;
-}
-
 namespace {
+
+/// Where VDPBF16PS outruns the float32 FMAs: AMD (Zen 4 and later).
+bool avx512_bf16_pays() {
+  unsigned a, b, c, d;
+  if (!sgemm_bf16_available() || !__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541 && d == 0x69746E65 && c == 0x444D4163;  // "AuthenticAMD"
+}
 
 using namespace sgemm_detail;
 
@@ -348,49 +347,127 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
   });
 }
 
-}  // namespace
-
-void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
   gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb}, beta, C, ldc, threads, bias);
 }
 
-void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
   gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb}, 0.f, C, ldc, threads, bias);
+}
+
+void avx512_gemm_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                         int threads) {
+  gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<float>{B, ldb, b_rows}, beta, C, ldc, threads, nullptr);
+}
+}  // namespace
+
+#else  // no AVX-512 in this build
+
+bool sgemm_bf16_available() { return false; }
+
+namespace {
+bool avx512_bf16_pays() { return false; }
+[[noreturn]] void no_kernel(int64_t M, int64_t N, int64_t K) {
+  KILN_FAIL("matmul (cpu bf16 gemm): the AVX512_BF16 GEMM is not compiled into this build (no AVX-512); called for M=",
+            M, " N=", N, " K=", K);
+}
+void avx512_gemm(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                 float, float*, int64_t, int, const float*) {
+  no_kernel(M, N, K);
+}
+void avx512_gemm(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                 uint16_t*, int64_t, int, const float*) {
+  no_kernel(M, N, K);
+}
+void avx512_gemm_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const float*, int64_t,
+                          const int64_t*, float, float*, int64_t, int) {
+  no_kernel(M, N, K);
+}
+}  // namespace
+
+#endif
+
+// ---- which kernel serves sgemm_bf16 ----
+
+namespace {
+
+enum class Bf16Kernel { none, avx512_bf16, amx, amx_model };
+
+/// KILN_CPU_BF16_GEMM, read once: 0 (bf16 matmul widens to float32), 1 (the AVX512_BF16
+/// kernel where the CPU has it), amx (the AMX kernel; an error without AMX), amx_model (the
+/// AMX loop nest on the C++ model of the tiles: tests, any CPU). Unset: the AVX512_BF16
+/// kernel where it pays (AMD), else none. AMX is not the default anywhere until it has been
+/// measured on a CPU that has it.
+Bf16Kernel bf16_kernel() {
+  static const Bf16Kernel k = [] {
+    const char* var = std::getenv("KILN_CPU_BF16_GEMM");
+    const std::string env = var ? var : "";
+    if (env.empty()) return avx512_bf16_pays() ? Bf16Kernel::avx512_bf16 : Bf16Kernel::none;
+    if (env == "0") return Bf16Kernel::none;
+    if (env == "1") return sgemm_bf16_available() ? Bf16Kernel::avx512_bf16 : Bf16Kernel::none;
+#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
+    if (env == "amx_model") return Bf16Kernel::amx_model;
+    if (env == "amx") {
+      KILN_CHECK(sgemm_amx_available(), "KILN_CPU_BF16_GEMM=amx: this CPU has no AMX-BF16, or Linux did not grant "
+                                        "the tile state");
+      return Bf16Kernel::amx;
+    }
+#endif
+    KILN_FAIL("KILN_CPU_BF16_GEMM: '", env, "' is not one of 0, 1, amx, amx_model (amx needs a build with the packed "
+              "kernels: AVX2 or AVX-512)");
+  }();
+  return k;
+}
+
+bool amx_selected() {
+  const Bf16Kernel k = bf16_kernel();
+  return k == Bf16Kernel::amx || k == Bf16Kernel::amx_model;
+}
+
+}  // namespace
+
+bool sgemm_bf16_preferred() { return bf16_kernel() != Bf16Kernel::none; }
+
+const char* sgemm_bf16_kernel() {
+  switch (bf16_kernel()) {
+    case Bf16Kernel::amx: return "amx";
+    case Bf16Kernel::amx_model: return "amx_model";
+    default: return sgemm_bf16_available() ? "avx512_bf16" : nullptr;
+  }
+}
+
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
+#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
+  if (amx_selected())
+    return sgemm_amx(bf16_kernel() == Bf16Kernel::amx_model, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc,
+                     threads, bias);
+#endif
+  avx512_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, threads, bias);
+}
+
+void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
+#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
+  if (amx_selected())
+    return sgemm_amx(bf16_kernel() == Bf16Kernel::amx_model, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
+                     threads, bias);
+#endif
+  avx512_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
 }
 
 void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads) {
-  gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<float>{B, ldb, b_rows}, beta, C, ldc, threads, nullptr);
-}
-
-#else  // no AVX-512 in this build
-
-bool sgemm_bf16_available() { return false; }
-bool sgemm_bf16_preferred() { return false; }
-
-namespace {
-[[noreturn]] void no_kernel(int64_t M, int64_t N, int64_t K) {
-  KILN_FAIL("matmul (cpu bf16 gemm): the AVX512_BF16 GEMM is not compiled into this build (no AVX-512); called for M=",
-            M, " N=", N, " K=", K);
-}
-}  // namespace
-
-void sgemm_bf16(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t, float,
-                float*, int64_t, int, const float*) {
-  no_kernel(M, N, K);
-}
-void sgemm_bf16(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
-                uint16_t*, int64_t, int, const float*) {
-  no_kernel(M, N, K);
-}
-void sgemm_bf16_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const float*, int64_t,
-                         const int64_t*, float, float*, int64_t, int) {
-  no_kernel(M, N, K);
-}
-
+#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
+  if (amx_selected())
+    return sgemm_amx_rounding(bf16_kernel() == Bf16Kernel::amx_model, trans_a, trans_b, M, N, K, A, lda, B, ldb,
+                              b_rows, beta, C, ldc, threads);
 #endif
+  avx512_gemm_rounding(trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
+}
 
 }  // namespace kiln

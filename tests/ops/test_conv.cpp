@@ -288,7 +288,7 @@ TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, again
   // summed in float32), elsewhere the float32 GEMM runs. Either way every output and
   // gradient is the float32 convolution of the same bf16 values, up to the order of the
   // float32 sums, rounded once to bf16.
-  if (sgemm_bf16_preferred()) MESSAGE("bf16 products: the AVX512_BF16 GEMM ran");
+  if (sgemm_bf16_preferred()) MESSAGE("bf16 products: the ", sgemm_bf16_kernel(), " GEMM ran");
   else MESSAGE("bf16 products not taken here (no AVX512_BF16, or not preferred): the float32 GEMMs ran");
   manual_seed(21);
   const std::vector<ConvCase> cases = {

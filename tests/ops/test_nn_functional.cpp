@@ -334,7 +334,7 @@ TEST_CASE("attention in bfloat16 on the CPU: forward and gradients against float
   // and score gradients rounded to bf16 as they enter theirs), float32 sums, outputs rounded
   // once. Elsewhere bf16 computes on widened float32 copies. Either way the result is the
   // float64 attention of the same bf16 values to within bf16 roundings: a few 2^-8 relative.
-  if (sgemm_bf16_preferred()) MESSAGE("the bf16 attention kernel ran");
+  if (sgemm_bf16_preferred()) MESSAGE("the bf16 attention kernel ran, on the ", sgemm_bf16_kernel(), " GEMM");
   else MESSAGE("no bf16 attention kernel here: bf16 attention computed in float32");
   manual_seed(31);
   const DType bf = DType::bfloat16;

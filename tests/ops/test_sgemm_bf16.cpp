@@ -3,7 +3,9 @@
 // K, odd row strides), K slices over 512, beta 1, a row bias, one and two threads; for each
 // of its three forms: bf16 operands into a float32 C, into a bf16 C, and float32 operands
 // rounded to bf16 as they are packed (B also through a row table, as a convolution reads
-// it). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16.
+// it). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16, unless
+// KILN_CPU_BF16_GEMM selects the AMX kernel. The AMX kernel's loop nest runs on its C++
+// model of the tile instructions (ops/cpu/sgemm_amx.cpp) on every CPU.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -43,7 +45,9 @@ struct Case {
 
 enum class Form { bf16_to_f32, bf16_to_bf16, f32_rounding, f32_rounding_rows };
 
-void check_case(const Case& c, Form form = Form::bf16_to_f32) {
+/// amx_model: sgemm_amx's loop nest on its C++ model of the tiles, called directly; else
+/// sgemm_bf16's own kernel (sgemm_bf16_kernel()).
+void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = false) {
   std::mt19937 g(unsigned(c.M * 131 + c.N * 17 + c.K));
   std::normal_distribution<float> nd;
   // odd row strides: pairs are then unaligned 32-bit loads
@@ -72,20 +76,27 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32) {
   const float* bp = bias.empty() ? nullptr : bias.data();
   switch (form) {
     case Form::bf16_to_f32:
-      sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
+      if (amx_model) sgemm_amx(true, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
+      else sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
       break;
     case Form::bf16_to_bf16:
-      sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
+      if (amx_model) sgemm_amx(true, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
+      else sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
       for (size_t i = 0; i < C.size(); ++i) C[i] = float(from_bf16(C16[i]));
       break;
     case Form::f32_rounding:
-      sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Bf.data(), ldb, nullptr, beta, C.data(), ldc,
-                          c.threads);
+    case Form::f32_rounding_rows: {
+      const bool rows = form == Form::f32_rounding_rows;
+      const float* b = rows ? Brev.data() : Bf.data();
+      const int64_t* table_or_null = rows ? table.data() : nullptr;
+      if (amx_model)
+        sgemm_amx_rounding(true, c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, b, ldb, table_or_null, beta, C.data(), ldc,
+                           c.threads);
+      else
+        sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, b, ldb, table_or_null, beta, C.data(), ldc,
+                            c.threads);
       break;
-    case Form::f32_rounding_rows:
-      sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Brev.data(), 0, table.data(), beta, C.data(),
-                          ldc, c.threads);
-      break;
+    }
   }
   double worst = 0;
   for (int64_t i = 0; i < c.M; ++i)
@@ -118,16 +129,11 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32) {
 
 }  // namespace
 
-TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
-  if (!sgemm_bf16_available()) {
-    MESSAGE("skipped: the AVX512_BF16 micro-kernel cannot run here (no AVX512_BF16 on this CPU, or no AVX-512 in "
-            "this build); bf16 matmul on the CPU computes in float32 instead");
-    return;
-  }
-  MESSAGE("ran: the AVX512_BF16 micro-kernel; not run: an AMX-BF16 micro-kernel (not written yet)");
-  auto all = [](const Case& c) {
+/// Every case, in every form, through sgemm_bf16's kernel or the AMX model.
+void all_cases(bool amx_model) {
+  auto all = [&](const Case& c) {
     for (Form f : {Form::bf16_to_f32, Form::bf16_to_bf16, Form::f32_rounding, Form::f32_rounding_rows})
-      check_case(c, f);
+      check_case(c, f, amx_model);
   };
   const int64_t small[] = {1, 3, 4, 5, 8, 11, 12, 13, 16, 17, 31, 33};
   for (int ta = 0; ta < 2; ++ta)
@@ -144,21 +150,54 @@ TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
     }
 }
 
-TEST_CASE("sgemm_bf16: K = 0 adds the bias to beta * C; bad beta and a missing kernel are errors") {
-  if (!sgemm_bf16_available()) {
-    CHECK_THROWS_WITH_AS(sgemm_bf16(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.f, nullptr, 2, 1),
-                         doctest::Contains("bf16"), Error);
+TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
+  const char* kernel = sgemm_bf16_kernel();
+  if (!kernel) {
+    MESSAGE("skipped: no bf16 kernel can run here (no AVX512_BF16 on this CPU, or no AVX-512 in this build, and "
+            "KILN_CPU_BF16_GEMM selects no AMX); bf16 matmul on the CPU computes in float32 instead");
     return;
   }
-  std::vector<float> C = {1, 2, 3, 4};
-  const float bias[2] = {10, 20};
-  sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, 1.f, C.data(), 2, 1, bias);
-  CHECK(C == std::vector<float>{11, 22, 13, 24});
-  CHECK_THROWS_WITH_AS(sgemm_bf16(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.5f, C.data(), 2, 1),
-                       doctest::Contains("beta must be 0 or"), Error);
-  std::vector<uint16_t> C16(4, 0);  // a bf16 C: K = 0 stores the rounded bias
-  sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, C16.data(), 2, 1, bias);
-  CHECK(C16 == std::vector<uint16_t>{0x4120, 0x41A0, 0x4120, 0x41A0});  // 10, 20
+  MESSAGE("ran: sgemm_bf16 on the ", kernel, " kernel; AMX instructions ",
+          sgemm_amx_available() ? "available here" : "not available here (the AMX model runs below)");
+  all_cases(false);
+}
+
+TEST_CASE("sgemm_amx: the AMX loop nest on the C++ model of the tiles, against a float64 reference") {
+  // The packing (A row-major in pairs, B in 32-column pair panels, both zero-padded to
+  // whole tiles), the 32 x 32 block of four C tiles, K slices, edges and threads of the
+  // AMX kernel, on any CPU; the instructions themselves need one with AMX
+  // (KILN_CPU_BF16_GEMM=amx).
+  all_cases(true);
+}
+
+TEST_CASE("sgemm_bf16: K = 0 adds the bias to beta * C; bad beta and a missing kernel are errors") {
+  // both kernels: sgemm_bf16's (where one can run) and the AMX model
+  for (bool amx_model : {false, true}) {
+    CAPTURE(amx_model);
+    if (!amx_model && !sgemm_bf16_kernel()) {
+      CHECK_THROWS_WITH_AS(sgemm_bf16(false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.f, nullptr, 2, 1),
+                           doctest::Contains("bf16"), Error);
+      continue;
+    }
+    auto f32 = [&](int64_t K, float beta, float* C, const float* bias) {
+      if (amx_model) sgemm_amx(true, false, false, 2, 2, K, nullptr, 1, nullptr, 2, beta, C, 2, 1, bias);
+      else sgemm_bf16(false, false, 2, 2, K, nullptr, 1, nullptr, 2, beta, C, 2, 1, bias);
+    };
+    std::vector<float> C = {1, 2, 3, 4};
+    const float bias[2] = {10, 20};
+    f32(0, 1.f, C.data(), bias);
+    CHECK(C == std::vector<float>{11, 22, 13, 24});
+    CHECK_THROWS_WITH_AS(f32(2, 0.5f, C.data(), nullptr), doctest::Contains("beta must be 0 or"), Error);
+    std::vector<uint16_t> C16(4, 0);  // a bf16 C: K = 0 stores the rounded bias
+    if (amx_model) sgemm_amx(true, false, false, 2, 2, 0, nullptr, 1, nullptr, 2, C16.data(), 2, 1, bias);
+    else sgemm_bf16(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, C16.data(), 2, 1, bias);
+    CHECK(C16 == std::vector<uint16_t>{0x4120, 0x41A0, 0x4120, 0x41A0});  // 10, 20
+  }
+  if (!sgemm_amx_available()) {  // the instructions, asked for on a CPU without them
+    std::vector<float> C(4);
+    CHECK_THROWS_WITH_AS(sgemm_amx(false, false, false, 2, 2, 2, nullptr, 2, nullptr, 2, 0.f, C.data(), 2, 1),
+                         doctest::Contains("no AMX-BF16"), Error);
+  }
 }
 
 TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, against float64, and bitwise the "
