@@ -346,6 +346,8 @@ int cmd_bench(int argc, char** argv, int first) {
   rep.backend = sgemm_packed_available()
                     ? std::string("own ") + sgemm_packed_isa() + " sgemm, Eigen for float64, own kernels"
                     : std::string("Eigen GEMM, own kernels");
+  // which GEMM bf16 products run on: a bf16 kernel (AVX512_BF16, AMX), or float32
+  rep.backend += sgemm_bf16_preferred() ? std::string(", bf16 GEMM ") + sgemm_bf16_kernel() : ", bf16 on float32";
   rep.date = bench::iso_date_utc();
   rep.cpu_model = bench::cpu_model_name();
   rep.threads = int(threads);
