@@ -81,7 +81,7 @@ void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 
 /// The AMX forms of the three above (ops/cpu/sgemm_amx.cpp; sgemm_bf16 calls them when
 /// KILN_CPU_BF16_GEMM selects AMX): the tile instructions, or with `model` their C++ model.
-/// Only in builds with the packed kernels (AVX2 or AVX-512).
+/// A build without the packed kernels (AVX2 or AVX-512) throws kiln::Error.
 void sgemm_amx(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads,
                const float* bias = nullptr);

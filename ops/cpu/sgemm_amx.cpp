@@ -27,6 +27,7 @@
 #include "kiln/ops/cpu/sgemm_pack.h"
 
 #include <cstring>
+#include "kiln/core/error.h"
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -148,10 +149,6 @@ struct TileModel {
   }
 };
 
-inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
-inline uint16_t bf16_of(uint16_t v) { return v; }
-inline uint16_t bf16_of(float v) { return float_to_bf16_bits(v); }
-
 /// Packs op(A) rows [0, mc) x depth [0, kc) into Ap[i * kpd + p] = (op(A)(i, 2p),
 /// op(A)(i, 2p+1)): rows of kpd pairs (kp of them values, then zeros to a whole tile),
 /// and zero rows up to a multiple of MB.
@@ -167,12 +164,12 @@ void pack_a(bool trans_a, const E* A, int64_t lda, int64_t mc, int64_t kc, int64
     if (trans_a) {  // A stored (K, M): op(A)(i, k) = A[k * lda + i]
       for (int64_t p = 0; p < kp; ++p) {
         const uint16_t hi = 2 * p + 1 < kc ? bf16_of(A[(2 * p + 1) * lda + i]) : uint16_t(0);
-        d[p] = pair(bf16_of(A[2 * p * lda + i]), hi);
+        d[p] = bf16_pair(bf16_of(A[2 * p * lda + i]), hi);
       }
     } else {
       const E* s = A + i * lda;
-      for (int64_t p = 0; p < kc / 2; ++p) d[p] = pair(bf16_of(s[2 * p]), bf16_of(s[2 * p + 1]));
-      if (kc % 2) d[kc / 2] = pair(bf16_of(s[kc - 1]), 0);
+      for (int64_t p = 0; p < kc / 2; ++p) d[p] = bf16_pair(bf16_of(s[2 * p]), bf16_of(s[2 * p + 1]));
+      if (kc % 2) d[kc / 2] = bf16_pair(bf16_of(s[kc - 1]), 0);
     }
     std::fill(d + kp, d + kpd, 0u);
   }
@@ -188,7 +185,7 @@ void pack_b(bool trans_b, const RowsOf<E>& B, int64_t kc, int64_t nc, int64_t kp
     for (int64_t p = 0; p < kpd; ++p)
       for (int64_t j = 0; j < NB; ++j) {
         const int64_t col = j0 + j, k = 2 * p;
-        d[p * NB + j] = col < nc && k < kc ? pair(at(k, col), k + 1 < kc ? at(k + 1, col) : uint16_t(0)) : 0u;
+        d[p * NB + j] = col < nc && k < kc ? bf16_pair(at(k, col), k + 1 < kc ? at(k + 1, col) : uint16_t(0)) : 0u;
       }
   }
 }
@@ -217,9 +214,6 @@ void micro_kernel(int64_t kpd, const uint32_t* a0, const uint32_t* b, float* c) 
   T::template store<2>(c + 16 * NB, NB * 4);
   T::template store<3>(c + 16 * NB + 16, NB * 4);
 }
-
-inline void put(float* c, float v) { *c = v; }
-inline void put(uint16_t* c, float v) { *c = float_to_bf16_bits(v); }
 
 thread_local Buffer tls_a, tls_b, tls_c;
 
@@ -266,7 +260,7 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, co
                 float v = r[j] + (bi ? bi[j0 + j] : 0.f);
                 if constexpr (std::is_same_v<OutT, float>)
                   if (add_c) v += c[j];
-                put(c + j, v);
+                store_c(c + j, v);
               }
             }
           }
@@ -283,15 +277,7 @@ void gemm_amx(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int6
               const RowsOf<EB>& B, float beta, OutT* C, int64_t ldc, int threads, const float* bias) {
   KILN_CHECK(model || sgemm_amx_available(), "matmul (cpu bf16 gemm, amx): this CPU has no AMX-BF16, or Linux did ",
              "not grant the tile state (called for M=", M, " N=", N, " K=", K, ")");
-  KILN_CHECK(beta == 0.f || (beta == 1.f && std::is_same_v<OutT, float>),
-             "matmul (cpu bf16 gemm, amx): beta must be 0 or (with a float32 C) 1, got ", beta);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j)
-        put(C + i * ldc + j, (beta == 0.f ? 0.f : float(C[i * ldc + j])) + (bias ? bias[j] : 0.f));
-    return;
-  }
+  if (bf16_gemm_trivial("matmul (cpu bf16 gemm, amx)", M, N, K, beta, C, ldc, bias)) return;
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
   split_c(want, M, N, NB, [&](int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
     const EA* a = trans_a ? A + r0 : A + r0 * lda;
@@ -322,6 +308,28 @@ void sgemm_amx_rounding(bool model, bool trans_a, bool trans_b, int64_t M, int64
                         int64_t ldc, int threads) {
   gemm_amx(model, trans_a, trans_b, M, N, K, A, lda, RowsOf<float>{B, ldb, b_rows}, beta, C, ldc, threads,
            nullptr);
+}
+
+#else  // no packed kernels in this build (KILN_CPU_BF16_GEMM offers no AMX choice then)
+
+namespace {
+[[noreturn]] void not_compiled(int64_t M, int64_t N, int64_t K) {
+  KILN_FAIL("matmul (cpu bf16 gemm, amx): the AMX GEMM is not compiled into this build (it needs the packed kernels: "
+            "AVX2 or AVX-512, KILN_NATIVE on such a CPU); called for M=", M, " N=", N, " K=", K);
+}
+}  // namespace
+
+void sgemm_amx(bool, bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
+               float, float*, int64_t, int, const float*) {
+  not_compiled(M, N, K);
+}
+void sgemm_amx(bool, bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, int64_t, const uint16_t*, int64_t,
+               uint16_t*, int64_t, int, const float*) {
+  not_compiled(M, N, K);
+}
+void sgemm_amx_rounding(bool, bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const float*,
+                        int64_t, const int64_t*, float, float*, int64_t, int) {
+  not_compiled(M, N, K);
 }
 
 #endif

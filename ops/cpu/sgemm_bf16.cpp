@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <omp.h>
@@ -72,13 +73,6 @@ constexpr int64_t KP = 256;    // pairs (512 depth) per slice: a B panel is KP x
 constexpr int64_t MC = 192;    // rows of a packed A block: MC x KP x 4 B = 192 KiB (L2)
 constexpr int64_t NC = 512;    // columns of a packed B block: KP x NC x 4 B = 512 KiB (L2)
 
-/// The pair (lo, hi) of bf16 values as one 32-bit lane.
-inline uint32_t pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
-
-/// One operand value as bf16 bits: bf16 as stored, float32 rounded to nearest even.
-inline uint16_t bf16_of(uint16_t v) { return v; }
-inline uint16_t bf16_of(float v) { return float_to_bf16_bits(v); }
-
 /// 16 pairs from two rows of 16-bit values: lane j = (lo[j], hi[j]); `m` masks the lanes
 /// read; a null `hi` gives zero partners.
 KILN_BF16_TARGET inline __m512i interleave16(const uint16_t* lo, const uint16_t* hi, __mmask16 m) {
@@ -121,9 +115,9 @@ KILN_BF16_TARGET void pack_pairs_transposed(const E* const* s, int rows, int64_t
     for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(dst + (p + q) * step, keep, r[q]);
   }
   for (; p < full; ++p)
-    for (int i = 0; i < rows; ++i) dst[p * step + i] = pair(bf16_of(s[i][2 * p]), bf16_of(s[i][2 * p + 1]));
+    for (int i = 0; i < rows; ++i) dst[p * step + i] = bf16_pair(bf16_of(s[i][2 * p]), bf16_of(s[i][2 * p + 1]));
   if (kc % 2)
-    for (int i = 0; i < rows; ++i) dst[full * step + i] = pair(bf16_of(s[i][kc - 1]), 0);
+    for (int i = 0; i < rows; ++i) dst[full * step + i] = bf16_pair(bf16_of(s[i][kc - 1]), 0);
 }
 
 /// Packs op(A) rows [0, mc) x depth [0, kc) (A at the block's corner) into MR-row panels
@@ -298,18 +292,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
                const RowsOf<EB>& B, float beta, OutT* C, int64_t ldc, int threads, const float* bias) {
   KILN_CHECK(sgemm_bf16_available(), "matmul (cpu bf16 gemm): this CPU has no AVX512_BF16 (called for M=", M,
              " N=", N, " K=", K, ")");
-  KILN_CHECK(beta == 0.f || (beta == 1.f && std::is_same_v<OutT, float>),
-             "matmul (cpu bf16 gemm): beta must be 0 or (with a float32 C) 1, got ", beta);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        const float v = (beta == 0.f ? 0.f : float(C[i * ldc + j])) + (bias ? bias[j] : 0.f);
-        if constexpr (std::is_same_v<OutT, float>) C[i * ldc + j] = v;
-        else C[i * ldc + j] = float_to_bf16_bits(v);
-      }
-    return;
-  }
+  if (bf16_gemm_trivial("matmul (cpu bf16 gemm)", M, N, K, beta, C, ldc, bias)) return;
   const int want = omp_in_parallel() ? 1 : std::max(1, threads);
   // A deep product with a small C (a weight gradient: dW = dY^T X over 2048 tokens) splits K
   // as sgemm_packed does: each thread packs its own share of both operands into a float32
@@ -422,9 +405,11 @@ Bf16Kernel bf16_kernel() {
   return k;
 }
 
-bool amx_selected() {
+/// When KILN_CPU_BF16_GEMM chose AMX: whether it is the model (sgemm_amx's first argument).
+std::optional<bool> amx_choice() {
   const Bf16Kernel k = bf16_kernel();
-  return k == Bf16Kernel::amx || k == Bf16Kernel::amx_model;
+  if (k != Bf16Kernel::amx && k != Bf16Kernel::amx_model) return std::nullopt;
+  return k == Bf16Kernel::amx_model;
 }
 
 }  // namespace
@@ -441,32 +426,23 @@ const char* sgemm_bf16_kernel() {
 
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
-#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
-  if (amx_selected())
-    return sgemm_amx(bf16_kernel() == Bf16Kernel::amx_model, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc,
-                     threads, bias);
-#endif
+  if (const auto model = amx_choice())
+    return sgemm_amx(*model, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, threads, bias);
   avx512_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, threads, bias);
 }
 
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, uint16_t* C, int64_t ldc, int threads, const float* bias) {
-#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
-  if (amx_selected())
-    return sgemm_amx(bf16_kernel() == Bf16Kernel::amx_model, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
-                     threads, bias);
-#endif
+  if (const auto model = amx_choice())
+    return sgemm_amx(*model, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
   avx512_gemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, threads, bias);
 }
 
 void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads) {
-#if defined(KILN_SGEMM_AVX512) || defined(KILN_SGEMM_AVX2)
-  if (amx_selected())
-    return sgemm_amx_rounding(bf16_kernel() == Bf16Kernel::amx_model, trans_a, trans_b, M, N, K, A, lda, B, ldb,
-                              b_rows, beta, C, ldc, threads);
-#endif
+  if (const auto model = amx_choice())
+    return sgemm_amx_rounding(*model, trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
   avx512_gemm_rounding(trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
 }
 

@@ -77,6 +77,34 @@ struct BF16 {
 inline float to_f32(float v) { return v; }
 inline float to_f32(F16 h) { return half_bits_to_float(h.bits); }
 inline float to_f32(BF16 h) { return bf16_bits_to_float(h.bits); }
+
+// ---- the bf16 GEMMs' shared pieces (sgemm_bf16.cpp: AVX512_BF16; sgemm_amx.cpp: AMX) ----
+
+/// The pair (lo, hi) of bf16 values as one 32-bit lane (the low half is the even k).
+inline uint32_t bf16_pair(uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; }
+
+/// One operand value as bf16 bits: bf16 as stored, float32 rounded to nearest even.
+inline uint16_t bf16_of(uint16_t v) { return v; }
+inline uint16_t bf16_of(float v) { return float_to_bf16_bits(v); }
+
+/// A float32 result stored into C: as it is, or rounded to bf16 bits.
+inline void store_c(float* c, float v) { *c = v; }
+inline void store_c(uint16_t* c, float v) { *c = float_to_bf16_bits(v); }
+
+/// The checks every bf16 GEMM makes, and the products with nothing to multiply: beta is 0
+/// or (float32 C only) 1; K = 0 stores beta * C + bias. True when nothing is left to do.
+template <class OutT>
+bool bf16_gemm_trivial(const char* op, int64_t M, int64_t N, int64_t K, float beta, OutT* C, int64_t ldc,
+                       const float* bias) {
+  KILN_CHECK(beta == 0.f || (beta == 1.f && std::is_same_v<OutT, float>), op,
+             ": beta must be 0 or (with a float32 C) 1, got ", beta);
+  if (M <= 0 || N <= 0) return true;
+  if (K > 0) return false;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      store_c(C + i * ldc + j, (beta == 0.f ? 0.f : float(C[i * ldc + j])) + (bias ? bias[j] : 0.f));
+  return true;
+}
 #if defined(KILN_SGEMM_AVX512)
 /// Transposes the 16 x 16 block held in r[0..15] (r[i] = row i) in place: afterwards r[j]
 /// is column j. Three rounds of shuffles: pairs of floats, then quadruples, then 128-bit lanes.

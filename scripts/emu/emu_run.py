@@ -249,24 +249,21 @@ class Machine:
             return self.thread_exit(cpu)
         if nr in (60, 231):                       # exit, exit_group
             raise Exit(sint(a[0]) & 0xFF)
-        if nr == 1:                               # write
-            data = self.read(a[1], a[2])
+        if nr in (1, 20):                         # write, writev (the same bytes, gathered)
             fd = self.fds.get(a[0])
             if fd is None:
                 return -errno.EBADF
+            if nr == 1:
+                data = self.read(a[1], a[2])
+            else:
+                iov = [struct.unpack("<QQ", self.read(a[1] + 16 * i, 16)) for i in range(a[2])]
+                data = b"".join(self.read(base, ln) for base, ln in iov)
             if fd in (1, 2):
                 stream = sys.stdout.buffer if fd == 1 else sys.stderr.buffer
                 stream.write(data)
                 stream.flush()
                 return len(data)
             return os.write(fd, data)
-        if nr == 20:                              # writev
-            total = 0
-            for i in range(a[2]):
-                base, ln = struct.unpack("<QQ", self.read(a[1] + 16 * i, 16))
-                cpu.rdi, cpu.rsi, cpu.rdx, cpu.rax = a[0], base, ln, 1
-                total += self.syscall(cpu)
-            return total
         if nr == 0:                               # read
             fd = self.fds.get(a[0])
             if fd is None:
