@@ -1,5 +1,7 @@
 // Copies between tensors of any dtype, layout and (through a registered hook) device.
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 #include "kiln/core/tensor.h"
@@ -13,6 +15,20 @@ void copy_tensor(const Tensor& dst, const Tensor& src);
 /// True for the 16-bit float storage types (Half, BFloat16).
 template <class T>
 inline constexpr bool kIs16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+/// Magnitude bits (bits & 0x7fff) of +inf in a 16-bit type: a value is finite below them.
+template <class T>
+inline constexpr uint16_t kInfBits16 = std::is_same_v<T, Half> ? 0x7c00 : 0x7f80;
+
+/// True when the n 16-bit values at p are all finite (a max over their magnitude bits, which
+/// vectorises). Kernels that only select values (ReLU, max pooling's gradient) work on the
+/// bits of finite chunks and take the float32 path, with its NaN rules, for the others.
+template <class T>
+bool all_finite16(const T* p, int64_t n) {
+  uint16_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max<uint16_t>(m, p[i].bits & 0x7fff);
+  return m < kInfBits16<T>;
+}
 
 /// dst[0, n) = src[0, n) converted between float32 and float16 / bfloat16 on the CPU: the
 /// bits of Tensor::to (16 values per step where the build has AVX-512, 8 with AVX2). For

@@ -145,6 +145,9 @@ void convert_run(D* __restrict d, const S* __restrict s, int64_t n) {
     for (; i + 8 <= n; i += 8)
       _mm256_storeu_ps(d + i, simd::floats_from_half8(_mm_loadu_si128(reinterpret_cast<const H*>(s + i))));
   } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>) {
+    for (; i + 16 <= n; i += 16)  // two vectors per pack
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
+                          simd::bf16x16_from_floats(_mm256_loadu_ps(s + i), _mm256_loadu_ps(s + i + 8)));
     for (; i + 8 <= n; i += 8)
       _mm_storeu_si128(reinterpret_cast<H*>(d + i), simd::bf16x8_from_floats(_mm256_loadu_ps(s + i)));
   } else if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>) {

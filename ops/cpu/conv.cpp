@@ -87,39 +87,44 @@ std::vector<T> transposed_weight(const Conv2dGeom& g, const T* w) {
 
 // ------------------------------------------------------------------ conv2d
 
-/// The forward of samples [lo, hi) with the algorithm chosen for g.
-template <class T>
-void forward_range(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+/// The forward of samples [lo, hi) with the algorithm chosen for g. x and y are stored as
+/// X: T, or a 16-bit float for the direct and wide algorithms (which widen and round as they
+/// copy into and out of their buffers).
+template <class T, class X>
+void forward_range(int nt, const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y, int64_t lo,
                    int64_t hi) {
   if (use_direct(g)) return conv2d_forward_direct(g, x, w, bias, y, lo, hi);
   if (use_wide(g)) return conv2d_forward_wide(nt, g, x, w, bias, y, lo, hi);
-  conv2d_forward_im2col(nt, g, x, w, bias, y, lo, hi);
+  if constexpr (std::is_same_v<X, T>) conv2d_forward_im2col(nt, g, x, w, bias, y, lo, hi);
+  else KILN_FAIL("conv2d: im2col takes float32 buffers (internal)");
 }
 
-/// Samples per block when 16-bit activations are widened for the float32 algorithms: about
+/// Samples per block when 16-bit activations are widened for the im2col algorithm: about
 /// 256 KB of float32 buffers (values per sample: per_sample), so they stay in a core's L2.
 inline int64_t block_samples(int64_t per_sample) { return std::max<int64_t>(1, (int64_t(1) << 16) / per_sample); }
 
-/// X: how x and y are stored, T or a 16-bit float (a 16-bit convolution; T = float):
-/// blocks of samples are widened into float32 buffers for the algorithms and the results
-/// rounded back, the bits of converting whole tensors first without their memory traffic.
-/// w and bias are T.
+/// X: how x and y are stored, T or a 16-bit float (a 16-bit convolution; T = float). The
+/// direct and wide algorithms take X as it is; for im2col blocks of samples are widened
+/// into float32 buffers and the results rounded back. Either way the bits of converting
+/// whole tensors first, without their memory traffic. w and bias are T.
 template <class T, class X = T>
 void conv2d_forward_t(const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y) {
   const int nt = batch_threads(g.N);
   run_chunks(nt, g.N, [&](int, int64_t lo, int64_t hi) {
-    if constexpr (std::is_same_v<X, T>) {
-      forward_range(nt, g, x, w, bias, y, lo, hi);
-    } else {  // blocks of samples widened into float32 buffers, results rounded back
-      const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(xs + ys);
-      const std::unique_ptr<T[]> xb(new T[size_t(B * xs)]), yb(new T[size_t(B * ys)]);  // not zeroed
-      for (int64_t n0 = lo; n0 < hi; n0 += B) {
-        const int64_t m = std::min(B, hi - n0);
-        convert_floats(x + n0 * xs, xb.get(), m * xs);
-        forward_range(nt, g, xb.get(), w, bias, yb.get(), 0, m);
-        convert_floats(yb.get(), y + n0 * ys, m * ys);
+    if constexpr (!std::is_same_v<X, T>) {
+      if (!use_direct(g) && !use_wide(g)) {  // im2col: blocks of samples widened, results rounded back
+        const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(xs + ys);
+        const std::unique_ptr<T[]> xb(new T[size_t(B * xs)]), yb(new T[size_t(B * ys)]);  // not zeroed
+        for (int64_t n0 = lo; n0 < hi; n0 += B) {
+          const int64_t m = std::min(B, hi - n0);
+          convert_floats(x + n0 * xs, xb.get(), m * xs);
+          forward_range(nt, g, static_cast<const T*>(xb.get()), w, bias, yb.get(), 0, m);
+          convert_floats(yb.get(), y + n0 * ys, m * ys);
+        }
+        return;
       }
     }
+    forward_range(nt, g, x, w, bias, y, lo, hi);
   });
 }
 
@@ -142,19 +147,21 @@ void conv2d_backward_t(const Conv2dGeom& g, const X* x, const T* w, const X* dy,
     if (dw) std::fill(dw, dw + wsize, T(0));
     if (db) std::fill(db, db + g.O, T(0));
   }
-  // Samples [lo, hi) of x, dy, dx (T buffers); dw and db accumulate.
-  auto range = [&](const T* xr, const T* dyr, T* dxr, T* dwt, T* dbt, int64_t lo, int64_t hi) {
+  // Samples [lo, hi) of x, dy, dx (stored as S: X for direct and wide, T for im2col); dw and
+  // db accumulate.
+  auto range = [&]<class S>(const S* xr, const S* dyr, S* dxr, T* dwt, T* dbt, int64_t lo, int64_t hi) {
     if (direct || wide) {
       if (direct) conv2d_wgrad_direct(g, xr, dyr, dwt, dbt, lo, hi);  // dw, db in registers
       // What is left for the wide layout's GEMMs (dx: GEMM + col2im unless transposed)
       T* dw_gemm = direct ? nullptr : dwt;
       T* db_gemm = direct ? nullptr : dbt;
-      T* dx_gemm = dx_transposed ? nullptr : dxr;
-      if (dw_gemm || db_gemm || dx_gemm) conv2d_backward_wide<T>(nt, g, xr, w, dyr, dx_gemm, dw_gemm, db_gemm, lo, hi);
-      if (dx_transposed) conv2d_forward_wide<T>(nt, gt, dyr, wt.data(), nullptr, dxr, lo, hi);
+      S* dx_gemm = dx_transposed ? nullptr : dxr;
+      if (dw_gemm || db_gemm || dx_gemm) conv2d_backward_wide<T, S>(nt, g, xr, w, dyr, dx_gemm, dw_gemm, db_gemm, lo, hi);
+      if (dx_transposed) conv2d_forward_wide<T, S>(nt, gt, dyr, wt.data(), nullptr, dxr, lo, hi);
       return;
     }
-    conv2d_backward_im2col(nt, g, xr, w, dyr, dxr, dwt, dbt, lo, hi);
+    if constexpr (std::is_same_v<S, T>) conv2d_backward_im2col(nt, g, xr, w, dyr, dxr, dwt, dbt, lo, hi);
+    else KILN_FAIL("conv2d: im2col takes float32 buffers (internal)");
   };
   run_chunks(nt, g.N, [&](int t, int64_t lo, int64_t hi) {
     T* dwt = dw;
@@ -163,20 +170,22 @@ void conv2d_backward_t(const Conv2dGeom& g, const X* x, const T* w, const X* dy,
       if (dw) { dw_acc[t].assign(size_t(wsize), T(0)); dwt = dw_acc[t].data(); }
       if (db) { db_acc[t].assign(size_t(g.O), T(0)); dbt = db_acc[t].data(); }
     }
-    if constexpr (std::is_same_v<X, T>) {
-      range(x, dy, dx, dwt, dbt, lo, hi);
-    } else {  // blocks of samples as in the forward (x is null when dw is not wanted)
-      const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(2 * xs + ys);
-      const std::unique_ptr<T[]> xb(x ? new T[size_t(B * xs)] : nullptr), dyb(new T[size_t(B * ys)]),
-          dxb(dx ? new T[size_t(B * xs)] : nullptr);
-      for (int64_t n0 = lo; n0 < hi; n0 += B) {
-        const int64_t m = std::min(B, hi - n0);
-        if (x) convert_floats(x + n0 * xs, xb.get(), m * xs);
-        convert_floats(dy + n0 * ys, dyb.get(), m * ys);
-        range(xb.get(), dyb.get(), dxb.get(), dwt, dbt, 0, m);
-        if (dx) convert_floats(dxb.get(), dx + n0 * xs, m * xs);
+    if constexpr (!std::is_same_v<X, T>) {
+      if (!direct && !wide) {  // im2col: blocks of samples as in the forward (x is null when dw is not wanted)
+        const int64_t xs = g.C * g.H * g.W, ys = g.O * g.OH * g.OW, B = block_samples(2 * xs + ys);
+        const std::unique_ptr<T[]> xb(x ? new T[size_t(B * xs)] : nullptr), dyb(new T[size_t(B * ys)]),
+            dxb(dx ? new T[size_t(B * xs)] : nullptr);
+        for (int64_t n0 = lo; n0 < hi; n0 += B) {
+          const int64_t m = std::min(B, hi - n0);
+          if (x) convert_floats(x + n0 * xs, xb.get(), m * xs);
+          convert_floats(dy + n0 * ys, dyb.get(), m * ys);
+          range(static_cast<const T*>(xb.get()), static_cast<const T*>(dyb.get()), dxb.get(), dwt, dbt, 0, m);
+          if (dx) convert_floats(dxb.get(), dx + n0 * xs, m * xs);
+        }
+        return;
       }
     }
+    range(x, dy, dx, dwt, dbt, lo, hi);
   });
   if (nt > 1) {
     if (dw) {

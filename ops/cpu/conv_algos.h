@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 #include <omp.h>
+#include "kiln/core/copy.h"
 #include "kiln/core/parallel.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
@@ -151,12 +152,45 @@ inline Wide wide_of(const Conv2dGeom& g) {
   return {Hp, Wp, (g.OH - 1) * Wp + g.OW, g.pH > 0 || g.pW > 0};
 }
 
-/// Interior of xpad (C, Hp, Wp) = x (C, H, W) for channels [c0, c1); the border is left as is (zero).
+// The copies between the dense tensors and the wide layout's buffers also widen a 16-bit X
+// (a float16 / bfloat16 convolution, T = float) a channel plane at a time into a per-thread
+// buffer, and round results back the same way: each value is converted once, where it is
+// copied anyway, and the float32 algorithms run unchanged (the bits of widening first).
+
+/// Per-thread plane buffer of the conversions below.
 template <class T>
-void pad_channels(const T* x, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* xpad) {
-  for (int64_t c = c0; c < c1; ++c)
-    for (int64_t h = 0; h < g.H; ++h)
-      copy_row(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, x + (c * g.H + h) * g.W, g.W);
+inline std::vector<T>& plane_buffer() {
+  thread_local std::vector<T> buf;
+  return buf;
+}
+
+/// Interior of xpad (C, Hp, Wp) = x (C, H, W) for channels [c0, c1); the border is left as is (zero).
+template <class T, class X>
+void pad_channels(const X* x, const Conv2dGeom& g, const Wide& v, int64_t c0, int64_t c1, T* xpad) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const T* xc = widened(x + c * g.H * g.W, g.H * g.W, plane_buffer<T>());
+    for (int64_t h = 0; h < g.H; ++h) copy_row(xpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, xc + h * g.W, g.W);
+  }
+}
+
+/// dx (C, H, W) = the interior of dxpad (C, Hp, Wp), rounded to X. (Without padding and
+/// conversion there is nothing to do: the columns were added into dx itself.)
+template <class T, class X>
+void unpad_channels(const T* dxpad, const Conv2dGeom& g, const Wide& v, X* dx) {
+  const int64_t HW = g.H * g.W;
+  std::vector<T>& buf = plane_buffer<T>();
+  if constexpr (!std::is_same_v<X, T>) buf.resize(size_t(HW));
+  for (int64_t c = 0; c < g.C; ++c) {
+    const T* plane = dxpad + c * HW;  // without padding the interior is the plane
+    if (v.padded) {
+      T* d = nullptr;
+      if constexpr (std::is_same_v<X, T>) d = dx + c * HW;
+      else d = buf.data();
+      for (int64_t h = 0; h < g.H; ++h) copy_row(d + h * g.W, dxpad + (c * v.Hp + h + g.pH) * v.Wp + g.pW, g.W);
+      plane = d;
+    }
+    if constexpr (!std::is_same_v<X, T>) convert_floats(plane, dx + c * HW, HW);
+  }
 }
 
 /// The im2col matrix of the wide layout without the copy: row (c, kh, kw) is the slice of
@@ -173,23 +207,29 @@ inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
 
 /// One sample's output gradient dy (O, OH, OW) into wide rows (O, row stride ld, width Wp):
 /// the junk columns are not written (the caller keeps them zero); db (O) += its sums.
-template <class T>
-void dense_to_wide(const T* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
+template <class T, class X>
+void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
   const int64_t L = g.OH * g.OW;
   for (int64_t o = 0; o < g.O; ++o) {
-    for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, dyn + o * L + oh * g.OW, g.OW);
-    if (db) db[o] += sum_lanes(dyn + o * L, L);
+    const T* d = widened(dyn + o * L, L, plane_buffer<T>());
+    for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, d + oh * g.OW, g.OW);
+    if (db) db[o] += sum_lanes(d, L);
   }
 }
 
 /// One sample's output y (O, OH, OW) = the OW real columns of each wide row of out (O,
 /// row stride ld, width Wp), plus bias (O) when given.
-template <class T>
-void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, T* yn) {
-  for (int64_t o = 0; o < g.O; ++o)
+template <class T, class X>
+void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, X* yn) {
+  const int64_t L = g.OH * g.OW;
+  if constexpr (!std::is_same_v<X, T>) plane_buffer<T>().resize(size_t(L));
+  for (int64_t o = 0; o < g.O; ++o) {
+    T* yo = nullptr;  // the dense plane: y's own, or the buffer rounded into y afterwards
+    if constexpr (std::is_same_v<X, T>) yo = yn + o * L;
+    else yo = plane_buffer<T>().data();
     for (int64_t oh = 0; oh < g.OH; ++oh) {
       const T* __restrict src = out + o * ld + oh * Wp;
-      T* __restrict d = yn + (o * g.OH + oh) * g.OW;
+      T* __restrict d = yo + oh * g.OW;
       if (!bias) {
         copy_row(d, src, g.OW);
         continue;
@@ -197,6 +237,8 @@ void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, co
       const T b = bias[o];
       for (int64_t ow = 0; ow < g.OW; ++ow) d[ow] = src[ow] + b;
     }
+    if constexpr (!std::is_same_v<X, T>) convert_floats(yo, yn + o * L, L);
+  }
 }
 
 /// Runs f(c0, c1) over all channels: split over threads when the caller is not already
@@ -230,21 +272,26 @@ template <class T>
 void conv2d_backward_im2col(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
                             int64_t lo, int64_t hi);
 
+// The wide and direct algorithms also take x, y, dy, dx stored as X, a 16-bit float, with
+// T = float: they widen and round as they copy between the dense tensors and their own
+// buffers (see pad_channels), instantiated for float / double and for (float, Half),
+// (float, BFloat16).
+
 /// The wide stride-1 layout (conv_wide.cpp): forward over samples [lo, hi).
-template <class T>
-void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+template <class T, class X = T>
+void conv2d_forward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y, int64_t lo,
                          int64_t hi);
 /// The wide layout's backward over samples [lo, hi); accumulates into dw (O, Kg) and db (O).
-template <class T>
-void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+template <class T, class X = T>
+void conv2d_backward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, const X* dy, X* dx, T* dw, T* db,
                           int64_t lo, int64_t hi);
 
 /// The direct kernels of few input channels (conv_direct.cpp): forward over samples [lo, hi).
-template <class T>
-void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+template <class T, class X = T>
+void conv2d_forward_direct(const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y, int64_t lo,
                            int64_t hi);
 /// Weight (and bias) gradient over samples [lo, hi), added to dw (O, C*kH*kW) and db (O).
-template <class T>
-void conv2d_wgrad_direct(const Conv2dGeom& g, const T* x, const T* dy, T* dw, T* db, int64_t lo, int64_t hi);
+template <class T, class X = T>
+void conv2d_wgrad_direct(const Conv2dGeom& g, const X* x, const X* dy, T* dw, T* db, int64_t lo, int64_t hi);
 
 }  // namespace kiln::conv_cpu

@@ -48,7 +48,8 @@ struct DirectPlan {
     xlen = std::max(g.C * P, taps.back() + Lr);
   }
   /// The padded sample in xpad (whose border and tail stay zero from its allocation).
-  const T* pad(const Conv2dGeom& g, const T* xn, std::vector<T>& xpad) const {
+  template <class X>
+  const T* pad(const Conv2dGeom& g, const X* xn, std::vector<T>& xpad) const {
     pad_channels(xn, g, v, 0, g.C, xpad.data());
     return xpad.data();
   }
@@ -94,8 +95,8 @@ void direct_forward_rows(const T* xp, const DirectPlan<T>& d, const T* wt, int64
 }  // namespace
 
 /// Forward over samples [lo, hi): y (O, OH, OW) per sample.
-template <class T>
-void conv2d_forward_direct(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+template <class T, class X>
+void conv2d_forward_direct(const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y, int64_t lo,
                            int64_t hi) {
   const DirectPlan<T> d(g);
   const int64_t L = g.OH * g.OW;
@@ -150,8 +151,8 @@ void direct_wgrad_rows(const T* xp, const DirectPlan<T>& d, const int64_t* taps,
 }  // namespace
 
 /// Weight (and bias) gradient over samples [lo, hi), added to dw (O, C*kH*kW) and db (O).
-template <class T>
-void conv2d_wgrad_direct(const Conv2dGeom& g, const T* x, const T* dy, T* dw, T* db, int64_t lo, int64_t hi) {
+template <class T, class X>
+void conv2d_wgrad_direct(const Conv2dGeom& g, const X* x, const X* dy, T* dw, T* db, int64_t lo, int64_t hi) {
   const DirectPlan<T> d(g);
   const int64_t L = g.OH * g.OW, ntp = (d.ntaps + kDirectWTaps - 1) / kDirectWTaps * kDirectWTaps;
   std::vector<int64_t> taps(d.taps);
@@ -175,13 +176,13 @@ void conv2d_wgrad_direct(const Conv2dGeom& g, const T* x, const T* dy, T* dw, T*
       }
 }
 
-template void conv2d_forward_direct<float>(const Conv2dGeom&, const float*, const float*, const float*, float*,
-                                           int64_t, int64_t);
-template void conv2d_forward_direct<double>(const Conv2dGeom&, const double*, const double*, const double*, double*,
-                                            int64_t, int64_t);
-template void conv2d_wgrad_direct<float>(const Conv2dGeom&, const float*, const float*, float*, float*, int64_t,
-                                         int64_t);
-template void conv2d_wgrad_direct<double>(const Conv2dGeom&, const double*, const double*, double*, double*, int64_t,
-                                          int64_t);
+#define KILN_DIRECT(T, X)                                                                                       \
+  template void conv2d_forward_direct<T, X>(const Conv2dGeom&, const X*, const T*, const T*, X*, int64_t, int64_t); \
+  template void conv2d_wgrad_direct<T, X>(const Conv2dGeom&, const X*, const X*, T*, T*, int64_t, int64_t);
+KILN_DIRECT(float, float)
+KILN_DIRECT(double, double)
+KILN_DIRECT(float, Half)
+KILN_DIRECT(float, BFloat16)
+#undef KILN_DIRECT
 
 }  // namespace kiln::conv_cpu

@@ -45,18 +45,23 @@ void col2im_wide_add(const T* dcols, int64_t ld, const Conv2dGeom& g, const Wide
 /// Per-thread scratch of the wide layout (one sample at a time).
 template <class T>
 struct WideScratch {
-  std::vector<T> xpad;   // (C, Hp, Wp), zero border (padded convolutions only)
+  bool copy;             // x and dx go through xpad and dxpad: padded, or stored as a 16-bit X
+  std::vector<T> xpad;   // (C, Hp, Wp), zero border (when copy)
   std::vector<T> out;    // (O, L2): forward output, or output gradient with zero junk columns
   std::vector<T> dcols;  // (C*kH*kW, L2): columns of the input gradient
-  std::vector<T> dxpad;  // (C, Hp, Wp) (backward to the input of a padded convolution)
-  WideScratch(const Conv2dGeom& g, const Wide& v, bool need_xpad, bool need_dx)
-      : xpad(need_xpad && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0),
+  std::vector<T> dxpad;  // (C, Hp, Wp) (backward to the input, when copy)
+  WideScratch(const Conv2dGeom& g, const Wide& v, bool need_xpad, bool need_dx, bool widen)
+      : copy(v.padded || widen),
+        xpad(need_xpad && copy ? size_t(g.C * v.Hp * v.Wp) : 0),
         out(size_t(g.O * v.L2)),
         dcols(need_dx ? size_t(g.C * g.kH * g.kW * v.L2) : 0),
-        dxpad(need_dx && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0) {}
-  /// The padded plane (C, Hp, Wp) of sample xn (C, H, W): xn itself when there is no padding.
-  const T* padded(int nt, const Conv2dGeom& g, const Wide& v, const T* xn) {
-    if (!v.padded) return xn;
+        dxpad(need_dx && copy ? size_t(g.C * v.Hp * v.Wp) : 0) {}
+  /// The padded plane (C, Hp, Wp) of sample xn (C, H, W) as T: xn itself when there is no
+  /// padding and no conversion.
+  template <class X>
+  const T* padded(int nt, const Conv2dGeom& g, const Wide& v, const X* xn) {
+    if constexpr (std::is_same_v<X, T>)
+      if (!copy) return xn;
     over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { pad_channels(xn, g, v, c0, c1, xpad.data()); });
     return xpad.data();
   }
@@ -66,13 +71,13 @@ struct WideScratch {
 
 /// Forward over samples [lo, hi) in the wide layout, one GEMM per sample and group whose
 /// columns are read from the padded input through the tap table.
-template <class T>
-void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y, int64_t lo,
+template <class T, class X>
+void conv2d_forward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y, int64_t lo,
                          int64_t hi) {
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
   const std::vector<int64_t> rows = tap_rows(g, v);
-  WideScratch<T> s(g, v, true, false);
+  WideScratch<T> s(g, v, true, false, !std::is_same_v<X, T>);
   for (int64_t n = lo; n < hi; ++n) {
     const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
     for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
@@ -83,13 +88,13 @@ void conv2d_forward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, co
 }
 
 /// Backward over samples [lo, hi) in the wide layout; accumulates into dw (O, Kg) and db (O).
-template <class T>
-void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db,
+template <class T, class X>
+void conv2d_backward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, const X* dy, X* dx, T* dw, T* db,
                           int64_t lo, int64_t hi) {
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
   const std::vector<int64_t> rows = tap_rows(g, v);
-  WideScratch<T> s(g, v, dw != nullptr, dx != nullptr);
+  WideScratch<T> s(g, v, dw != nullptr, dx != nullptr, !std::is_same_v<X, T>);
   T* dyw = s.out.data();  // (O, L2); the junk columns stay zero
   for (int64_t n = lo; n < hi; ++n) {
     dense_to_wide(dy + n * g.O * L, g, v.Wp, v.L2, dyw, db);
@@ -104,25 +109,26 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const T* x, const T* w, c
       for (int64_t gi = 0; gi < G; ++gi)  // dcols_g (Kg, L2) = w_g^T (Kg, Og) @ dy_g (Og, L2)
         conv_gemm<T>(g, true, false, Kg, v.L2, Og, w + gi * Og * Kg, Kg, dyw + gi * Og * v.L2, v.L2, nullptr, T(0),
                      dc + gi * Kg * v.L2, v.L2);
-      T* dxn = dx + n * g.C * g.H * g.W;
-      T* dxp = v.padded ? s.dxpad.data() : dxn;  // (C, Hp, Wp)
+      X* dxn = dx + n * g.C * g.H * g.W;
+      T* dxp = nullptr;  // (C, Hp, Wp)
+      if constexpr (std::is_same_v<X, T>) dxp = s.copy ? s.dxpad.data() : dxn;
+      else dxp = s.dxpad.data();
       std::fill(dxp, dxp + g.C * v.Hp * v.Wp, T(0));
       over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { col2im_wide_add(dc, v.L2, g, v, c0, c1, dxp); });
-      if (v.padded)  // the interior is dx
-        for (int64_t c = 0; c < g.C; ++c)
-          for (int64_t h = 0; h < g.H; ++h)
-            copy_row(dxn + (c * g.H + h) * g.W, dxp + (c * v.Hp + h + g.pH) * v.Wp + g.pW, g.W);
+      if (s.copy) unpad_channels(dxp, g, v, dxn);  // the interior is dx
     }
   }
 }
 
-template void conv2d_forward_wide<float>(int, const Conv2dGeom&, const float*, const float*, const float*, float*,
-                                         int64_t, int64_t);
-template void conv2d_forward_wide<double>(int, const Conv2dGeom&, const double*, const double*, const double*, double*,
-                                          int64_t, int64_t);
-template void conv2d_backward_wide<float>(int, const Conv2dGeom&, const float*, const float*, const float*, float*,
-                                          float*, float*, int64_t, int64_t);
-template void conv2d_backward_wide<double>(int, const Conv2dGeom&, const double*, const double*, const double*,
-                                           double*, double*, double*, int64_t, int64_t);
+#define KILN_WIDE(T, X)                                                                                         \
+  template void conv2d_forward_wide<T, X>(int, const Conv2dGeom&, const X*, const T*, const T*, X*, int64_t,       \
+                                          int64_t);                                                                \
+  template void conv2d_backward_wide<T, X>(int, const Conv2dGeom&, const X*, const T*, const X*, X*, T*, T*, int64_t, \
+                                           int64_t);
+KILN_WIDE(float, float)
+KILN_WIDE(double, double)
+KILN_WIDE(float, Half)
+KILN_WIDE(float, BFloat16)
+#undef KILN_WIDE
 
 }  // namespace kiln::conv_cpu

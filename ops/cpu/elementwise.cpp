@@ -76,19 +76,31 @@ void binary_cpu(Op op, DType dt, const EwArgs& args) {
 // times). The same bits as computing on the widened tensor and rounding its result.
 constexpr int64_t kChunk = 512;  // (kIs16: core/copy.h)
 
+/// out[0, m) = f(x[0, m)) for 16-bit x, m <= kChunk, through float32.
+template <class T, class F>
+void unary_chunk16(const T* x, T* out, int64_t m, F f) {
+  alignas(64) float xf[kChunk];
+  convert_floats(x, xf, m);
+  for (int64_t j = 0; j < m; ++j) xf[j] = f(xf[j]);
+  convert_floats(xf, out, m);
+}
+/// out[0, m) = g * d(s) for 16-bit s, g, m <= kChunk, through float32.
+template <class T, class D>
+void unary_grad_chunk16(const T* s, const T* g, T* out, int64_t m, D d) {
+  alignas(64) float sf[kChunk], gf[kChunk];
+  convert_floats(s, sf, m);
+  convert_floats(g, gf, m);
+  for (int64_t j = 0; j < m; ++j) gf[j] = gf[j] * d(sf[j]);
+  convert_floats(gf, out, m);
+}
+
 template <class T, class F>
 void unary_loop(const UnaryArgs& a, F f) {
   const T* x = static_cast<const T*>(a.x);
   T* out = static_cast<T*>(a.out);
   parallel_for(0, a.n, 16384, [&](int64_t b, int64_t e) {
     if constexpr (kIs16<T>) {
-      alignas(64) float xf[kChunk];
-      for (int64_t i = b; i < e; i += kChunk) {
-        const int64_t m = std::min(kChunk, e - i);
-        convert_floats(x + i, xf, m);
-        for (int64_t j = 0; j < m; ++j) xf[j] = f(xf[j]);
-        convert_floats(xf, out + i, m);
-      }
+      for (int64_t i = b; i < e; i += kChunk) unary_chunk16(x + i, out + i, std::min(kChunk, e - i), f);
     } else {
       for (int64_t i = b; i < e; ++i) out[i] = f(x[i]);
     }
@@ -102,16 +114,45 @@ void unary_grad_loop(const UnaryArgs& a, D d) {
   T* out = static_cast<T*>(a.out);
   parallel_for(0, a.n, 16384, [&](int64_t b, int64_t e) {
     if constexpr (kIs16<T>) {
-      alignas(64) float sf[kChunk], gf[kChunk];
-      for (int64_t i = b; i < e; i += kChunk) {
-        const int64_t m = std::min(kChunk, e - i);
-        convert_floats(s + i, sf, m);
-        convert_floats(g + i, gf, m);
-        for (int64_t j = 0; j < m; ++j) gf[j] = gf[j] * d(sf[j]);
-        convert_floats(gf, out + i, m);
-      }
+      for (int64_t i = b; i < e; i += kChunk) unary_grad_chunk16(s + i, g + i, out + i, std::min(kChunk, e - i), d);
     } else {
       for (int64_t i = b; i < e; ++i) out[i] = g[i] * d(s[i]);
+    }
+  });
+}
+
+// ReLU on 16-bit storage only selects: relu(x) is x or +0, its gradient g * (y > 0) is g or
+// a zero of g's sign. On finite values that is a choice between bit patterns, made here
+// without converting anything (a sign test as an arithmetic shift or a signed compare of
+// the bits, which vectorises 16 lanes to an AVX2 register). A chunk holding an inf or NaN
+// takes the float32 path (0 * inf is NaN there, and NaNs keep its payload rules), so the
+// result is bitwise the float32 path's everywhere.
+template <class T>
+void relu16(const UnaryArgs& a) {
+  const T* x = static_cast<const T*>(a.backward ? a.s : a.x);  // the backward reads the output y
+  const T* g = static_cast<const T*>(a.g);
+  T* out = static_cast<T*>(a.out);
+  parallel_for(0, a.n, 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i += kChunk) {
+      const int64_t m = std::min(kChunk, e - i);
+      const T* xc = x + i;
+      T* oc = out + i;
+      if (!a.backward) {
+        if (!all_finite16(xc, m)) {
+          unary_chunk16(xc, oc, m, elementwise::ReluF<float>{});
+          continue;
+        }
+        for (int64_t j = 0; j < m; ++j)  // x < 0 or -0: +0; else x
+          oc[j].bits = uint16_t(xc[j].bits & ~uint16_t(int16_t(xc[j].bits) >> 15));
+      } else {
+        const T* gc = g + i;
+        if (!all_finite16(xc, m) || !all_finite16(gc, m)) {
+          unary_grad_chunk16(xc, gc, oc, m, elementwise::ReluD<float>{});
+          continue;
+        }
+        for (int64_t j = 0; j < m; ++j)  // y > 0: g; else g * 0, a zero with g's sign
+          oc[j].bits = int16_t(xc[j].bits) > 0 ? gc[j].bits : uint16_t(gc[j].bits & 0x8000);
+      }
     }
   });
 }
@@ -123,6 +164,8 @@ void unary_typed(Op op, const UnaryArgs& a) {
   using namespace elementwise;
   using C = std::conditional_t<kIs16<T>, float, T>;
   const C p0 = C(a.p0), p1 = C(a.p1);
+  if constexpr (kIs16<T>)
+    if (op == Op::relu) return relu16<T>(a);
   switch (op) {
 #define KILN_UNARY(name, Fn, reads, api)                                                 \
   case Op::name:                                                                        \

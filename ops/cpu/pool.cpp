@@ -1,9 +1,11 @@
 // CPU kernels of 2-D pooling (max, average, adaptive average), part of the conv op family
 // (ops/kernels/conv.h) and registered through register_cpu_conv (conv.cpp). Loops over N*C
 // planes in parallel; 2x2/2 max pooling vectorised. 16-bit tensors are pooled in float32 a
-// plane at a time (over_planes).
+// plane at a time (over_planes), except where max pooling can select 16-bit patterns
+// directly (2x2/2 forward on order keys, the gradient of non-overlapping windows).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -91,18 +93,22 @@ void max_pool_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict y
 /// scanned in the generic kernel's order (same winner on ties and NaN); y[j] gets the max
 /// and idx[j] = base + offset of the winner (r1 is r0 + W). Fixed trip count and restrict
 /// pointers: the four-way select vectorises (not inlined: inlined into the row loop, GCC
-/// unrolls the block before its vectoriser sees it and emits scalar branches).
+/// unrolls the block before its vectoriser sees it and emits scalar branches). The offsets
+/// are as wide as T (int16 for the 16-bit order keys of max_pool_forward_t: W < 32767), so
+/// the selects stay in one vector width.
 template <class T, int64_t kB>
-[[gnu::noinline]] void max_2x2_block(const T* __restrict r0, const T* __restrict r1, int32_t W, int64_t base,
+[[gnu::noinline]] void max_2x2_block(const T* __restrict r0, const T* __restrict r1, int32_t W32, int64_t base,
                                      T* __restrict y, int64_t* __restrict idx) {
+  using I = std::conditional_t<sizeof(T) == 2, int16_t, int32_t>;
+  const I W = I(W32);
   T best[kB];
-  int32_t bi[kB];
+  I bi[kB];
   for (int64_t j = 0; j < kB; ++j) {
     T m = r0[2 * j];
-    int32_t k = 0;
-    max_step(r0[2 * j + 1], int32_t(1), m, k);
+    I k = 0;
+    max_step(r0[2 * j + 1], I(1), m, k);
     max_step(r1[2 * j], W, m, k);
-    max_step(r1[2 * j + 1], W + 1, m, k);
+    max_step(r1[2 * j + 1], I(W + 1), m, k);
     best[j] = m;
     bi[j] = k;
   }
@@ -153,8 +159,11 @@ using PoolT = std::conditional_t<std::is_same_v<X, Half> || std::is_same_v<X, BF
 /// (P, n_out). A 16-bit X is widened a plane at a time into per-thread float32 buffers and
 /// the result rounded back: the bits of converting the whole tensor first (a max is one of
 /// its inputs; a mean or a gradient sum is rounded once), without the float32 copies.
-template <class X, class Body>
-void over_planes(const Pool2dGeom& g, int64_t n_in, int64_t n_out, const X* in, X* out, const Body& body) {
+/// bits(in_plane, out_plane, p), when given, is tried first on a 16-bit plane: it computes
+/// the plane on the 16-bit patterns and returns true, or returns false to leave it to body.
+template <class X, class Body, class Bits = std::nullptr_t>
+void over_planes(const Pool2dGeom& g, int64_t n_in, int64_t n_out, const X* in, X* out, const Body& body,
+                 const Bits& bits = nullptr) {
   parallel_for(0, g.P, plane_grain(g), [&](int64_t p0, int64_t p1) {
     if constexpr (std::is_same_v<PoolT<X>, X>) {
       for (int64_t p = p0; p < p1; ++p) body(in + p * n_in, out + p * n_out, p);
@@ -163,6 +172,8 @@ void over_planes(const Pool2dGeom& g, int64_t n_in, int64_t n_out, const X* in, 
       ib.resize(size_t(n_in));
       ob.resize(size_t(n_out));
       for (int64_t p = p0; p < p1; ++p) {
+        if constexpr (!std::is_same_v<Bits, std::nullptr_t>)
+          if (bits(in + p * n_in, out + p * n_out, p)) continue;
         convert_floats(in + p * n_in, ib.data(), n_in);
         body(static_cast<const float*>(ib.data()), ob.data(), p);
         convert_floats(ob.data(), out + p * n_out, n_out);
@@ -171,26 +182,76 @@ void over_planes(const Pool2dGeom& g, int64_t n_in, int64_t n_out, const X* in, 
   });
 }
 
+/// 2x2 windows, stride 2, no padding: max_pool_2x2_plane's case.
+inline bool is_2x2_stride2(const Pool2dGeom& g) {
+  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0;
+}
+
+/// A 16-bit float's pattern as an int16 that orders as the values do: sign and magnitude to
+/// two's complement, -0 and +0 both 0 (equal, as in float32). For values that are not NaN.
+template <class X>
+inline int16_t order_key16(X v) {
+  const int16_t s = int16_t(v.bits) >> 15;  // 0 or -1
+  return int16_t((int16_t(v.bits & 0x7fff) ^ s) - s);
+}
+
 template <class X>
 void max_pool_forward_t(const Pool2dGeom& g, const X* x, X* y, int64_t* idx) {
   using T = PoolT<X>;
+  const int64_t n_in = g.H * g.W, n_out = g.OH * g.OW;
   auto plane = &max_pool_plane<T, 0, 0, 0>;
-  if (g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0) plane = &max_pool_2x2_plane<T>;
+  if (is_2x2_stride2(g)) plane = &max_pool_2x2_plane<T>;
   else if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
   else if (g.kH == 3 && g.kW == 3 && g.sW == 2) plane = &max_pool_plane<T, 3, 3, 2>;
   else if (g.kH == 3 && g.kW == 3) plane = &max_pool_plane<T, 3, 3, 0>;
-  over_planes(g, g.H * g.W, g.OH * g.OW, x, y,
-              [&](const T* xp, T* yp, int64_t p) { plane(g, xp, yp, idx + p * g.OH * g.OW); });
+  auto body = [&](const T* xp, T* yp, int64_t p) { plane(g, xp, yp, idx + p * n_out); };
+  if constexpr (kIs16<X>) {
+    // 2x2/2 pooling of a plane without inf or NaN runs on order keys (the same kernel on
+    // int16, so the same winners: ties keep the first, as in float32) and each output is
+    // the winner's bit pattern: nothing converted. Other planes take the float32 path.
+    const bool keys = is_2x2_stride2(g) && g.W < 32767;  // offsets W + 1 in int16
+    auto bits = [&](const X* xp, X* yp, int64_t p) {
+      if (!keys || !all_finite16(xp, n_in)) return false;
+      thread_local std::vector<int16_t> kx, ky;
+      kx.resize(size_t(n_in));
+      ky.resize(size_t(n_out));
+      int16_t* __restrict k = kx.data();
+      for (int64_t i = 0; i < n_in; ++i) k[i] = order_key16(xp[i]);
+      int64_t* ip = idx + p * n_out;
+      max_pool_2x2_plane<int16_t>(g, k, ky.data(), ip);
+      for (int64_t i = 0; i < n_out; ++i) yp[i] = xp[ip[i]];
+      return true;
+    };
+    return over_planes(g, n_in, n_out, x, y, body, bits);
+  }
+  over_planes(g, n_in, n_out, x, y, body);
 }
 
 template <class X>
 void max_pool_backward_t(const Pool2dGeom& g, const X* dy, const int64_t* idx, X* dx) {
   using T = PoolT<X>;
-  over_planes(g, g.OH * g.OW, g.H * g.W, dy, dx, [&](const T* dyp, T* dxp, int64_t p) {
-    const int64_t* ip = idx + p * g.OH * g.OW;
-    std::fill(dxp, dxp + g.H * g.W, T(0));
-    for (int64_t i = 0; i < g.OH * g.OW; ++i) dxp[ip[i]] += dyp[i];
-  });
+  const int64_t n_out = g.OH * g.OW, n_in = g.H * g.W;
+  auto body = [&](const T* dyp, T* dxp, int64_t p) {
+    const int64_t* ip = idx + p * n_out;
+    std::fill(dxp, dxp + n_in, T(0));
+    for (int64_t i = 0; i < n_out; ++i) dxp[ip[i]] += dyp[i];
+  };
+  if constexpr (kIs16<X>) {
+    // Windows that do not overlap (kernel <= stride, LeNet's and ConvNet's 2x2/2) give each
+    // input at most one dy: its gradient is 0 + dy, i.e. dy's bit pattern (-0 becomes +0),
+    // so a plane of finite dy is a scatter of 16-bit patterns, nothing converted.
+    if (g.kH <= g.sH && g.kW <= g.sW) {
+      auto bits = [&](const X* dyp, X* dxp, int64_t p) {
+        if (!all_finite16(dyp, n_out)) return false;
+        const int64_t* ip = idx + p * n_out;
+        std::memset(static_cast<void*>(dxp), 0, size_t(n_in) * sizeof(X));  // +0
+        for (int64_t i = 0; i < n_out; ++i) dxp[ip[i]].bits = dyp[i].bits == 0x8000 ? 0 : dyp[i].bits;
+        return true;
+      };
+      return over_planes(g, n_out, n_in, dy, dx, body, bits);
+    }
+  }
+  over_planes(g, n_out, n_in, dy, dx, body);
 }
 
 /// Window of output (oh, ow) clipped to the input, and its divisor: with count_include_pad

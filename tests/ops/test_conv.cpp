@@ -2,7 +2,9 @@
 // dilation, groups, bias), gradchecks in float64 over several configs (including
 // non-contiguous inputs), 16-bit float paths and argument errors.
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include "gradcheck.h"
@@ -282,6 +284,57 @@ TEST_CASE("conv2d: a 16-bit CPU convolution widened in blocks of samples has the
   set_num_threads(saved);
 }
 
+TEST_CASE("conv2d on 16-bit CPU tensors, every algorithm: bitwise the float32 convolution of the widened tensors") {
+  // The direct and wide algorithms take 16-bit x, dy, dx as they are and widen / round a
+  // channel plane at a time as they copy them into and out of their buffers; im2col widens
+  // blocks of samples. Every output and gradient must have the bits of the float32
+  // convolution on the widened tensors, rounded once, at 1 and 3 threads. (bf16 only where
+  // the bf16 GEMM is not preferred: its products are summed in another order.)
+  manual_seed(22);
+  const DType f32 = DType::float32;
+  const std::vector<ConvCase> cases = {
+      {{6, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}, true},        // direct, padded; dx: wide, padded
+      {{4, 3, 12, 12}, {8, 3, 3, 3}, {}, false},                         // direct, unpadded; dx: wide, unpadded
+      {{5, 6, 14, 14}, {16, 6, 5, 5}, {}, true},                         // wide, unpadded (LeNet's conv2)
+      {{3, 32, 14, 14}, {64, 32, 3, 3}, {.padding = {1, 1}}, false},     // wide, padded, transposed dx
+      {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = {1, 1}}, true},        // im2col forward, direct weight gradient
+      {{2, 4, 9, 9}, {6, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},  // im2col (strided)
+      {{2, 8, 10, 10}, {8, 4, 3, 3}, {.padding = {1, 1}, .groups = 2}, false},     // wide, grouped
+  };
+  const int saved = get_num_threads();
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    if (dt == DType::bfloat16 && sgemm_bf16_preferred()) continue;
+    for (int nt : {1, 3})
+      for (const ConvCase& c : cases) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(nt);
+        CAPTURE(shape_str(c.x));
+        CAPTURE(shape_str(c.w));
+        set_num_threads(nt);
+        const Tensor x16 = randn(c.x).to(dt), w16 = (randn(c.w) * 0.2).to(dt);
+        const Tensor b16 = c.bias ? randn({c.w[0]}).to(dt) : Tensor();
+        Tensor x = x16.clone().requires_grad_(), w = w16.clone().requires_grad_();
+        Tensor xw = x16.to(f32).requires_grad_(), ww = w16.to(f32).requires_grad_();
+        Tensor b = c.bias ? b16.clone().requires_grad_() : Tensor(), bw = c.bias ? b16.to(f32).requires_grad_() : Tensor();
+        const Tensor y = conv2d(x, w, b, c.args), yw = conv2d(xw, ww, bw, c.args);
+        REQUIRE(y.dtype() == dt);
+        auto same_bits = [&](const Tensor& got, const Tensor& want32) {
+          const Tensor want = want32.detach().to(dt);
+          REQUIRE(got.shape() == want.shape());
+          return std::memcmp(got.contiguous().raw_data(), want.raw_data(), size_t(got.numel()) * 2) == 0;
+        };
+        CHECK(same_bits(y, yw));
+        const Tensor g = randn(y.shape()).to(dt);
+        y.backward(g);
+        yw.backward(g.to(f32));
+        CHECK(same_bits(x.grad(), xw.grad()));
+        CHECK(same_bits(w.grad(), ww.grad()));
+        if (c.bias) CHECK(same_bits(b.grad(), bw.grad()));
+      }
+  }
+  set_num_threads(saved);
+}
+
 TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, against float32 on the same values") {
   // A bf16 convolution on the CPU widens its operands to float32; where sgemm_bf16_preferred()
   // its GEMMs then multiply them as bf16 pairs (Conv2dGeom::bf16_products, exact products
@@ -487,6 +540,76 @@ TEST_CASE("pooling a 16-bit CPU input: the bits of the float32 path on the widen
         REQUIRE(x.grad().dtype() == dt);
         CHECK(max_abs_diff(x.grad().to(f32), xw.grad().to(dt).to(f32)) == 0.0);
       }
+}
+
+TEST_CASE("max_pool2d 2x2/2 of a 16-bit CPU tensor: bitwise the float32 path, ties, zeros, inf and NaN") {
+  // 2x2/2 pooling of a 16-bit plane without inf or NaN runs on int16 order keys (pool.cpp)
+  // and copies each winner's bits: outputs and winners (seen through the gradient) must be
+  // the float32 path's, ties (equal values, -0 against +0) included; a plane holding an inf
+  // or NaN goes through float32. Widths below and above a block of 8 windows.
+  const DType f32 = DType::float32;
+  manual_seed(17);
+  for (DType dt : {DType::float16, DType::bfloat16})
+    for (int64_t W : {int64_t(8), int64_t(36)}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(W);
+      Tensor x16 = (randn({2, 4, 6, W}) * 3.0).to(dt).contiguous();
+      uint16_t* xb = static_cast<uint16_t*>(x16.raw_data());
+      const bool f16 = dt == DType::float16;
+      const uint16_t one = f16 ? 0x3c00 : 0x3f80, inf = f16 ? 0x7c00 : 0x7f80, nan = f16 ? 0x7e00 : 0x7fc0;
+      const int64_t P = 6 * W;
+      // plane 0: the first window -0, +0 (tie: the first wins), negatives; the second all equal
+      xb[0] = 0x8000, xb[1] = 0x0000, xb[W] = 0x8000 | one, xb[W + 1] = 0x8000 | one;
+      xb[2] = xb[3] = xb[W + 2] = xb[W + 3] = one;
+      // plane 1: equal maxima at the second and fourth places; subnormals and -0 in plane 2
+      xb[P + 4] = xb[P + W + 5] = 0x5000;
+      xb[2 * P + 6] = 0x0001, xb[2 * P + 7] = 0x8001, xb[2 * P + W + 6] = 0x8000, xb[2 * P + W + 7] = 0x8002;
+      xb[3 * P + 1] = inf;                           // plane 3: +inf
+      xb[4 * P + W] = 0x8000 | inf;                  // plane 4: -inf
+      xb[5 * P + 2] = nan, xb[5 * P + 3] = 0xffff;  // plane 5: NaNs
+      Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
+      const Tensor y = max_pool2d(x, {2, 2}), yw = max_pool2d(xw, {2, 2});
+      const Tensor ywant = yw.detach().to(dt);
+      CHECK(std::memcmp(y.raw_data(), ywant.raw_data(), size_t(y.numel()) * 2) == 0);
+      CHECK(static_cast<const uint16_t*>(y.raw_data())[0] == 0x8000);  // -0 came first
+      const Tensor g = (randn(y.shape()) + 4.0).to(dt);  // no zeros: the gradient shows each winner
+      y.backward(g);
+      yw.backward(g.to(f32));
+      const Tensor gwant = xw.grad().to(dt);
+      CHECK(std::memcmp(x.grad().raw_data(), gwant.raw_data(), size_t(gwant.numel()) * 2) == 0);
+    }
+}
+
+TEST_CASE("max_pool2d backward of a 16-bit CPU tensor, disjoint windows: bitwise the float32 path, any dy") {
+  // Where windows do not overlap the 16-bit gradient is a scatter of dy's bit patterns
+  // (pool.cpp); a plane whose dy holds an inf or NaN goes through float32. Both must give
+  // the float32 path's bits: 0 + dy turns -0 into +0, NaNs keep float32's rules.
+  const DType f32 = DType::float32;
+  manual_seed(16);
+  const uint16_t specials[] = {0x8000, 0x0000, 0x0001, 0x8001, 0x03ff, 0x7bff};  // zeros, subnormals, large
+  for (DType dt : {DType::float16, DType::bfloat16})
+    for (int odd : {0, 1}) {  // 2x2/2 on 8x8, and 2x3/(2,3) on 9x10 with padding (edge windows)
+      CAPTURE(dtype_name(dt));
+      CAPTURE(odd);
+      const Shape xs = odd ? Shape{2, 3, 9, 10} : Shape{2, 3, 8, 8};
+      const IntPair k = odd ? IntPair{2, 3} : IntPair{2, 2}, st = k, pad = odd ? IntPair{1, 1} : IntPair{0, 0};
+      const Tensor x16 = randn(xs).to(dt);
+      Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
+      const Tensor y = max_pool2d(x, k, st, pad), yw = max_pool2d(xw, k, st, pad);
+      Tensor g = randn(y.shape()).to(dt).contiguous();
+      uint16_t* gb = static_cast<uint16_t*>(g.raw_data());
+      const int64_t plane = y.size(2) * y.size(3);
+      for (int i = 0; i < 6; ++i) gb[i] = specials[i];  // plane 0: finite specials
+      gb[plane + 1] = dt == DType::float16 ? 0x7c00 : 0x7f80;      // plane 1: +inf
+      gb[2 * plane + 2] = dt == DType::float16 ? 0xfc01 : 0xff81;  // plane 2: a signalling NaN
+      y.backward(g);
+      yw.backward(g.to(f32));
+      const Tensor got = x.grad(), want = xw.grad().to(dt);
+      REQUIRE(got.dtype() == dt);
+      CHECK(std::memcmp(got.raw_data(), want.raw_data(), size_t(got.numel()) * 2) == 0);
+      const uint16_t* gotb = static_cast<const uint16_t*>(got.raw_data());
+      CHECK(std::find(gotb, gotb + got.numel(), uint16_t(0x8000)) == gotb + got.numel());  // 0 + -0 is +0
+    }
 }
 
 TEST_CASE("pooling: gradcheck") {

@@ -1,6 +1,8 @@
 // Elementwise ops: forward values by hand, broadcasting, promotion, gradchecks (including
 // broadcast and non-contiguous inputs), 16-bit float rounding, and errors.
 #include <doctest/doctest.h>
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <cmath>
 #include <limits>
@@ -271,6 +273,53 @@ TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math
           CHECK(allclose(got, want, dt == DType::bfloat16 ? 0x1p-7 : 0x1p-10, 1e-30));
         }
       }
+}
+
+namespace {
+/// The 16-bit patterns of a float16 / bfloat16 CPU tensor, and a tensor of given patterns.
+std::vector<uint16_t> bits16(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const uint16_t* p = static_cast<const uint16_t*>(c.raw_data());
+  return std::vector<uint16_t>(p, p + c.numel());
+}
+Tensor from_bits16(const std::vector<uint16_t>& b, DType dt) {
+  Tensor t = Tensor::empty({int64_t(b.size())}, dt);
+  std::copy(b.begin(), b.end(), static_cast<uint16_t*>(t.raw_data()));
+  return t;
+}
+}  // namespace
+
+TEST_CASE("relu on float16 / bfloat16: all 65536 bit patterns, forward and backward, bitwise the float32 path") {
+  // The CPU relu of 16-bit tensors (relu16, ops/cpu/elementwise.cpp) selects bit patterns
+  // in chunks of finite values and sends chunks holding an inf or NaN through float32: every
+  // pattern (both zeros, subnormals, infinities, NaNs) must give the bits of relu on the
+  // widened tensor rounded back, forward and backward, in chunks of each kind.
+  std::vector<uint16_t> all(65536), shuffled(65536);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    all[i] = uint16_t(i);
+    shuffled[i] = uint16_t(i * 40503u);  // an odd multiplier: a permutation
+  }
+  const DType f32 = DType::float32;
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    CAPTURE(dtype_name(dt));
+    for (int pass = 0; pass < 2; ++pass) {  // x = all patterns with g shuffled, and the other way round
+      CAPTURE(pass);
+      const Tensor x16 = from_bits16(pass ? shuffled : all, dt), g16 = from_bits16(pass ? all : shuffled, dt);
+      Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
+      const Tensor y = relu(x), yw = relu(xw);
+      REQUIRE(y.dtype() == dt);
+      CHECK(bits16(y) == bits16(yw.detach().to(dt)));
+      y.backward(g16);
+      yw.backward(g16.to(f32));
+      CHECK(bits16(x.grad()) == bits16(xw.grad().to(dt)));
+    }
+    // -0 and negatives give +0; the gradient of a negative input is a zero of g's sign
+    const Tensor x = from_bits16({0x8000, 0x8001, 0x0001, 0x3c00, 0xbc00}, dt).requires_grad_();
+    const Tensor y = relu(x);
+    CHECK(bits16(y) == std::vector<uint16_t>{0, 0, 0x0001, 0x3c00, 0});
+    y.backward(from_bits16({0xbc00, 0xbc00, 0xbc00, 0xbc00, 0xbc00}, dt));
+    CHECK(bits16(x.grad()) == std::vector<uint16_t>{0x8000, 0x8000, 0xbc00, 0xbc00, 0x8000});
+  }
 }
 
 TEST_CASE("elementwise errors name shapes, dtypes and devices") {
