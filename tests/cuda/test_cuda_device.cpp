@@ -124,7 +124,7 @@ TEST_CASE("copies: every dtype and layout round-trips between host and device" *
   manual_seed(7);
   for (DType dt : {DType::float32, DType::float64, DType::float16, DType::bfloat16, DType::int64, DType::int32,
                    DType::uint8, DType::bool_}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Tensor h = mul(randn({37, 53}), 20.0);
     h = (dt == DType::uint8 ? abs(h) : h).to(dt);
     Tensor d = h.to(kGpu);

@@ -83,8 +83,8 @@ ConvCase random_conv() {
 /// by autocast when amp is float16 / bfloat16); checks y and the leaves' gradients.
 void check_conv(const ConvCase& c, DType dt, DType amp = DType::float32) {
   CAPTURE(c.str());
-  CAPTURE(dtype_name(dt));
-  CAPTURE(dtype_name(amp));
+  CAPTURE(std::string(dtype_name(dt)));
+  CAPTURE(std::string(dtype_name(amp)));
   Pair x = leaf_pair(randn(c.x, {.dtype = dt})), w = leaf_pair(randn(c.w, {.dtype = dt}));
   Pair b = c.bias ? leaf_pair(randn({c.w[0]}, {.dtype = dt})) : Pair{};
   Tensor yc, yg;
@@ -175,7 +175,7 @@ TEST_CASE("cuda parity: max, avg and adaptive-avg pooling, forward and backward"
       const IntPair k{kH, kW}, s{rand_in(1, 3), rand_in(1, 3)}, p{rand_in(0, kH / 2), rand_in(0, kW / 2)};
       const Shape shape{rand_in(1, 3), rand_in(1, 4), rand_in(kH, 12), rand_in(kW, 12)};
       const bool cip = trial % 2 == 0;
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(shape));
       CAPTURE(kH);
       CAPTURE(kW);
@@ -219,7 +219,7 @@ TEST_CASE("cuda parity: batch_norm in training (running stats) and eval mode" * 
       const Shape shape =
           trial % 4 == 3 ? Shape{rand_in(2, 9), C} : Shape{rand_in(1, 4), C, rand_in(1, 7), rand_in(2, 7)};
       const bool training = trial % 2 == 0, affine = trial % 3 != 2;
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(shape));
       CAPTURE(training);
       CAPTURE(affine);

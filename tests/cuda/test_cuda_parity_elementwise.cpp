@@ -92,7 +92,7 @@ void check_unary(const char* name, const UnaryFn& f, bool positive) {
       Tensor xc = make_input(shape, dt, positive, strided).detach().requires_grad_();
       Tensor xg = to_gpu_same_layout(xc.detach()).detach().requires_grad_();
       CAPTURE(name);
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(shape));
       CAPTURE(strided);
       Tensor yc = f(xc), yg = f(xg);
@@ -126,7 +126,7 @@ void check_binary(const char* name, const BinaryFn& f, bool positive_a, bool com
       const bool strided = trial == 1 || trial == 4;
       const bool broadcast = sa != sb;
       CAPTURE(name);
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(sa));
       CAPTURE(shape_str(sb));
       CAPTURE(strided);
@@ -236,8 +236,8 @@ TEST_CASE("cuda parity: dtype casts between every pair, from strided sources" * 
       const bool unsigned_range = to == DType::uint8 || from == DType::uint8;
       Tensor src = (unsigned_range ? abs(base) : base).to(from);
       Tensor src_g = src.to(kGpu);
-      CAPTURE(dtype_name(from));
-      CAPTURE(dtype_name(to));
+      CAPTURE(std::string(dtype_name(from)));
+      CAPTURE(std::string(dtype_name(to)));
       CHECK(compare(src_g.to(to), src.to(to), {0, 0}) == "");                               // contiguous
       CHECK(compare(src_g.t().to(to), src.t().contiguous().to(to), {0, 0}) == "");           // transposed
       CHECK(compare(src_g.slice(1, 1, 37, 3).to(to), src.slice(1, 1, 37, 3).to(to), {0, 0}) == "");  // sliced
@@ -248,7 +248,7 @@ TEST_CASE("cuda parity: dtype casts between every pair, from strided sources" * 
 TEST_CASE("cuda parity: fills, copies into views, broadcast copies and in-place updates" * doctest::skip(kNoGpu)) {
   manual_seed(5);
   for (DType dt : kFloatTypes) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Tensor c = zeros({4, 9}, {.dtype = dt}), g = zeros({4, 9}, {.dtype = dt, .device = kGpu});
     CHECK(compare(g, c, {0, 0}) == "");
     c.fill_(2.5);

@@ -82,7 +82,7 @@ void compare_params(nn::Module& a, nn::Module& b, double tol) {
 
 TEST_CASE("MLP: accumulated micro-batch gradients equal the full-batch gradient") {
   for (DType dt : {DType::float32, DType::float64}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     const int k = 4, b = 8;
     manual_seed(0);
     nn::Sequential full{nn::Linear(10, 32), nn::GELU(), nn::Linear(32, 32), nn::ReLU(), nn::Linear(32, 5)};
@@ -114,7 +114,7 @@ TEST_CASE("MLP: accumulated micro-batch gradients equal the full-batch gradient"
 
 TEST_CASE("small GPT: accumulated micro-batch gradients equal the full-batch gradient") {
   for (DType dt : {DType::float32, DType::float64}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     const int k = 3, b = 2, T = 8, V = 13;
     manual_seed(1);
     TinyGPT full(V, T, 16, 2, 2);

@@ -225,7 +225,7 @@ TEST_CASE("conv2d: backward against the naive forward at sizes that take every C
     CAPTURE(shape_str(c.x));
     CAPTURE(shape_str(c.w));
     for (DType dt : {DType::float64, DType::float32}) {
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       const double tol = dt == DType::float64 ? 1e-10 : 2e-4;
       Tensor x = randn(c.x, {.dtype = dt}).requires_grad_(), w = randn(c.w, {.dtype = dt}).requires_grad_();
       Tensor b = c.bias ? randn({c.w[0]}, {.dtype = dt}).requires_grad_() : Tensor();
@@ -523,7 +523,7 @@ TEST_CASE("pooling a 16-bit CPU input: the bits of the float32 path on the widen
   for (DType dt : {DType::bfloat16, DType::float16})
     for (const Geo& c : geos)
       for (int kind = 0; kind < 3; ++kind) {
-        CAPTURE(dtype_name(dt));
+        CAPTURE(std::string(dtype_name(dt)));
         CAPTURE(kind);
         CAPTURE(shape_str(c.x));
         const Tensor x16 = (randn(c.x) * 4.0).to(dt);
@@ -553,7 +553,7 @@ TEST_CASE("max_pool2d 2x2/2 of a 16-bit CPU tensor: bitwise the float32 path, ti
   manual_seed(17);
   for (DType dt : {DType::float16, DType::bfloat16})
     for (int64_t W : {int64_t(8), int64_t(36)}) {
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(W);
       Tensor x16 = (randn({2, 4, 6, W}) * 3.0).to(dt).contiguous();
       uint16_t* xb = static_cast<uint16_t*>(x16.raw_data());
@@ -591,7 +591,7 @@ TEST_CASE("max_pool2d backward of a 16-bit CPU tensor, disjoint windows: bitwise
   const uint16_t specials[] = {0x8000, 0x0000, 0x0001, 0x8001, 0x03ff, 0x7bff};  // zeros, subnormals, large
   for (DType dt : {DType::float16, DType::bfloat16})
     for (int odd : {0, 1}) {  // 2x2/2 on 8x8, and 2x3/(2,3) on 9x10 with padding (edge windows)
-      CAPTURE(dtype_name(dt));
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(odd);
       const Shape xs = odd ? Shape{2, 3, 9, 10} : Shape{2, 3, 8, 8};
       const IntPair k = odd ? IntPair{2, 3} : IntPair{2, 2}, st = k, pad = odd ? IntPair{1, 1} : IntPair{0, 0};

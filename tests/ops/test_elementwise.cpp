@@ -252,7 +252,7 @@ TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math
     for (int64_t n : {int64_t(7), int64_t(1300)})
       for (const auto& c : cases) {
         CAPTURE(c.name);
-        CAPTURE(dtype_name(dt));
+        CAPTURE(std::string(dtype_name(dt)));
         CAPTURE(n);
         Tensor x32 = randn({n}) * 2.0;
         if (c.positive) x32 = abs(x32) + 0.05;
@@ -301,7 +301,7 @@ TEST_CASE("relu on float16 / bfloat16: all 65536 bit patterns, forward and backw
   }
   const DType f32 = DType::float32;
   for (DType dt : {DType::float16, DType::bfloat16}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     for (int pass = 0; pass < 2; ++pass) {  // x = all patterns with g shuffled, and the other way round
       CAPTURE(pass);
       const Tensor x16 = from_bits16(pass ? shuffled : all, dt), g16 = from_bits16(pass ? all : shuffled, dt);
@@ -344,7 +344,7 @@ TEST_CASE("in-place add_ and mul_ with broadcasting") {
 TEST_CASE("relu propagates NaN (as PyTorch), forward and backward; so do leaky_relu and clamp") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (DType dt : {DType::float32, DType::float64}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));
     Tensor x = T({nan, -1, 0, 2}, {4}).to(dt).requires_grad_();
     std::vector<double> y = relu(x).to_vector<double>();
     CHECK(std::isnan(y[0]));  // used to be 0

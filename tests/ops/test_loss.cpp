@@ -279,7 +279,7 @@ TEST_CASE("cross_entropy on 16-bit logits: the bits of the float32 path on the w
       for (double eps : {0.0, 0.1})
         for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none})
           for (bool amp : {false, true}) {
-            CAPTURE(dtype_name(dt));
+            CAPTURE(std::string(dtype_name(dt)));
             CAPTURE(shape_str(c.x));
             CAPTURE(eps);
             CAPTURE(int(r));

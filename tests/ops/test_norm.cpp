@@ -113,7 +113,7 @@ TEST_CASE("batch_norm on a 16-bit CPU input: the bits of the float32 path on the
   for (DType dt : {DType::bfloat16, DType::float16})
     for (bool training : {true, false})
       for (bool amp : {false, true}) {
-        CAPTURE(dtype_name(dt));
+        CAPTURE(std::string(dtype_name(dt)));
         CAPTURE(training);
         CAPTURE(amp);
         const Tensor x16 = (randn({6, 5, 37}) * 3.0 + 1.0).to(dt);

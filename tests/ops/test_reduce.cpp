@@ -446,7 +446,7 @@ TEST_CASE("16-bit sum and mean on the CPU: the float32 copy's bits, without the 
     for (const Shape& s : std::vector<Shape>{{3, 5}, {2, 1029}, {4, 8}, {300, 7}, {2048, 129}, {37, 600}, {70000}})
       for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{-1}, {0}, {}}) {
         if (s.size() == 1 && dims == std::vector<int64_t>{-1}) continue;  // the same as {}
-        CAPTURE(dtype_name(dt));
+        CAPTURE(std::string(dtype_name(dt)));
         CAPTURE(shape_str(s));
         CAPTURE(dims.size());
         std::vector<float> v(size_t(shape_numel(s)));
