@@ -161,7 +161,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
   g.OH = (H + 2 * g.pH - ekH) / g.sH + 1;
   g.OW = (W + 2 * g.pW - ekW) / g.sW + 1;
   // 16-bit on the CPU: the kernels compute in float32 (kd), reading x and dy and writing y
-  // and dx in 16 bits (widened in blocks of samples inside the kernel, ops/kernels/conv.h);
+  // and dx in 16 bits (widened inside the kernel, ops/kernels/conv.h);
   // w, bias and their gradients are float32 copies made here, so the node keeps x and w in
   // 16 bits. bf16 multiplies in bf16 where that pays (Conv2dGeom::bf16_products).
   const DType dt = x.dtype(), kd = upcast_on_cpu(x) ? DType::float32 : dt;

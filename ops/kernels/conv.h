@@ -3,7 +3,7 @@
 //   kernel<const Conv2dKernels>(Op::conv2d, dev)->forward(...)
 // All buffers are contiguous NCHW; kernels take raw pointers and a geometry struct. The
 // pooling kernels take every floating dtype (the CPU computes float16 / bfloat16 in
-// float32 a plane at a time).
+// float32 a plane at a time, or selects their bit patterns where max pooling allows).
 #pragma once
 #include <cstdint>
 #include "kiln/core/dtype.h"
@@ -24,8 +24,9 @@ struct Conv2dGeom {
 };
 
 /// Buffers in dtype; on the CPU dtype may also be float16 / bfloat16, meaning x, y, dy and
-/// dx are stored in that dtype (computed on in float32 a block of samples at a time) and w,
-/// bias, dw and dbias are float32.
+/// dx are stored in that dtype (computed on in float32: widened a channel plane at a time as
+/// the direct and wide algorithms copy them, a block of samples for im2col) and w, bias, dw
+/// and dbias are float32.
 struct Conv2dKernels {
   /// y (N, O, OH, OW) = conv(x (N, C, H, W), w (O, C/groups, kH, kW)) + bias (O); bias may be null.
   void (*forward)(DType dtype, const Conv2dGeom& g, const void* x, const void* w, const void* bias, void* y);
