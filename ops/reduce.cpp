@@ -191,10 +191,14 @@ Tensor var_std(Op op, const char* name, const Tensor& x, const Dims& dims, bool 
   const bool is_std = op == Op::std;
   return twice_differentiable(
       record(out, name, {x}, {x, yd}, [x, yd, d, ks, denom, is_std](const Tensor& g, const std::vector<bool>&) {
-        // d var / dx = 2 (x - mean) / denom;  d std / dx = (x - mean) / (std denom)
+        // d var / dx = 2 (x - mean) / denom;  d std / dx = (x - mean) / (std denom), taken as 0
+        // where std is 0 (a constant row: PyTorch's choice too, not 0 / 0 = NaN)
         Tensor centered = sub(x, mean(x, d, true));
-        Tensor scale = is_std ? div(g.reshape(ks), mul(saved_output(yd).reshape(ks), denom))
-                              : mul(g.reshape(ks), 2.0 / denom);
+        Tensor scale = mul(g.reshape(ks), 2.0 / denom);
+        if (is_std) {
+          const Tensor s = saved_output(yd).reshape(ks);
+          scale = masked_fill(div(g.reshape(ks), mul(s, denom)), eq(s, 0.0), 0.0);
+        }
         return std::vector<Tensor>{mul(centered, scale)};
       }));
 }
@@ -241,7 +245,9 @@ Tensor max_min_backward(Op op, const Tensor& g, const Tensor& indices, const Sha
   if (grad_mode_enabled()) {
     Tensor positions = arange(double(R), {.dtype = DType::int64, .device = g.device()}).reshape({1, R, 1});
     Tensor hot = eq(positions, indices.reshape({O, 1, I}));
-    return mul(g.reshape({O, 1, I}), hot.to(g.dtype())).reshape(in_shape);
+    // where, not a product with the one-hot mask: an inf or NaN in g must not reach the other
+    // elements as inf * 0 = NaN
+    return where(hot, g.reshape({O, 1, I}), zeros({}, {.dtype = g.dtype(), .device = g.device()})).reshape(in_shape);
   }
   Tensor gc = g.contiguous();
   Tensor dx = Tensor::empty(in_shape, g.dtype(), g.device());
@@ -304,7 +310,7 @@ ValuesIndices max_min_dim(Op op, const char* name, const Tensor& x, int64_t dim,
   return r;
 }
 
-/// max/min of all elements (0-dim), gradient to the first chosen element.
+/// max/min of all elements (0-dim), the gradient split evenly among the tied elements.
 Tensor max_min_all(Op op, const char* name, const Tensor& x) {
   check_defined(name, x);
   if (is_half(x.dtype())) return max_min_all(op, name, x.to(DType::float32)).to(x.dtype());
@@ -320,11 +326,16 @@ Tensor max_min_all(Op op, const char* name, const Tensor& x) {
   a.indices = static_cast<int64_t*>(idx.raw_data());
   kernel<ReduceKernelFn>(op, x.device())(op, x.dtype(), a);
   if (!x.is_floating_point()) return values;
-  Shape xs = x.shape();
-  auto backward = [op, idx, xs, R](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{max_min_backward(op, g, idx, xs, 1, R, 1)};
+  // PyTorch's rule: the gradient is split evenly among every element equal to the result (every
+  // NaN when the result is NaN), computed with ops so that it stays on the device, without a sync
+  const Tensor xd = xc, vd = values.detach();
+  auto backward = [xd, vd](const Tensor& g, const std::vector<bool>&) {
+    const DType t = g.dtype();
+    const Tensor tie = add(eq(xd, vd).to(t), mul(ne(xd, xd).to(t), ne(vd, vd).to(t)));  // 1 or 0
+    const Tensor zero = zeros({}, {.dtype = t, .device = g.device()});
+    return std::vector<Tensor>{where(gt(tie, 0.0), div(g, sum(tie)), zero)};
   };
-  return twice_differentiable(record(values, name, {x}, {idx}, backward));
+  return twice_differentiable(record(values, name, {x}, {xd, vd}, backward));
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ struct ValuesIndices {
 /// bool inputs are supported (values keep the input dtype). The dim must not be empty.
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
-/// Max / min of all elements (0-dim); the gradient goes to the first chosen element.
+/// Max / min of all elements (0-dim); the gradient is split evenly among the elements equal to
+/// the result (all NaNs when it is NaN), as in PyTorch.
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 /// Index (int64) of the first max / min along dim.

@@ -252,9 +252,13 @@ TEST_CASE("large reductions: first occurrence across split chunks, same result f
   CHECK(argmax(x, 0).item() == 200);
   CHECK(argmin(x, 0).item() == 1000);
   Tensor xg = x.detach().requires_grad_();
-  max(xg).backward();
-  CHECK(xg.grad().at({200}) == 1.0);
-  CHECK(xg.grad().at({250000}) == 0.0);
+  Tensor xd = x.detach().requires_grad_();
+  max(xd, 0).values.backward();  // the dim form's gradient goes to the index it returns
+  CHECK(xd.grad().at({200}) == 1.0);
+  CHECK(xd.grad().at({250000}) == 0.0);
+  max(xg).backward();  // the full max splits it between the tied elements
+  CHECK(xg.grad().at({200}) == 0.5);
+  CHECK(xg.grad().at({250000}) == 0.5);
   v[260000] = kNaN;
   CHECK(max(from_vector(v, {n}), 0).indices.item() == 260000);
   // bitwise identical sums with 1 and 2 threads
@@ -514,13 +518,63 @@ TEST_CASE("gradcheck: max, min (dim and all) send the gradient to the chosen ele
       CHECK(gradcheck([&](auto& in) { return min(in[0].transpose(0, 1)); }, {x}));
     }
   }
-  // ties: the whole gradient goes to the first occurrence
+  // ties, as in PyTorch: max(x) splits the gradient evenly among the tied elements (-0 ties
+  // +0, NaN ties NaN); max(x, dim) sends it to the returned (first) index
   Tensor t = T({1, 5, 5, 2}, {4}).requires_grad_();
   max(t).backward();
-  check_values(t.grad(), {0, 1, 0, 0});
+  check_values(t.grad(), {0, 0.5, 0.5, 0});
+  Tensor t3 = T({3, 1, 3, 3}, {4}).requires_grad_();
+  min(t3).backward(scalar_tensor(6.0, f64));
+  check_values(t3.grad(), {0, 6, 0, 0});
+  Tensor z = T({-0.0, 0.0, -1}, {3}).requires_grad_();
+  max(z).backward();
+  check_values(z.grad(), {0.5, 0.5, 0});
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Tensor n = T({1, nan, 7, nan}, {4}).requires_grad_();
+  max(n).backward();
+  check_values(n.grad(), {0, 0.5, 0, 0.5});
   Tensor t2 = T({1, 5, 5, 2}, {2, 2}).requires_grad_();
   max(t2, 0).values.backward(T({1, 1}, {2}));
   check_values(t2.grad(), {0, 1, 1, 0});
+}
+
+TEST_CASE("max / min backward with create_graph: an inf or NaN upstream gradient reaches only the chosen element") {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double up : {inf, -2.0}) {
+    Tensor x = T({1, 5, 2, 0, 3, 9}, {2, 3}).requires_grad_();
+    Tensor y = max(x, 1).values;
+    Tensor g = kiln::grad({y}, {x}, {T({up, up}, {2})}, {.create_graph = true})[0];
+    const std::vector<double> v = g.to_vector<double>();
+    const std::vector<double> want = {0, up, 0, 0, 0, up};
+    for (size_t i = 0; i < v.size(); ++i) {
+      CAPTURE(i);
+      CHECK(v[i] == want[i]);
+      CHECK(!std::signbit(v[i] == 0 ? v[i] : 1.0));  // +0, as without create_graph
+    }
+    Tensor m = kiln::grad({min(x)}, {x}, {scalar_tensor(up, f64)}, {.create_graph = true})[0];
+    const std::vector<double> mv = m.to_vector<double>();
+    for (size_t i = 0; i < mv.size(); ++i) CHECK(mv[i] == (i == 3 ? up : 0.0));
+  }
+}
+
+TEST_CASE("std backward is 0 where std is 0 (a constant row), as in PyTorch") {
+  Tensor x = T({2, 2, 2, 1, 4, 7}, {2, 3}).requires_grad_();
+  kiln::std(x, {1}).backward(T({3, 5}, {2}));
+  const std::vector<double> v = x.grad().to_vector<double>();
+  for (int i = 0; i < 3; ++i) CHECK(v[size_t(i)] == 0.0);
+  for (int i = 3; i < 6; ++i) CHECK(std::isfinite(v[size_t(i)]));
+  // a single element with the biased estimator, and squares that underflow to a zero variance
+  Tensor one = T({3}, {1}).requires_grad_();
+  kiln::std(one, {}, false).backward();
+  check_values(one.grad(), {0});
+  Tensor tiny = T({1e-300, -1e-300, 0}, {3}).requires_grad_();
+  kiln::std(tiny, {}).backward();
+  check_values(tiny.grad(), {0, 0, 0});
+  // the second derivative of a constant row is finite too
+  Tensor c = T({2, 2, 2}, {3}).requires_grad_();
+  Tensor dc = kiln::grad({kiln::std(c, {})}, {c}, {}, {.create_graph = true})[0];
+  Tensor d2 = kiln::grad({sum(dc)}, {c})[0];
+  for (double e : d2.to_vector<double>()) CHECK(std::isfinite(e));
 }
 
 TEST_CASE("gradcheck: softmax and log_softmax along every dim, non-contiguous") {
