@@ -342,9 +342,13 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
       Edge& e = n->next[i];
       if (!e.valid()) continue;
       Tensor& gi = in_grads[i];
-      if (gi.defined())
+      if (gi.defined()) {
         KILN_CHECK(gi.shape() == n->input_shapes[i], "backward of '", n->name, "': gradient for input ", i,
                    " has shape ", shape_str(gi.shape()), ", expected ", shape_str(n->input_shapes[i]));
+        // a gradient has its input's dtype (a float32 tensor times a float64 0-dim one is float32,
+        // and the 0-dim one's gradient float64), as PyTorch's engine casts it
+        if (gi.dtype() != n->input_dtypes[i]) gi = gi.to(n->input_dtypes[i]);
+      }
       if (e.leaf) {
         deliver_leaf(e.leaf, gi);
         continue;

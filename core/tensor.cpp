@@ -249,6 +249,38 @@ static void check_inplace(const Tensor& t, const char* op) {
              ") would corrupt the graph; wrap it in kiln::NoGradGuard or use the out-of-place op");
 }
 
+bool Tensor::has_internal_overlap() const {
+  if (numel() == 0) return false;  // an empty tensor's strides are arbitrary
+  for (int64_t d = 0; d < dim(); ++d)
+    if (size(d) > 1 && stride(d) == 0) return true;
+  return false;
+}
+
+bool Tensor::partially_overlaps(const Tensor& other) const {
+  if (!defined() || !other.defined() || storage() != other.storage() || numel() == 0 || other.numel() == 0)
+    return false;
+  if (offset() == other.offset() && shape() == other.shape() && strides() == other.strides() &&
+      dtype() == other.dtype())
+    return false;  // the same view: each element is read before it is written
+  // byte ranges [first, last] of each view inside the storage
+  auto range = [](const Tensor& t) {
+    int64_t lo = t.offset(), hi = t.offset();
+    for (int64_t d = 0; d < t.dim(); ++d) (t.stride(d) < 0 ? lo : hi) += (t.size(d) - 1) * t.stride(d);
+    const int64_t e = int64_t(dtype_size(t.dtype()));
+    return std::pair<int64_t, int64_t>{lo * e, (hi + 1) * e};
+  };
+  const auto [a0, a1] = range(*this);
+  const auto [b0, b1] = range(other);
+  return a0 < b1 && b0 < a1;
+}
+
+// Refuses an in-place write to a tensor whose elements share memory (PyTorch's message).
+static void check_no_internal_overlap(const Tensor& t, const char* op) {
+  KILN_CHECK(!t.has_internal_overlap(), op, ": the destination of shape ", shape_str(t.shape()), " (strides ",
+             shape_str(t.strides()), ") has elements that share one memory location (an expanded tensor); "
+             "write into a contiguous() copy instead");
+}
+
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
 // Writes v into every element of t (fill_ without its checks and version bump: also used
@@ -284,8 +316,14 @@ Tensor& Tensor::fill_(double v) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
+  check_no_internal_overlap(*this, "copy_");
   bump_version();
-  copy_tensor(*this, src.shape() == shape() ? src : src.expand(shape()));
+  Tensor s = src.shape() == shape() ? src : src.expand(shape());
+  if (partially_overlaps(s)) {
+    NoGradGuard ng;
+    s = s.clone();  // read the whole source before writing any of it
+  }
+  copy_tensor(*this, s);
   return *this;
 }
 

@@ -145,7 +145,10 @@ class Tensor {
   void bump_version() const { impl().storage->bump_version(); }
 
   // ---- in-place (not recorded by autograd; refused on tensors that need grad while
-  //      grad mode is on, except under NoGradGuard as optimizers do; each bumps version()) ----
+  //      grad mode is on, except under NoGradGuard as optimizers do; each bumps version()).
+  //      copy_, add_ and mul_ refuse a destination whose elements share memory (an expanded
+  //      tensor), and read a source that overlaps the destination from a copy (b.add_(b.t())
+  //      gives b + b^T, as PyTorch would if it did not refuse it) ----
   Tensor& zero_();
   Tensor& fill_(double value);
   /// Copies src (broadcast to this shape, any dtype/device) into this tensor.
@@ -153,6 +156,12 @@ class Tensor {
   /// this += alpha * other (other broadcast to this shape).
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(double s);
+
+  /// Whether two elements of this tensor are one memory location (a stride 0 over a dim of
+  /// size > 1, as expand makes).
+  bool has_internal_overlap() const;
+  /// Whether this tensor and `other` share memory without being the very same view.
+  bool partially_overlaps(const Tensor& other) const;
 
   /// Readable printing, PyTorch-like.
   std::string str() const;

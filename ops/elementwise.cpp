@@ -45,9 +45,8 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   const char* name = op_name(op);
   KILN_CHECK(a0.defined() && b0.defined(), name, ": undefined input tensor");
   check_same_device(name, {a0, b0});
-  DType dt = promote_types(a0.dtype(), b0.dtype());
+  DType dt = result_type(a0, b0);
   if (op == Op::div && !is_floating(dt)) dt = DType::float32;       // true division
-  if (op == Op::pow && !is_floating(dt)) dt = DType::float32;
   DType out_dt = is_comparison(op) ? DType::bool_ : dt;
   DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
   Tensor a = a0.to(compute), b = b0.to(compute);
@@ -108,10 +107,19 @@ Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p
   return out.to(g0.dtype());
 }
 
+// A C++ double beside a tensor, as a 0-dim tensor (which never outranks a dimensioned
+// operand of its category, ops/helpers.h result_type): the tensor's dtype when it holds the
+// value exactly, else float32 (as PyTorch's float scalars): a fraction, inf, NaN or a whole
+// number out of an integer dtype's range (-3 for uint8, 1e30 for int64) beside an integer
+// tensor; bool tensors take int64 scalars.
 Tensor scalar_like(const Tensor& t, double v) {
-  DType dt = t.dtype();
-  if (!is_floating(dt) && v != std::floor(v)) dt = DType::float32;
-  if (dt == DType::bool_) dt = DType::int64;
+  DType dt = t.dtype() == DType::bool_ ? DType::int64 : t.dtype();
+  if (!is_floating(dt)) {
+    double lo = -9223372036854775808.0, hi = 9223372036854775808.0;  // [-2^63, 2^63)
+    if (dt == DType::int32) lo = -2147483648.0, hi = 2147483648.0;
+    if (dt == DType::uint8) lo = 0.0, hi = 256.0;
+    if (!(v == std::floor(v) && v >= lo && v < hi)) dt = DType::float32;
+  }
   return full({}, v, {.dtype = dt, .device = t.device()});
 }
 
@@ -218,11 +226,14 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   Tensor yd = out.detach();
   auto backward = [a, b, yd](const Tensor& g, const std::vector<bool>& n) {
     Tensor ga, gb;
-    if (n[0]) ga = sum_to(g * b * pow(a, b - 1.0), a.shape());
+    // PyTorch's conventions: d a^b / da = b a^(b-1) is 0 where b == 0 (also at a == 0, where
+    // 0 * 0^-1 would be NaN); d a^b / db = a^b log a is 0 where a == 0 and b >= 0 (and
+    // 0^b log 0 = inf * -inf = -inf where b < 0)
+    const Tensor z = zeros({}, {.dtype = g.dtype(), .device = g.device()});
+    if (n[0]) ga = sum_to(where(eq(b, 0.0), z, g * b * pow(a, b - 1.0)), a.shape());
     if (n[1]) {
-      // d a^b / db = a^b log a; defined as 0 where a == 0 (PyTorch's convention)
-      Tensor la = where(eq(a, 0.0), zeros_like(a), log(a));
-      gb = sum_to(g * saved_output(yd) * la, b.shape());
+      const Tensor full = g * saved_output(yd) * log(a);
+      gb = sum_to(where(eq(a, 0.0), where(ge(b, 0.0), z, full), full), b.shape());
     }
     return std::vector<Tensor>{ga, gb};
   };
@@ -233,13 +244,15 @@ static Tensor max_min(Op op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(op, a, b);
   Tensor ad = a.detach(), bd = b.detach();  // only compared: constants of the backward
   auto backward = [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
-    // ties split the gradient evenly, as PyTorch does
-    Tensor win_a = op == Op::maximum ? gt(ad, bd) : lt(ad, bd);
-    Tensor tie = eq(ad, bd);
-    Tensor wa = where(win_a, ones_like(g), where(tie, full_like(g, 0.5), zeros_like(g)));
+    // PyTorch's rule: ties split the gradient evenly; otherwise the losing operand gets 0 and
+    // the other all of it, so a NaN (neither wins nor ties) gives g to both
+    const Tensor win_a = op == Op::maximum ? gt(ad, bd) : lt(ad, bd);
+    const Tensor win_b = op == Op::maximum ? lt(ad, bd) : gt(ad, bd);
+    const Tensor z = zeros({}, {.dtype = g.dtype(), .device = g.device()});
+    const Tensor half = where(eq(ad, bd), g * 0.5, g);
     Tensor ga, gb;
-    if (n[0]) ga = sum_to(g * wa, ad.shape());
-    if (n[1]) gb = sum_to(g * (1.0 - wa), bd.shape());
+    if (n[0]) ga = sum_to(where(win_b, z, half), ad.shape());
+    if (n[1]) gb = sum_to(where(win_a, z, half), bd.shape());
     return std::vector<Tensor>{ga, gb};
   };
   return twice_differentiable(record(out, op_name(op), {a, b}, {ad, bd}, backward));
@@ -254,7 +267,7 @@ Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
 Tensor operator/(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
 
 Tensor pow(const Tensor& a, double e) {
-  check_floating("pow", a);
+  if (!a.is_floating_point()) return pow(a, scalar_like(a, e));  // integers: exact, or float32
   return unary_op(Op::pow_scalar, a, e);
 }
 Tensor pow(double base, const Tensor& e) { return pow(scalar_like(e, base), e); }
@@ -283,7 +296,8 @@ Tensor gelu(const Tensor& x, GeluApprox approx) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   check_floating("clamp", x);
   double l = lo ? *lo : -INFINITY, h = hi ? *hi : INFINITY;
-  KILN_CHECK(!(lo && hi) || l <= h, "clamp: min ", l, " is greater than max ", h);
+  if (std::isnan(l) || std::isnan(h)) return add(mul(x, 0.0), NAN);  // PyTorch: all NaN, gradient 0
+  KILN_CHECK(l <= h, "clamp: min ", l, " is greater than max ", h);
   return unary_op(Op::clamp, x, l, h);
 }
 
@@ -292,7 +306,7 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   KILN_CHECK(cond.defined() && a0.defined() && b0.defined(), "where: undefined input tensor");
   check_same_device("where", {cond, a0, b0});
-  DType dt = promote_types(a0.dtype(), b0.dtype());
+  DType dt = result_type(a0, b0);
   DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
   Tensor c = cond.to(DType::bool_), a = a0.to(compute), b = b0.to(compute);
   Shape shape = broadcast_shapes(broadcast_shapes(c.shape(), a.shape(), "where"), b.shape(), "where");
@@ -335,11 +349,16 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "add_: in-place change of a tensor that requires grad "
              "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
+  KILN_CHECK(!has_internal_overlap(), "add_: the destination of shape ", shape_str(shape()), " (strides ",
+             shape_str(strides()), ") has elements that share one memory location (an expanded tensor)");
   NoGradGuard ng;
   bump_version();
   Tensor o = alpha == 1.0 ? other : mul(other, alpha);
   check_same_device("add_", {*this, o});
   broadcast_strides(o, shape(), "add_");
+  KILN_CHECK(is_floating_point() || !o.is_floating_point(), "add_: cannot add a ", dtype_name(o.dtype()),
+             " value (alpha ", alpha, ") into a ", dtype_name(dtype()), " tensor in place");
+  if (partially_overlaps(o)) o = o.clone();  // o would be read after parts of it were written
   if (dtype() == o.dtype() && dtype() == cpu_compute_dtype(dtype()) && is_cpu()) {
     Tensor self = *this;
     kernel<BinaryKernelFn>(Op::add, device())(Op::add, dtype(), make_args(shape(), {&self, &self, &o}, "add_"));
@@ -352,9 +371,14 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 Tensor& Tensor::mul_(double s) {
   KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "mul_: in-place change of a tensor that requires grad "
              "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
+  KILN_CHECK(!has_internal_overlap(), "mul_: the destination of shape ", shape_str(shape()), " (strides ",
+             shape_str(strides()), ") has elements that share one memory location (an expanded tensor)");
   NoGradGuard ng;
+  Tensor sc = scalar_like(*this, s);
+  KILN_CHECK(is_floating_point() || !sc.is_floating_point(), "mul_: cannot multiply a ", dtype_name(dtype()),
+             " tensor in place by ", s, " (not a ", dtype_name(dtype()), " value)");
+  sc = sc.to(dtype());
   bump_version();
-  Tensor sc = scalar_like(*this, s).to(dtype());
   if (dtype() == cpu_compute_dtype(dtype()) && is_cpu()) {
     Tensor self = *this;
     kernel<BinaryKernelFn>(Op::mul, device())(Op::mul, dtype(), make_args(shape(), {&self, &self, &sc}, "mul_"));

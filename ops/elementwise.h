@@ -6,7 +6,8 @@
 
 namespace kiln {
 
-// ---- binary (broadcasting; dtypes promoted with promote_types) ----
+// ---- binary (broadcasting; result dtype by PyTorch's rule, result_type in ops/helpers.h:
+//      promote_types, where a 0-dim operand only counts if its category is higher) ----
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -14,11 +15,15 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-// scalar forms (the scalar takes the tensor's dtype)
+// scalar forms: the scalar takes the tensor's dtype where that holds it exactly, else it is
+// float32 (a fraction, inf, NaN or an out-of-range whole number beside an integer tensor);
+// as a 0-dim operand it never widens a float tensor (result_type, ops/helpers.h)
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
+/// pow of integer tensors stays integer and exact (PyTorch's rule: a negative exponent gives
+/// 0 except for bases 1 and -1); a fractional exponent makes it float32.
 Tensor pow(const Tensor& a, double exponent);
 Tensor pow(double base, const Tensor& exponent);
 
@@ -41,7 +46,9 @@ Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 Tensor silu(const Tensor& x);
 /// log(1 + e^x) (PyTorch's softplus with beta 1, threshold 20: x itself above 20).
 Tensor softplus(const Tensor& x);
-/// Clamps to [min, max]; either bound may be absent. Gradient 0 outside the range.
+/// Clamps to [min, max]; either bound may be absent; min > max throws. The gradient is 1
+/// strictly inside the bounds and 0 at a bound, beyond it and at NaN (PyTorch 2.x's rule);
+/// a NaN bound makes every element NaN (gradient 0), as in PyTorch.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // ---- selection ----

@@ -9,6 +9,7 @@
 // make_functor.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include "kiln/core/macros.h"
 #include "kiln/ops/math.h"
@@ -108,7 +109,12 @@ template <class T> struct ClampF {
 };
 template <class T> struct ClampD {
   T lo, hi;
-  KILN_HD_INLINE T operator()(T x) const { return (x >= lo && x <= hi) ? T(1) : T(0); }
+  // PyTorch's rule: 1 strictly inside the bounds (0 at a bound and for NaN); an absent bound
+  // (an infinite one) passes every x, -inf and +inf included
+  KILN_HD_INLINE T operator()(T x) const {
+    const T inf = std::numeric_limits<T>::infinity();
+    return ((x > lo || lo == -inf) && (x < hi || hi == inf) && x == x) ? T(1) : T(0);
+  }
 };
 
 template <class T> struct PowScalarF {
@@ -139,11 +145,23 @@ template <class T> struct DivF {
     else return T(x / y);
   }
 };
-/// Integers are raised in double (kiln::pow computes them in float32; defined all the same).
+/// Integers are raised exactly (by squaring, wrapping on overflow as integer products do),
+/// as PyTorch: a negative exponent gives 0, except for bases 1 and -1.
 template <class T> struct PowF {
   KILN_HD_INLINE T operator()(T x, T y) const {
-    if constexpr (std::is_integral_v<T>) return T(m_pow(double(x), double(y)));
-    else return m_pow(x, y);
+    if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_signed_v<T>)
+        if (y < 0) return x == T(1) ? T(1) : x == T(-1) ? ((y & 1) ? T(-1) : T(1)) : T(0);
+      using U = std::make_unsigned_t<T>;
+      U r = 1, b = U(x);
+      for (T e = y; e != 0; e = T(e >> 1)) {
+        if (e & 1) r = U(r * b);
+        b = U(b * b);
+      }
+      return T(r);
+    } else {
+      return m_pow(x, y);
+    }
   }
 };
 /// maximum / minimum propagate a NaN in x.

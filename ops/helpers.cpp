@@ -60,6 +60,16 @@ std::string describe(const Tensor& t) {
   return os.str();
 }
 
+DType result_type(const Tensor& a, const Tensor& b) {
+  if ((a.dim() == 0) != (b.dim() == 0)) {
+    auto category = [](DType d) { return d == DType::bool_ ? 0 : is_floating(d) ? 2 : 1; };
+    const Tensor& dimmed = a.dim() == 0 ? b : a;
+    const Tensor& zero = a.dim() == 0 ? a : b;
+    if (category(zero.dtype()) <= category(dimmed.dtype())) return dimmed.dtype();
+  }
+  return promote_types(a.dtype(), b.dtype());
+}
+
 void check_same_device(const char* op, std::initializer_list<Tensor> ts) {
   const Tensor* first = nullptr;
   for (const auto& t : ts) {

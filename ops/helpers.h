@@ -21,6 +21,12 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape, const char* op);
 /// Sums g over broadcast dims so it has `shape` (the gradient of an implicit expand).
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
+/// The dtype of a binary op's result, PyTorch's rule: promote_types of the two dtypes, except
+/// that a 0-dim tensor beside a dimensioned one only counts when its category (bool < integer
+/// < floating) is higher: float32[3] * float64 0-dim is float32, int64[3] * float64 0-dim is
+/// float64. (kiln's C++ scalars are such 0-dim tensors.)
+DType result_type(const Tensor& a, const Tensor& b);
+
 /// Throws unless all defined tensors share one device (message lists them).
 void check_same_device(const char* op, std::initializer_list<Tensor> ts);
 /// Throws unless t is floating point.

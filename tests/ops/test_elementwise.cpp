@@ -358,3 +358,145 @@ TEST_CASE("relu propagates NaN (as PyTorch), forward and backward; so do leaky_r
     CHECK(std::isnan(clamp(x, 0.0, 1.0).to_vector<double>()[0]));
   }
 }
+
+TEST_CASE("scalars an integer dtype cannot hold make the result float32, never garbage") {
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor i = from_vector<int64_t>({3, -4});
+  Tensor r = add(i, inf);  // was int64 -9.2e18: inf converted to int64 (undefined behaviour)
+  CHECK(r.dtype() == DType::float32);
+  CHECK(r.to_vector<double>() == std::vector<double>{inf, inf});
+  CHECK(gt(i, 1e30).to_vector<double>() == std::vector<double>{0, 0});
+  CHECK(lt(i, 1e30).to_vector<double>() == std::vector<double>{1, 1});
+  Tensor i32 = from_vector<int32_t>({2, -1});
+  CHECK(mul(i32, 1e10).dtype() == DType::float32);
+  CHECK(mul(i32, 1e10).to_vector<double>() == std::vector<double>{2e10, -1e10});
+  CHECK(mul(i32, 3.0).dtype() == DType::int32);  // in range: stays int32
+  Tensor u8 = from_vector<uint8_t>({3, 6});
+  CHECK(div(u8, -3.0).to_vector<double>() == std::vector<double>{-1, -2});  // was 3/253, 6/253
+  CHECK((-6.0 / u8).to_vector<double>() == std::vector<double>{-2, -1});
+  CHECK(std::isnan(add(i, std::nan("")).to_vector<double>()[0]));
+}
+
+TEST_CASE("a 0-dim tensor does not widen a dimensioned one of its category (PyTorch's result_type)") {
+  Tensor f = T({1, 2, 3}, {3}).to(DType::float32);
+  Tensor s64 = scalar_tensor(0.5, f64);
+  CHECK(mul(f, s64).dtype() == DType::float32);
+  CHECK(where(gt(f, 1.5), f, s64).dtype() == DType::float32);
+  CHECK(add(f.to(DType::float16), scalar_tensor(1.0)).dtype() == DType::float16);
+  Tensor i = from_vector<int64_t>({1, 2});
+  CHECK(add(i, s64).dtype() == DType::float64);  // higher category: the 0-dim tensor counts
+  CHECK(add(from_vector<int32_t>({1}), scalar_tensor(2, {.dtype = DType::int64})).dtype() == DType::int32);
+  Tensor u8 = from_vector<uint8_t>({0, 1});
+  CHECK(add(u8, scalar_tensor(-1, {.dtype = DType::int64})).dtype() == DType::uint8);
+  CHECK(mul(scalar_tensor(2.0, f64), s64).dtype() == DType::float64);  // both 0-dim
+  CHECK(mul(f, T({2}, {1})).dtype() == DType::float64);                  // both dimensioned
+  // gradients come back in each input's dtype
+  Tensor a = T({1, 2, 3}, {3}).to(DType::float32).requires_grad_();
+  Tensor b = scalar_tensor(0.5, f64).requires_grad_();
+  Tensor h = mul(a, a);  // an intermediate node: its input gets a float32 gradient
+  sum(mul(h, b)).backward();
+  CHECK(b.grad().dtype() == DType::float64);
+  CHECK(b.grad().item() == 14.0);
+  CHECK(a.grad().dtype() == DType::float32);
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{1, 2, 3});
+}
+
+TEST_CASE("pow, maximum, minimum, clamp: gradients at 0, NaN, ties and bounds as in PyTorch") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  {  // values from PyTorch 2.15: a = [0, 0, 2, 0], b = [0, -1, 0, 0.5]
+    Tensor a = T({0, 0, 2, 0}, {4}).requires_grad_(), b = T({0, -1, 0, 0.5}, {4}).requires_grad_();
+    sum(pow(a, b)).backward();
+    CHECK(a.grad().to_vector<double>() == std::vector<double>{0, -inf, 0, inf});
+    const std::vector<double> gb = b.grad().to_vector<double>();
+    CHECK(gb[0] == 0);
+    CHECK(gb[1] == -inf);
+    CHECK(gb[2] == doctest::Approx(std::log(2.0)));
+    CHECK(gb[3] == 0);
+    // a broadcast exponent 0: no NaN summed into the exponent's gradient
+    Tensor e = T({0}, {1}).requires_grad_();
+    Tensor base = T({0, 3}, {2}).requires_grad_();
+    sum(pow(base, e)).backward();
+    CHECK(base.grad().to_vector<double>() == std::vector<double>{0, 0});
+    CHECK(e.grad().item() == doctest::Approx(std::log(3.0)));
+  }
+  {  // maximum / minimum: ties split, NaN gives both the whole gradient
+    Tensor a = T({1, 2, nan, 3}, {4}).requires_grad_(), b = T({1, 5, 0, nan}, {4}).requires_grad_();
+    maximum(a, b).backward(T({2, 2, 2, 2}, {4}));
+    CHECK(a.grad().to_vector<double>() == std::vector<double>{1, 0, 2, 2});
+    CHECK(b.grad().to_vector<double>() == std::vector<double>{1, 2, 2, 2});
+    Tensor c = T({1, 2, nan}, {3}).requires_grad_(), d = T({1, 5, 0}, {3}).requires_grad_();
+    minimum(c, d).backward(T({2, 2, 2}, {3}));
+    CHECK(c.grad().to_vector<double>() == std::vector<double>{1, 2, 2});
+    CHECK(d.grad().to_vector<double>() == std::vector<double>{1, 0, 2});
+  }
+  {  // clamp: 1 strictly inside, 0 at the bounds; an absent bound passes +-inf
+    Tensor x = T({-inf, 0, 1, 1.5, 2, 3, inf, nan}, {8}).requires_grad_();
+    sum(clamp(x, 1.0, 2.0)).backward();
+    CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1, 0, 0, 0, 0});
+    Tensor y = T({-inf, 0, 1, 2, 3, inf, nan}, {7}).requires_grad_();
+    sum(clamp(y, 1.0, std::nullopt)).backward();
+    CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1, 1, 1, 0});
+    Tensor z = T({-inf, 0, 1, 2, 3, inf, nan}, {7}).requires_grad_();
+    sum(clamp(z, std::nullopt, 2.0)).backward();
+    CHECK(z.grad().to_vector<double>() == std::vector<double>{1, 1, 1, 0, 0, 0, 0});
+    // a NaN bound: all NaN, gradient 0 (was: the bound ignored, or a misleading min > max error)
+    Tensor w = T({0, 5}, {2}).requires_grad_();
+    Tensor cw = clamp(w, nan, 1.0);
+    for (double v : cw.to_vector<double>()) CHECK(std::isnan(v));
+    sum(cw).backward();
+    CHECK(w.grad().to_vector<double>() == std::vector<double>{0, 0});
+    CHECK(std::isnan(clamp(w, std::nullopt, nan).to_vector<double>()[1]));
+  }
+}
+
+TEST_CASE("in-place ops on overlapping memory: refused on an expanded destination, a copy of an overlapping source") {
+  Tensor b = T({1, 2, 3, 4}, {2, 2});
+  b.add_(b.t());  // read whole before written: b + b^T (was [[2, 5], [8, 8]])
+  CHECK(b.to_vector<double>() == std::vector<double>{2, 5, 5, 8});
+  Tensor c = T({1, 2, 3, 4}, {2, 2});
+  c.copy_(c.t());
+  CHECK(c.to_vector<double>() == std::vector<double>{1, 3, 2, 4});
+  Tensor r = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  r.add_(r.select(0, 0));  // a row of itself, broadcast
+  CHECK(r.to_vector<double>() == std::vector<double>{2, 4, 6, 5, 7, 9});
+  Tensor row = T({1, 2, 3}, {3});
+  CHECK_THROWS_AS(row.expand({4, 3}).add_(ones({4, 3}, f64)), Error);
+  CHECK_THROWS_AS(row.expand({4, 3}).mul_(2.0), Error);
+  CHECK_THROWS_AS(row.expand({4, 3}).copy_(zeros({4, 3}, f64)), Error);
+  CHECK(row.to_vector<double>() == std::vector<double>{1, 2, 3});  // untouched
+  row.expand({4, 3}).fill_(7.0);  // writing one value is well defined
+  CHECK(row.to_vector<double>() == std::vector<double>{7, 7, 7});
+  // an in-place op cannot change an integer tensor into a float one
+  Tensor i = from_vector<int64_t>({2, 3});
+  CHECK_THROWS_AS(i.mul_(2.5), Error);
+  CHECK_THROWS_AS(i.add_(T({0.5, 0.5}, {2})), Error);
+  CHECK_THROWS_AS(i.add_(from_vector<int64_t>({1, 1}), 0.5), Error);
+  i.mul_(2.0);
+  CHECK(i.to_vector<double>() == std::vector<double>{4, 6});
+  // the same view, and disjoint views of one storage, need no copy and work as before
+  Tensor m = T({1, 2, 3, 4}, {4});
+  m.add_(m);
+  CHECK(m.to_vector<double>() == std::vector<double>{2, 4, 6, 8});
+  m.slice(0, 0, 2).add_(m.slice(0, 2, 4));
+  CHECK(m.to_vector<double>() == std::vector<double>{8, 12, 6, 8});
+  CHECK(!m.slice(0, 0, 2).partially_overlaps(m.slice(0, 2, 4)));
+  CHECK(m.slice(0, 0, 3).partially_overlaps(m.slice(0, 2, 4)));
+}
+
+TEST_CASE("pow of integer tensors is exact and stays integer (PyTorch 2.15's values)") {
+  Tensor a = from_vector<int64_t>({2, -2, 3, 0, 10, 7});
+  Tensor b = from_vector<int64_t>({3, 3, 0, 0, 15, 2});
+  Tensor p = pow(a, b);
+  CHECK(p.dtype() == DType::int64);
+  CHECK(p.to_vector<int64_t>() == std::vector<int64_t>{8, -8, 1, 1, 1000000000000000, 49});  // was float32 999999986991104
+  CHECK(pow(from_vector<int64_t>({3}), from_vector<int64_t>({39})).to_vector<int64_t>()[0] == 4052555153018976267);
+  CHECK(pow(from_vector<int64_t>({2, -1, 1, -1, 5}), from_vector<int64_t>({-1, -1, -2, -2, -3})).to_vector<int64_t>() ==
+        std::vector<int64_t>{0, -1, 1, 1, 0});
+  CHECK(pow(2.0, from_vector<int64_t>({-1, 0, 2, 3})).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 4, 8});
+  CHECK(pow(from_vector<int32_t>({2, -3, 5}), 2.0).to_vector<int32_t>() == std::vector<int32_t>{4, 9, 25});
+  CHECK(pow(from_vector<uint8_t>({2, 3}), 3.0).to_vector<uint8_t>() == std::vector<uint8_t>{8, 27});
+  Tensor half = pow(from_vector<int64_t>({4, 9}), 0.5);  // a fractional exponent: float32
+  CHECK(half.dtype() == DType::float32);
+  CHECK(half.to_vector<double>() == std::vector<double>{2, 3});
+  CHECK_THROWS_AS(pow(from_vector<bool>({true}), from_vector<bool>({true})), Error);  // PyTorch raises too
+}
