@@ -2,6 +2,7 @@
 // gather. Checks, output allocation, the call through dispatch (ops/cpu/shape.cpp) and
 // the backward lambdas (narrow / select of the gradient, index_add, scatter-add).
 #include "kiln/ops/shape_ops.h"
+#include <algorithm>
 #include <sstream>
 #include "kiln/core/autograd.h"
 #include "kiln/core/checked_math.h"
@@ -68,6 +69,15 @@ Tensor checked_index(const Tensor& index, int64_t size, int64_t dim, const char*
 
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   const DType dt = check_list("cat", ts);
+  // PyTorch skips 1-D tensors of shape [0] beside others (the `acc = cat({acc, x})` idiom,
+  // starting from an empty acc); they still take part in the dtype promotion
+  auto skipped = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
+  if (std::any_of(ts.begin(), ts.end(), skipped) && !std::all_of(ts.begin(), ts.end(), skipped)) {
+    std::vector<Tensor> kept;
+    for (const Tensor& t : ts)
+      if (!skipped(t)) kept.push_back(t.to(dt));
+    return cat(kept, dim);
+  }
   const int64_t nd = ts[0].dim();
   KILN_CHECK(nd > 0, "cat: zero-dimensional tensors cannot be concatenated (shapes ", list_shapes(ts), ")");
   const int64_t d = wrap_dim(dim, nd, "cat");
@@ -159,8 +169,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   int64_t total = 0;
   bool ok = true;
   for (int64_t s : sizes) {
-    ok = ok && s >= 0;
-    total += s;
+    ok = ok && s >= 0 && s <= x.size(d) - total;  // never past the dim: no overflow
+    if (ok) total += s;
   }
   KILN_CHECK(ok && total == x.size(d), "split: sizes ", shape_str(sizes), " must be non-negative and sum to ",
              x.size(d), " (dim ", d, " of input shape ", shape_str(x.shape()), ")");

@@ -5,6 +5,8 @@
 
 namespace kiln {
 
+/// Joins along dim; the result dtype promotes all inputs. As in PyTorch, 1-D tensors of shape
+/// [0] are skipped beside others (so `acc = cat({acc, x})` may start from an empty acc).
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& ts, int64_t dim = 0);
 /// Pieces of size split_size along dim (the last may be smaller); views of x.

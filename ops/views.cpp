@@ -104,6 +104,13 @@ Tensor reshape_backward_record(Tensor& out, const char* name, const Tensor& in) 
   }));
 }
 
+// A new handle viewing all of `in` as it is (a no-op transpose, expand or squeeze): never `in`
+// itself, so that changing the result's requires_grad leaves `in` alone, as in PyTorch.
+Tensor alias_of(const char* op, const Tensor& in) {
+  Tensor out = make_view(op, in, in.shape(), in.strides(), in.offset());
+  return reshape_backward_record(out, op, in);
+}
+
 }  // namespace
 
 Tensor Tensor::view(const Shape& shape) const {
@@ -127,9 +134,9 @@ Tensor Tensor::reshape(const Shape& shape) const {
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
-  if (dim() == 0) return reshape({1});
   start = wrap_dim(start, dim(), "flatten");
   end = wrap_dim(end, dim(), "flatten");
+  if (dim() == 0) return reshape({1});
   KILN_CHECK(start <= end, "flatten: start_dim ", start, " is after end_dim ", end);
   Shape ns(shape().begin(), shape().begin() + start);
   int64_t m = 1;
@@ -159,10 +166,10 @@ Tensor Tensor::permute(const Shape& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
-  if (dim() < 2 && dim() > 0) {
+  if (dim() < 2) {  // 0-dim (dims 0 and -1) and 1-D: nothing to swap
     wrap_dim(d0, dim(), "transpose");
     wrap_dim(d1, dim(), "transpose");
-    return *this;
+    return alias_of("transpose", *this);
   }
   d0 = wrap_dim(d0, dim(), "transpose");
   d1 = wrap_dim(d1, dim(), "transpose");
@@ -174,7 +181,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 
 Tensor Tensor::t() const {
   KILN_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dims, got shape ", shape_str(shape()));
-  return dim() < 2 ? *this : transpose(0, 1);
+  return transpose(0, dim() < 2 ? 0 : 1);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
@@ -193,13 +200,23 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Tensor out = make_view("slice", *this, ns, st, off);
   Shape in_shape = shape();
   record(out, "slice", {*this}, [in_shape, d, start, end, step](const Tensor& g, const std::vector<bool>&) {
-    if (grad_mode_enabled() && step == 1)  // create_graph: g between zeros, recorded
-      return std::vector<Tensor>{pad_with_zeros(g, in_shape, d, start, end)};
+    if (grad_mode_enabled()) {  // create_graph: g between zeros, in recorded ops
+      Tensor spread = g;
+      if (step > 1) {  // each value followed by step - 1 zeros: [.., m, step, ..] read as [.., m * step, ..]
+        Shape zs = g.shape(), fs = g.shape();
+        zs.insert(zs.begin() + d + 1, step - 1);
+        fs[size_t(d)] = g.size(d) * step;
+        spread = cat({g.unsqueeze(d + 1), zeros(zs, {.dtype = g.dtype(), .device = g.device()})}, d + 1)
+                     .reshape(fs)
+                     .narrow(d, 0, end - start);
+      }
+      return std::vector<Tensor>{pad_with_zeros(spread, in_shape, d, start, end)};
+    }
     Tensor z = zeros(in_shape, {.dtype = g.dtype(), .device = g.device()});
     z.slice(d, start, end, step).copy_(g);
     return std::vector<Tensor>{z};
   });
-  return step == 1 ? twice_differentiable(out) : out;
+  return twice_differentiable(out);
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -255,7 +272,7 @@ Tensor Tensor::expand(const Shape& shape_in) const {
     ns[i] = t;
     st[i] = s == t ? strides()[i - lead] : 0;
   }
-  if (ns == shape()) return *this;
+  if (ns == shape()) return alias_of("expand", *this);
   Tensor out = make_view("expand", *this, ns, st, offset());
   Shape in_shape = shape();
   return twice_differentiable(record(out, "expand", {*this}, [in_shape](const Tensor& g, const std::vector<bool>&) {
@@ -271,9 +288,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
-  if (dim() == 0) return *this;
   d = wrap_dim(d, dim(), "squeeze");
-  if (shape()[d] != 1) return *this;
+  if (dim() == 0 || shape()[d] != 1) return alias_of("squeeze", *this);
   Shape ns = shape();
   ns.erase(ns.begin() + d);
   return reshape(ns);

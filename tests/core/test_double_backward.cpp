@@ -125,6 +125,10 @@ TEST_CASE("double backward: views, cat and stack") {
   CHECK(gradgradcheck([&](auto& in) { return sq(in[0]).permute({2, 0, 1}).unsqueeze(1); }, {rnd({2, 3, 2})}));
   CHECK(gradgradcheck([](auto& in) { return (in[0] * in[0]).expand({3, 4}); }, {rnd({1, 4})}));
   CHECK(gradgradcheck([](auto& in) { return (in[0] * in[0]).slice(1, 1, 3); }, {rnd({3, 4})}));
+  // strided slices (used to refuse double backward), a step not dividing the range, an empty one
+  CHECK(gradgradcheck([](auto& in) { return (in[0] * in[0]).slice(1, 0, 5, 2); }, {rnd({3, 5})}));
+  CHECK(gradgradcheck([](auto& in) { return (in[0] * in[0]).slice(0, 1, 7, 3).slice(1, 1, 4, 2); }, {rnd({7, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return cat({(in[0] * in[0]).slice(1, 2, 2, 2), in[0]}, 1); }, {rnd({2, 3})}));
   CHECK(gradgradcheck([](auto& in) { return (in[0] * in[0]).select(0, 1); }, {rnd({3, 4})}));
   CHECK(gradgradcheck([](auto& in) { return cat({in[0] * in[1], in[1]}, 1); }, {rnd({2, 3}), rnd({2, 3})}));
   CHECK(gradgradcheck([](auto& in) { return stack({in[0] * in[0], in[1]}, 0).clone(); }, {rnd({2, 3}), rnd({2, 3})}));

@@ -2,6 +2,7 @@
 // values by hand (float and integer dtypes), views, gradchecks (including non-contiguous
 // inputs) and errors for bad shapes, dims and indices.
 #include <doctest/doctest.h>
+#include <limits>
 #include "gradcheck.h"
 
 using namespace kiln;
@@ -112,6 +113,9 @@ TEST_CASE("split / chunk: views with the right sizes") {
   CHECK_THROWS_AS(split(x, 0), kiln::Error);
   CHECK_THROWS_WITH_AS(split(x, std::vector<int64_t>{2, 2}), doctest::Contains("[5, 2]"), kiln::Error);
   CHECK_THROWS_AS(split(x, std::vector<int64_t>{6, -1}), kiln::Error);
+  // sizes whose sum overflows int64: the split's own error (UBSan: no signed overflow)
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH_AS(split(x, std::vector<int64_t>{big, big, 2}), doctest::Contains("split: sizes"), kiln::Error);
   CHECK_THROWS_AS(split(x, 1, 2), kiln::Error);
   CHECK_THROWS_AS(chunk(x, 0), kiln::Error);
 }
@@ -230,4 +234,42 @@ TEST_CASE("shape ops: larger inputs, thread count does not change results") {
   // index_select rows equal gather with the index broadcast over columns
   Tensor rows = index_select(x, 0, si.narrow(0, 0, 10));
   CHECK(max_abs_diff(rows, gather(x, 0, si.narrow(0, 0, 10).reshape({10, 1}).expand({10, 1000}))) == 0.0);
+}
+
+TEST_CASE("cat skips 1-D tensors of shape [0] beside others, as PyTorch (the acc = cat({acc, x}) idiom)") {
+  Tensor x = T({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor acc = zeros({0}, {.dtype = DType::float32});
+  Tensor y = cat({acc, x}, 1);
+  CHECK(y.shape() == Shape{2, 3});
+  CHECK(y.dtype() == DType::float64);  // the skipped tensor still took part in promotion
+  CHECK(cat({x, zeros({0}, f64), x}, 0).shape() == Shape{4, 3});
+  sum(cat({acc.to(DType::float64), x, acc.to(DType::float64)}, 0)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>(6, 1.0));
+  CHECK(cat({zeros({0}), zeros({0})}).shape() == Shape{0});
+  CHECK_THROWS_AS(cat({zeros({0, 2}), x}, 1), Error);  // only 1-D [0] is skipped
+}
+
+TEST_CASE("views of 0-dim tensors check their dims; no-op views are new handles") {
+  Tensor s = scalar_tensor(2.5, f64);
+  CHECK(s.transpose(0, 0).item() == 2.5);  // used to crash
+  CHECK(s.transpose(-1, 0).dim() == 0);
+  CHECK(s.t().item() == 2.5);
+  CHECK_THROWS_AS(s.transpose(0, 1), Error);
+  CHECK_THROWS_AS(s.squeeze(3), Error);  // used to return s
+  CHECK(s.squeeze(0).dim() == 0);
+  CHECK_THROWS_AS(s.flatten(0, 2), Error);
+  CHECK(s.flatten(0, -1).shape() == Shape{1});
+  // a no-op transpose / t / expand / squeeze returns a new handle: changing its
+  // requires_grad leaves the input alone, and gradients still flow
+  Tensor v = T({1, 2, 3}, {3}).requires_grad_();
+  for (Tensor w : {v.t(), v.transpose(0, -1), v.expand({3}), v.squeeze(0)}) {
+    CHECK(!w.is_same(v));
+    CHECK(w.requires_grad());
+  }
+  Tensor d = v.detach();
+  Tensor e = d.expand({3});
+  e.requires_grad_();
+  CHECK(!d.requires_grad());
+  sum(mul(v.t(), v.expand({3}))).backward();
+  CHECK(v.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
 }
