@@ -129,6 +129,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
              pair_str(args.padding));
   const int64_t C = x.size(-3), H = x.size(-2), W = x.size(-1);
   const int64_t O = weight.size(0), kH = weight.size(2), kW = weight.size(3);
+  KILN_CHECK(C > 0 && O > 0, "conv2d: expected at least one input and one output channel, got input ",
+             shape_str(x.shape()), " and weight ", shape_str(weight.shape()));
   KILN_CHECK(C % G == 0, "conv2d: groups=", G, " does not divide the input's ", C, " channels (input ",
              shape_str(x.shape()), ", weight ", shape_str(weight.shape()), ")");
   KILN_CHECK(O % G == 0, "conv2d: groups=", G, " does not divide out_channels=", O, " (weight ",
@@ -232,6 +234,8 @@ Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor
   }
   const int64_t Cin = x.size(-3), H = x.size(-2), W = x.size(-1);
   const int64_t Cout = weight.size(1) * G, kH = weight.size(2), kW = weight.size(3);
+  KILN_CHECK(Cin > 0 && Cout > 0, "conv_transpose2d: expected at least one input and one output channel, got input ",
+             shape_str(x.shape()), " and weight ", shape_str(weight.shape()));
   KILN_CHECK(weight.size(0) == Cin, "conv_transpose2d: channel mismatch: input ", shape_str(x.shape()), " has ", Cin,
              " channels but weight ", shape_str(weight.shape()), " expects ", weight.size(0));
   KILN_CHECK(Cin % G == 0, "conv_transpose2d: groups=", G, " does not divide the input's ", Cin, " channels");

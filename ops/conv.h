@@ -14,6 +14,8 @@ struct Conv2dArgs {
   int64_t groups = 1;
 };
 /// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) or undefined -> (N, O, H', W').
+/// C and O must be at least 1 (a kiln::Error otherwise; PyTorch returns an empty tensor for
+/// C = 0 and refuses O = 0). conv_transpose2d likewise.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dArgs args = {});
 
 struct ConvTranspose2dArgs {

@@ -230,9 +230,12 @@ std::vector<double> source_coords(int64_t in, int64_t out, double scale, bool bi
   std::vector<double> src(static_cast<size_t>(out));
   // PyTorch: ratio in/out from the sizes, or 1/scale_factor when one was given
   const double ratio = scale > 0 ? 1.0 / scale : double(in) / double(out);
+  // nearest as PyTorch's nearest_idx: twice the size shifts the index, and otherwise the
+  // ratio and the product are float32 (whatever the tensor's dtype)
+  const float ratio32 = scale > 0 ? float(1.0 / scale) : float(in) / float(out);
   for (int64_t d = 0; d < out; ++d) {
     double s;
-    if (!bilinear) s = std::floor(double(d) * ratio);
+    if (!bilinear) s = out == 2 * in ? double(d >> 1) : double(std::floor(float(d) * ratio32));
     else if (align_corners) s = out > 1 ? double(d) * double(in - 1) / double(out - 1) : 0.0;
     else s = std::max(0.0, (double(d) + 0.5) * ratio - 0.5);
     src[size_t(d)] = std::min(s, double(in - 1));
@@ -243,6 +246,7 @@ std::vector<double> source_coords(int64_t in, int64_t out, double scale, bool bi
 // x resized along `dim` (2 or 3) to `out` positions.
 Tensor resize_axis(const Tensor& x, int64_t dim, int64_t out, double scale, const InterpolateOptions& o) {
   const int64_t in = x.size(dim);
+  if (out == in) return x;  // PyTorch copies an axis whose size does not change, whatever the scale
   const bool bilinear = o.mode == InterpolateMode::bilinear;
   const std::vector<double> src = source_coords(in, out, scale, bilinear, o.align_corners);
   std::vector<int64_t> i0(src.size()), i1(src.size());
@@ -284,7 +288,8 @@ Tensor interpolate(const Tensor& x, InterpolateOptions o) {
     KILN_CHECK(x.size(2 + a) >= 1, "interpolate: the input ", shape_str(x.shape()), " is empty");
   }
   const Tensor h = resize_axis(x, 2, out[0], by_size ? 0.0 : o.scale_factor[0], o);
-  return resize_axis(h, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
+  const Tensor y = resize_axis(h, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
+  return y.is_same(x) ? x.clone() : y;  // a new tensor, as PyTorch's
 }
 
 }  // namespace kiln

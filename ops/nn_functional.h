@@ -38,9 +38,10 @@ struct InterpolateOptions {
   /// of the half-pixel rule (source = (dst + 0.5) * in / out - 0.5, PyTorch's default).
   bool align_corners = false;
 };
-/// Resizes the spatial dims of x (N, C, H, W) (PyTorch's F.interpolate / nn.Upsample).
-/// Nearest takes source floor(dst * in / out) (1 / scale_factor when one is given, as
-/// PyTorch does). Composed of index_select and arithmetic, so it is differentiable.
+/// Resizes the spatial dims of x (N, C, H, W) (PyTorch's F.interpolate / nn.Upsample), with
+/// PyTorch's index rules: an axis whose size does not change is copied; nearest takes source
+/// dst / 2 at twice the size, else floor(dst * r) with r = in / out (1 / scale_factor when one
+/// is given) in float32. Composed of index_select and arithmetic, so it is differentiable.
 Tensor interpolate(const Tensor& x, InterpolateOptions options);
 
 }  // namespace kiln

@@ -57,7 +57,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
              "(input shape ", shape_str(x.shape()), ")");
   KILN_CHECK(!training || N * S > 1, "batch_norm: expected more than 1 value per channel when training, got input "
              "of shape ", shape_str(x.shape()));
-  KILN_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
+  KILN_CHECK(eps >= 0 && (!training || eps > 0), "batch_norm: eps must be ", training ? "> 0 when training" : ">= 0",
+             ", got ", eps, " (a constant channel would divide 0 by 0)");
   check_same_device(op, {x, weight, bias, running_mean, running_var});
 
   const bool x16 = x.is_cpu() && is_half(x.dtype());

@@ -7,7 +7,8 @@ namespace kiln {
 
 /// x (N, C, ...) normalised per channel C. In training, uses the batch's mean and biased
 /// variance and updates running_mean/running_var in place (unbiased variance, momentum);
-/// in inference, uses the running stats. weight/bias (C) may be undefined.
+/// in inference, uses the running stats. weight/bias (C) may be undefined. eps > 0 when
+/// training (PyTorch's check), >= 0 in inference.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 

@@ -484,6 +484,20 @@ TEST_CASE("interpolate / Upsample: nearest and bilinear against PyTorch's rules,
   for (auto mode : {InterpolateMode::nearest, InterpolateMode::bilinear})
     CHECK(gradcheck([&](std::vector<Tensor>& in) { return interpolate(in[0], {.size = {5, 3}, .mode = mode}); },
                     {randn({1, 2, 3, 4}, f64)}));
+  // PyTorch 2.15's source pixels where 1 / scale_factor alone would pick others: an axis of
+  // unchanged size is copied (nearest and bilinear), twice the size shifts, the ratio is float32
+  auto row = [](const Tensor& t) { return t.select(0, 0).select(0, 0).select(0, 0).to_vector<double>(); };
+  auto ramp = [](int64_t w) { return arange(double(w), f64).reshape({1, 1, 1, w}); };
+  CHECK(row(interpolate(ramp(5), {.scale_factor = {1.0, 1.1}})) == std::vector<double>{0, 1, 2, 3, 4});
+  CHECK(row(interpolate(ramp(7), {.scale_factor = {1.0, 2.1}})) ==
+        std::vector<double>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6});
+  CHECK(row(interpolate(ramp(11), {.scale_factor = {1.0, 3.7}})) ==
+        std::vector<double>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 4, 4, 4, 4, 5,
+                            5, 5, 5, 6, 6, 6, 7, 7, 7, 7, 8, 8, 8, 8, 9, 9, 9, 10, 10, 10});
+  const Tensor same = arange(10.0, f64).reshape({1, 1, 2, 5});
+  const Tensor bs = interpolate(same, {.scale_factor = {1.0, 1.1}, .mode = InterpolateMode::bilinear});
+  CHECK(bs.to_vector<double>() == same.to_vector<double>());
+  CHECK(!bs.is_same(same));
   nn::Upsample up({.scale_factor = {2, 2}, .mode = InterpolateMode::bilinear});
   CHECK(up(randn({1, 1, 3, 3})).shape() == Shape{1, 1, 6, 6});
   CHECK(up.str().find("bilinear") != std::string::npos);

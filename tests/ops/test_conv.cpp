@@ -419,6 +419,14 @@ TEST_CASE("conv2d: errors") {
   CHECK(has(error_of([&] { conv2d(ones({2, 4, 8, 8}), ones({3, 2, 3, 3}), Tensor(), {.groups = 2}); }),
             "out_channels"));
   CHECK_THROWS_AS(conv2d(x, w, Tensor(), {.groups = 0}), Error);
+  // no input or no output channels: an error (the direct kernel used to crash on C = 0)
+  for (DType dt : {DType::float32, DType::float64}) {
+    CHECK(has(error_of([&] { conv2d(zeros({2, 0, 4, 4}, {.dtype = dt}), zeros({3, 0, 3, 3}, {.dtype = dt}),
+                                    zeros({3}, {.dtype = dt})); }), "at least one input"));
+    CHECK(has(error_of([&] { conv2d(zeros({2, 3, 4, 4}, {.dtype = dt}), zeros({0, 3, 3, 3}, {.dtype = dt})); }),
+              "[0, 3, 3, 3]"));
+    CHECK_THROWS_AS(conv_transpose2d(zeros({2, 0, 4, 4}, {.dtype = dt}), zeros({0, 3, 3, 3}, {.dtype = dt})), Error);
+  }
   msg = error_of([&] { conv2d(ones({1, 3, 2, 2}), w); });  // kernel larger than input
   CHECK(has(msg, "larger"));
   CHECK(has(msg, "[1, 3, 2, 2]"));

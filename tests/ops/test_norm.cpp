@@ -159,6 +159,10 @@ TEST_CASE("batch_norm: errors") {
                   kiln::Error);
   CHECK_THROWS_AS(batch_norm(randn({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true), kiln::Error);
   CHECK_THROWS_AS(batch_norm(Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), true), kiln::Error);
+  // eps = 0: refused when training (PyTorch's check; a constant channel would give 0 / 0)
+  CHECK_THROWS_WITH_AS(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 0.0),
+                       doctest::Contains("eps"), kiln::Error);
+  CHECK_NOTHROW(batch_norm(x, Tensor(), Tensor(), zeros({3}), ones({3}), false, 0.1, 0.0));
 }
 
 TEST_CASE("layer_norm: values") {
