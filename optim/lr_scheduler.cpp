@@ -18,7 +18,10 @@ int64_t whole(double v, const std::string& who, const std::string& key) {
 // ---------------------------------------------------------------- base
 
 LRScheduler::LRScheduler(Optimizer& opt, const char* name) : opt_(opt), name_(name) {
-  for (size_t g = 0; g < opt.num_groups(); ++g) base_lrs_.push_back(opt.lr(g));
+  for (size_t g = 0; g < opt.num_groups(); ++g) {
+    if (!opt.initial_lr(g)) opt.set_initial_lr(g, opt.lr(g));  // the first scheduler attached
+    base_lrs_.push_back(*opt.initial_lr(g));
+  }
 }
 
 void LRScheduler::initial_step() {
@@ -110,8 +113,11 @@ void StepLR::check_options() const {
   KILN_CHECK(std::isfinite(o_.gamma) && o_.gamma >= 0, "StepLR: gamma must be finite and >= 0, got ", o_.gamma);
 }
 
+// PyTorch's chainable form: the optimizer's current lr, times gamma every step_size steps
+// (so a hand-set lr, or another scheduler's, is carried on, and two StepLRs compose).
 double StepLR::lr_at(size_t group, int64_t epoch) const {
-  return base_lrs_[group] * std::pow(o_.gamma, double(epoch / o_.step_size));
+  const double lr = opt_.lr(group);
+  return epoch > 0 && epoch % o_.step_size == 0 ? lr * o_.gamma : lr;
 }
 
 std::map<std::string, double> StepLR::settings() const {
@@ -185,6 +191,15 @@ void OneCycleLR::build_phases() {
     phases_ = {{p * T - 1, 0, 1, 0, 1}, {2 * p * T - 2, 1, 0, 1, 0}, {T - 1, 0, 2, 0, 0}};
   } else {
     phases_ = {{p * T - 1, 0, 1, 0, 1}, {T - 1, 1, 2, 1, 0}};
+  }
+  // A phase that spans no steps would divide 0 by 0 (PyTorch raises ZeroDivisionError there);
+  // "no steps" within rounding, as p * T - 1 may be computed with or without an FMA.
+  double start = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    KILN_CHECK(std::fabs(phases_[i].end_step - start) > 1e-9, "OneCycleLR: phase ", i + 1, " of ", phases_.size(),
+               " would span no steps with total_steps = ", o_.total_steps, ", pct_start = ", o_.pct_start,
+               o_.three_phase ? ", three_phase" : "", " (its end step equals its start); choose another pct_start");
+    start = phases_[i].end_step;
   }
 }
 

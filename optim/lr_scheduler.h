@@ -1,6 +1,9 @@
 // Learning-rate schedulers: StepLR, WarmupCosineLR (linear warmup then cosine decay),
 // OneCycleLR (PyTorch's, with optional momentum cycling) and LambdaLR. Each sets the
-// optimizer's per-group lr on construction (epoch 0) and on every step().
+// optimizer's per-group lr on construction (epoch 0) and on every step(). As in PyTorch,
+// StepLR is chainable (it scales the optimizer's current lr, so a hand-set lr carries on and
+// two StepLRs compose) while the others compute the lr from the base lr; with several
+// schedulers on one optimizer, each step() writes its own value and the last one stepped wins.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,8 +12,9 @@
 
 namespace kiln::optim {
 
-/// Base of the schedulers: keeps the base lr of every group (the group lrs at construction)
-/// and the step counter last_epoch (0 after construction, +1 per step()). The scheduler
+/// Base of the schedulers: keeps the base lr of every group (the group's lr when the first
+/// scheduler was attached to the optimizer, Optimizer::initial_lr, as PyTorch's
+/// "initial_lr") and the step counter last_epoch (0 after construction, +1 per step()). The scheduler
 /// keeps a reference to the optimizer, which must outlive it.
 ///   optim::StepLR sched(opt, {.step_size = 30, .gamma = 0.1});
 ///   for (...) { train_one_epoch(); sched.step(); }
@@ -38,7 +42,8 @@ class LRScheduler {
   LRScheduler(Optimizer& opt, const char* name);
   /// Must be called at the end of a derived constructor: sets epoch 0's lrs.
   void initial_step();
-  /// The lr of `group` at step `epoch` (closed form).
+  /// The lr of `group` at step `epoch`: closed form from base_lrs_, or (StepLR) from the
+  /// optimizer's current lr.
   virtual double lr_at(size_t group, int64_t epoch) const = 0;
   /// Hook for schedulers that also set other hyperparameters (OneCycle's momentum).
   virtual void apply_extra(int64_t /*epoch*/) {}
@@ -57,7 +62,8 @@ struct StepLROptions {
   int64_t step_size = 1;
   double gamma = 0.1;
 };
-/// lr = base_lr * gamma^(floor(epoch / step_size)).
+/// lr times gamma every step_size steps (PyTorch's chainable form: the optimizer's current
+/// lr is scaled, so alone it gives base_lr * gamma^(floor(epoch / step_size))).
 class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& opt, StepLROptions options);
@@ -115,7 +121,9 @@ struct OneCycleLROptions {
 /// torch.optim.lr_scheduler.OneCycleLR: lr from initial_lr up to max_lr over the first
 /// pct_start of the steps, then down to min_lr (three_phase: back to initial_lr, then to
 /// min_lr); momentum moves the opposite way between max_momentum and base_momentum.
-/// Stepping more than total_steps times throws kiln::Error.
+/// Stepping more than total_steps times throws kiln::Error, and so do options that leave a
+/// phase with no steps (pct_start * total_steps == 1; pct_start == 1 without three_phase),
+/// where PyTorch raises ZeroDivisionError.
 class OneCycleLR : public LRScheduler {
  public:
   OneCycleLR(Optimizer& opt, OneCycleLROptions options);

@@ -33,6 +33,16 @@ Optimizer::Optimizer(std::string name, const std::vector<ParamGroup>& groups) : 
   KILN_CHECK(total > 0, name_, ": got an empty parameter list");
 }
 
+std::optional<double> Optimizer::initial_lr(size_t group) const {
+  return group < initial_lrs_.size() ? initial_lrs_[group] : std::nullopt;
+}
+
+void Optimizer::set_initial_lr(size_t group, double lr) {
+  KILN_CHECK(group < num_groups(), name_, ": group ", group, " out of range (", num_groups(), " groups)");
+  if (initial_lrs_.size() < num_groups()) initial_lrs_.resize(num_groups());
+  initial_lrs_[group] = lr;
+}
+
 const std::vector<Tensor>& Optimizer::params(size_t group) const {
   KILN_CHECK(group < groups_.size(), name_, ": group ", group, " out of range (", groups_.size(), " groups)");
   return groups_[group];

@@ -71,6 +71,11 @@ class Optimizer {
   virtual void set_lr(size_t group, double lr) = 0;
   /// Sets the learning rate of every group.
   void set_lr(double lr);
+  /// The lr a group had when the first scheduler was attached (PyTorch's
+  /// group["initial_lr"]): every later scheduler takes it as its base lr too, so a second
+  /// scheduler does not start from the first one's already scaled lr. Set by LRScheduler.
+  std::optional<double> initial_lr(size_t group) const;
+  void set_initial_lr(size_t group, double lr);
 
   /// Whether the optimizer has a momentum-like hyperparameter (SGD/RMSprop momentum,
   /// Adam beta1) that OneCycleLR can cycle.
@@ -178,6 +183,7 @@ class Optimizer {
   /// Per group: float32 device counters of skipped steps per parameter (undefined until
   /// step_unless() runs); skipped_steps_: the same for step_count_.
   std::vector<Tensor> skipped_;
+  std::vector<std::optional<double>> initial_lrs_;  // per group, see initial_lr()
   Tensor skipped_steps_;
 };
 

@@ -2,6 +2,7 @@
 // cos and linear, momentum cycling) and LambdaLR against their formulas, several groups,
 // state_dict round trips and argument errors.
 #include <doctest/doctest.h>
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -51,7 +52,7 @@ struct OneCycleRef {
 
 }  // namespace
 
-TEST_CASE("StepLR: lr = base * gamma^(epoch / step_size), per group") {
+TEST_CASE("StepLR alone: lr = base * gamma^(epoch / step_size), per group") {
   Tensor a = leaf(), b = leaf();
   optim::SGD opt({{.params = {a}, .lr = 0.1}, {.params = {b}, .lr = 1.0}}, {});
   optim::StepLR sched(opt, {.step_size = 3, .gamma = 0.5});
@@ -232,4 +233,52 @@ TEST_CASE("scheduler argument errors") {
   CHECK_THROWS_AS(optim::WarmupCosineLR(opt, {.warmup_steps = 1, .total_steps = 10, .start_factor = 2.0}), kiln::Error);
   CHECK_THROWS_AS(optim::OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 0}), kiln::Error);
   CHECK_THROWS_AS(optim::OneCycleLR(opt, {.max_lr = 0.1, .total_steps = 10, .pct_start = 1.5}), kiln::Error);
+  // a phase that spans no steps (PyTorch: ZeroDivisionError), whether or not p * T - 1 is fused
+  CHECK_THROWS_AS(optim::OneCycleLR(opt, {.max_lr = 0.5, .total_steps = 4, .pct_start = 0.25, .three_phase = true}),
+                  kiln::Error);
+  CHECK_THROWS_AS(optim::OneCycleLR(opt, {.max_lr = 0.5, .total_steps = 10, .pct_start = 0.1}), kiln::Error);
+  CHECK_THROWS_AS(optim::OneCycleLR(opt, {.max_lr = 0.5, .total_steps = 10, .pct_start = 1.0}), kiln::Error);
+  CHECK_NOTHROW(optim::OneCycleLR(opt, {.max_lr = 0.5, .total_steps = 10, .pct_start = 0.0}));
+}
+
+// The sequences below are PyTorch 2.15's (torch.optim.lr_scheduler, the same calls in the
+// same order), printed by a script, not computed from kiln's formulas.
+TEST_CASE("several schedulers on one optimizer, and a hand-set lr, as in PyTorch") {
+  Tensor a = leaf();
+  auto check_seq = [](const std::vector<double>& got, const std::vector<double>& want) {
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-15));
+    }
+  };
+  {  // a LambdaLR warm-up and a StepLR: the StepLR's base is the initial lr 0.5, not 0.125
+    optim::SGD opt({a}, {.lr = 0.5});
+    optim::LambdaLR warm(opt, [](int64_t e) { return std::min(1.0, double(e + 1) / 4); });
+    optim::StepLR step(opt, {.step_size = 3, .gamma = 0.1});
+    CHECK(opt.initial_lr(0) == 0.5);
+    std::vector<double> lrs{opt.lr(0)};
+    for (int i = 0; i < 7; ++i) warm.step(), step.step(), lrs.push_back(opt.lr(0));
+    check_seq(lrs, {0.125, 0.25, 0.375, 0.05, 0.5, 0.5, 0.05, 0.5});
+    CHECK(step.base_lrs()[0] == 0.5);
+  }
+  {  // two StepLRs compose
+    optim::SGD opt({a}, {.lr = 1.0});
+    optim::StepLR s2(opt, {.step_size = 2, .gamma = 0.5});
+    optim::StepLR s3(opt, {.step_size = 3, .gamma = 0.1});
+    std::vector<double> lrs{opt.lr(0)};
+    for (int i = 0; i < 7; ++i) s2.step(), s3.step(), lrs.push_back(opt.lr(0));
+    check_seq(lrs, {1.0, 1.0, 0.5, 0.05, 0.025, 0.025, 0.00125, 0.00125});
+  }
+  {  // StepLR carries a hand-set lr on
+    optim::SGD opt({a}, {.lr = 1.0});
+    optim::StepLR s2(opt, {.step_size = 2, .gamma = 0.5});
+    std::vector<double> lrs;
+    for (int i = 0; i < 5; ++i) {
+      s2.step();
+      if (i == 1) opt.set_lr(3.0);
+      lrs.push_back(opt.lr(0));
+    }
+    check_seq(lrs, {1.0, 3.0, 3.0, 1.5, 1.5});
+  }
 }
