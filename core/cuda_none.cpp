@@ -30,7 +30,10 @@ void Stream::synchronize() const { no_backend("Stream::synchronize"); }
 bool Stream::query() const { no_backend("Stream::query"); }
 Stream current_stream(int) { no_backend("current_stream"); }
 void set_current_stream(const Stream&) { no_backend("set_current_stream"); }
-StreamGuard::StreamGuard(const Stream&) { no_backend("StreamGuard"); }
+StreamGuard::StreamGuard(const Stream&) {
+  (void)prev_device_;  // kept by the CUDA build's guard (clang: -Wunused-private-field here)
+  no_backend("StreamGuard");
+}
 StreamGuard::~StreamGuard() = default;
 Event::~Event() = default;
 Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timing_(o.timing_) {}
