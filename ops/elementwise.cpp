@@ -108,18 +108,16 @@ Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p
 }
 
 // A C++ double beside a tensor, as a 0-dim tensor (which never outranks a dimensioned
-// operand of its category, ops/helpers.h result_type): the tensor's dtype when it holds the
-// value exactly, else float32 (as PyTorch's float scalars): a fraction, inf, NaN or a whole
-// number out of an integer dtype's range (-3 for uint8, 1e30 for int64) beside an integer
-// tensor; bool tensors take int64 scalars.
+// operand of its category, ops/helpers.h result_type), PyTorch's wrapped-number rule: beside
+// a float tensor, the tensor's dtype; beside an integer or bool tensor, a whole number within
+// int64's range is an int64 scalar (converted to the computation's dtype: -3 beside uint8
+// adds as 253, but divides as -3.0, as in PyTorch) and anything else (a fraction, inf, NaN,
+// 1e30) a float32 one, so the result is float32.
 Tensor scalar_like(const Tensor& t, double v) {
-  DType dt = t.dtype() == DType::bool_ ? DType::int64 : t.dtype();
-  if (!is_floating(dt)) {
-    double lo = -9223372036854775808.0, hi = 9223372036854775808.0;  // [-2^63, 2^63)
-    if (dt == DType::int32) lo = -2147483648.0, hi = 2147483648.0;
-    if (dt == DType::uint8) lo = 0.0, hi = 256.0;
-    if (!(v == std::floor(v) && v >= lo && v < hi)) dt = DType::float32;
-  }
+  DType dt = t.dtype();
+  if (!is_floating(dt))
+    dt = v == std::floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? DType::int64
+                                                                                          : DType::float32;
   return full({}, v, {.dtype = dt, .device = t.device()});
 }
 
@@ -265,8 +263,11 @@ Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
 Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
 Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
 Tensor operator/(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(b, a), b); }  // not -b + a: -b wraps uint8
 
 Tensor pow(const Tensor& a, double e) {
+  KILN_CHECK(a.is_floating_point() || !(e < 0 && e == std::floor(e)), "pow: integers to negative integer powers "
+             "are not allowed (", describe(a), " to the power ", e, "); convert the tensor to a float dtype first");
   if (!a.is_floating_point()) return pow(a, scalar_like(a, e));  // integers: exact, or float32
   return unary_op(Op::pow_scalar, a, e);
 }
@@ -328,6 +329,13 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   KILN_CHECK(bs == x.shape(), "masked_fill: mask of shape ", shape_str(mask.shape()),
              " does not broadcast to the input's shape ", shape_str(x.shape()));
+  KILN_CHECK(x.is_floating_point() || value == std::floor(value), "masked_fill: value ", value,
+             " cannot be stored in a ", dtype_name(x.dtype()), " tensor ", shape_str(x.shape()), " without loss");
+  double lo = -9223372036854775808.0, hi = 9223372036854775808.0;  // [lo, hi)
+  if (x.dtype() == DType::int32) lo = -2147483648.0, hi = 2147483648.0;
+  if (x.dtype() == DType::uint8) lo = 0, hi = 256;
+  KILN_CHECK(x.is_floating_point() || (value >= lo && value < hi), "masked_fill: value ", value,
+             " is out of the range of a ", dtype_name(x.dtype()), " tensor");
   return where(mask, full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);
 }
 

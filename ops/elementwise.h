@@ -15,15 +15,17 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-// scalar forms: the scalar takes the tensor's dtype where that holds it exactly, else it is
-// float32 (a fraction, inf, NaN or an out-of-range whole number beside an integer tensor);
-// as a 0-dim operand it never widens a float tensor (result_type, ops/helpers.h)
+// scalar forms, PyTorch's wrapped numbers: beside a float tensor the scalar takes its dtype;
+// beside an integer tensor a whole number is an integer (converted, wrapping, to the
+// computation's dtype: uint8 + -3 wraps like PyTorch's, uint8 / -3 is -1), anything else
+// (a fraction, inf, NaN, beyond int64) makes the result float32
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, double b);
-/// pow of integer tensors stays integer and exact (PyTorch's rule: a negative exponent gives
-/// 0 except for bases 1 and -1); a fractional exponent makes it float32.
+/// pow of integer tensors stays integer and exact (PyTorch's rules: a negative scalar exponent
+/// is an error; a tensor exponent's negative entries give 0 except for bases 1 and -1); a
+/// fractional exponent makes it float32.
 Tensor pow(const Tensor& a, double exponent);
 Tensor pow(double base, const Tensor& exponent);
 
@@ -82,7 +84,7 @@ inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
 inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
+Tensor operator-(double a, const Tensor& b);
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(double a, const Tensor& b);
 inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }

@@ -359,7 +359,7 @@ TEST_CASE("relu propagates NaN (as PyTorch), forward and backward; so do leaky_r
   }
 }
 
-TEST_CASE("scalars an integer dtype cannot hold make the result float32, never garbage") {
+TEST_CASE("scalars beside integer tensors: PyTorch's wrapped numbers, never undefined conversions") {
   const double inf = std::numeric_limits<double>::infinity();
   Tensor i = from_vector<int64_t>({3, -4});
   Tensor r = add(i, inf);  // was int64 -9.2e18: inf converted to int64 (undefined behaviour)
@@ -367,14 +367,32 @@ TEST_CASE("scalars an integer dtype cannot hold make the result float32, never g
   CHECK(r.to_vector<double>() == std::vector<double>{inf, inf});
   CHECK(gt(i, 1e30).to_vector<double>() == std::vector<double>{0, 0});
   CHECK(lt(i, 1e30).to_vector<double>() == std::vector<double>{1, 1});
-  Tensor i32 = from_vector<int32_t>({2, -1});
-  CHECK(mul(i32, 1e10).dtype() == DType::float32);
-  CHECK(mul(i32, 1e10).to_vector<double>() == std::vector<double>{2e10, -1e10});
-  CHECK(mul(i32, 3.0).dtype() == DType::int32);  // in range: stays int32
-  Tensor u8 = from_vector<uint8_t>({3, 6});
-  CHECK(div(u8, -3.0).to_vector<double>() == std::vector<double>{-1, -2});  // was 3/253, 6/253
-  CHECK((-6.0 / u8).to_vector<double>() == std::vector<double>{-2, -1});
   CHECK(std::isnan(add(i, std::nan("")).to_vector<double>()[0]));
+  CHECK(add(i, 0.5).dtype() == DType::float32);
+  // a whole number is an integer scalar converted to the computation's dtype, as PyTorch's
+  // int literals (values from PyTorch 2.15): wrapping in integer arithmetic and comparisons,
+  // its own value in a true division
+  Tensor i32 = from_vector<int32_t>({1, 2});
+  CHECK(mul(i32, 3.0).dtype() == DType::int32);
+  CHECK(lt(i32, 3e9).to_vector<double>() == std::vector<double>{0, 0});  // 3e9 wraps in int32
+  Tensor u8 = from_vector<uint8_t>({3, 200, 0});
+  CHECK(add(u8, -3.0).to_vector<double>() == std::vector<double>{0, 197, 253});
+  CHECK(mul(u8, -3.0).to_vector<double>() == std::vector<double>{247, 168, 0});
+  CHECK(lt(u8, -3.0).to_vector<double>() == std::vector<double>{1, 1, 1});
+  CHECK(eq(from_vector<uint8_t>({255, 2}), -1.0).to_vector<double>() == std::vector<double>{1, 0});
+  CHECK(add(from_vector<uint8_t>({1, 2}), 300.0).to_vector<double>() == std::vector<double>{45, 46});
+  CHECK(div(from_vector<uint8_t>({3, 6}), -3.0).to_vector<double>() == std::vector<double>{-1, -2});  // was 3/253
+  CHECK((-6.0 / from_vector<uint8_t>({3, 6})).to_vector<double>() == std::vector<double>{-2, -1});
+  // scalar - tensor subtracts (it was -tensor + scalar, and -tensor wraps uint8)
+  CHECK((-3.0 - u8).to_vector<double>() == std::vector<double>{250, 53, 253});
+  CHECK((-1.5 - u8).to_vector<double>() == std::vector<double>{-4.5, -201.5, -1.5});
+  CHECK((0.5 - from_vector<int32_t>({-2147483647 - 1, 5})).to_vector<double>() ==
+        std::vector<double>{2147483648.0, -4.5});
+  // masked_fill with a value an integer tensor cannot hold is an error (was garbage)
+  Tensor m = from_vector<bool>({true, false});
+  CHECK_THROWS_AS(masked_fill(i, m, std::nan("")), Error);
+  CHECK_THROWS_AS(masked_fill(from_vector<int32_t>({1, 2}), m, 1e10), Error);
+  CHECK(masked_fill(i, m, 7.0).to_vector<double>() == std::vector<double>{7, -4});
 }
 
 TEST_CASE("a 0-dim tensor does not widen a dimensioned one of its category (PyTorch's result_type)") {
@@ -494,6 +512,7 @@ TEST_CASE("pow of integer tensors is exact and stays integer (PyTorch 2.15's val
         std::vector<int64_t>{0, -1, 1, 1, 0});
   CHECK(pow(2.0, from_vector<int64_t>({-1, 0, 2, 3})).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 4, 8});
   CHECK(pow(from_vector<int32_t>({2, -3, 5}), 2.0).to_vector<int32_t>() == std::vector<int32_t>{4, 9, 25});
+  CHECK_THROWS_AS(pow(from_vector<int64_t>({-2, 0, 3}), -1.0), Error);  // PyTorch: not allowed
   CHECK(pow(from_vector<uint8_t>({2, 3}), 3.0).to_vector<uint8_t>() == std::vector<uint8_t>{8, 27});
   Tensor half = pow(from_vector<int64_t>({4, 9}), 0.5);  // a fractional exponent: float32
   CHECK(half.dtype() == DType::float32);
