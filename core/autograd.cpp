@@ -184,10 +184,16 @@ Tensor add_grads(const Tensor& a, const Tensor& b, bool create_graph) {
 // Under create_graph, a gradient returned by a node whose closure is not twice
 // differentiable: the same data, with a grad_fn that refuses to run, so a second
 // backward through it stops with an error instead of silently treating it as a constant.
-Tensor refuse_double_backward(const Tensor& gi, const std::string& op) {
+Tensor refuse_double_backward(const Tensor& gi, const Node& from) {
+  const std::string op = from.name;
   Tensor t = gi.detach();
   auto node = std::make_shared<Node>();
   node->name = op + "_backward";
+  // the edges of the node it came from: what the gradient depends on (grad() runs only the
+  // nodes above its inputs, so it must see that this one leads to them)
+  node->next = from.next;
+  node->input_shapes = from.input_shapes;
+  node->input_dtypes = from.input_dtypes;
   node->backward = [op](const Tensor&, const std::vector<bool>&) -> std::vector<Tensor> {
     KILN_FAIL("double backward through '", op, "': its backward is first-order only (a kernel autograd does "
               "not differentiate), and a create_graph gradient that passed through it was differentiated "
@@ -249,6 +255,8 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
   std::unordered_map<TensorImpl*, int> leaf_deps;
   std::unordered_map<TensorImpl*, Tensor> leaf_pending;
   std::vector<Node*> stack;
+  KILN_CHECK(grads.size() == roots.size(), "backward: ", roots.size(), " tensors but ", grads.size(),
+             " gradients (give one per tensor; an undefined one for a one-element tensor means ones)");
   for (size_t r = 0; r < roots.size(); ++r) {
     const Tensor& root = roots[r];
     KILN_CHECK(root.requires_grad(), "backward: tensor of shape ", shape_str(root.shape()),
@@ -264,6 +272,9 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
                  " does not match tensor shape ", shape_str(root.shape()));
       KILN_CHECK(seed.device() == root.device(), "backward: gradient on ", seed.device().str(),
                  " but tensor on ", root.device().str());
+      // in the tensor's dtype, as PyTorch: kernels read the gradient as the output's type
+      // (loss.backward(ones({n})) on a float64 loss passes a float32 gradient)
+      if (seed.dtype() != root.dtype()) seed = seed.to(root.dtype());
     }
     if (!root.grad_fn()) {  // a leaf: its gradient is the seed
       finish_leaf(root.impl_ptr(), seed, create, cap);
@@ -303,24 +314,78 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
     leaf_pending.erase(it);
     finish_leaf(leaf, g, create, cap);
   };
-  // 2. Process nodes whose every consumer has delivered its gradient (Kahn's order).
+  // grad(): only the nodes from which an input is reached run their backward (the rest of
+  // the graph is neither computed nor freed, and its hooks do not run), as in PyTorch.
+  std::unordered_map<Node*, bool> leads;  // node -> an input lies below it
+  if (cap) {
+    std::vector<std::pair<Node*, size_t>> post;  // iterative post-order: (node, next edge)
+    for (auto& [start, _] : deps) {
+      if (leads.count(start)) continue;
+      post.push_back({start, 0});
+      leads[start] = false;
+      while (!post.empty()) {
+        auto& [cur, k] = post.back();
+        if (k < cur->next.size()) {
+          const Edge& e = cur->next[k++];
+          if (e.leaf && cap->leaves.count(e.leaf.get())) leads[cur] = true;
+          if (!e.node) continue;
+          Node* m = e.node.get();
+          if (cap->nodes.count(m)) leads[cur] = true;
+          auto f = leads.find(m);
+          if (f == leads.end()) {
+            leads[m] = false;
+            post.push_back({m, 0});  // cur's answer waits for m's (read again when m is done)
+          } else if (f->second) {
+            leads[cur] = true;
+          }
+          continue;
+        }
+        Node* done = cur;
+        post.pop_back();
+        if (!post.empty() && leads[done]) leads[post.back().first] = true;
+      }
+    }
+  }
+  // The edges of a node whose backward does not run deliver nothing: release the counts.
   std::vector<Node*> ready;
+  auto release_below = [&](Node* m) {
+    std::vector<Node*> skip{m};
+    while (!skip.empty()) {
+      Node* s = skip.back();
+      skip.pop_back();
+      for (auto& se : s->next) {
+        if (se.leaf) deliver_leaf(se.leaf, Tensor());
+        if (se.node && --deps[se.node.get()] == 0) {
+          if (pending.count(se.node.get())) ready.push_back(se.node.get());
+          else skip.push_back(se.node.get());
+        }
+      }
+    }
+  };
+  // 2. Process nodes whose every consumer has delivered its gradient (Kahn's order).
   for (auto& [n, _] : pending)
     if (deps[n] == 0) ready.push_back(n);
   while (!ready.empty()) {
     Node* n = ready.back();
     ready.pop_back();
+    const bool is_input = cap && cap->nodes.count(n);
+    if (cap && !leads[n] && !is_input) {  // off every path to an input
+      pending.erase(n);
+      release_below(n);
+      continue;
+    }
     KILN_CHECK(!n->released, "backward: trying to backward through the graph a second time (node '", n->name,
                "'); its saved tensors were freed after the first backward. Pass retain_graph=true to the "
                "first backward() if you need to call it twice");
-    check_saved(*n);
     Tensor g = std::move(pending[n]);
     pending.erase(n);
     if (!n->hooks.grad.empty()) g = n->hooks.apply(g);
-    if (cap) {
-      auto c = cap->nodes.find(n);
-      if (c != cap->nodes.end()) cap->grads[c->second] = g;
+    if (is_input) cap->grads[cap->nodes.at(n)] = g;
+    if (cap && !leads[n]) {  // an input with no other input below it: its backward is not needed
+      release_below(n);
+      continue;
     }
+    check_saved(*n);
     std::vector<bool> needs(n->next.size());
     for (size_t i = 0; i < n->next.size(); ++i) needs[i] = n->next[i].valid();
     std::vector<Tensor> in_grads;
@@ -332,7 +397,7 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
                " gradients for ", n->next.size(), " inputs");
     if (create && !n->twice_differentiable)
       for (Tensor& gi : in_grads)
-        if (gi.defined()) gi = refuse_double_backward(gi, n->name);
+        if (gi.defined()) gi = refuse_double_backward(gi, *n);
     if (!retain_graph) {
       n->backward = nullptr;
       n->saved.clear();
@@ -361,21 +426,7 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
       }
       if (--deps[m] == 0) {
         if (pending.count(m)) ready.push_back(m);
-        else {
-          // no gradient reached m at all: nothing to propagate, but release its dependents' counts
-          std::vector<Node*> skip{m};
-          while (!skip.empty()) {
-            Node* s = skip.back();
-            skip.pop_back();
-            for (auto& se : s->next) {
-              if (se.leaf) deliver_leaf(se.leaf, Tensor());
-              if (se.node && --deps[se.node.get()] == 0) {
-                if (pending.count(se.node.get())) ready.push_back(se.node.get());
-                else skip.push_back(se.node.get());
-              }
-            }
-          }
-        }
+        else release_below(m);  // no gradient reached m at all: nothing to propagate
       }
     }
   }

@@ -213,3 +213,52 @@ TEST_CASE("an optimizer step after backward is fine; a retained graph backpropag
     CHECK(test::error_of([&] { loss.backward(); }).find("mul backward") != std::string::npos);
   }
 }
+
+TEST_CASE("a gradient given to backward() is converted to the tensor's dtype; one per tensor") {
+  // log_softmax's kernel reads the gradient as the output's type: a float32 gradient on a
+  // float64 output used to be read as float64 (wrong values, no error)
+  Tensor x = T({0.5, -1.0, 2.0, 0.25}, {1, 4}).requires_grad_();
+  Tensor y = log_softmax(x, 1);
+  Tensor g64 = T({1, -2, 0.5, 3}, {1, 4});
+  Tensor want = kiln::grad({y}, {x}, {g64}, {.retain_graph = true})[0];
+  y.backward(g64.to(DType::float32), true);
+  CHECK(x.grad().dtype() == DType::float64);
+  CHECK(test::max_abs_diff(x.grad(), want) < 1e-12);
+  Tensor gi = kiln::grad({y}, {x}, {from_vector<int64_t>({1, -2, 0, 3}, {1, 4})})[0];  // an integer gradient too
+  CHECK(test::max_abs_diff(gi, kiln::grad({log_softmax(x, 1)}, {x}, {T({1, -2, 0, 3}, {1, 4})})[0]) < 1e-12);
+  // fewer gradients than tensors: an error (was an out-of-bounds read)
+  Tensor a = T({1}, {1}).requires_grad_(), b = T({2}, {1}).requires_grad_();
+  CHECK(test::error_of([&] { run_backward({a * 2.0, b * 3.0}, {Tensor()}, false); }).find("2 tensors but 1 gradients") !=
+        std::string::npos);
+}
+
+TEST_CASE("grad() runs only the part of the graph above its inputs") {
+  Tensor w = T({1, 2, 3}, {3}).requires_grad_();
+  Tensor h = w * w;                  // an intermediate input
+  Tensor other = T({4}, {1}).requires_grad_();
+  Tensor side = other * other;       // a branch that does not lead to h
+  int below = 0, beside = 0;
+  h.register_hook([&](const Tensor& g) { return g; });
+  w.register_hook([&](const Tensor& g) { ++below; return g; });
+  other.register_hook([&](const Tensor& g) { ++beside; return g; });
+  Tensor loss = sum(h * 3.0) + sum(side);
+  Tensor gh = kiln::grad({loss}, {h})[0];
+  CHECK(gh.to_vector<double>() == std::vector<double>{3, 3, 3});
+  CHECK(below == 0);   // h's own backward (down to w) did not run
+  CHECK(beside == 0);  // nor did the unrelated branch
+  // and the graph below h is still there: a backward through it works (it was freed before)
+  sum(h).backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
+  CHECK(below == 1);
+  // an in-place change on a branch grad() does not need is no error
+  Tensor u = T({1, 2}, {2}).requires_grad_();
+  Tensor v = T({5, 6}, {2}).requires_grad_();
+  Tensor z = sum(u * u) + sum(v * v);
+  {
+    NoGradGuard ng;
+    v.add_(ones({2}, test::f64));  // saved by v * v, which grad() does not need
+  }
+  CHECK(kiln::grad({z}, {u}, {}, {.retain_graph = true})[0].to_vector<double>() == std::vector<double>{2, 4});
+  CHECK(test::error_of([&] { kiln::grad({z}, {v}); }).find("modified in place") !=
+        std::string::npos);  // where it is needed, still an error
+}
