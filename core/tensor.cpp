@@ -1,6 +1,7 @@
 // Tensor handle: metadata, factories, copies/conversions, element access and printing.
 #include "kiln/core/tensor.h"
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <iomanip>
@@ -118,6 +119,26 @@ DeviceRangeFn g_device_range = nullptr;
 /// the build has AVX-512 (8 with AVX2 + F16C), with core/simd_half.h's conversions (the
 /// bits of the scalar ones). GCC does not vectorise the scalar conversions (one F16C
 /// instruction per value), and autocast's casts run on every activation.
+/// One element converted. A floating value an integer dtype cannot hold (NaN, inf, out of
+/// range) has no C++ conversion (undefined behaviour): it becomes what PyTorch's x86 builds
+/// give, the "integer indefinite" INT64_MIN / INT32_MIN, and uint8 keeps the low byte of the
+/// int64 conversion.
+template <class D, class S>
+inline D cast_element(S v) {
+  if constexpr (std::is_integral_v<D> && !std::is_same_v<D, bool> && !std::is_integral_v<S>) {
+    const double x = double(v);
+    const int64_t i64 = x >= -0x1p63 && x < 0x1p63 ? int64_t(x) : std::numeric_limits<int64_t>::min();
+    if constexpr (std::is_same_v<D, int32_t>)
+      return x > -0x1p31 - 1 && x < 0x1p31 ? int32_t(x) : std::numeric_limits<int32_t>::min();
+    else if constexpr (std::is_same_v<D, int64_t>)
+      return i64;
+    else
+      return D(uint64_t(i64));  // the low bits, as PyTorch's uint8
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
 template <class D, class S>
 void convert_run(D* __restrict d, const S* __restrict s, int64_t n) {
   int64_t i = 0;
@@ -155,7 +176,7 @@ void convert_run(D* __restrict d, const S* __restrict s, int64_t n) {
       _mm256_storeu_ps(d + i, simd::floats_from_bf16x8(_mm_loadu_si128(reinterpret_cast<const H*>(s + i))));
   }
 #endif
-  for (; i < n; ++i) d[i] = static_cast<D>(s[i]);
+  for (; i < n; ++i) d[i] = cast_element<D>(s[i]);
 }
 
 template <class D, class S>
@@ -175,7 +196,7 @@ void copy_cast_cpu(const Tensor& dst, const Tensor& src) {
                   [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
                     D* d = dp + off[0];
                     const S* s = sp + off[1];
-                    for (int64_t i = 0; i < n; ++i) d[i * st[0]] = static_cast<D>(s[i * st[1]]);
+                    for (int64_t i = 0; i < n; ++i) d[i * st[0]] = cast_element<D>(s[i * st[1]]);
                   });
 }
 }  // namespace
@@ -307,8 +328,23 @@ static void fill_data(const Tensor& t, double v) {
   });
 }
 
+// A fill value the dtype cannot hold is an error (PyTorch: "value cannot be converted to type
+// ... without overflow"), never an undefined conversion: integers need a finite value in
+// range (a fraction truncates, as PyTorch), 16-bit floats one that does not overflow.
+static void check_fill_value(const char* op, DType dt, double v) {
+  if (dt == DType::bool_ || dt == DType::float32 || dt == DType::float64) return;
+  double lo = -0x1p63, hi = 0x1p63;  // the open range (lo - 1, hi) of whole values
+  if (dt == DType::int32) lo = -0x1p31, hi = 0x1p31;
+  if (dt == DType::uint8) lo = 0, hi = 256;
+  if (dt == DType::float16) lo = -65520.0, hi = 65520.0;  // rounds to +-inf at and beyond
+  if (dt == DType::bfloat16) lo = -0x1.ffp127, hi = 0x1.ffp127;
+  const bool ok = is_floating(dt) ? !std::isfinite(v) || (v > lo && v < hi) : v > lo - 1 && v < hi;
+  KILN_CHECK(ok, op, ": value ", v, " cannot be converted to ", dtype_name(dt), " without overflow");
+}
+
 Tensor& Tensor::fill_(double v) {
   check_inplace(*this, "fill_");
+  check_fill_value("fill_", dtype(), v);
   bump_version();
   fill_data(*this, v);
   return *this;
@@ -335,6 +371,11 @@ double Tensor::item() const {
   return KILN_DISPATCH_ALL(c.dtype(), "item", [&]<class T>() -> double {
     return static_cast<double>(*static_cast<const T*>(c.raw_data()));
   });
+}
+
+int64_t Tensor::item_int64() const {
+  KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape_str(shape()));
+  return to_vector<int64_t>()[0];
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const { return at(Shape(index)); }
@@ -374,26 +415,26 @@ std::string Tensor::str() const {
   Tensor c = detach().to(Device::cpu()).to(is_floating_point() ? DType::float64 : DType::int64).contiguous();
   std::ostringstream os;
   const bool fl = is_floating_point();
-  std::vector<double> v(size_t(c.numel()));
-  if (fl) { const double* p = c.data<double>(); v.assign(p, p + c.numel()); }
-  else { const int64_t* p = c.data<int64_t>(); for (int64_t i = 0; i < c.numel(); ++i) v[i] = double(p[i]); }
-  const bool summarize = c.numel() > 1000;
-  auto fmt = [&](double x) {
+  const size_t count = size_t(c.numel());
+  auto fmt = [&](size_t i) {  // integers printed from their int64 values (a double loses 2^53 + 1)
     std::ostringstream e;
-    if (dtype() == DType::bool_) e << (x != 0 ? "True" : "False");
-    else if (!fl) e << int64_t(x);
+    const int64_t k = fl ? 0 : c.data<int64_t>()[i];
+    const double x = fl ? c.data<double>()[i] : 0.0;
+    if (dtype() == DType::bool_) e << (k != 0 ? "True" : "False");
+    else if (!fl) e << k;
     else if (std::isnan(x) || std::isinf(x)) e << x;
     else e << std::fixed << std::setprecision(4) << x;
     return e.str();
   };
+  const bool summarize = c.numel() > 1000;
   size_t width = 1;
-  for (double x : v) width = std::max(width, fmt(x).size());
+  for (size_t i = 0; i < count; ++i) width = std::max(width, fmt(i).size());
   const Shape& sh = c.shape();
   const int nd = int(sh.size());
   std::string indent = "tensor(";
   // recursive print with an explicit dimension walk
   std::function<void(int, int64_t)> rec = [&](int d, int64_t base) {
-    if (d == nd) { std::string s = fmt(v[size_t(base)]); os << std::string(width - s.size(), ' ') << s; return; }
+    if (d == nd) { std::string s = fmt(size_t(base)); os << std::string(width - s.size(), ' ') << s; return; }
     os << "[";
     int64_t n = sh[d], stride = c.strides()[d];
     for (int64_t i = 0; i < n; ++i) {
@@ -429,6 +470,7 @@ Tensor empty(const Shape& shape, TensorOptions o) {
   return t;
 }
 static Tensor full_for(const char* op, const Shape& shape, double value, TensorOptions o) {
+  check_fill_value(op, o.dtype, value);
   Tensor t = empty_for(op, shape, o.dtype, o.device);
   fill_data(t, value);
   if (o.requires_grad) t.requires_grad_();
@@ -450,12 +492,23 @@ static Tensor generate(const char* op, const Shape& shape, TensorOptions o, cons
   return r;
 }
 
+// PyTorch's arange: ceil((end - start) / step) values in double; an integer dtype steps from
+// the truncated start by the truncated step (arange(-3.5, 2, 1.5, int64) is -3, -2, -1, 0).
 Tensor arange(double start, double end, double step, TensorOptions o) {
+  KILN_CHECK(o.dtype != DType::bool_, "arange: not defined for bool tensors");
+  KILN_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: start ", start, ", end ",
+             end, " and step ", step, " must be finite");
   KILN_CHECK(step != 0, "arange: step must be nonzero");
-  double span = (end - start) / step;
-  KILN_CHECK(!std::isnan(span) && span < 0x1p62, "arange: [", start, ", ", end, ") with step ", step,
+  KILN_CHECK((step > 0 && end >= start) || (step < 0 && end <= start), "arange: the range [", start, ", ", end,
+             ") is inconsistent with the sign of step ", step);
+  const double span = std::ceil((end - start) / step);
+  KILN_CHECK(span < 0x1p62, "arange: [", start, ", ", end, ") with step ", step,
              " has too many elements (expected fewer than 2^62)");
-  int64_t n = span > 0 ? int64_t(std::ceil(span - 1e-12)) : 0;
+  const int64_t n = int64_t(span);
+  if (!is_floating(o.dtype)) {
+    const double a = std::trunc(start), d = std::trunc(step);
+    return generate("arange", {n}, o, [&](int64_t i) { return a + double(i) * d; });
+  }
   if (!o.device.is_cpu()) {  // computed on the device: the same float64 values, nothing uploaded
     Tensor t = empty_for("arange", {n}, o.dtype, o.device);
     if (fill_range_on_device(t, start, step)) {
@@ -467,15 +520,30 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
 }
 Tensor arange(double end, TensorOptions o) { return arange(0.0, end, 1.0, o); }
 
+// PyTorch's linspace: from both ends (the first half from start, the second from end), in
+// float32 arithmetic for float32 tensors and float64 otherwise; one step gives start.
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
-  double h = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
-  return generate("linspace", {steps}, o, [&](int64_t i) { return i == steps - 1 ? end : start + double(i) * h; });
+  KILN_CHECK(o.dtype != DType::bool_, "linspace: not defined for bool tensors");
+  if (steps == 1) return full({1}, start, o);
+  const int64_t half = steps / 2;
+  if (o.dtype == DType::float32) {
+    const float a = float(start), b = float(end), h = steps > 1 ? (b - a) / float(steps - 1) : 0.0f;
+    return generate("linspace", {steps}, o, [&](int64_t i) {
+      return double(i < half ? a + h * float(i) : b - h * float(steps - 1 - i));
+    });
+  }
+  const double h = steps > 1 ? (end - start) / double(steps - 1) : 0.0;
+  return generate("linspace", {steps}, o, [&](int64_t i) {
+    return i < half ? start + h * double(i) : end - h * double(steps - 1 - i);
+  });
 }
 
 // Random factories draw in the target precision's bits: float32 tensors use 24-bit
 // uniforms (4 per Philox block), float64 53-bit ones (2 per block).
 Tensor rand(const Shape& shape, TensorOptions o) {
+  KILN_CHECK(is_floating(o.dtype), "rand: expected a floating dtype, got ", dtype_name(o.dtype),
+             " (randint draws integers)");
   int64_t n = shape_numel(shape, "rand");
   if (o.dtype == DType::float64) {
     RngState s = rng_reserve(uint64_t((n + 1) / 2));
@@ -486,13 +554,18 @@ Tensor rand(const Shape& shape, TensorOptions o) {
     });
   }
   RngState s = rng_reserve(uint64_t((n + 3) / 4));
+  // 16-bit dtypes keep their own precision's top bits (11 for float16, 8 for bfloat16):
+  // rounding a 24-bit uniform to them would give 1.0 now and then, outside [0, 1)
+  const double keep = o.dtype == DType::float16 ? 0x1p11 : o.dtype == DType::bfloat16 ? 0x1p8 : 0.0;
   return generate("rand", shape, o, [&](int64_t i) {
     Philox4 r = philox4x32(s.offset + uint64_t(i / 4), 0, s.seed);
-    return double(uint_to_uniform_float(r.x[i % 4]));
+    const double u = double(uint_to_uniform_float(r.x[i % 4]));
+    return keep > 0 ? std::floor(u * keep) / keep : u;
   });
 }
 
 Tensor randn(const Shape& shape, TensorOptions o) {
+  KILN_CHECK(is_floating(o.dtype), "randn: expected a floating dtype, got ", dtype_name(o.dtype));
   int64_t n = shape_numel(shape, "randn");
   RngState s = rng_reserve(uint64_t(n));
   return generate("randn", shape, o, [&](int64_t i) {
@@ -507,15 +580,28 @@ Tensor randn(const Shape& shape, TensorOptions o) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
   KILN_CHECK(high > low, "randint: expected high > low, got low=", low, " high=", high);
+  int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();  // [lo, hi]
+  if (o.dtype == DType::int32) lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+  if (o.dtype == DType::uint8) lo = 0, hi = 255;
+  if (o.dtype == DType::bool_) lo = 0, hi = 1;
+  KILN_CHECK(low >= lo && high - 1 <= hi, "randint: [", low, ", ", high, ") does not fit ", dtype_name(o.dtype));
   int64_t n = shape_numel(shape, "randint");
   RngState s = rng_reserve(uint64_t((n + 1) / 2));
-  uint64_t range = uint64_t(high - low);
-  return generate("randint", shape, o, [&](int64_t i) {
-    Philox4 r = philox4x32(s.offset + uint64_t(i / 2), 0, s.seed);
-    int w = int(i % 2) * 2;
-    uint64_t v = (uint64_t(r.x[w]) << 32) | r.x[w + 1];
-    return double(low + int64_t(v % range));
+  const uint64_t range = uint64_t(high) - uint64_t(low);  // wraps, never overflows
+  // drawn in int64 (exact; through float64 the largest ranges lost bits), then converted
+  Tensor t = empty_for("randint", shape, DType::int64, Device::cpu());
+  int64_t* p = t.data<int64_t>();
+  parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      Philox4 r = philox4x32(s.offset + uint64_t(i / 2), 0, s.seed);
+      int w = int(i % 2) * 2;
+      uint64_t v = (uint64_t(r.x[w]) << 32) | r.x[w + 1];
+      p[i] = int64_t(uint64_t(low) + v % range);
+    }
   });
+  Tensor out = t.to(o.dtype).to(o.device);
+  if (o.requires_grad) out.requires_grad_();
+  return out;
 }
 
 Tensor from_blob(const void* data, const Shape& shape, DType src_dtype, TensorOptions o) {

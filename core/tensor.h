@@ -8,6 +8,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
@@ -108,7 +109,14 @@ class Tensor {
   // ---- values ----
   /// The single value of a one-element tensor, as double.
   double item() const;
-  template <class T> T item() const { return static_cast<T>(item()); }
+  /// The single value as an int64 (integer tensors exactly: 2^53 + 1 and INT64_MAX survive;
+  /// floats truncated, NaN/out of range as Tensor::to(int64) converts them).
+  int64_t item_int64() const;
+  /// item() as T; integer T goes through item_int64(), so integer tensors stay exact.
+  template <class T> T item() const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return static_cast<T>(item_int64());
+    else return static_cast<T>(item());
+  }
   /// Element at a full index, as double (for tests and debugging; slow).
   double at(std::initializer_list<int64_t> index) const;
   double at(const Shape& index) const;

@@ -2,6 +2,8 @@
 // (float16/bfloat16 rounding), RNG repeatability, printing, memory stats and errors
 // (overflowing shapes included).
 #include <doctest/doctest.h>
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include "gradcheck.h"
@@ -262,4 +264,73 @@ TEST_CASE("views check their sizes, offsets and strides for overflow") {
   CHECK(test::error_of([&] { add(one.expand({k32, 1}), one.expand({1, k32})); }).find("add") != std::string::npos);
   CHECK(test::error_of([&] { cat({one.expand({big / 2 + 1, 1}), one.expand({big / 2 + 1, 1})}); })
             .find("cat") != std::string::npos);
+}
+
+// Values printed by PyTorch 2.15 for the same calls.
+TEST_CASE("arange, linspace, randint, rand and full as PyTorch: lengths, values, ranges and refusals") {
+  const TensorOptions f64{.dtype = DType::float64};
+  CHECK(arange(0, 0.1 + 0.2, 0.1, f64).numel() == 4);  // ceil(3.0000000000000004), was 3
+  CHECK(arange(0, 1e-13, 1, f64).to_vector<double>() == std::vector<double>{0});
+  CHECK(arange(-3.5, 2, 1.5, {.dtype = DType::int64}).to_vector<int64_t>() == std::vector<int64_t>{-3, -2, -1, 0});
+  CHECK(arange(5, 1, -2).to_vector<double>() == std::vector<double>{5, 3});
+  CHECK(arange(2, 2, 1).numel() == 0);
+  CHECK_THROWS_AS(arange(0, 10, -1), Error);  // the step's sign against the range (was empty)
+  CHECK_THROWS_AS(arange(10, 0, 1), Error);
+  CHECK_THROWS_AS(arange(-1.0), Error);
+  CHECK_THROWS_AS(arange(0, 1, INFINITY), Error);
+  CHECK_THROWS_AS(arange(0, std::nan(""), 1), Error);
+  CHECK_THROWS_AS(arange(0, 3, 1, {.dtype = DType::bool_}), Error);
+  // linspace from both ends, in the dtype's arithmetic; one step is start
+  CHECK(linspace(0, 1, 7).to_vector<float>() ==
+        std::vector<float>{0.0f, 0.1666666716337204f, 0.3333333432674408f, 0.5f, 0.6666666269302368f,
+                           0.8333333134651184f, 1.0f});
+  CHECK(linspace(-1.3, 2.7, 11, f64).to_vector<double>() ==
+        std::vector<double>{-1.3, -0.9, -0.5, -0.09999999999999998, 0.30000000000000004, 0.7000000000000001, 1.1, 1.5,
+                            1.9000000000000001, 2.3000000000000003, 2.7});
+  CHECK(linspace(3, 8, 1).to_vector<double>() == std::vector<double>{3});  // was 8
+  // randint draws exactly in int64: values stay in [low, high) at the ends of the range
+  const int64_t mx = std::numeric_limits<int64_t>::max();
+  for (int64_t v : randint(mx - 11, mx - 1, {1000}).to_vector<int64_t>()) CHECK((v >= mx - 11 && v < mx - 1));
+  for (int64_t v : randint((int64_t(1) << 55) + 1, (int64_t(1) << 55) + 4, {1000}).to_vector<int64_t>())
+    CHECK((v >= (int64_t(1) << 55) + 1 && v < (int64_t(1) << 55) + 4));
+  CHECK_NOTHROW(randint(std::numeric_limits<int64_t>::min(), mx, {16}));  // high - low overflowed
+  CHECK_THROWS_AS(randint(0, 300, {4}, {.dtype = DType::uint8}), Error);
+  CHECK_THROWS_AS(randint(-1, 3, {4}, {.dtype = DType::uint8}), Error);
+  CHECK(randint(0, 256, {64}, {.dtype = DType::uint8}).dtype() == DType::uint8);
+  // rand in 16 bits stays below 1 (rounding a 24-bit uniform reached 1.0 about once in 500 bf16 draws)
+  manual_seed(5);
+  for (DType dt : {DType::float16, DType::bfloat16}) {
+    const std::vector<float> u = rand({20000}, {.dtype = dt}).to_vector<float>();
+    CHECK(*std::max_element(u.begin(), u.end()) < 1.0f);
+    CHECK(*std::min_element(u.begin(), u.end()) >= 0.0f);
+  }
+  CHECK_THROWS_AS(rand({3}, {.dtype = DType::int64}), Error);
+  CHECK_THROWS_AS(randn({3}, {.dtype = DType::bool_}), Error);
+  // full / fill_ with a value the dtype cannot hold: an error, not an undefined conversion
+  CHECK_THROWS_AS(full({2}, 300, {.dtype = DType::uint8}), Error);
+  CHECK_THROWS_AS(full({2}, 1e10, {.dtype = DType::int32}), Error);
+  CHECK_THROWS_AS(full({2}, std::nan(""), {.dtype = DType::int64}), Error);
+  CHECK_THROWS_AS(full({2}, 70000, {.dtype = DType::float16}), Error);
+  CHECK_THROWS_AS(zeros({2}, {.dtype = DType::int32}).fill_(-3e9), Error);
+  CHECK(full({2}, 2.5, {.dtype = DType::int64}).to_vector<int64_t>() == std::vector<int64_t>{2, 2});  // truncates
+  CHECK(std::isinf(full({1}, INFINITY, {.dtype = DType::float16}).item()));
+}
+
+TEST_CASE("float to integer conversions of NaN, inf and out-of-range values are defined (PyTorch's x86 results)") {
+  const double nan = std::nan(""), inf = INFINITY;
+  Tensor x = from_vector<double>({nan, inf, -1.0, 3e9, 1099511627783.0});  // 2^40 + 7
+  CHECK(x.to(DType::int32).to_vector<int32_t>() ==
+        std::vector<int32_t>{INT32_MIN, INT32_MIN, -1, INT32_MIN, INT32_MIN});
+  CHECK(x.to(DType::uint8).to_vector<uint8_t>() == std::vector<uint8_t>{0, 0, 255, 0, 7});
+  CHECK(x.to(DType::int64).to_vector<int64_t>() ==
+        std::vector<int64_t>{INT64_MIN, INT64_MIN, -1, 3000000000, 1099511627783});
+  CHECK(x.slice(0, 0, 5, 2).to(DType::int64).to_vector<int64_t>() ==  // a strided source too
+        std::vector<int64_t>{INT64_MIN, -1, 1099511627783});
+  // integer values survive item<int64_t>() and printing (they went through a double)
+  const int64_t mx = std::numeric_limits<int64_t>::max();
+  Tensor big = from_vector<int64_t>({mx});
+  CHECK(big.item<int64_t>() == mx);
+  CHECK(from_vector<int64_t>({(int64_t(1) << 53) + 1}).item<int64_t>() == (int64_t(1) << 53) + 1);
+  CHECK(big.str().find("9223372036854775807") != std::string::npos);
+  CHECK(from_vector<double>({2.9}).item<int>() == 2);
 }
