@@ -13,7 +13,11 @@ struct MultiheadAttentionOptions {
 };
 /// Self-attention over x (B, T, C) -> (B, T, C), C = embed_dim split into num_heads heads:
 ///   q, k, v = split(qkv(x)); y = sdpa(q, k, v, causal) per head; out = dropout(proj(y)).
-/// Children: qkv = Linear(C, 3C), proj = Linear(C, C).
+/// Children: qkv = Linear(C, 3C), proj = Linear(C, C), initialised as Linear layers (nanoGPT's
+/// layout). torch.nn.MultiheadAttention differs in names and init: its in_proj_weight /
+/// in_proj_bias are kiln's qkv.weight / qkv.bias (the same q|k|v row blocks) and out_proj.*
+/// kiln's proj.*, so renaming the keys loads its weights (outputs then match); it initialises
+/// in_proj_weight with xavier_uniform and both biases with zeros.
 /// Note: kiln::scaled_dot_product_attention has no dropout on the attention weights, so
 /// `dropout` is applied to the projected output (nanoGPT's resid_dropout).
 class MultiheadAttention : public Module {

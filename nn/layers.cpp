@@ -307,7 +307,8 @@ RMSNorm::RMSNorm(Shape ns, RMSNormOptions o) : normalized_shape(std::move(ns)), 
   KILN_CHECK(!normalized_shape.empty(), "RMSNorm: normalized_shape must not be empty");
   for (int64_t d : normalized_shape)
     KILN_CHECK(d > 0, "RMSNorm: normalized_shape sizes must be positive, got ", shape_str(normalized_shape));
-  KILN_CHECK(std::isfinite(o.eps) && o.eps >= 0, "RMSNorm: eps must be finite and >= 0, got ", o.eps);
+  KILN_CHECK(!o.eps || (std::isfinite(*o.eps) && *o.eps >= 0), "RMSNorm: eps must be finite and >= 0, got ",
+             o.eps.value_or(0.0));
   if (o.elementwise_affine) weight = register_parameter("weight", empty(normalized_shape));
   reset_parameters();
 }
@@ -328,13 +329,22 @@ Tensor RMSNorm::forward(const Tensor& x) {
              shape_str(normalized_shape));
   Dims dims;
   for (int64_t i = 0; i < k; ++i) dims.push_back(-1 - i);
-  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), dims, true), options.eps)));
+  const DType dt = x.dtype();
+  const double eps = options.eps ? *options.eps
+                     : dt == DType::float64  ? 0x1p-52
+                     : dt == DType::float16  ? 0x1p-10
+                     : dt == DType::bfloat16 ? 0x1p-7
+                                             : 0x1p-23;  // torch.finfo(x.dtype).eps
+  Tensor y = mul(x, rsqrt(add(mean(mul(x, x), dims, true), eps)));
   return weight.defined() ? mul(y, weight) : y;
 }
 
 std::string RMSNorm::extra_repr() const {
   std::ostringstream os;
-  os << shape_str(normalized_shape) << ", eps=" << options.eps
+  os << shape_str(normalized_shape) << ", eps=";
+  if (options.eps) os << *options.eps;
+  else os << "None";
+  os
      << ", elementwise_affine=" << bool_str(options.elementwise_affine);
   return os.str();
 }

@@ -210,7 +210,9 @@ class LayerNorm : public Module {
 };
 
 struct RMSNormOptions {
-  double eps = 1e-6;
+  /// Added to mean(x^2); unset (the default, as torch.nn.RMSNorm's eps=None): the machine
+  /// epsilon of the input's dtype (float32 2^-23, float64 2^-52, float16 2^-10, bfloat16 2^-7).
+  std::optional<double> eps = std::nullopt;
   bool elementwise_affine = true;  ///< learnable weight (ones)
 };
 /// Root-mean-square normalisation over the trailing dims `normalized_shape` (LLaMA's

@@ -41,7 +41,9 @@ struct InterpolateOptions {
 /// Resizes the spatial dims of x (N, C, H, W) (PyTorch's F.interpolate / nn.Upsample), with
 /// PyTorch's index rules: an axis whose size does not change is copied; nearest takes source
 /// dst / 2 at twice the size, else floor(dst * r) with r = in / out (1 / scale_factor when one
-/// is given) in float32. Composed of index_select and arithmetic, so it is differentiable.
+/// is given) in float32 (PyTorch's float32 results exactly; for float64 tensors PyTorch 2.15
+/// picks the next pixel at a few positions, e.g. 25 of 561 (size, factor) pairs tried).
+/// Composed of index_select and arithmetic, so it is differentiable.
 Tensor interpolate(const Tensor& x, InterpolateOptions options);
 
 }  // namespace kiln

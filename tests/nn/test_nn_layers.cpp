@@ -359,15 +359,22 @@ TEST_CASE("RMSNorm: values, shapes, errors and gradcheck") {
   CHECK(rms.weight.shape() == Shape{4});
   Tensor x = randn({2, 3, 4}, f64);
   Tensor y = rms(x.to(DType::float32));
-  // by hand: x / sqrt(mean(x^2) + eps)
+  // by hand: x / sqrt(mean(x^2) + eps), eps by default float32's machine epsilon (PyTorch's None)
   const auto xv = x.to_vector<double>();
   const auto yv = y.to_vector<double>();
   for (int64_t r = 0; r < 6; ++r) {
     double ms = 0;
     for (int64_t j = 0; j < 4; ++j) ms += xv[size_t(r * 4 + j)] * xv[size_t(r * 4 + j)] / 4;
     for (int64_t j = 0; j < 4; ++j)
-      CHECK(yv[size_t(r * 4 + j)] == doctest::Approx(xv[size_t(r * 4 + j)] / std::sqrt(ms + 1e-6)).epsilon(1e-5));
+      CHECK(yv[size_t(r * 4 + j)] == doctest::Approx(xv[size_t(r * 4 + j)] / std::sqrt(ms + 0x1p-23)).epsilon(1e-5));
   }
+  // small inputs show the default: PyTorch 2.15's torch.nn.RMSNorm(2) of [1e-4, -2e-4] in float64
+  nn::RMSNorm small(2);
+  const std::vector<double> sv = small(T({1e-4, -2e-4}, {1, 2})).to_vector<double>();
+  const double want = 1e-4 / std::sqrt((1e-8 + 4e-8) / 2 + 0x1p-52);
+  CHECK(sv[0] == doctest::Approx(want).epsilon(1e-12));
+  CHECK(sv[1] == doctest::Approx(-2 * want).epsilon(1e-12));
+  CHECK(small.str().find("eps=None") != std::string::npos);
   nn::RMSNorm two(Shape{3, 4}, {.eps = 1e-5});
   CHECK(two(x.to(DType::float32)).shape() == Shape{2, 3, 4});
   CHECK(nn::RMSNorm(4, {.elementwise_affine = false}).parameters().empty());
