@@ -93,9 +93,16 @@ Tensor& Tensor::requires_grad_(bool r) {
 
 Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(); }
 void Tensor::set_grad(const Tensor& g) const {
-  if (g.defined())
+  if (g.defined()) {
     KILN_CHECK(g.shape() == shape(), "set_grad: gradient shape ", shape_str(g.shape()),
                " does not match tensor shape ", shape_str(shape()));
+    KILN_CHECK(g.device() == device(), "set_grad: gradient on ", g.device().str(), " for a tensor on ",
+               device().str());
+    if (g.dtype() != dtype()) {  // later backwards add into it in the tensor's dtype
+      impl().grad = g.detach().to(dtype()).impl_ptr();
+      return;
+    }
+  }
   impl().grad = g.impl_ptr();
 }
 

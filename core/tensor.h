@@ -84,7 +84,8 @@ class Tensor {
   Tensor& requires_grad_(bool r = true);
   /// The accumulated gradient (undefined if none yet).
   Tensor grad() const;
-  /// Replaces the gradient (an undefined Tensor clears it).
+  /// Replaces the gradient (an undefined Tensor clears it); one of another dtype is stored
+  /// converted to this tensor's (a copy), one on another device is an error.
   void set_grad(const Tensor& g) const;
   const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
   bool is_leaf() const { return impl().grad_fn == nullptr; }

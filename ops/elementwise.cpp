@@ -202,19 +202,29 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   }));
 }
 
+// mul and div keep only what their gradients read, as PyTorch: a only when b needs a
+// gradient (so changing a in place after `y = a * w` with a constant w is no error).
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::mul, a, b);
-  return twice_differentiable(record(out, "mul", {a, b}, {a, b}, [a, b](const Tensor& g, const std::vector<bool>& n) {
-    return std::vector<Tensor>{n[0] ? sum_to(g * b, a.shape()) : Tensor(), n[1] ? sum_to(g * a, b.shape()) : Tensor()};
+  if (!any_requires_grad({a, b})) return out;
+  const Tensor sa = b.requires_grad() ? a : Tensor(), sb = a.requires_grad() ? b : Tensor();
+  const Shape as = a.shape(), bs = b.shape();
+  return twice_differentiable(record(out, "mul", {a, b}, {sa, sb}, [sa, sb, as, bs](const Tensor& g,
+                                                                                   const std::vector<bool>& n) {
+    return std::vector<Tensor>{n[0] ? sum_to(g * sb, as) : Tensor(), n[1] ? sum_to(g * sa, bs) : Tensor()};
   }));
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_raw(Op::div, a, b);
-  return twice_differentiable(record(out, "div", {a, b}, {a, b}, [a, b](const Tensor& g, const std::vector<bool>& n) {
+  if (!any_requires_grad({a, b})) return out;
+  const Tensor sa = b.requires_grad() ? a : Tensor();
+  const Shape as = a.shape();
+  return twice_differentiable(record(out, "div", {a, b}, {sa, b}, [sa, b, as](const Tensor& g,
+                                                                             const std::vector<bool>& n) {
     Tensor ga, gb;
-    if (n[0]) ga = sum_to(g / b, a.shape());
-    if (n[1]) gb = sum_to(neg(g) * a / (b * b), b.shape());
+    if (n[0]) ga = sum_to(g / b, as);
+    if (n[1]) gb = sum_to(neg(g) * sa / (b * b), b.shape());
     return std::vector<Tensor>{ga, gb};
   }));
 }

@@ -262,3 +262,30 @@ TEST_CASE("grad() runs only the part of the graph above its inputs") {
   CHECK(test::error_of([&] { kiln::grad({z}, {v}); }).find("modified in place") !=
         std::string::npos);  // where it is needed, still an error
 }
+
+TEST_CASE("mul and div keep only what their gradients read; set_grad converts the dtype") {
+  Tensor p = T({1, 2}, {2}).requires_grad_();
+  Tensor h = p * 3.0;
+  Tensor y = (h * 2.0) / 4.0;  // neither reads h in its backward
+  {
+    NoGradGuard ng;
+    h.add_(ones({2}, test::f64));  // used to make the backward fail: "modified in place"
+  }
+  sum(y).backward();
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{1.5, 1.5});
+  // where the other operand needs a gradient, the changed tensor is still refused
+  Tensor w = T({5}, {1}).requires_grad_();
+  Tensor x = p * 1.0;
+  Tensor z = sum(x * w);
+  {
+    NoGradGuard ng;
+    x.add_(ones({2}, test::f64));
+  }
+  CHECK(test::error_of([&] { z.backward(); }).find("modified in place") != std::string::npos);
+  // set_grad of another dtype is stored in the tensor's dtype; another device is refused
+  Tensor q = T({1, 2}, {2}).requires_grad_();
+  q.set_grad(ones({2}));  // float32
+  CHECK(q.grad().dtype() == DType::float64);
+  sum(q * 2.0).backward();
+  CHECK(q.grad().to_vector<double>() == std::vector<double>{3, 3});
+}
