@@ -11,6 +11,9 @@ namespace kiln {
 /// dst <- src converted to dst's dtype. Shapes must be equal (broadcast src first).
 /// CPU<->CPU is done here; any CUDA side goes through the hook the CUDA backend registers.
 void copy_tensor(const Tensor& dst, const Tensor& src);
+/// Refuses an in-place write (op: copy_, add_, mul_) to a tensor whose elements share memory
+/// (Tensor::has_internal_overlap, an expanded tensor), naming op, shape and strides.
+void check_no_internal_overlap(const Tensor& t, const char* op);
 
 /// True for the 16-bit float storage types (Half, BFloat16).
 template <class T>

@@ -302,8 +302,7 @@ bool Tensor::partially_overlaps(const Tensor& other) const {
   return a0 < b1 && b0 < a1;
 }
 
-// Refuses an in-place write to a tensor whose elements share memory (PyTorch's message).
-static void check_no_internal_overlap(const Tensor& t, const char* op) {
+void check_no_internal_overlap(const Tensor& t, const char* op) {
   KILN_CHECK(!t.has_internal_overlap(), op, ": the destination of shape ", shape_str(t.shape()), " (strides ",
              shape_str(t.strides()), ") has elements that share one memory location (an expanded tensor); "
              "write into a contiguous() copy instead");

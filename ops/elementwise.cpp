@@ -339,13 +339,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   KILN_CHECK(bs == x.shape(), "masked_fill: mask of shape ", shape_str(mask.shape()),
              " does not broadcast to the input's shape ", shape_str(x.shape()));
-  KILN_CHECK(x.is_floating_point() || value == std::floor(value), "masked_fill: value ", value,
-             " cannot be stored in a ", dtype_name(x.dtype()), " tensor ", shape_str(x.shape()), " without loss");
-  double lo = -9223372036854775808.0, hi = 9223372036854775808.0;  // [lo, hi)
-  if (x.dtype() == DType::int32) lo = -2147483648.0, hi = 2147483648.0;
-  if (x.dtype() == DType::uint8) lo = 0, hi = 256;
-  KILN_CHECK(x.is_floating_point() || (value >= lo && value < hi), "masked_fill: value ", value,
-             " is out of the range of a ", dtype_name(x.dtype()), " tensor");
+  // full() refuses a value x's dtype cannot hold (NaN or out of range for an integer dtype)
   return where(mask, full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);
 }
 
@@ -367,8 +361,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "add_: in-place change of a tensor that requires grad "
              "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
-  KILN_CHECK(!has_internal_overlap(), "add_: the destination of shape ", shape_str(shape()), " (strides ",
-             shape_str(strides()), ") has elements that share one memory location (an expanded tensor)");
+  check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;
   bump_version();
   Tensor o = alpha == 1.0 ? other : mul(other, alpha);
@@ -389,8 +382,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 Tensor& Tensor::mul_(double s) {
   KILN_CHECK(!(grad_mode_enabled() && requires_grad()), "mul_: in-place change of a tensor that requires grad "
              "(shape ", shape_str(shape()), "); wrap it in kiln::NoGradGuard");
-  KILN_CHECK(!has_internal_overlap(), "mul_: the destination of shape ", shape_str(shape()), " (strides ",
-             shape_str(strides()), ") has elements that share one memory location (an expanded tensor)");
+  check_no_internal_overlap(*this, "mul_");
   NoGradGuard ng;
   Tensor sc = scalar_like(*this, s);
   KILN_CHECK(is_floating_point() || !sc.is_floating_point(), "mul_: cannot multiply a ", dtype_name(dtype()),
