@@ -33,8 +33,13 @@ autocast::~autocast() {
   t_autocast_dtype = prev_dtype_;
 }
 
+// PyTorch's is_eligible: float32 and the other 16-bit dtype are cast, float64 is not
+static bool casts_to_low(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::float32 || (is_half(t.dtype()) && t.dtype() != t_autocast_dtype));
+}
+
 Tensor autocast_to_low(const Tensor& t) {
-  if (!t_autocast_enabled || !t.defined() || t.dtype() != DType::float32) return t;
+  if (!t_autocast_enabled || !casts_to_low(t)) return t;
   return t.to(t_autocast_dtype);
 }
 
@@ -47,7 +52,7 @@ Tensor autocast_to_fp32(const Tensor& t) {
 bool autocast_wants_low(std::initializer_list<Tensor> ts) {
   if (!t_autocast_enabled) return false;
   for (const auto& t : ts)
-    if (t.defined() && t.dtype() == DType::float32) return true;
+    if (casts_to_low(t)) return true;
   return false;
 }
 

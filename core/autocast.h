@@ -37,14 +37,16 @@ class autocast {
   DType prev_dtype_;
 };
 
-/// Under autocast: a float32 tensor converted (differentiably, Tensor::to) to
-/// autocast_dtype(); any other tensor (or autocast off, or undefined) is returned as is.
+/// Under autocast: a float32 tensor, or one of the other 16-bit dtype, converted
+/// (differentiably, Tensor::to) to autocast_dtype(), as PyTorch's autocast casts every
+/// floating tensor but float64 (so float16 x beside float32 w runs in bfloat16 under
+/// autocast(bfloat16)); any other tensor (or autocast off, or undefined) is returned as is.
 Tensor autocast_to_low(const Tensor& t);
 /// Under autocast: a float16/bfloat16 tensor converted (differentiably) to float32; any
 /// other tensor (or autocast off, or undefined) is returned as is.
 Tensor autocast_to_fp32(const Tensor& t);
 
-/// True under autocast when any defined tensor is float32 (autocast_to_low would cast it).
+/// True under autocast when autocast_to_low would cast any of the tensors.
 bool autocast_wants_low(std::initializer_list<Tensor> ts);
 /// True under autocast when any defined tensor is float16/bfloat16 (autocast_to_fp32 would
 /// cast it).

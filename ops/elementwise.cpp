@@ -224,7 +224,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
                                                                              const std::vector<bool>& n) {
     Tensor ga, gb;
     if (n[0]) ga = sum_to(g / b, as);
-    if (n[1]) gb = sum_to(neg(g) * sa / (b * b), b.shape());
+    if (n[1]) gb = sum_to(neg(g) * ((sa / b) / b), b.shape());  // PyTorch's order: b * b over- or underflows
     return std::vector<Tensor>{ga, gb};
   }));
 }
@@ -240,7 +240,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     const Tensor z = zeros({}, {.dtype = g.dtype(), .device = g.device()});
     if (n[0]) ga = sum_to(where(eq(b, 0.0), z, g * b * pow(a, b - 1.0)), a.shape());
     if (n[1]) {
-      const Tensor full = g * saved_output(yd) * log(a);
+      const Tensor full = g * saved_output(yd) * log(a.to(yd.dtype()));  // log in the result's precision
       gb = sum_to(where(eq(a, 0.0), where(ge(b, 0.0), z, full), full), b.shape());
     }
     return std::vector<Tensor>{ga, gb};
@@ -270,8 +270,22 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(Op::minimum, a
 
 Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
 Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
-Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
-Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
+// mul and div keep a C++ scalar beside a 16-bit tensor in float32, as PyTorch's opmath does:
+// bf16 x * 0.1 is x * 0.1f rounded once, not x * bf16(0.1) = x * 0.10009766 (a bias). On the
+// CPU every 16-bit binary op computes in float32 anyway; a CUDA kernel computes in the
+// tensor's dtype, so a scalar that dtype cannot hold takes the float32 path there. add and sub
+// round the scalar to the tensor's dtype, as PyTorch's do.
+static bool exact_in(DType dt, double v) {
+  return full({}, v, {.dtype = dt}).item() == v || std::isnan(v);
+}
+static Tensor product_with_scalar(Op op, const Tensor& a, double b) {
+  if (!is_half(a.dtype())) return op == Op::mul ? mul(a, scalar_like(a, b)) : div(a, scalar_like(a, b));
+  if (!a.is_cpu() && !exact_in(a.dtype(), b)) return product_with_scalar(op, a.to(DType::float32), b).to(a.dtype());
+  const Tensor s = full({}, b, {.dtype = DType::float32, .device = a.device()});
+  return op == Op::mul ? mul(a, s) : div(a, s);
+}
+Tensor mul(const Tensor& a, double b) { return product_with_scalar(Op::mul, a, b); }
+Tensor div(const Tensor& a, double b) { return product_with_scalar(Op::div, a, b); }
 Tensor operator/(double a, const Tensor& b) { return div(scalar_like(b, a), b); }
 Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(b, a), b); }  // not -b + a: -b wraps uint8
 
@@ -317,9 +331,11 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   KILN_CHECK(cond.defined() && a0.defined() && b0.defined(), "where: undefined input tensor");
   check_same_device("where", {cond, a0, b0});
+  KILN_CHECK(cond.dtype() == DType::bool_, "where: expected a bool condition, got ", dtype_name(cond.dtype()),
+             shape_str(cond.shape()), " (compare it, e.g. ne(cond, 0), to make one)");
   DType dt = result_type(a0, b0);
   DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
-  Tensor c = cond.to(DType::bool_), a = a0.to(compute), b = b0.to(compute);
+  Tensor c = cond, a = a0.to(compute), b = b0.to(compute);
   Shape shape = broadcast_shapes(broadcast_shapes(c.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = Tensor::empty(shape, compute, a.device());
   if (out.numel() > 0) kernel<WhereKernelFn>(Op::where, out.device())(compute, make_args(shape, {&out, &c, &a, &b}, "where"));
@@ -336,6 +352,8 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   KILN_CHECK(x.defined() && mask.defined(), "masked_fill: undefined input tensor");
+  KILN_CHECK(mask.dtype() == DType::bool_, "masked_fill: expected a bool mask, got ", dtype_name(mask.dtype()),
+             shape_str(mask.shape()), " (compare it, e.g. ne(mask, 0), to make one)");
   Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   KILN_CHECK(bs == x.shape(), "masked_fill: mask of shape ", shape_str(mask.shape()),
              " does not broadcast to the input's shape ", shape_str(x.shape()));

@@ -54,9 +54,9 @@ Tensor softplus(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // ---- selection ----
-/// cond ? a : b, broadcasting all three; cond is bool (or any dtype, nonzero = true).
+/// cond ? a : b, broadcasting all three; cond must be bool (as in PyTorch).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-/// x with value where mask is true (mask broadcast to x's shape).
+/// x with value where mask is true (a bool mask broadcast to x's shape, as in PyTorch).
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
 // ---- comparisons (not differentiable; bool result) ----

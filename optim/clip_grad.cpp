@@ -65,8 +65,9 @@ double norm_accum(const Tensor& g, double p) {
   // other devices / dtypes: tensor ops in float32 (float64 stays float64)
   Tensor a = abs(g.dtype() == DType::float64 ? g : g.to(DType::float32));
   if (std::isinf(p)) {
-    // max() skips NaN on some backends: report NaN explicitly
-    if (sum(mul(a, 0.0)).item() != 0.0) return std::numeric_limits<double>::quiet_NaN();
+    // max() skips NaN on some backends: report NaN explicitly (counted with ne(a, a): a * 0
+    // would call an inf a NaN too)
+    if (sum(ne(a, a)).item<int64_t>() != 0) return std::numeric_limits<double>::quiet_NaN();
     return max(a).item();
   }
   return sum(p == 2.0 ? mul(a, a) : pow(a, p)).item();

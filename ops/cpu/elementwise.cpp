@@ -63,10 +63,7 @@ void binary_typed(Op op, const EwArgs& args) {
 }
 
 void binary_cpu(Op op, DType dt, const EwArgs& args) {
-  if (dt == DType::bool_) {
-    KILN_CHECK(op == Op::eq || op == Op::ne, op_name(op), ": not supported for bool tensors");
-    return binary_typed<uint8_t>(op, args);  // bool is stored as one byte
-  }
+  if (dt == DType::bool_) return binary_typed<uint8_t>(bool_binary_op(op), args);  // one byte, 0 or 1
   KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() { binary_typed<T>(op, args); });
 }
 

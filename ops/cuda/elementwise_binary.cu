@@ -33,10 +33,8 @@ void binary_typed(Op op, const LoopLayout<3>& L, void* const* p) {
 
 void binary_cuda(Op op, DType dt, const EwArgs& args) {
   const LoopLayout<3> L = layout_from_args<3>(args);
-  if (dt == DType::bool_) {  // bool is one byte: compare the bytes
-    KILN_CHECK(op == Op::eq || op == Op::ne, op_name(op), ": not supported for bool tensors");
-    if (op == Op::eq) launch_elementwise<bool, uint8_t, uint8_t>(L, args.ptr, EqF<uint8_t>{});
-    else launch_elementwise<bool, uint8_t, uint8_t>(L, args.ptr, NeF<uint8_t>{});
+  if (dt == DType::bool_) {  // one byte, 0 or 1 (bool_binary_op: or = max, and = min)
+    binary_typed<uint8_t>(bool_binary_op(op), L, args.ptr);
     return;
   }
   dispatch_numeric(dt, op_name(op), [&]<class T>() { binary_typed<T>(op, L, args.ptr); });

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
 #include "kiln/ops/dispatch.h"
 
 namespace kiln {
@@ -20,6 +21,20 @@ struct EwArgs {
 /// out = op(a, b) over a broadcast index space. `dt` is the dtype of a and b; out has dtype
 /// `dt` except for comparisons (bool). ptr[0]=out, ptr[1]=a, ptr[2]=b.
 using BinaryKernelFn = void(Op op, DType dt, const EwArgs& args);
+
+/// Two bool tensors are bytes holding 0 or 1 and run as uint8 with PyTorch's logical
+/// meaning: add and maximum are `or` (the bytes' max), mul and minimum are `and` (their
+/// min), comparisons compare the bytes; sub and pow are errors, as in PyTorch.
+inline Op bool_binary_op(Op op) {
+  switch (op) {
+    case Op::add: case Op::maximum: return Op::maximum;
+    case Op::mul: case Op::minimum: return Op::minimum;
+    case Op::eq: case Op::ne: case Op::lt: case Op::le: case Op::gt: case Op::ge: return op;
+    default: break;
+  }
+  KILN_FAIL(op_name(op), ": not supported for two bool tensors (",
+            op == Op::sub ? "ne() is their logical xor" : "convert them to a number dtype first", ")");
+}
 
 /// Unary forward on contiguous arrays: out[i] = op(x[i]; p0, p1).
 /// Unary backward (backward=true): out[i] = g[i] * op'(s[i]), where s is what the op's row

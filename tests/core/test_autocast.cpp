@@ -68,6 +68,20 @@ TEST_CASE("autocast_to_low / autocast_to_fp32 cast only eligible tensors, only w
   {
     autocast guard(DType::float16);
     CHECK(autocast_to_low(f32).dtype() == DType::float16);
+    // the other 16-bit dtype is cast too (PyTorch's is_eligible); float16 stays as it is
+    CHECK(autocast_to_low(b16).dtype() == DType::float16);
+    CHECK(autocast_wants_low({f64, b16}));
+    const Tensor h = b16.to(DType::float16);
+    CHECK(autocast_to_low(h).is_same(h));
+  }
+  {
+    // a float16 activation meeting float32 weights under bf16 autocast runs in bf16 (was a
+    // dtype-mismatch error)
+    autocast guard(DType::bfloat16);
+    Tensor x = randn({4, 3}).to(DType::float16), w = randn({2, 3});
+    CHECK(linear(x, w).dtype() == DType::bfloat16);
+    CHECK(matmul(x, w.t()).dtype() == DType::bfloat16);
+    CHECK(matmul(x, x.t()).dtype() == DType::bfloat16);
   }
 }
 

@@ -151,6 +151,39 @@ TEST_CASE("comparisons, where and masked_fill") {
   CHECK(masked_fill(m, mask, 1).to_vector<double>() == std::vector<double>{1, 0, 1, 1, 0, 1});
   CHECK_THROWS_AS(masked_fill(zeros({3}), from_vector<bool>({true, false, true, true}, {4}), 1), Error);
   CHECK_THROWS_AS(masked_fill(zeros({3}), zeros({2, 3}).to(DType::bool_), 1), Error);
+  // the mask and the condition must be bool, as in PyTorch (a float 0/1 or 0/-inf attention
+  // mask passed by mistake was silently read as "nonzero")
+  CHECK_THROWS_WITH_AS(masked_fill(zeros({3}), from_vector<float>({1, 0, 1}), 1),
+                       doctest::Contains("expected a bool mask, got float32"), Error);
+  CHECK_THROWS_AS(masked_fill(zeros({3}), from_vector<uint8_t>({1, 0, 1}), 1), Error);
+  CHECK_THROWS_WITH_AS(where(from_vector<int64_t>({1, 0, 1}), a, b), doctest::Contains("expected a bool condition"),
+                       Error);
+}
+
+TEST_CASE("two bool tensors: add and maximum are or, mul and minimum are and, comparisons work (PyTorch's results)") {
+  Tensor a = from_vector<bool>({true, false, true, false}), b = from_vector<bool>({true, true, false, false});
+  auto v = [](const Tensor& t) {
+    CHECK(t.dtype() == DType::bool_);
+    return t.to_vector<uint8_t>();
+  };
+  using U = std::vector<uint8_t>;
+  CHECK(v(a + b) == U{1, 1, 1, 0});
+  CHECK(v(maximum(a, b)) == U{1, 1, 1, 0});
+  CHECK(v(a * b) == U{1, 0, 0, 0});
+  CHECK(v(minimum(a, b)) == U{1, 0, 0, 0});
+  CHECK(v(a < b) == U{0, 1, 0, 0});
+  CHECK(v(a <= b) == U{1, 1, 0, 1});
+  CHECK(v(a > b) == U{0, 0, 1, 0});
+  CHECK(v(a >= b) == U{1, 0, 1, 1});
+  CHECK(v(a == b) == U{1, 0, 0, 1});
+  CHECK(v(a != b) == U{0, 1, 1, 0});
+  // broadcast and strided operands take the same path
+  CHECK(v(a.reshape({2, 2}).t() + from_vector<bool>({false, false})) == U{1, 1, 0, 0});
+  CHECK(v(add(a, from_vector<bool>({true}))) == U{1, 1, 1, 1});
+  // the result is a bool byte 0 or 1, also when both are true (a byte sum would be 2)
+  CHECK(sum(a + a).item<int64_t>() == 2);
+  CHECK_THROWS_WITH_AS(a - b, doctest::Contains("not supported for two bool tensors"), Error);
+  CHECK(((a + b) / b).dtype() == DType::float32);  // true division promotes, as in PyTorch
 }
 
 TEST_CASE("gradcheck: binary ops with broadcasting and non-contiguous inputs") {
@@ -518,4 +551,51 @@ TEST_CASE("pow of integer tensors is exact and stays integer (PyTorch 2.15's val
   CHECK(half.dtype() == DType::float32);
   CHECK(half.to_vector<double>() == std::vector<double>{2, 3});
   CHECK_THROWS_AS(pow(from_vector<bool>({true}), from_vector<bool>({true})), Error);  // PyTorch raises too
+}
+
+TEST_CASE("16-bit and extreme divisors: div's gradient in PyTorch's order, pow's log in the result's precision") {
+  // d(a/b)/db = -g (a/b)/b: -g a/(b*b) overflowed b*b in float16 for |b| >= 256 (gradient 0)
+  // and underflowed it to 0 in float32 (0/0 = NaN)
+  auto grad_b = [](const Tensor& a, Tensor b) {
+    b.requires_grad_();
+    div(a, b).backward(ones_like(b));
+    return b.grad().to_vector<double>();
+  };
+  const TensorOptions h{.dtype = DType::float16};
+  std::vector<double> g = grad_b(full({1}, 1000, h), full({1}, 300, h));
+  CHECK(g[0] == doctest::Approx(-1000.0 / 90000).epsilon(1e-3));  // PyTorch 2.15: -0.011116
+  g = grad_b(full({1}, 0.0), full({1}, 1e-30));
+  CHECK(g[0] == 0.0);
+  CHECK(std::signbit(g[0]));  // -0, as PyTorch (was NaN)
+  g = grad_b(full({1}, 1.0), full({1}, 1e20));
+  CHECK(g[0] == doctest::Approx(-1e-40).epsilon(1e-3));  // a float32 subnormal (was -0)
+  // d a^b / db = a^b log a with log in the result's dtype (float32), not the float16 base's
+  Tensor a = from_vector<double>({3.0, 0.7}).to(DType::float16), e = from_vector<float>({2.5f, -1.5f});
+  e.requires_grad_();
+  pow(a, e).backward(ones_like(e));
+  const std::vector<float> ge = e.grad().to_vector<float>();
+  CHECK(ge[0] == doctest::Approx(17.1256707).epsilon(1e-6));  // was 17.12599
+  CHECK(ge[1] == doctest::Approx(-0.6082806).epsilon(1e-6));
+}
+
+TEST_CASE("a C++ scalar times or over a 16-bit tensor stays float32 (PyTorch's opmath), rounded once") {
+  for (DType dt : {DType::bfloat16, DType::float16}) {
+    CAPTURE(dtype_name(dt));
+    Tensor x = from_vector<double>({7, 100, 3, -0.75}).to(dt);
+    const std::vector<float> xv = x.to_vector<float>();
+    auto round16 = [dt](float v) { return full({}, v, {.dtype = dt}).item(); };
+    const std::vector<double> q = div(x, 0.3).to_vector<double>(), p = mul(x, 0.1).to_vector<double>();
+    for (size_t i = 0; i < xv.size(); ++i) {
+      CHECK(q[i] == round16(xv[i] / 0.3f));
+      CHECK(p[i] == round16(xv[i] * 0.1f));
+    }
+    CHECK(div(x, 0.3).dtype() == dt);
+  }
+  // PyTorch 2.15: bf16 [7, 100] / 0.3 is [23.375, 334] (it was [23.25, 332])
+  CHECK(div(from_vector<double>({7, 100}).to(DType::bfloat16), 0.3).to_vector<double>() ==
+        std::vector<double>{23.375, 334});
+  // the gradient multiplies by the same float32 scalar
+  Tensor x = full({2}, 3.0, {.dtype = DType::bfloat16, .requires_grad = true});
+  mul(x, 0.1).backward(ones_like(x));
+  CHECK(x.grad().to_vector<double>()[0] == full({}, 0.1f, {.dtype = DType::bfloat16}).item());
 }

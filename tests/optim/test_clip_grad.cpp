@@ -69,6 +69,11 @@ TEST_CASE("clip_grad_norm_: a non-finite total norm is returned and nothing is s
     CHECK(d.grad().item() == 12.0);
     CHECK_THROWS_WITH_AS(optim::clip_grad_norm_({a, b}, 1.0, norm_type, true), doctest::Contains("non-finite"),
                          kiln::Error);
+    // the generic path (bf16, or not contiguous) also says inf for an inf gradient (was NaN)
+    Tensor h = with_grad({1.0, -inf, -2.0}, DType::bfloat16);
+    CHECK(std::isinf(optim::clip_grad_norm_({h}, 1.0, norm_type)));
+    Tensor hn = with_grad({1.0, nan}, DType::bfloat16);
+    CHECK(std::isnan(optim::clip_grad_norm_({hn}, 1.0, norm_type)));
   }
   Tensor a = with_grad({1.0});
   CHECK_THROWS_AS(optim::clip_grad_norm_({a}, 1.0, 0.0), kiln::Error);
