@@ -531,6 +531,12 @@ Tensor arange(double end, TensorOptions o) { return arange(0.0, end, 1.0, o); }
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
   KILN_CHECK(o.dtype != DType::bool_, "linspace: not defined for bool tensors");
+  if (!is_floating(o.dtype)) {  // PyTorch converts the ends to the integer type first
+    KILN_CHECK(std::isfinite(start) && std::isfinite(end), "linspace: start ", start, " and end ", end,
+               " must be finite for ", dtype_name(o.dtype));
+    start = std::trunc(start);
+    end = std::trunc(end);
+  }
   if (steps == 1) return full({1}, start, o);
   const int64_t half = steps / 2;
   if (o.dtype == DType::float32) {
@@ -543,6 +549,12 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions o) {
   return generate("linspace", {steps}, o, [&](int64_t i) {
     return i < half ? start + h * double(i) : end - h * double(steps - 1 - i);
   });
+}
+
+Tensor eye(int64_t n, int64_t m, TensorOptions o) {
+  if (m == -1) m = n;
+  KILN_CHECK(n >= 0 && m >= 0, "eye: expected n >= 0 and m >= 0, got n = ", n, ", m = ", m);
+  return generate("eye", {n, m}, o, [m](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
 }
 
 // Random factories draw in the target precision's bits: float32 tensors use 24-bit

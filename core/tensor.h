@@ -200,7 +200,11 @@ Tensor full(const Shape& shape, double value, TensorOptions o = {});
 /// not guessed: pass the dtype you want; float32 by default).
 Tensor arange(double start, double end, double step = 1.0, TensorOptions o = {});
 Tensor arange(double end, TensorOptions o = {});
+/// steps values from start to end, as torch.linspace (an integer dtype truncates start and
+/// end first, then truncates each value: linspace(-5.5, 5.5, 4, int64) is -5, -1, 1, 5).
 Tensor linspace(double start, double end, int64_t steps, TensorOptions o = {});
+/// The n x m identity (ones on the main diagonal), m = n when omitted; torch.eye.
+Tensor eye(int64_t n, int64_t m = -1, TensorOptions o = {});
 /// Uniform [0, 1) from the global Philox generator.
 Tensor rand(const Shape& shape, TensorOptions o = {});
 /// Standard normal from the global Philox generator.

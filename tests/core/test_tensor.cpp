@@ -288,6 +288,20 @@ TEST_CASE("arange, linspace, randint, rand and full as PyTorch: lengths, values,
         std::vector<double>{-1.3, -0.9, -0.5, -0.09999999999999998, 0.30000000000000004, 0.7000000000000001, 1.1, 1.5,
                             1.9000000000000001, 2.3000000000000003, 2.7});
   CHECK(linspace(3, 8, 1).to_vector<double>() == std::vector<double>{3});  // was 8
+  // an integer linspace truncates its ends first (PyTorch 2.15's values)
+  const TensorOptions i64{.dtype = DType::int64};
+  CHECK(linspace(0, 10, 4, i64).to_vector<int64_t>() == std::vector<int64_t>{0, 3, 6, 10});
+  CHECK(linspace(-5.5, 5.5, 4, i64).to_vector<int64_t>() == std::vector<int64_t>{-5, -1, 1, 5});
+  CHECK(linspace(0.5, 9.7, 5, i64).to_vector<int64_t>() == std::vector<int64_t>{0, 2, 4, 6, 9});  // was 0, 2, 5, 7, 9
+  CHECK_THROWS_AS(linspace(std::nan(""), 1, 3, i64), Error);
+  // eye as torch.eye
+  CHECK(eye(2, 3).to_vector<float>() == std::vector<float>{1, 0, 0, 0, 1, 0});
+  CHECK(eye(3, 2, i64).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, 1, 0, 0});
+  CHECK(eye(2).shape() == Shape{2, 2});
+  CHECK(eye(0).numel() == 0);
+  CHECK(eye(2, 0).shape() == Shape{2, 0});
+  CHECK(eye(2, 2, {.dtype = DType::bool_}).to_vector<uint8_t>() == std::vector<uint8_t>{1, 0, 0, 1});
+  CHECK_THROWS_AS(eye(-1), Error);
   // randint draws exactly in int64: values stay in [low, high) at the ends of the range
   const int64_t mx = std::numeric_limits<int64_t>::max();
   for (int64_t v : randint(mx - 11, mx - 1, {1000}).to_vector<int64_t>()) CHECK((v >= mx - 11 && v < mx - 1));
