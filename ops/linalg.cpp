@@ -137,13 +137,16 @@ Tensor gemm2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const Tensor& A
   return out;
 }
 
-void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an, const char* bn) {
+void check_pair(const char* op, const Tensor& a, const Tensor& b, const char* an, const char* bn,
+                bool integers = false) {
   KILN_CHECK(a.defined(), op, ": ", an, " is an undefined tensor");
   KILN_CHECK(b.defined(), op, ": ", bn, " is an undefined tensor");
   check_same_device(op, {a, b});
   KILN_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch, ", an, " is ", describe(a), " and ", bn, " is ",
              describe(b), " (expected equal dtypes)");
-  check_floating(op, a, an);
+  if (!integers) return check_floating(op, a, an);
+  KILN_CHECK(a.dtype() != DType::bool_ && (a.is_cpu() || a.is_floating_point()), op,
+             ": expected floating-point tensors, or integer ones on the CPU, got ", describe(a), " and ", describe(b));
 }
 
 /// 16-bit GEMMs run natively on CUDA (cuBLASLt, float32 accumulation), and on a CPU with
@@ -198,7 +201,7 @@ std::vector<Tensor> matmul_backward_graph(const Tensor& g, const Tensor& a, cons
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (auto r = autocast_op(AutocastTo::low, [&](const Tensor& ac, const Tensor& bc) { return matmul(ac, bc); }, a, b))
     return *r;  // autocast: the op ran on cast inputs
-  check_pair("matmul", a, b, "a", "b");
+  check_pair("matmul", a, b, "a", "b", /*integers=*/true);
   KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
              shape_str(a.shape()), " and ", shape_str(b.shape()));
   const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);

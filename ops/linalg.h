@@ -8,6 +8,8 @@
 namespace kiln {
 
 /// torch.matmul semantics: 1-D x 1-D dot, 2-D x 2-D, and batched with broadcast batch dims.
+/// Integer tensors (int64, int32, uint8) multiply on the CPU, wrapping on overflow, as
+/// PyTorch's do; bool and integer CUDA tensors are refused (PyTorch has no kernel either).
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// y = x W^T + b for x (..., in), W (out, in), b (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());

@@ -179,12 +179,44 @@ void matmul_half(DType dt, bool trans_a, bool trans_b, int64_t batch, int64_t M,
                    nt);
 }
 
+/// Integer GEMMs (PyTorch has them on the CPU): the plain i-k-j loop, wrapping on overflow as
+/// PyTorch does (the products and sums in the unsigned type of the same width).
+template <class T>
+void matmul_integer(bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const T* A,
+                    int64_t lda, const int64_t* a_off, const T* B, int64_t ldb, const int64_t* b_off, T* C,
+                    int64_t ldc, const int64_t* c_off) {
+  using U = std::make_unsigned_t<T>;
+  parallel_for(0, batch * M, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<U> row(static_cast<size_t>(N));
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t bi = r / M, i = r % M;
+      const T* a = A + a_off[bi];
+      const T* b = B + b_off[bi];
+      std::fill(row.begin(), row.end(), U(0));
+      for (int64_t k = 0; k < K; ++k) {
+        const U av = U(trans_a ? a[k * lda + i] : a[i * lda + k]);
+        for (int64_t j = 0; j < N; ++j) row[j] = U(row[j] + U(av * U(trans_b ? b[j * ldb + k] : b[k * ldb + j])));
+      }
+      for (int64_t j = 0; j < N; ++j) C[c_off[bi] + i * ldc + j] = T(row[j]);
+    }
+  });
+}
+
 void matmul_cpu(DType dtype, bool trans_a, bool trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                 double alpha, const void* A, int64_t lda, const int64_t* a_off, const void* B, int64_t ldb,
                 const int64_t* b_off, double beta, void* C, int64_t ldc, const int64_t* c_off) {
   if (is_half(dtype))
     return matmul_half(dtype, trans_a, trans_b, batch, M, N, K, alpha, A, lda, a_off, B, ldb, b_off, beta, C, ldc,
                        c_off);
+  if (dtype == DType::int64 || dtype == DType::int32 || dtype == DType::uint8) {
+    KILN_CHECK(alpha == 1.0 && beta == 0.0, "matmul (cpu, ", dtype_name(dtype),
+               "): alpha 1 and beta 0 only, got alpha ", alpha, " beta ", beta);
+    return KILN_DISPATCH_NUMERIC(dtype, "matmul", [&]<class T>() {
+      if constexpr (std::is_integral_v<T>)
+        matmul_integer<T>(trans_a, trans_b, batch, M, N, K, static_cast<const T*>(A), lda, a_off,
+                          static_cast<const T*>(B), ldb, b_off, static_cast<T*>(C), ldc, c_off);
+    });
+  }
   KILN_DISPATCH_FLOATING(dtype, "matmul", [&]<class T>() {
     const T* a = static_cast<const T*>(A);
     const T* b = static_cast<const T*>(B);

@@ -223,8 +223,38 @@ TEST_CASE("matmul: errors") {
   msg = error_of([] { matmul(ones({2, 2}), ones({2, 2}, f64)); });
   CHECK(msg.find("float64") != std::string::npos);
   CHECK_THROWS_AS(matmul(scalar_tensor(1.0), ones({2})), Error);
-  CHECK_THROWS_AS(matmul(ones({2}, {.dtype = DType::int64}), ones({2}, {.dtype = DType::int64})), Error);
+  CHECK_THROWS_WITH_AS(matmul(ones({2}, {.dtype = DType::bool_}), ones({2}, {.dtype = DType::bool_})),
+                       doctest::Contains("bool"), Error);
+  CHECK_THROWS_AS(matmul(ones({2}, {.dtype = DType::int64}), ones({2}, {.dtype = DType::int32})), Error);
   CHECK_THROWS_AS(matmul(Tensor(), ones({2})), Error);
+}
+
+TEST_CASE("matmul of integer tensors: exact, every rank and layout, wrapping on overflow as PyTorch") {
+  manual_seed(5);
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3}, {3}}, {{2, 3}, {3}}, {{3}, {3, 4}}, {{5, 3}, {3, 4}}, {{2, 1, 3, 4}, {5, 4, 6}}, {{4, 0}, {0, 3}},
+      {{0, 2}, {2, 3}}, {{2, 3, 4}, {4, 2}}};
+  for (DType dt : {DType::int64, DType::int32, DType::uint8}) {
+    for (const auto& [sa, sb] : cases) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(shape_str(sa));
+      const double hi = dt == DType::uint8 ? 6 : 100;  // products and sums stay exact in float64
+      Tensor a = randint(dt == DType::uint8 ? 0 : -100, int64_t(hi), sa, {.dtype = dt});
+      Tensor b = randint(dt == DType::uint8 ? 0 : -100, int64_t(hi), sb, {.dtype = dt});
+      Tensor got = matmul(a, b);
+      CHECK(got.dtype() == dt);
+      Tensor ref = ref_matmul(a.to(DType::float64), b.to(DType::float64));
+      CHECK(got.shape() == ref.shape());
+      CHECK(got.to_vector<double>() == ref.to_vector<double>());
+      if (sa.size() == 2 && sb.size() == 2) {  // transposed operands are read in place
+        CHECK(matmul(b.t().contiguous().t().t(), a.t()).to_vector<double>() == ref.t().contiguous().to_vector<double>());
+      }
+    }
+  }
+  // PyTorch 2.15: uint8 [[200, 2]] @ [[2], [1]] is 146 (402 mod 256); int64 wraps mod 2^64
+  CHECK(matmul(from_vector<uint8_t>({200, 2}, {1, 2}), from_vector<uint8_t>({2, 1}, {2, 1})).item<int64_t>() == 146);
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  CHECK(matmul(from_vector<int64_t>({big, 1}), from_vector<int64_t>({2, 3})).item<int64_t>() == 1);  // 2*max+3 wraps to 1
 }
 
 TEST_CASE("linear: values by hand") {
