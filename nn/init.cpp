@@ -4,6 +4,7 @@
 #include <cmath>
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
+#include "kiln/core/half.h"
 #include "kiln/ops/elementwise.h"
 
 namespace kiln::nn::init {
@@ -21,6 +22,18 @@ Tensor fill_from(const Tensor& t, const Tensor& src) {
   Tensor h = t;
   h.copy_(src);
   return h;
+}
+/// The largest float16 / bfloat16 value below b (for a uniform draw that rounded onto b).
+double largest_below(DType dt, double b) {
+  const bool bf = dt == DType::bfloat16;
+  auto value = [bf](uint16_t h) { return double(bf ? bf16_bits_to_float(h) : half_bits_to_float(h)); };
+  uint16_t h = bf ? float_to_bf16_bits(float(b)) : float_to_half_bits(float(b));
+  while (value(h) >= b) {  // one step down: toward 0 when positive, away from it when negative
+    if (h == 0) h = 0x8001;
+    else if (h & 0x8000) ++h;
+    else --h;
+  }
+  return value(h);
 }
 }  // namespace
 
@@ -46,8 +59,18 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
 Tensor uniform_(const Tensor& t, double a, double b) {
   check(t, "uniform_");
   KILN_CHECK(a <= b, "init::uniform_: expected a <= b, got a=", a, " b=", b);
+  KILN_CHECK(std::isfinite(a) && std::isfinite(b - a), "init::uniform_: expected finite bounds a=", a, " b=", b,
+             " (and a finite b - a)");
   NoGradGuard ng;
-  return fill_from(t, rand(t.shape(), draw_options(t)) * (b - a) + a);
+  Tensor src = rand(t.shape(), draw_options(t)) * (b - a) + a;
+  if (is_half(t.dtype()) && a < b) {
+    // a float32 draw rounded to 16 bits lands on b now and then (about 1 in 512 in bf16 on
+    // [0, 1)): those take the dtype's largest value below b, so the range is [a, b) as PyTorch's
+    src = src.to(t.dtype());
+    src = where(ge(src.to(DType::float64), b), full({}, largest_below(t.dtype(), b), {.dtype = t.dtype(),
+                .device = t.device()}), src);
+  }
+  return fill_from(t, src);
 }
 
 Tensor normal_(const Tensor& t, double mean, double std) {
@@ -57,8 +80,8 @@ Tensor normal_(const Tensor& t, double mean, double std) {
   return fill_from(t, randn(t.shape(), draw_options(t)) * std + mean);
 }
 
-Tensor constant_(const Tensor& t, double value) {
-  check(t, "constant_");
+Tensor constant_(const Tensor& t, double value) {  // any dtype, as PyTorch (fill_ checks the value)
+  KILN_CHECK(t.defined(), "init::constant_: tensor is undefined");
   NoGradGuard ng;
   Tensor h = t;
   h.fill_(value);

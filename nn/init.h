@@ -15,10 +15,12 @@ double calculate_gain(Nonlinearity nl, double param = 0.01);
 /// (fan_in, fan_out) of a weight of at least 2 dims: (size(1) * receptive, size(0) * receptive).
 std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t);
 
-/// Fills t with U(a, b). Returns t (the same handle).
+/// Fills t with U(a, b): values in [a, b), also in float16 / bfloat16; a and b finite.
+/// Returns t (the same handle).
 Tensor uniform_(const Tensor& t, double a = 0.0, double b = 1.0);
 /// Fills t with N(mean, std^2).
 Tensor normal_(const Tensor& t, double mean = 0.0, double std = 1.0);
+/// Fills t (of any dtype, as PyTorch) with value; zeros_ and ones_ likewise.
 Tensor constant_(const Tensor& t, double value);
 Tensor zeros_(const Tensor& t);
 Tensor ones_(const Tensor& t);

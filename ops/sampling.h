@@ -11,7 +11,8 @@ namespace kiln {
 /// The k largest (largest = true) or smallest elements of x along dim, and their indices:
 /// values with x's dtype and indices (int64), both of x's shape with size k along dim,
 /// sorted (largest first, or smallest first; among equal values the lower index first;
-/// NaN counts as larger than any number, as in PyTorch). The values' gradient flows back
+/// NaN counts as larger than any number, as in PyTorch; integers ranked exactly, in int64).
+/// The values' gradient flows back
 /// to the chosen elements of x. Throws kiln::Error unless 0 <= k <= x.size(dim).
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
@@ -19,7 +20,9 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, boo
 /// non-negative, finite, not all zero; they need not sum to 1): int64 of shape
 /// (num_samples) or (N, num_samples), on weights' device. With replacement each draw is
 /// independent; without, an index is drawn at most once per row (so num_samples must not
-/// exceed the row's non-zero weights). Draws from kiln's generator (manual_seed repeats them).
+/// exceed the row's non-zero weights). num_samples must be > 0 (as PyTorch). Each row is
+/// divided by its largest weight first, so weights up to the float64 maximum work. Draws
+/// from kiln's generator (manual_seed repeats them).
 Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement = false);
 
 }  // namespace kiln

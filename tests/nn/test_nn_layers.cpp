@@ -351,6 +351,23 @@ TEST_CASE("init functions") {
   CHECK_THROWS_AS(nn::init::xavier_uniform_(empty({3})), kiln::Error);
   CHECK_THROWS_AS(nn::init::normal_(zeros({3}, {.dtype = DType::int64})), kiln::Error);
   CHECK(nn::init::calculate_gain(nn::init::Nonlinearity::tanh) == doctest::Approx(5.0 / 3.0));
+  // 16-bit uniform_ stays below b (a float32 draw rounded onto 1.0 about once in 512 in bf16)
+  for (DType dt : {DType::bfloat16, DType::float16}) {
+    Tensor h = empty({100000}, {.dtype = dt});
+    nn::init::uniform_(h, 0.0, 1.0);
+    CHECK(max(h).item() < 1.0);
+    CHECK(min(h).item() >= 0.0);
+    nn::init::uniform_(h, -1.5, -0.3);
+    CHECK(max(h).item() < -0.3);
+    CHECK(max(h).item() > -0.32);
+  }
+  // non-finite bounds are errors (they filled NaN); constant_/zeros_/ones_ fill any dtype
+  CHECK_THROWS_AS(nn::init::uniform_(empty({3}), -INFINITY, 1.0), kiln::Error);
+  CHECK_THROWS_AS(nn::init::uniform_(empty({3}), -1e308, 1e308), kiln::Error);
+  Tensor i = zeros({3}, {.dtype = DType::int64});
+  CHECK(nn::init::constant_(i, 7).to_vector<int64_t>() == std::vector<int64_t>{7, 7, 7});
+  CHECK(nn::init::ones_(zeros({2}, {.dtype = DType::bool_})).to_vector<uint8_t>() == std::vector<uint8_t>{1, 1});
+  CHECK(nn::init::zeros_(i).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0});
 }
 
 TEST_CASE("RMSNorm: values, shapes, errors and gradcheck") {

@@ -102,5 +102,30 @@ TEST_CASE("multinomial: frequencies, without replacement, seeding, errors") {
   CHECK(error_of([&] { multinomial(zeros({2, 3}), 1); }).find("sums to zero") != std::string::npos);
   CHECK(error_of([&] { multinomial(zeros({2, 3, 4}), 1); }).find("(N, C)") != std::string::npos);
   CHECK(error_of([&] { multinomial(from_vector<int64_t>({1, 2}, {2}), 1); }).find("floating") != std::string::npos);
-  CHECK(multinomial(w, 0, true).numel() == 0);
+  CHECK(error_of([&] { multinomial(w, 0, true); }).find("> 0") != std::string::npos);  // as PyTorch
+  CHECK(error_of([&] { multinomial(zeros({2, 0}), 1); }).find("at least one category") != std::string::npos);
+  CHECK(error_of([&] { multinomial(zeros({0}), 1); }).find("at least one category") != std::string::npos);
+}
+
+TEST_CASE("multinomial without replacement: small weights after a large one keep their odds; huge weights") {
+  // after the weight 1 is drawn, 1e-17 and 3e-17 are left: 1/4 and 3/4 (the running total lost
+  // them and category 1 won every time)
+  manual_seed(11);
+  const int64_t n = 4000;
+  const Tensor w = from_vector<double>({1, 1e-17, 3e-17}).unsqueeze(0).expand({n, 3}).contiguous();
+  const Tensor second = multinomial(w, 2, false).select(1, 1);
+  const double ones = sum(eq(second, 1.0)).item();
+  CHECK(std::abs(ones - n * 0.25) < 5 * std::sqrt(n * 0.25 * 0.75));
+  // weights whose sum overflows float64 are still three equal categories (was always the last)
+  const Tensor big = full({n, 3}, 1e308, {.dtype = DType::float64});
+  const Tensor d = multinomial(big, 1, true);
+  for (double c : {0.0, 1.0, 2.0}) CHECK(std::abs(sum(eq(d, c)).item() - n / 3.0) < 5 * std::sqrt(n * 2.0 / 9));
+}
+
+TEST_CASE("topk of int64 values above 2^53: ranked exactly") {
+  const int64_t B = int64_t(1) << 53;
+  const Tensor x = from_vector<int64_t>({B, B + 1, B - 1, B + 3, B + 2});
+  auto [v, i] = topk(x, 3);
+  CHECK(v.to_vector<int64_t>() == std::vector<int64_t>{B + 3, B + 2, B + 1});  // the third was B
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{3, 4, 1});
 }
