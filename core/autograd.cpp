@@ -254,6 +254,7 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
   // accumulation run once, when its last edge has delivered).
   std::unordered_map<TensorImpl*, int> leaf_deps;
   std::unordered_map<TensorImpl*, Tensor> leaf_pending;
+  std::vector<std::pair<std::shared_ptr<TensorImpl>, Tensor>> leaf_roots;  // leaves among the roots, their seeds
   std::vector<Node*> stack;
   KILN_CHECK(grads.size() == roots.size(), "backward: ", roots.size(), " tensors but ", grads.size(),
              " gradients (give one per tensor; an undefined one for a one-element tensor means ones)");
@@ -276,8 +277,9 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
       // (loss.backward(ones({n})) on a float64 loss passes a float32 gradient)
       if (seed.dtype() != root.dtype()) seed = seed.to(root.dtype());
     }
-    if (!root.grad_fn()) {  // a leaf: its gradient is the seed
-      finish_leaf(root.impl_ptr(), seed, create, cap);
+    if (!root.grad_fn()) {  // a leaf: its gradient is the seed (summed with what reaches it below)
+      ++leaf_deps[root.impl_ptr().get()];
+      leaf_roots.emplace_back(root.impl_ptr(), seed);
       continue;
     }
     Node* n = root.grad_fn().get();
@@ -314,6 +316,8 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
     leaf_pending.erase(it);
     finish_leaf(leaf, g, create, cap);
   };
+  // a leaf root gets its hooks once, with its seed plus whatever else reaches it, as in PyTorch
+  for (const auto& [leaf, seed] : leaf_roots) deliver_leaf(leaf, seed);
   // grad(): only the nodes from which an input is reached run their backward (the rest of
   // the graph is neither computed nor freed, and its hooks do not run), as in PyTorch.
   std::unordered_map<Node*, bool> leads;  // node -> an input lies below it

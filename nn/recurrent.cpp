@@ -52,6 +52,8 @@ std::pair<Tensor, RecurrentState> RecurrentBase::run(const Tensor& input, const 
              "), got ", input.defined() ? shape_str(input.shape()) : std::string("undefined"));
   const Tensor x = options.batch_first ? input.transpose(0, 1) : input;  // (T, N, I)
   const int64_t T = x.size(0), N = x.size(1), H = hidden_size, L = options.num_layers;
+  KILN_CHECK(T > 0, name_, ": expected a sequence length larger than 0 (as PyTorch), got input of shape ",
+             shape_str(input.shape()));
   const Shape state_shape{L, N, H};
   for (const Tensor* s : {&initial.h, &initial.c})
     KILN_CHECK(!s->defined() || s->shape() == state_shape, name_, ": the initial state must have shape ",

@@ -55,11 +55,24 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   KILN_CHECK(training || running_mean.defined(),
              "batch_norm: inference (training=false) needs running_mean and running_var, got undefined tensors "
              "(input shape ", shape_str(x.shape()), ")");
-  KILN_CHECK(!training || N * S > 1, "batch_norm: expected more than 1 value per channel when training, got input "
+  KILN_CHECK(!training || N * S != 1, "batch_norm: expected more than 1 value per channel when training, got input "
              "of shape ", shape_str(x.shape()));
   KILN_CHECK(eps >= 0 && (!training || eps > 0), "batch_norm: eps must be ", training ? "> 0 when training" : ">= 0",
              ", got ", eps, " (a constant channel would divide 0 by 0)");
   check_same_device(op, {x, weight, bias, running_mean, running_var});
+  if (x.numel() == 0) {  // an empty batch (PyTorch): empty output, statistics unchanged, zero gradients
+    const Shape xshape = x.shape();
+    const Tensor wt = weight, bs = bias;
+    Tensor out = Tensor::empty(xshape, x.dtype(), x.device());
+    return record(out, op, {x, weight, bias},
+                  [xshape, wt, bs](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
+                    auto z = [&](const Shape& s, const Tensor& like) {
+                      return zeros(s, {.dtype = like.defined() ? like.dtype() : g.dtype(), .device = g.device()});
+                    };
+                    return {needs[0] ? z(xshape, g) : Tensor(), needs[1] ? z(wt.shape(), wt) : Tensor(),
+                            needs[2] ? z(bs.shape(), bs) : Tensor()};
+                  });
+  }
 
   const bool x16 = x.is_cpu() && is_half(x.dtype());
   const DType dt = compute_dtype(x), xk = x16 ? x.dtype() : dt;  // xk: the activations' dtype in the kernel

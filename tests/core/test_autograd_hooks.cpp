@@ -51,6 +51,28 @@ TEST_CASE("a leaf's hooks run once per backward with the gradient summed over it
   CHECK(grad_calls == 3);
 }
 
+TEST_CASE("a leaf that is a root and is also reached from another root: its hooks run once, on the sum") {
+  Tensor x = from_vector(std::vector<double>{1, 2}, {2}).requires_grad_();
+  int grad_calls = 0, post_calls = 0;
+  std::vector<double> seen;
+  x.register_hook([&](const Tensor& g) {
+    ++grad_calls;
+    seen = g.to_vector<double>();
+    return Tensor();
+  });
+  x.register_post_accumulate_grad_hook([&](const Tensor&) { ++post_calls; });
+  const Tensor ones2 = ones({2}, {.dtype = DType::float64});
+  run_backward({x, mul(x, 3.0)}, {ones2, ones2}, false);  // each hook ran twice, with 1 and with 3
+  CHECK(grad_calls == 1);
+  CHECK(post_calls == 1);
+  CHECK(seen == std::vector<double>{4, 4});
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{4, 4});
+  // a leaf given twice as a root: one call with both seeds
+  run_backward({x, x}, {ones2, ones2}, false);
+  CHECK(grad_calls == 2);
+  CHECK(seen == std::vector<double>{2, 2});
+}
+
 TEST_CASE("post-accumulate hooks of a network's parameters fire last layer first") {
   manual_seed(0);
   nn::Linear first(4, 8), second(8, 2);

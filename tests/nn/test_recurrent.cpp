@@ -74,6 +74,7 @@ TEST_CASE("LSTM / GRU: one step equals the gate equations; batch_first; state in
   CHECK(error_of([&] { tf.forward_with_state(seq, {randn({1, N, H}, f64), Tensor()}); }).find("initial state") !=
         std::string::npos);
   CHECK(error_of([&] { gru.forward_with_state(x, {h0, c0}); }).find("no cell state") != std::string::npos);
+  CHECK(error_of([&] { tf(zeros({0, N, I}, f64)); }).find("sequence length larger than 0") != std::string::npos);
 }
 
 TEST_CASE("LSTM / GRU: float64 gradcheck through time, over the inputs and every parameter") {

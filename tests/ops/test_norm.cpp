@@ -165,6 +165,21 @@ TEST_CASE("batch_norm: errors") {
   CHECK_NOTHROW(batch_norm(x, Tensor(), Tensor(), zeros({3}), ones({3}), false, 0.1, 0.0));
 }
 
+TEST_CASE("batch_norm of an empty batch in training: an empty output, statistics unchanged (PyTorch)") {
+  Tensor x = zeros({0, 3, 4, 4}, {.requires_grad = true});
+  Tensor w = ones({3}, {.requires_grad = true}), b = zeros({3}, {.requires_grad = true});
+  Tensor rm = zeros({3}), rv = ones({3});
+  Tensor y = batch_norm(x, w, b, rm, rv, true);  // was "expected more than 1 value per channel"
+  CHECK(y.shape() == Shape{0, 3, 4, 4});
+  CHECK(rm.to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(rv.to_vector<float>() == std::vector<float>{1, 1, 1});
+  sum(y).backward();
+  CHECK(x.grad().shape() == x.shape());
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(batch_norm(zeros({0, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true).shape() == Shape{0, 3});
+}
+
 TEST_CASE("layer_norm: values") {
   // rows {1, 2, 3} (mean 2, var 2/3) and {0, 0, 6} (mean 2, var 8)
   Tensor x = T({1, 2, 3, 0, 0, 6}, {2, 3});

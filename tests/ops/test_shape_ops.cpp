@@ -247,6 +247,15 @@ TEST_CASE("cat skips 1-D tensors of shape [0] beside others, as PyTorch (the acc
   CHECK(x.grad().to_vector<double>() == std::vector<double>(6, 1.0));
   CHECK(cat({zeros({0}), zeros({0})}).shape() == Shape{0});
   CHECK_THROWS_AS(cat({zeros({0, 2}), x}, 1), Error);  // only 1-D [0] is skipped
+  // the skipped tensor is still an input of the graph: an empty gradient, as in PyTorch (it got
+  // none, and grad() said it was unused)
+  Tensor e = zeros({0}, {.dtype = DType::float32, .requires_grad = true});
+  Tensor x2 = T({1, 2}, {2}).requires_grad_();
+  sum(cat({e, x2}, 0)).backward();
+  REQUIRE(e.grad().defined());
+  CHECK(e.grad().shape() == Shape{0});
+  CHECK(e.grad().dtype() == DType::float32);
+  CHECK(kiln::grad({sum(cat({x2, e}, 0))}, {e})[0].shape() == Shape{0});
 }
 
 TEST_CASE("views of 0-dim tensors check their dims; no-op views are new handles") {
