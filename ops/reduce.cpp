@@ -358,7 +358,8 @@ Tensor softmax_impl(Op op, const char* name, const Tensor& x, int64_t dim) {
   if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return softmax_impl(op, name, xc, dim); }, x))
     return *r;  // autocast: the op ran on cast inputs
   check_floating(name, x);
-  if (is_half(x.dtype())) return softmax_impl(op, name, x.to(DType::float32), dim);
+  if (is_half(x.dtype()))  // in float32, rounded once (autocast, above, keeps float32)
+    return softmax_impl(op, name, x.to(DType::float32), dim).to(x.dtype());
   const int64_t d = checked_dim(name, x, dim);
   SoftmaxArgs a;
   for (int64_t k = 0; k < x.dim(); ++k) {

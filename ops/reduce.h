@@ -1,7 +1,7 @@
 // Reductions over any set of dims (empty = all) with keepdim, and softmax-family ops.
 // dtypes: float32/float64 compute natively; float16/bfloat16 are computed in float32 and
-// reductions return the input dtype, while softmax/log_softmax return float32 (as autocast
-// keeps them in fp32). Every floating op is differentiable. Negative dims count from the end.
+// return the input dtype (rounded once), as PyTorch's do; under autocast softmax/log_softmax
+// run on float32 inputs and return float32. Every floating op is differentiable. Negative dims count from the end.
 #pragma once
 #include <vector>
 #include "kiln/core/tensor.h"
@@ -45,9 +45,9 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 
 /// exp(x - max) / sum(exp(x - max)) along dim (stable). -inf entries get probability 0.
-/// Backward: y * (g - sum(g * y)). 16-bit inputs return float32.
+/// Backward: y * (g - sum(g * y)). 16-bit inputs: computed in float32, returned in their dtype.
 Tensor softmax(const Tensor& x, int64_t dim);
-/// x - logsumexp(x) along dim. Backward: g - exp(y) * sum(g). 16-bit inputs return float32.
+/// x - logsumexp(x) along dim. Backward: g - exp(y) * sum(g). 16-bit as softmax.
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 }  // namespace kiln
