@@ -106,7 +106,17 @@ void validate_config(const TrainConfig& c, const std::string& where, bool from_f
 #define KILN_TRAIN_CONFIG_LATER_FIELDS(X) X(tokenizer) X(vocab_size)
 
 namespace {
-json::Value to_json(const std::string& s) { return json::Value(s); }
+// A string that is not valid UTF-8 (a path with Latin-1 bytes, say) is saved as
+// {"hex": "<its bytes>"}: a safetensors header must be UTF-8, and a resumed run needs the
+// exact bytes back to open its data again.
+json::Value to_json(const std::string& s) {
+  if (json::invalid_utf8_at(s) == std::string::npos) return json::Value(s);
+  std::string hex;
+  for (char c : s) hex += "0123456789abcdef"[uint8_t(c) >> 4], hex += "0123456789abcdef"[uint8_t(c) & 15];
+  json::Value j = json::Value::object();
+  j["hex"] = hex;
+  return j;
+}
 json::Value to_json(bool b) { return json::Value(b); }
 json::Value to_json(double d) { return json::Value(d); }
 json::Value to_json(int v) { return json::Value(int64_t(v)); }
@@ -115,6 +125,16 @@ json::Value to_json(uint64_t v) { return json::Value(std::to_string(v)); }  // b
 
 // Each throws a plain message; config_from_json adds where and the key.
 void from_json(const json::Value& j, std::string& s) {
+  if (j.is_object()) {  // {"hex": ...}: the bytes of a string that is not UTF-8
+    const bool ok = j.size() == 1 && j.contains("hex") && j.at("hex").is_string() &&
+                    j.at("hex").as_string().size() % 2 == 0 &&
+                    j.at("hex").as_string().find_first_not_of("0123456789abcdef") == std::string::npos;
+    KILN_CHECK(ok, "expected a string or {\"hex\": \"<pairs of lower-case hex digits>\"}");
+    const std::string& h = j.at("hex").as_string();
+    s.clear();
+    for (size_t i = 0; i < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
+    return;
+  }
   KILN_CHECK(j.is_string(), "expected a string, got a JSON ", json::Value::type_name(j.type()));
   s = j.as_string();
 }

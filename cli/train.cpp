@@ -333,6 +333,22 @@ int Trainer::checkpoint_point(const Tally& tally) {
   return sig;
 }
 
+void Trainer::stop_at_reached(const Tally& tally, const std::string& what) {
+  if (step != saved_step) save(tally);
+  spdlog::info("stopping after {} (--stop-at): {}", what,
+               cfg.save.empty() ? std::string("nothing saved (no --save)")
+                                : "saved " + cfg.save + "; --resume " + cfg.save + " continues");
+}
+
+void Trainer::write_plot(const MetricsLog& metrics, const std::string& title) {
+  try {
+    metrics.write_plot(title);
+  } catch (const Error& e) {
+    if (!plot_failed) spdlog::warn("warning: the plot was not written, training goes on: {}", e.what());
+    plot_failed = true;
+  }
+}
+
 std::string default_metrics_path(const TrainConfig& cfg) { return "runs/" + cfg.task + "-" + cfg.model + ".csv"; }
 
 /// Logs how a resumed run stands against its schedule (planned when the run started): a

@@ -89,6 +89,7 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
   const int64_t tokens_per_step = cfg.batch_size * cfg.context * cfg.accum;
   const int64_t n_evals = (cfg.steps + cfg.eval_every - 1) / cfg.eval_every;
   double val = -1;
+  bool stopped = false;  // by --stop-at
   while (t.step < cfg.steps) {
     // evaluations at multiples of --eval-every (a run resumed mid-interval finishes it)
     const int64_t end = std::min(cfg.steps, (t.step / cfg.eval_every + 1) * cfg.eval_every), first = t.step;
@@ -116,11 +117,14 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
         loss = loss.defined() ? loss + l : l;
       }
       t.optimizer_step(loss / double(cfg.accum), lr);
-      if (t.read_due(t.step == end)) t.read_steps(on_step);
+      stopped = cfg.stop_at > 0 && t.step >= cfg.stop_at && t.step < cfg.steps;  // --stop-at
+      if (t.read_due(t.step == end || stopped)) t.read_steps(on_step);
       if (t.step != end && t.pending.empty() && (result.signal = t.checkpoint_point(tally))) break;
+      if (stopped) break;
     }
     if (cfg.progress) bar.finish();
     if (result.signal) break;
+    if (stopped && t.step != end) break;  // in the middle of an interval: no evaluation
     const double secs = meter.elapsed();
     val = estimate_loss(t, text.val());
     ++t.epoch;
@@ -133,21 +137,18 @@ TrainResult run_gpt(Trainer& t, const std::optional<Checkpoint>& resumed) {
     MetricsRow row = tally.take_window(t.step, t.epoch, t.opt->lr(), meter.rate(end, secs));
     row.val_loss = val;
     metrics.append(row);
-    metrics.write_plot("gpt on " + std::filesystem::path(cfg.data).filename().string());
+    t.write_plot(metrics, "gpt on " + std::filesystem::path(cfg.data).filename().string());
     tally = Tally{};
     t.save(tally);
-    if ((result.signal = t.checkpoint_point(tally))) break;
-    if (cfg.stop_at > 0 && t.step >= cfg.stop_at && t.step < cfg.steps) {
-      spdlog::info("stopping after step {} (--stop-at); --resume {} continues", t.step, cfg.save);
-      break;
-    }
+    if ((result.signal = t.checkpoint_point(tally)) || stopped) break;
     if (cfg.max_minutes > 0 && minutes >= cfg.max_minutes) {
       spdlog::info("stopping: --max-minutes {} reached", cfg.max_minutes);
       break;
     }
   }
   result.skipped = t.guard->skipped();
-  if (result.signal) return result;
+  if (stopped && !result.signal) t.stop_at_reached(tally, "step " + std::to_string(t.step));
+  if (result.signal || stopped) return result;  // unfinished: no final loss, no sample
   if (val < 0) val = estimate_loss(t, text.val());
   result.val_loss = val;
   if (dist::rank() != 0) return result;

@@ -163,6 +163,13 @@ struct Trainer {
   /// After a step whose reads are done: saves when due or when a signal asks the run to
   /// stop; returns the signal.
   int checkpoint_point(const Tally& tally);
+  /// --stop-at reached after `what` ("step 7", "epoch 2"), the steps read: saves (unless this
+  /// step is saved already) and logs how to continue.
+  void stop_at_reached(const Tally& tally, const std::string& what);
+  /// Redraws the metrics plot. The plot is cosmetic: a failure to write it (a full disk) is
+  /// a warning, logged once, and training goes on (the CSV and the checkpoint stay errors).
+  void write_plot(const MetricsLog& metrics, const std::string& title);
+  bool plot_failed = false;
 };
 
 /// runs/<task>-<model>.csv, the metrics CSV without --metrics.

@@ -138,6 +138,7 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
   TrainResult result;
   result.first_step = t.step;
   double accuracy = -1;
+  bool stopped = false;  // by --stop-at
   for (; t.epoch < cfg.epochs; ) {
     loader.set_epoch(t.epoch);
     loader.set_start_batch(tally.micro);  // 0, or where a checkpoint saved mid-epoch stopped
@@ -183,17 +184,15 @@ TrainResult run_vision(Trainer& t, const std::optional<Checkpoint>& resumed) {
     MetricsRow row = tally.take_window(t.step, t.epoch, t.opt->lr(), window_rate);
     row.accuracy = accuracy;
     metrics.append(row);
-    metrics.write_plot(cfg.task + " " + cfg.model);
+    t.write_plot(metrics, cfg.task + " " + cfg.model);
     tally = Tally{};
     t.save(tally);
     if ((result.signal = t.checkpoint_point(tally))) break;
-    if (cfg.stop_at > 0 && t.epoch >= cfg.stop_at && t.epoch < cfg.epochs) {
-      spdlog::info("stopping after epoch {} (--stop-at); --resume {} continues", t.epoch, cfg.save);
-      break;
-    }
+    if ((stopped = cfg.stop_at > 0 && t.epoch >= cfg.stop_at && t.epoch < cfg.epochs)) break;  // --stop-at
   }
   result.skipped = t.guard->skipped();
-  if (result.signal) return result;
+  if (stopped) t.stop_at_reached(tally, "epoch " + std::to_string(t.epoch));
+  if (result.signal || stopped) return result;  // unfinished: no final accuracy
   if (accuracy < 0) accuracy = evaluate_accuracy(t, d);  // resumed a finished run
   result.accuracy = accuracy;
   spdlog::info("final test accuracy: {:.2f}%  (metrics: {}{})", 100 * accuracy, csv,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -83,7 +84,20 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 namespace {
 
-constexpr const char* kTempMarker = ".tmp.";  // path + ".tmp.<pid>.<n>"
+constexpr const char* kTempMarker = ".tmp.";  // path + ".tmp.<pid>.<nonce>.<n>" (see temp_file_prefix)
+
+// A random 64-bit number drawn once per process, in 16 hex digits: with the pid it tells
+// this process's temp files from those of an earlier process that had the same pid (in a
+// container kiln is PID 1 at every start).
+const std::string& process_nonce() {
+  static const std::string nonce = [] {
+    std::random_device rd;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%08x%08x", unsigned(rd()), unsigned(rd()));
+    return std::string(buf);
+  }();
+  return nonce;
+}
 
 // Makes a rename or a new link in `dir` durable: fsync of the folder itself.
 void fsync_dir(const fs::path& dir) {
@@ -94,6 +108,10 @@ void fsync_dir(const fs::path& dir) {
 }
 
 }  // namespace
+
+std::string temp_file_prefix(const std::string& path) {
+  return path + kTempMarker + std::to_string(::getpid()) + "." + process_nonce() + ".";
+}
 
 std::string kept_file_path(const std::string& path, int k) {
   const fs::path p(path);
@@ -109,7 +127,7 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
   KILN_CHECK(fs::is_directory(dir, ec), "cannot write '", path, "': folder '", dir.string(), "' does not exist");
-  const std::string tmp = path + kTempMarker + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string tmp = temp_file_prefix(path) + std::to_string(counter++);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   KILN_CHECK(f != nullptr, "cannot write '", path, "': cannot create temporary file '", tmp, "': ",
              std::strerror(errno));
@@ -132,7 +150,10 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
     const std::string link_tmp = tmp + ".keep";
     if (::link(path.c_str(), link_tmp.c_str()) != 0) fs::copy_file(target, link_tmp, fs::copy_options::overwrite_existing, ec);
     if (!ec) fs::rename(link_tmp, kept_file_path(path, 1), ec);
-    if (ec) std::remove(link_tmp.c_str());  // keeping a copy is best effort; the new file is not
+    // Gone after a rename, except when copy 1 already was `path` (a kill between that
+    // rename and the one below leaves two links to one file): POSIX rename() between two
+    // links to the same file does nothing. Keeping a copy is best effort; the new file is not.
+    std::remove(link_tmp.c_str());
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
@@ -146,15 +167,17 @@ int remove_stale_temp_files(const std::string& path) {
   const fs::path target(path);
   const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const std::string prefix = target.filename().string() + kTempMarker;
+  const std::string ours = fs::path(temp_file_prefix(path)).filename().string();
   std::error_code ec;
   int removed = 0;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
-    // name = prefix + "<pid>.<n>[.keep]": remove it unless that process still runs
+    if (name.rfind(ours, 0) == 0) continue;  // our own write in progress (another thread)
+    // name = prefix + "<pid>.<nonce>.<n>[.keep]": remove it unless another process with that
+    // pid runs (our pid with another nonce: an earlier process, e.g. before a container restart)
     const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
     if (pid > 0 && pid != long(::getpid()) && ::kill(pid_t(pid), 0) == 0) continue;
-    if (pid == long(::getpid())) continue;  // our own write in progress (another thread)
     if (fs::remove(e.path(), ec)) ++removed;
   }
   return removed;

@@ -28,9 +28,16 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
 /// "run.safetensors" -> "run.1.safetensors"; "data" -> "data.1".
 std::string kept_file_path(const std::string& path, int k);
 
-/// Removes the temporary files of writes to `path` that were interrupted (their writing
-/// process no longer runs): what a kill during write_file_atomic leaves behind. Returns
-/// how many were removed.
+/// The start of the names of the temporary files this process writes for `path`:
+/// path + ".tmp.<pid>.<nonce>." (then a counter, and ".keep" for the link that becomes
+/// copy 1), where nonce is a random 64-bit number in 16 hex digits drawn once per process.
+std::string temp_file_prefix(const std::string& path);
+
+/// Removes the temporary files of writes to `path` that were interrupted: what a kill
+/// during write_file_atomic leaves behind. Kept: this process's own (temp_file_prefix) and
+/// those whose pid is another running process's; a file with this process's pid but
+/// another nonce is an earlier process's (a container's PID 1 before a restart) and goes.
+/// Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);
 
 /// Sequential reader over a plain or gzip-compressed file (zlib tells them apart).

@@ -105,6 +105,33 @@ size_t Value::size() const {
   KILN_FAIL("JSON value: size() needs an array or an object, got ", type_name(type_));
 }
 
+size_t invalid_utf8_at(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t b = uint8_t(s[i]);
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    // The lead byte gives the length and the range of the second byte (Unicode's table
+    // 3-7), which rules out overlong forms (E0, F0), surrogates (ED) and > U+10FFFF (F4).
+    size_t n = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) n = 2;
+    else if (b >= 0xE0 && b <= 0xEF) n = 3;
+    else if (b >= 0xF0 && b <= 0xF4) n = 4;
+    else return i;  // a continuation byte, C0/C1 (always overlong) or F5..FF
+    if (b == 0xE0) lo = 0xA0;
+    if (b == 0xED) hi = 0x9F;
+    if (b == 0xF0) lo = 0x90;
+    if (b == 0xF4) hi = 0x8F;
+    if (i + n > s.size() || uint8_t(s[i + 1]) < lo || uint8_t(s[i + 1]) > hi) return i;
+    for (size_t k = 2; k < n; ++k)
+      if ((uint8_t(s[i + k]) & 0xC0) != 0x80) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
 // ---------------------------------------------------------------- writer
 
 namespace {

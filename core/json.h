@@ -95,6 +95,14 @@ class Value {
   std::vector<std::pair<std::string, Value>> obj_;
 };
 
+/// Where `s` stops being valid UTF-8 (RFC 3629: shortest forms only, no surrogates, nothing
+/// above U+10FFFF): the offset of the first byte that does not begin a valid sequence, or
+/// std::string_view::npos when all of `s` is valid. JSON exchanged between programs must be
+/// UTF-8 (RFC 8259), and so must a safetensors header: Python's reader refuses any other.
+/// The writer and the parser pass other bytes through unchanged; callers that need UTF-8
+/// check with this.
+size_t invalid_utf8_at(std::string_view s);
+
 /// Parses JSON text (RFC 8259: full grammar, \u escapes with surrogate pairs, nesting
 /// depth at most 512, duplicate object keys refused, nothing but whitespace after the
 /// value). Errors are kiln::Error naming `what`, the byte offset and what was expected.

@@ -128,6 +128,9 @@ Header read_header(const std::string& path) {
   std::string text(size_t(n), '\0');
   KILN_CHECK(std::fread(text.data(), 1, text.size(), h.file.get()) == text.size(), "load: '", path,
              "': read error in the header");
+  const size_t bad = json::invalid_utf8_at(text);
+  KILN_CHECK(bad == std::string::npos, "load: '", path, "': the header is not valid UTF-8 (at byte ", bad,
+             " of it); safetensors headers are UTF-8 JSON");
   h.json = json::parse(text, "load: '" + path + "': header");
   KILN_CHECK(h.json.is_object(), "load: '", path, "': the header is a JSON ",
              json::Value::type_name(h.json.type()), ", expected an object");
@@ -166,6 +169,27 @@ Shape shape_from_json(const json::Value& v) {
   return shape;
 }
 
+// `s` for an error message: bytes outside printable ASCII as \xNN.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    char buf[5];
+    std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(uint8_t(c)));
+    out += uint8_t(c) >= 0x20 && uint8_t(c) < 0x7F ? std::string(1, c) : std::string(buf);
+  }
+  return out;
+}
+
+// The header is UTF-8 JSON (Python's reader refuses any other): `what` names the string,
+// shown around its first bad byte.
+void check_utf8(const std::string& path, const std::string& what, const std::string& s) {
+  const size_t bad = json::invalid_utf8_at(s);
+  if (bad == std::string::npos) return;
+  const size_t from = bad < 40 ? 0 : bad - 40;
+  KILN_FAIL("save: '", path, "': ", what, " \"", from ? "..." : "", printable(s.substr(from, 80)),
+            from + 80 < s.size() ? "..." : "", "\" is not valid UTF-8 (at byte ", bad, "); a safetensors header must be");
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- safetensors
@@ -174,7 +198,11 @@ void save(const nn::StateDict& tensors, const std::string& path, const std::map<
           int keep) {
   json::Value header = json::Value::object(), md = json::Value::object();
   header["__metadata__"] = json::Value::object();  // first in the header; filled in below
-  for (const auto& [k, v] : metadata) md[k] = v;
+  for (const auto& [k, v] : metadata) {
+    check_utf8(path, "metadata key", k);
+    check_utf8(path, "metadata \"" + printable(k) + "\": value", v);
+    md[k] = v;
+  }
   KILN_CHECK(!metadata.count(kChecksumKey), "save: '", path, "': metadata key \"", kChecksumKey, "\" is kiln's own");
   json::Value checksums = json::Value::object();
   std::vector<Tensor> host;
@@ -182,6 +210,7 @@ void save(const nn::StateDict& tensors, const std::string& path, const std::map<
   for (const auto& [name, t] : tensors) {
     KILN_CHECK(name != "__metadata__", "save: '", path, "': \"__metadata__\" is reserved and cannot name a tensor");
     KILN_CHECK(t.defined(), "save: '", path, "': tensor '", name, "' is undefined");
+    check_utf8(path, "tensor name", name);
     host.push_back(host_contiguous(t));
     const std::string_view bytes = bytes_of(host.back());
     const uint64_t nbytes = bytes.size();
@@ -259,7 +288,12 @@ nn::StateDict load(const std::string& path) {
              h.data_size, " (tensors must cover the buffer without holes)");
   nn::StateDict out;
   for (const Entry& e : entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
+    Tensor t;
+    try {  // more dims than kiln supports, or out of memory
+      t = Tensor::empty(e.shape, e.dtype);
+    } catch (const Error& err) {
+      KILN_FAIL("load: '", path, "': tensor '", e.name, "': ", err.what());
+    }
     const size_t n = size_t(e.end - e.begin);
     KILN_CHECK(std::fread(t.raw_data(), 1, n, h.file.get()) == n, "load: '", path, "': read error in tensor '", e.name,
                "' (was the file changed while reading?)");

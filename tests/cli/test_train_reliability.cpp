@@ -4,7 +4,10 @@
 // divergence guard stops a run and keeps the last good checkpoint, and bad flags.
 #include <doctest/doctest.h>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 #include "kiln/monitor/metrics.h"
@@ -44,7 +47,9 @@ void rewrite_config(const std::string& in, const std::string& out, const std::st
 TEST_CASE("resume restores the saved run: its data, its configuration, and it saves where it was resumed from") {
   TinyMnist d;
   const std::string ck = d.tmp / "run.safetensors";
-  train(d.args({"--epochs", "2", "--stop-at", "1", "--save", ck, "--metrics", d.tmp / "run.csv"}));
+  const TrainResult stopped = train(d.args({"--epochs", "2", "--stop-at", "1", "--save", ck, "--metrics", d.tmp / "run.csv"}));
+  CHECK(stopped.losses.size() == 10);
+  CHECK(stopped.accuracy < 0);  // unfinished: no final accuracy
   CHECK(Checkpoint::open(ck).state().step == 10);
   // No --data (the default folder does not exist here), no --lr, no --save: all from the checkpoint.
   TrainResult r = train({"mnist", "--resume", ck, "--no-progress", "--metrics", d.tmp / "run.csv"});
@@ -134,6 +139,86 @@ TEST_CASE("values read back from a checkpoint are validated; errors name the fil
   rewrite_config(ck, d.tmp / "bad.safetensors", "model", json::Value("vgg"));
   CHECK(error_of([&] { command(cmd_eval, {"--checkpoint", d.tmp / "bad.safetensors"}); }).find("model") !=
         std::string::npos);
+}
+
+namespace {
+// A tiny GPT run on a text file in `dir` named `name`.
+std::vector<std::string> gpt_args(const TempDir& dir, const std::string& name, std::vector<std::string> extra) {
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the quick brown fox jumps over the lazy dog. " + std::to_string(i % 7) + "\n";
+  if (!std::filesystem::exists(dir / name)) kiln_test::write_text(dir / name, text);
+  std::vector<std::string> v = {"gpt", "--text", dir / name, "--layers", "1", "--width", "16", "--heads", "2",
+                                "--context", "16", "--batch-size", "4", "--dropout", "0.1", "--eval-every", "5",
+                                "--eval-batches", "2", "--threads", "2", "--no-progress", "--sample-tokens", "8"};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+}  // namespace
+
+TEST_CASE("--stop-at N ends a gpt run right after step N, saved there, and the resumed run is bitwise equal") {
+  TempDir tmp;
+  const TrainResult full = train(gpt_args(tmp, "t.txt", {"--steps", "10", "--metrics", tmp / "f.csv"}));
+  // step 7 is inside the second evaluation interval (steps 6 to 10)
+  const TrainResult p1 = train(gpt_args(tmp, "t.txt", {"--steps", "10", "--stop-at", "7", "--save", tmp / "p.safetensors",
+                                                       "--metrics", tmp / "p.csv"}));
+  CHECK(p1.losses.size() == 7);
+  CHECK(p1.val_loss < 0);  // unfinished: no final validation loss, no sample
+  CHECK(p1.sample.empty());
+  CHECK(Checkpoint::open(tmp / "p.safetensors").state().step == 7);
+  const TrainResult p2 = train({"gpt", "--resume", tmp / "p.safetensors", "--no-progress", "--metrics", tmp / "p.csv"});
+  CHECK(p2.first_step == 7);
+  std::vector<double> joined = p1.losses;
+  joined.insert(joined.end(), p2.losses.begin(), p2.losses.end());
+  check_bitwise_equal(full.losses, joined);
+  CHECK(full.val_loss == p2.val_loss);
+  const auto f = read_metrics_csv(tmp / "f.csv"), p = read_metrics_csv(tmp / "p.csv");
+  REQUIRE(f.size() == p.size());
+  CHECK(f.back().loss == p.back().loss);
+}
+
+TEST_CASE("run paths that are not UTF-8 are saved as hex: Python can open the checkpoint, and it resumes") {
+  TempDir tmp;
+  const std::string latin1 = "caf\xE9.txt";  // a Latin-1 file name
+  const std::string ck = tmp / "run.safetensors", csv = tmp / "m\xE9trics.csv";
+  train(gpt_args(tmp, latin1, {"--steps", "5", "--save", ck, "--metrics", csv}));
+  // the whole header is UTF-8, which Python's reader requires
+  std::ifstream in(ck, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  for (int k = 7; k >= 0; --k) n = n << 8 | uint8_t(bytes[size_t(k)]);
+  CHECK(json::invalid_utf8_at(bytes.substr(8, n)) == std::string::npos);
+  const json::Value saved = json::parse(kiln::load_metadata(ck).at("kiln.state"), "t").at("extra").at("config");
+  std::string hex;  // the path's bytes, two hex digits each
+  for (char c : tmp / latin1) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", unsigned(uint8_t(c)));
+    hex += b;
+  }
+  CHECK(saved.at("data").at("hex").as_string() == hex);
+  // read back byte for byte: the resumed run opens its text again and writes the same CSV
+  CHECK(config_from_json(saved, "t").data == tmp / latin1);
+  CHECK(config_from_json(saved, "t").metrics == csv);
+  const TrainResult r = train({"gpt", "--resume", ck, "--steps", "10", "--no-progress"});
+  CHECK(r.first_step == 5);
+  CHECK(read_metrics_csv(csv).back().step == 10);
+  CHECK(error_of([&] {
+          json::Value bad = saved;
+          bad["data"] = json::Value::object();
+          bad["data"]["hex"] = "e";
+          config_from_json(bad, "'x'");
+        }).find("key \"data\": expected a string or {\"hex\"") != std::string::npos);
+}
+
+TEST_CASE("a plot that cannot be written is a warning: training goes on, the CSV and the checkpoint are written") {
+  TinyMnist d;
+  std::filesystem::create_directories(d.tmp / "m.png/inner");  // rename() cannot replace a non-empty folder
+  const TrainResult r = train(d.args({"--epochs", "2", "--save", d.tmp / "run.safetensors", "--metrics", d.tmp / "m.csv"}));
+  CHECK(r.losses.size() == 20);
+  CHECK(r.accuracy >= 0);
+  CHECK(read_metrics_csv(d.tmp / "m.csv").back().step == 20);
+  CHECK(Checkpoint::open(d.tmp / "run.safetensors").state().step == 20);
+  for (const auto& e : std::filesystem::directory_iterator(d.tmp.path))
+    CHECK_MESSAGE(e.path().string().find(".tmp.") == std::string::npos, e.path().string());
 }
 
 TEST_CASE("divergence guard: a diverging run stops by itself, reports skipped steps and keeps the last good checkpoint") {

@@ -80,6 +80,26 @@ TEST_CASE("json: strings with escapes, unicode escapes and surrogate pairs") {
   CHECK(parse(Value(std::string("nul\0inside", 10)).dump()).as_string() == std::string("nul\0inside", 10));
 }
 
+TEST_CASE("json: invalid_utf8_at finds the first byte that is not valid UTF-8 (RFC 3629)") {
+  using kiln::json::invalid_utf8_at;
+  constexpr size_t ok = std::string::npos;
+  CHECK(invalid_utf8_at("") == ok);
+  CHECK(invalid_utf8_at(std::string("ascii \0 nul", 11)) == ok);
+  CHECK(invalid_utf8_at("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF \xED\x9F\xBF") == ok);
+  CHECK(invalid_utf8_at("caf\xE9.txt") == 3);              // Latin-1
+  CHECK(invalid_utf8_at("a\xFF\xFE") == 1);
+  CHECK(invalid_utf8_at("\xC0\xAF") == 0);                // overlong '/'
+  CHECK(invalid_utf8_at("\xE0\x80\xAF") == 0);            // overlong, 3 bytes
+  CHECK(invalid_utf8_at("\xF0\x80\x80\xAF") == 0);        // overlong, 4 bytes
+  CHECK(invalid_utf8_at("x\xC3\x28") == 1);               // a lead byte without its continuation
+  CHECK(invalid_utf8_at("\xED\xA0\x80") == 0);            // a surrogate (U+D800)
+  CHECK(invalid_utf8_at("\xF4\x90\x80\x80") == 0);        // above U+10FFFF
+  CHECK(invalid_utf8_at("\xF5\x80\x80\x80") == 0);
+  CHECK(invalid_utf8_at("\x80") == 0);                    // a lone continuation byte
+  CHECK(invalid_utf8_at("ab\xE2\x82") == 2);              // cut off
+  CHECK(invalid_utf8_at("\xF0\x9F\x98") == 0);
+}
+
 TEST_CASE("json: integers stay exact int64, doubles round-trip bitwise") {
   CHECK(parse("9223372036854775807").as_int() == INT64_MAX);
   CHECK(parse("-9223372036854775808").as_int() == INT64_MIN);

@@ -14,6 +14,18 @@
 #include "gradcheck.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/serialize.h"
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_TEST_HAS_ASAN 1
+#endif
+#endif
+#ifndef KILN_TEST_HAS_ASAN
+#define KILN_TEST_HAS_ASAN 0
+#endif
 
 using namespace kiln;
 using kiln::test::error_of;
@@ -289,6 +301,73 @@ TEST_CASE("safetensors: truncated and corrupted files throw kiln::Error naming t
   CHECK(has(error_of([&] { load(tmp / "absent.safetensors"); }), "absent.safetensors"));
   CHECK(has(error_of([&] { load(tmp.path.string()); }), "not a regular file"));
   CHECK(has(error_of([&] { load_metadata(tmp / "absent.safetensors"); }), "no such file"));
+}
+
+TEST_CASE("safetensors: headers are UTF-8 both ways, as Python's reader requires") {
+  TempDir tmp;
+  const std::string path = tmp / "u.safetensors";
+  // save refuses names, metadata keys and values that are not UTF-8, naming the file and the key
+  std::string e = error_of([&] { save({{"caf\xE9", ones({1})}}, path); });
+  CHECK(has(e, path));
+  CHECK(has(e, "tensor name \"caf\\xe9\" is not valid UTF-8 (at byte 3)"));
+  e = error_of([&] { save({{"w", ones({1})}}, path, {{"a\xFF\xFE", "v"}}); });
+  CHECK(has(e, "metadata key \"a\\xff\\xfe\""));
+  e = error_of([&] { save({{"w", ones({1})}}, path, {{"data", "runs/caf\xE9.txt"}}); });
+  CHECK(has(e, path));
+  CHECK(has(e, "metadata \"data\": value \"runs/caf\\xe9.txt\" is not valid UTF-8 (at byte 8)"));
+  CHECK_FALSE(fs::exists(path));
+  save({{"caf\xC3\xA9 \xF0\x9F\x98\x80", ones({1})}}, path, {{"\xE2\x82\xAC", "\xC3\xA9"}});  // UTF-8 is fine
+  CHECK(load(path).keys() == std::vector<std::string>{"caf\xC3\xA9 \xF0\x9F\x98\x80"});
+
+  // load refuses a header that is not UTF-8 (what Python's reader refuses), naming the file
+  const std::string data(4, '\0');
+  for (const std::string name : {"a\xFF\xFE", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80"}) {
+    put_bytes(path, st_file("{\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", data));
+    e = error_of([&] { load(path); });
+    CHECK_MESSAGE(has(e, path + "': the header is not valid UTF-8 (at byte "), e);
+  }
+  put_bytes(path, st_file("{\"__metadata__\":{\"k\":\"\xC3\x28\"}}", ""));
+  CHECK(has(error_of([&] { load_metadata(path); }), "not valid UTF-8 (at byte 22"));
+}
+
+TEST_CASE("safetensors: a tensor kiln cannot hold (17 dims, out of memory) is an error naming the file and tensor") {
+  TempDir tmp;
+  const std::string path = tmp / "big.safetensors";
+  std::string shape = "1";
+  for (int k = 0; k < 16; ++k) shape += ",1";
+  put_bytes(path, st_file(R"({"deep":{"dtype":"F32","shape":[)" + shape + R"(],"data_offsets":[0,4]}})", std::string(4, '\0')));
+  std::string e = error_of([&] { load(path); });
+  CHECK(has(e, "load: '" + path + "': tensor 'deep': "));
+  CHECK(has(e, "at most 16 dims"));
+
+#if defined(__SANITIZE_ADDRESS__) || KILN_TEST_HAS_ASAN
+  MESSAGE("the out-of-memory case is skipped under ASan (its shadow memory needs more address space than the limit)");
+#else
+  // A 1 GiB tensor (a sparse file, no checksum) loaded by a child process whose address
+  // space may grow by 256 MiB only: the allocation fails as it does when memory runs out.
+  put_bytes(path, st_file(R"({"large":{"dtype":"U8","shape":[1073741824],"data_offsets":[0,1073741824]}})", ""));
+  fs::resize_file(path, fs::file_size(path) + (uint64_t(1) << 30));
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;  // the address space in use, in pages
+    const rlim_t limit = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(256) << 20);
+    const rlimit lim{limit, limit};
+    std::string msg = "setrlimit failed";
+    if (::setrlimit(RLIMIT_AS, &lim) == 0) msg = error_of([&] { load(path); });
+    (void)!::write(out[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t got; (got = ::read(out[0], buf, sizeof buf)) > 0;) msg.append(buf, size_t(got));
+  ::close(out[0]);
+  ::waitpid(child, nullptr, 0);
+  CHECK_MESSAGE(has(msg, "load: '" + path + "': tensor 'large': cpu allocator: out of memory"), msg);
+#endif
 }
 
 TEST_CASE("tensors_to_json: an Adam state round-trips bitwise and resumes identically") {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -165,13 +166,48 @@ TEST_CASE("checkpoint files: kept copies, checksums, fallback to an older copy, 
   const pid_t child = fork();
   if (child == 0) _exit(0);
   waitpid(child, nullptr, 0);
-  const std::string stale = path + ".tmp." + std::to_string(child) + ".0";
+  const std::string stale = path + ".tmp." + std::to_string(child) + ".0123456789abcdef.0";
   kiln_test::write_text(stale, "partial");
-  const std::string mine = path + ".tmp." + std::to_string(getpid()) + ".77";  // a live process's: kept
+  const std::string mine = temp_file_prefix(path) + "77";  // our own write in progress: kept
   kiln_test::write_text(mine, "in progress");
+  const std::string other = path + ".tmp." + std::to_string(getppid()) + ".0123456789abcdef.3";  // a live process's
+  kiln_test::write_text(other, "in progress");
   save_checkpoint(path, a.parts(), {.step = 5});
   CHECK(!std::filesystem::exists(stale));
   CHECK(std::filesystem::exists(mine));
+  CHECK(std::filesystem::exists(other));
+}
+
+TEST_CASE("stale temp files: an earlier process with our pid (a container's PID 1 after a restart) is told apart") {
+  TempDir tmp;
+  const std::string path = tmp / "run.safetensors";
+  const std::string pid = std::to_string(getpid());
+  CHECK(temp_file_prefix(path).rfind(path + ".tmp." + pid + ".", 0) == 0);
+  const std::string mine = temp_file_prefix(path) + "4";
+  // the same pid with another nonce, and the format without a nonce: an earlier process's
+  const std::string earlier[] = {path + ".tmp." + pid + ".00000000deadbeef.7", path + ".tmp." + pid + ".3.keep",
+                                 path + ".tmp." + pid + ".7"};
+  for (const std::string& f : earlier) kiln_test::write_text(f, "partial");
+  kiln_test::write_text(mine, "in progress");
+  CHECK(remove_stale_temp_files(path) == 3);
+  for (const std::string& f : earlier) CHECK_MESSAGE(!std::filesystem::exists(f), f);
+  CHECK(std::filesystem::exists(mine));
+}
+
+TEST_CASE("kept copies: a save over a copy 1 that is a link to the file itself leaves no temp file") {
+  // A kill between linking the file as copy 1 and renaming the new file over it leaves two
+  // links to one file; rename() between them does nothing, and the ".keep" link stayed.
+  TempDir tmp;
+  const std::string path = tmp / "run.safetensors", kept = kept_file_path(path, 1);
+  save({{"w", full({2}, 1.0)}}, path);
+  REQUIRE(::link(path.c_str(), kept.c_str()) == 0);
+  save({{"w", full({2}, 2.0)}}, path, {}, 2);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"run.1.safetensors", "run.safetensors"});
+  CHECK(load(path).at("w").to_vector<double>() == std::vector<double>{2, 2});
+  CHECK(load(kept).at("w").to_vector<double>() == std::vector<double>{1, 1});
 }
 
 TEST_CASE("non-finite weights are neither saved over a checkpoint nor loaded, unless asked for") {
