@@ -5,6 +5,8 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
 #include "kiln/dist/dist.h"
+#define XXH_INLINE_ALL  // header-only use of Debian's xxHash (a 64-bit hash of the model's signature)
+#include <xxhash.h>
 
 namespace kiln::dist {
 
@@ -40,6 +42,21 @@ struct Reducer {
 
   ~Reducer() {
     for (auto& [p, id] : hooks) p.remove_hook(id);
+    try {
+      forget_backward();  // no reduction in flight may write into the buckets once they are freed
+    } catch (const std::exception&) {
+    }
+  }
+
+  /// Waits for the buckets in flight and forgets the current backward's gradients.
+  void forget_backward() {
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (buckets[b].launched) buckets[b].work.wait();
+      buckets[b].ready = 0;
+      buckets[b].launched = false;
+      std::fill(marked[b].begin(), marked[b].end(), false);
+    }
+    launched = 0;
   }
 
   void on_ready(const Tensor& p) {
@@ -81,29 +98,50 @@ struct Reducer {
     }
     wait_seconds = now_s() - t0;
     overlap = in_flight > 0 ? hidden / in_flight : 0;
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      Bucket& bk = buckets[b];
+    for (Bucket& bk : buckets)
       for (size_t i = 0; i < bk.params.size(); ++i) {
         Tensor g = bk.params[i].grad();
         g.copy_(bk.flat.narrow(0, bk.offsets[i], g.numel()).reshape(g.shape()));
       }
-      bk.ready = 0;
-      bk.launched = false;
-      std::fill(marked[b].begin(), marked[b].end(), false);
-    }
-    launched = 0;
+    forget_backward();  // ready for the next one
   }
 
   /// Before a forward: the previous synchronised backward must have reached every parameter.
-  void check_complete() const {
+  /// (A bucket none of whose parameters got a gradient counts too, when any other did.)
+  /// On an error the buckets in flight are waited for and the backward forgotten, so the
+  /// wrapper stays usable (and no reduction writes into freed memory).
+  void check_complete() {
+    bool started = launched > 0;
+    for (const Bucket& bk : buckets) started = started || bk.ready > 0;
+    if (!started) return;  // no backward since the last complete one
     for (size_t b = 0; b < buckets.size(); ++b)
-      if (buckets[b].ready > 0)
-        for (size_t i = 0; i < buckets[b].params.size(); ++i)
-          KILN_CHECK(marked[b][i], "DistributedDataParallel: parameter '",
-                     name_of.at(buckets[b].params[i].impl_ptr().get()), "' got no gradient in the last backward, so "
-                     "its bucket was never reduced; every parameter that requires grad must take part in the loss");
+      for (size_t i = 0; i < buckets[b].params.size(); ++i) {
+        if (marked[b][i]) continue;
+        const std::string name = name_of.at(buckets[b].params[i].impl_ptr().get());
+        forget_backward();
+        KILN_FAIL("DistributedDataParallel: parameter '", name, "' got no gradient in the last backward, so its bucket "
+                  "was never reduced; every parameter that requires grad must take part in the loss");
+      }
   }
 };
+
+/// Every rank must hold the same model (PyTorch's constructor checks it too): the names,
+/// shapes and dtypes of the parameters and buffers, hashed and gathered, so that a mismatch
+/// is an error on every rank, not a truncated broadcast on one and a wait on the others.
+void check_same_model(nn::Module& m) {
+  if (world_size() == 1) return;
+  std::string sig;
+  for (const auto& [name, p] : m.named_parameters()) sig += name + shape_str(p.shape()) + dtype_name(p.dtype()) + ";";
+  for (const auto& [name, b] : m.named_buffers()) sig += name + shape_str(b.shape()) + dtype_name(b.dtype()) + ";";
+  const uint64_t h = XXH3_64bits(sig.data(), sig.size());
+  const std::vector<int64_t> all = all_gather(from_vector<int64_t>({int64_t(h)})).to_vector<int64_t>();
+  std::vector<int> differ;
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0]) differ.push_back(int(r));
+  KILN_CHECK(differ.empty(), "DistributedDataParallel: the model differs between ranks (parameter and buffer names, ",
+             "shapes or dtypes): rank ", differ.empty() ? 0 : differ[0], " does not match rank 0 (", differ.size(),
+             " rank(s) differ); build the same model on every rank");
+}
 
 }  // namespace detail
 
@@ -114,6 +152,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
       broadcast_buffers_(o.broadcast_buffers) {
   KILN_CHECK(o.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got ", o.bucket_cap_mb);
   if (!is_initialized()) init();
+  detail::check_same_model(*module_);
   {  // every rank starts from rank 0's weights and buffers
     NoGradGuard ng;
     for (Tensor& p : module_->parameters()) broadcast(p, 0);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <thread>
 #include "kiln/core/cuda.h"
+#include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
 #if KILN_WITH_MPI
 #include <mpi.h>
@@ -102,8 +103,27 @@ bool use_nccl([[maybe_unused]] const Tensor& t) {
 #endif
 }
 
+}  // namespace
+
+void check_initialized(const char* what) {
+  if (group().initialized) return;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* e = std::getenv(v); e && std::atoi(e) > 1)
+      KILN_FAIL(what, ": called before dist::init() in a job of ", e, " processes (", v, "): every rank would act as "
+                "rank 0 of a group of one; call dist::init() first (DistributedDataParallel calls it)");
+}
+
+namespace {
+
 void check_defined(const Tensor& t, const char* op) {
   KILN_CHECK(t.defined(), "dist::", op, ": got an undefined tensor");
+  check_initialized((std::string("dist::") + op).c_str());
+}
+// An in-place collective writes every element of t: refused, before any rank sends, for an
+// expanded view (several elements in one place)
+void check_writable(const Tensor& t, const char* op) {
+  KILN_CHECK(!t.has_internal_overlap(), "dist::", op, ": the tensor ", shape_str(t.shape()), " with strides ",
+             shape_str(t.strides()), " has elements sharing memory (an expanded view); pass a contiguous copy");
 }
 
 #if KILN_WITH_MPI
@@ -168,7 +188,12 @@ cudaStream_t stream_of(const Tensor& t) {
 // The contiguous tensor of dtype `as` a collective works on: `t` itself when it already
 // is one, else a copy that finish() writes back into `t`.
 Tensor staging(const Tensor& t, DType as) { return t.is_contiguous() && t.dtype() == as ? t : t.to(as).contiguous(); }
-void finish(Tensor& t, const Tensor& buf) {
+// The result into t, after the average's division when avg: under no_grad, since a
+// collective is not recorded by autograd (a leaf that requires grad may be reduced, as in
+// PyTorch).
+void finish(Tensor& t, Tensor& buf, bool avg) {
+  NoGradGuard ng;
+  if (avg) buf.mul_(1.0 / world_size());
   if (!buf.is_same(t)) t.copy_(buf);
 }
 // float16 / bfloat16 go through MPI as float32 (MPI has no 16-bit float types).
@@ -223,8 +248,7 @@ struct Work::State {
 #endif
   bool finished = false;
   void finish() {  // the reduction has arrived in buf
-    if (avg) buf.mul_(1.0 / world_size());
-    dist::finish(target, buf);
+    dist::finish(target, buf, avg);
     finished = true;
   }
 };
@@ -261,6 +285,7 @@ void check_reducible(const Tensor& t, ReduceOp op, const char* name) {
 
 Work all_reduce_async(Tensor& t, ReduceOp op) {
   check_reducible(t, op, "all_reduce_async");
+  check_writable(t, "all_reduce_async");
   Work w;
   if (t.numel() == 0 || (world_size() == 1 && !use_nccl(t))) return w;
 #if KILN_WITH_NCCL
@@ -286,6 +311,7 @@ Work all_reduce_async(Tensor& t, ReduceOp op) {
 
 void all_reduce(Tensor& t, ReduceOp op) {
   check_reducible(t, op, "all_reduce");
+  check_writable(t, "all_reduce");
   if (t.numel() == 0 || (world_size() == 1 && !use_nccl(t))) return;
 #if KILN_WITH_NCCL
   if (t.device().is_cuda()) {
@@ -294,7 +320,7 @@ void all_reduce(Tensor& t, ReduceOp op) {
                                               nccl_type(buf.dtype(), "all_reduce"), nccl_op(op),
                                               nccl_comm("all_reduce"), stream_of(buf)),
                "all_reduce");
-    finish(t, buf);
+    finish(t, buf, false);
     return;
   }
 #endif
@@ -307,13 +333,13 @@ void all_reduce(Tensor& t, ReduceOp op) {
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, p + off * int64_t(buf.element_size()), int(std::min(kPiece, n - off)),
                             mpi_type(buf.dtype(), "all_reduce"), mpi_op(op), MPI_COMM_WORLD),
               "all_reduce");
-  if (op == ReduceOp::avg) buf.mul_(1.0 / world_size());
-  finish(t, buf);
+  finish(t, buf, op == ReduceOp::avg);
 #endif
 }
 
 void broadcast(Tensor& t, int root) {
   check_defined(t, "broadcast");
+  check_writable(t, "broadcast");
   KILN_CHECK(root >= 0 && root < world_size(), "dist::broadcast: root ", root, " is not a rank of this group of ",
              world_size());
   if (t.numel() == 0 || (world_size() == 1 && !use_nccl(t))) return;
@@ -324,7 +350,7 @@ void broadcast(Tensor& t, int root) {
                                               nccl_type(buf.dtype(), "broadcast"), root, nccl_comm("broadcast"),
                                               stream_of(buf)),
                "broadcast");
-    finish(t, buf);
+    finish(t, buf, false);
     return;
   }
 #endif
@@ -336,7 +362,7 @@ void broadcast(Tensor& t, int root) {
   Waiting w("broadcast");
   for (int64_t off = 0; off < bytes; off += kPiece)
     mpi_check(MPI_Bcast(p + off, int(std::min(kPiece, bytes - off)), MPI_BYTE, root, MPI_COMM_WORLD), "broadcast");
-  finish(t, buf);
+  finish(t, buf, false);
 #endif
 }
 
@@ -398,13 +424,13 @@ Tensor reduce_scatter(const Tensor& t, ReduceOp op) {
   mpi_check(MPI_Reduce_scatter_block(in.raw_data(), buf.raw_data(), int(buf.numel()), mpi_type(in.dtype(), "reduce_scatter"),
                                      mpi_op(op), MPI_COMM_WORLD),
             "reduce_scatter");
-  if (op == ReduceOp::avg) buf.mul_(1.0 / world_size());
-  finish(out, buf);
+  finish(out, buf, op == ReduceOp::avg);
 #endif
   return out;
 }
 
 void barrier() {
+  check_initialized("dist::barrier");
 #if KILN_WITH_MPI
   Waiting w("barrier");
   if (world_size() > 1) mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier");

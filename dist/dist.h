@@ -30,11 +30,18 @@ bool built_with_nccl();
 int rank();
 int world_size();
 int local_rank();
+/// Throws a kiln::Error naming `what` when init() has not run in a job mpirun started with
+/// several processes (every rank would act as rank 0 of a group of one): the collectives
+/// and DistributedSampler call it; rank() and world_size() do not (0 and 1 before init()).
+void check_initialized(const char* what);
 
 /// In place: every rank ends with the element-wise sum / mean / max of all ranks' `t`.
 /// Same shape and dtype on every rank. CPU tensors go through MPI, CUDA ones through NCCL
 /// on kiln's current stream. float16 / bfloat16 are reduced in float32 on the CPU; avg
-/// needs a floating dtype, sum of bool is refused. Non-contiguous tensors are handled.
+/// needs a floating dtype, sum of bool is refused. Non-contiguous tensors are handled (not
+/// expanded ones, whose elements share memory: refused before anything is sent). A tensor
+/// that requires grad may be reduced (not recorded by autograd). max of a NaN follows MPI's
+/// comparison: whether a NaN wins depends on which rank holds it.
 void all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
 /// A collective in flight (all_reduce_async). wait() blocks until the result is in the
 /// tensor; done() polls (and so drives MPI's progress). A default Work is done.

@@ -9,6 +9,7 @@ namespace kiln::dist {
 
 DistributedSampler::DistributedSampler(DistributedSamplerOptions o)
     : o_(o), rank_(o.rank >= 0 ? o.rank : dist::rank()), world_(o.world_size >= 0 ? o.world_size : dist::world_size()) {
+  if (o.rank < 0 || o.world_size < 0) check_initialized("DistributedSampler");
   KILN_CHECK(world_ >= 1 && rank_ >= 0 && rank_ < world_, "DistributedSampler: rank ", rank_,
              " is not in a group of ", world_);
 }
@@ -16,6 +17,7 @@ DistributedSampler::DistributedSampler(DistributedSamplerOptions o)
 int64_t DistributedSampler::count(int64_t n) const { return o_.drop_last ? n / world_ : (n + world_ - 1) / world_; }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch, int64_t n) const {
+  KILN_CHECK(n >= 0, "DistributedSampler: the dataset size must be >= 0, got ", n);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t(0));
   if (o_.shuffle) {  // Fisher-Yates with a key of (seed, epoch): the same on every rank

@@ -147,6 +147,34 @@ TEST_CASE("DDP: every rank starts from rank 0's weights; an unused parameter is 
     CHECK(error_of([&] { ddp(randn({2, 6})); }).find("got no gradient") != std::string::npos);
 }
 
+TEST_CASE("DDP: a bucket that got no gradient at all is an error at the next forward too") {
+  // one bucket per parameter: b and c's buckets get nothing (only checked where one had any)
+  auto net = std::make_shared<Net>();
+  dist::DistributedDataParallel ddp(net, {.bucket_cap_mb = 1e-6});
+  REQUIRE(ddp.num_buckets() == 6);
+  sum(net->a(randn({2, 6}))).backward();
+  CHECK(error_of([&] { ddp(randn({2, 6})); }).find("got no gradient") != std::string::npos);
+  // the reductions in flight were waited for and the backward forgotten: the wrapper still works
+  sum(ddp(randn({2, 6}))).backward();
+  CHECK_NOTHROW(ddp(randn({2, 6})));
+}
+
+TEST_CASE("DDP: a model that differs between ranks is an error on every rank, at construction") {
+  struct Wide : nn::Module {
+    nn::Linear a;
+    explicit Wide(int64_t h) { a = register_module("a", nn::Linear(4, h)); }
+    Tensor forward(const Tensor& x) override { return a(x); }
+  };
+  auto same = std::make_shared<Wide>(8);
+  CHECK_NOTHROW(dist::DistributedDataParallel{same});
+  auto differs = std::make_shared<Wide>(8 + dist::rank());  // rank 1 has 9 outputs
+  if (dist::world_size() > 1)  // was a truncated broadcast on one rank and a wait on the other
+    CHECK(error_of([&] { dist::DistributedDataParallel d(differs); }).find("differs between ranks") !=
+          std::string::npos);
+  else
+    CHECK_NOTHROW(dist::DistributedDataParallel{differs});
+}
+
 TEST_CASE("DDP with activation checkpointing equals full-batch training") {
   CHECK(ddp_vs_full_batch(DType::float64, Opt::adamw, 1, false, 3, Mode::ddp_checkpointed) < 1e-12);
   CHECK(ddp_vs_full_batch(DType::float64, Opt::sgd, 2, false, 3, Mode::ddp_checkpointed) < 1e-12);

@@ -118,6 +118,21 @@ TEST_CASE("collective errors name the op and the problem") {
     CHECK(error_of([&] { dist::reduce_scatter(make({W() + 1}, DType::float32, R())); }).find("multiple") !=
           std::string::npos);
   CHECK(error_of([&] { dist::all_gather(scalar_tensor(1.0)); }).find("0-d") != std::string::npos);
+  // an expanded view is refused before anything is sent (it failed after the collective ran)
+  Tensor e = make({1}, DType::float32, R()).expand({4});
+  CHECK(error_of([&] { dist::all_reduce(e); }).find("sharing memory") != std::string::npos);
+  CHECK(error_of([&] { dist::broadcast(e, 0); }).find("sharing memory") != std::string::npos);
+  CHECK(error_of([] { dist::DistributedSampler().indices(0, -1); }).find(">= 0") != std::string::npos);
+}
+
+TEST_CASE("all_reduce of a leaf that requires grad: reduced, not recorded (avg threw after summing)") {
+  Tensor p = make({3}, DType::float64, R()).requires_grad_();
+  Tensor want = make({3}, DType::float64, R());
+  dist::all_reduce(want, dist::ReduceOp::avg);
+  dist::all_reduce(p, dist::ReduceOp::avg);
+  CHECK(max(abs(sub(p.detach(), want))).item() == 0);
+  CHECK(p.requires_grad());
+  CHECK(p.is_leaf());
 }
 
 TEST_CASE("DistributedSampler: each sample exactly once per epoch across ranks, reshuffled per epoch") {
