@@ -108,6 +108,8 @@ std::vector<Panel> metrics_panels(const std::vector<MetricsRow>& rows) {
 
 MetricsLog::MetricsLog(std::string csv_path, bool append, int64_t resume_step) : path_(std::move(csv_path)) {
   if (path_.empty()) return;  // a log that keeps its rows but writes nothing
+  remove_stale_temp_files(path_);  // what a kill during a write of the CSV or the plot left
+  remove_stale_temp_files(plot_path());
   std::error_code ec;
   const bool exists = std::filesystem::exists(path_, ec) && std::filesystem::file_size(path_, ec) > 0 && !ec;
   if (append && exists) {

@@ -2,6 +2,7 @@
 // float64 tensors) on the tensor's device, then copies into the tensor in place.
 #include "kiln/nn/init.h"
 #include <cmath>
+#include <limits>
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
@@ -59,8 +60,15 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& t) {
 Tensor uniform_(const Tensor& t, double a, double b) {
   check(t, "uniform_");
   KILN_CHECK(a <= b, "init::uniform_: expected a <= b, got a=", a, " b=", b);
-  KILN_CHECK(std::isfinite(a) && std::isfinite(b - a), "init::uniform_: expected finite bounds a=", a, " b=", b,
-             " (and a finite b - a)");
+  // the draws are scaled in float32 below float64: the bounds and b - a must be finite there
+  // (and within a 16-bit dtype's range), as PyTorch's "from/to is out of bounds" check
+  const double top = t.dtype() == DType::float64   ? std::numeric_limits<double>::max()
+                     : t.dtype() == DType::float16 ? 65504.0
+                                                   : double(std::numeric_limits<float>::max());
+  KILN_CHECK(std::fabs(a) <= top && std::fabs(b) <= top && (t.dtype() == DType::float64 ? std::isfinite(b - a)
+                                                                                        : std::isfinite(float(b - a))),
+             "init::uniform_: bounds a=", a, " b=", b, " are out of range for ", dtype_name(t.dtype()),
+             " (a, b and b - a must be finite in it)");
   NoGradGuard ng;
   Tensor src = rand(t.shape(), draw_options(t)) * (b - a) + a;
   if (is_half(t.dtype()) && a < b) {

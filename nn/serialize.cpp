@@ -187,7 +187,7 @@ void check_utf8(const std::string& path, const std::string& what, const std::str
   if (bad == std::string::npos) return;
   const size_t from = bad < 40 ? 0 : bad - 40;
   KILN_FAIL("save: '", path, "': ", what, " \"", from ? "..." : "", printable(s.substr(from, 80)),
-            from + 80 < s.size() ? "..." : "", "\" is not valid UTF-8 (at byte ", bad, "); a safetensors header must be");
+            from + 80 < s.size() ? "..." : "", "\" is not valid UTF-8 (at byte ", bad, "); a safetensors header must be UTF-8");
 }
 
 }  // namespace

@@ -364,6 +364,9 @@ TEST_CASE("init functions") {
   // non-finite bounds are errors (they filled NaN); constant_/zeros_/ones_ fill any dtype
   CHECK_THROWS_AS(nn::init::uniform_(empty({3}), -INFINITY, 1.0), kiln::Error);
   CHECK_THROWS_AS(nn::init::uniform_(empty({3}), -1e308, 1e308), kiln::Error);
+  CHECK_THROWS_AS(nn::init::uniform_(empty({3}), -1e39, 1e39), kiln::Error);  // float32 draws: was all inf/NaN
+  CHECK_THROWS_AS(nn::init::uniform_(empty({3}, {.dtype = DType::float16}), 0, 1e5), kiln::Error);
+  CHECK_NOTHROW(nn::init::uniform_(empty({3}, {.dtype = DType::float64}), -1e300, 1e300));
   Tensor i = zeros({3}, {.dtype = DType::int64});
   CHECK(nn::init::constant_(i, 7).to_vector<int64_t>() == std::vector<int64_t>{7, 7, 7});
   CHECK(nn::init::ones_(zeros({2}, {.dtype = DType::bool_})).to_vector<uint8_t>() == std::vector<uint8_t>{1, 1});

@@ -235,7 +235,8 @@ TEST_CASE("matmul of integer tensors: exact, every rank and layout, wrapping on 
       {{3}, {3}}, {{2, 3}, {3}}, {{3}, {3, 4}}, {{5, 3}, {3, 4}}, {{2, 1, 3, 4}, {5, 4, 6}}, {{4, 0}, {0, 3}},
       {{0, 2}, {2, 3}}, {{2, 3, 4}, {4, 2}}};
   for (DType dt : {DType::int64, DType::int32, DType::uint8}) {
-    for (const auto& [sa, sb] : cases) {
+    for (const auto& c : cases) {
+      const Shape &sa = c.first, &sb = c.second;  // not a structured binding: clang 14's lambdas cannot capture one
       CAPTURE(dtype_name(dt));
       CAPTURE(shape_str(sa));
       const double hi = dt == DType::uint8 ? 6 : 100;  // products and sums stay exact in float64
