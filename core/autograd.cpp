@@ -221,6 +221,7 @@ struct Capture {
   std::unordered_map<TensorImpl*, size_t> leaves;
   std::unordered_map<Node*, size_t> nodes;
   std::vector<Tensor> grads;
+  bool hooks = true;  // run the inputs' grad hooks (GradOptions::input_hooks)
 };
 
 // A leaf's whole gradient of this backward: its grad hooks, then (backward) the
@@ -228,7 +229,7 @@ struct Capture {
 void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g, bool create_graph, Capture* cap) {
   const std::shared_ptr<GradHooks> hooks = leaf->hooks;  // a hook may remove hooks
   if (cap && !cap->leaves.count(leaf.get())) return;  // grad(): neither hooks nor .grad of other leaves
-  const Tensor gh = hooks ? hooks->apply(g) : g;
+  const Tensor gh = hooks && (!cap || cap->hooks) ? hooks->apply(g) : g;
   if (cap) {
     auto it = cap->leaves.find(leaf.get());
     Tensor& slot = cap->grads[it->second];
@@ -457,6 +458,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
              " outputs but ", grad_outputs.size(), " grad_outputs (give one per output, or none)");
   Capture cap;
   cap.grads.resize(inputs.size());
+  cap.hooks = opts.input_hooks;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     KILN_CHECK(x.defined() && x.requires_grad(), "grad: input ", i, " (",

@@ -126,6 +126,8 @@ struct GradOptions {
   std::optional<bool> retain_graph = std::nullopt;  ///< default: create_graph
   bool create_graph = false;         ///< the returned gradients get a grad_fn (double backward)
   bool allow_unused = false;         ///< an input no output depends on gets an undefined tensor, not an error
+  bool input_hooks = true;           ///< false: the inputs' grad hooks do not run (activation checkpointing's
+                                     ///< inner pass: they run once, when the outer backward accumulates)
 };
 
 /// The gradients of sum(outputs[i] * grad_outputs[i]) with respect to `inputs`, returned

@@ -1,6 +1,7 @@
 // Activation checkpointing on kiln::Function: the forward keeps only the (detached)
 // inputs and the RNG state; the backward restores the RNG state, recomputes with grad
-// mode on from fresh leaf copies of the inputs, backpropagates and returns their grads.
+// mode on from fresh leaf copies of the inputs, and returns the gradients of the inputs
+// and of the parameters fn uses (kiln::grad over the recomputed graph).
 #include "kiln/nn/checkpoint.h"
 #include <unordered_set>
 #include "kiln/core/autocast.h"
@@ -34,6 +35,7 @@ struct CheckpointFunction : Function {
   CheckpointFn fn;
   size_t n_inputs = 0;  // inputs of fn
   size_t n_all = 0;     // all Function inputs: fn's inputs, then parameters
+  std::vector<Tensor> params;  // the parameters (leaves fn uses): inputs n_inputs .. n_all
   RngState rng;         // generator state when fn first ran
   bool amp_enabled = false;             // autocast state when fn first ran: the
   DType amp_dtype = DType::bfloat16;    // recomputation must use the same dtypes
@@ -69,11 +71,18 @@ struct CheckpointFunction : Function {
     KILN_CHECK(out.defined() && out.shape() == grad_output.shape(), "checkpoint: the recomputed output has shape ",
                out.defined() ? shape_str(out.shape()) : std::string("(undefined)"), " but the first run gave ",
                shape_str(grad_output.shape()), "; the checkpointed function must be deterministic");
-    // Parameters (leaves) used inside fn get their gradients accumulated here.
-    if (out.requires_grad()) run_backward({out}, {grad_output}, false);
-    std::vector<Tensor> grads(n_all);  // none for the parameters: they got theirs above
-    for (size_t i = 0; i < n_inputs; ++i)
-      if (needs_input_grad(i)) grads[i] = in[i].grad();
+    // The gradients of the inputs and of the parameters, returned to the engine (which
+    // accumulates the parameters' into .grad and runs their hooks once, or captures them
+    // for kiln::grad): never written into any .grad here.
+    std::vector<Tensor> wrt;
+    std::vector<size_t> slot;
+    for (size_t i = 0; i < n_all; ++i)
+      if (needs_input_grad(i)) wrt.push_back(i < n_inputs ? in[i] : params[i - n_inputs]), slot.push_back(i);
+    std::vector<Tensor> grads(n_all);
+    if (out.requires_grad() && !wrt.empty()) {
+      const std::vector<Tensor> g = grad({out}, wrt, {grad_output}, {.allow_unused = true, .input_hooks = false});
+      for (size_t k = 0; k < slot.size(); ++k) grads[slot[k]] = g[k];
+    }
     return grads;
   }
 };
@@ -114,24 +123,24 @@ Tensor checkpoint_impl(CheckpointFn fn, std::vector<Tensor> inputs, const std::v
   f->amp_dtype = autocast_dtype();
   std::vector<Tensor> all = inputs;
   if (params) {
-    // Parameters become extra Function inputs (their gradient is accumulated by the inner
-    // backward, the Function returns none for them): the node exists even when no input
-    // needs grad.
+    // Parameters become extra Function inputs, whose gradients the backward returns: the
+    // node exists even when no input needs grad, and kiln::grad reaches them through it.
     for (const Tensor& p : *params)
-      if (p.defined() && p.requires_grad()) all.push_back(p);
-  } else if (!any_requires_grad(inputs)) {
-    // Unknown parameters and no input needing grad: run once with grad on to see which
-    // leaves fn uses, keep the result, drop the graph.
+      if (p.defined() && p.requires_grad()) f->params.push_back(p);
+  } else {
+    // Unknown parameters: run once with grad on, from detached inputs, to see which leaves
+    // fn uses; keep the result and drop the graph (its activations are freed at once, as
+    // after any checkpointed forward).
     std::vector<Tensor> det;
     det.reserve(inputs.size());
     for (const Tensor& t : inputs) det.push_back(t.detach());
     Tensor out = f->fn(det);
     KILN_CHECK(out.defined(), "checkpoint: the function returned an undefined tensor");
-    if (!out.requires_grad()) return out;
-    std::vector<Tensor> leaves = leaves_of(out);
-    all.insert(all.end(), leaves.begin(), leaves.end());
+    if (!out.requires_grad() && !any_requires_grad(inputs)) return out;
+    if (out.requires_grad()) f->params = leaves_of(out);
     f->precomputed = out.detach();
   }
+  all.insert(all.end(), f->params.begin(), f->params.end());
   f->n_all = all.size();
   f->save_for_backward(inputs);
   return Function::apply(f, all);

@@ -26,16 +26,18 @@ bool in_checkpoint_recomputation();
 
 /// Calls fn(inputs...) without recording its graph and returns its result; in the
 /// backward pass fn is run again (grad mode on, the RNG state of the first call restored,
-/// so dropout draws the same masks) and backpropagated, giving the inputs their
-/// gradients and the parameters used inside fn theirs (accumulated into .grad):
+/// so dropout draws the same masks) and differentiated, giving the inputs their
+/// gradients and the parameters used inside fn theirs (through the engine: backward()
+/// accumulates them into .grad and runs their hooks once, kiln::grad returns them and
+/// leaves .grad alone, as torch.utils.checkpoint with use_reentrant=False):
 ///   x = kiln::checkpoint([&](const Tensor& h) { return block(h); }, x);
 ///   y = kiln::checkpoint([&](const Tensor& a, const Tensor& b) { return f(a, b); }, a, b);
 /// fn must be deterministic given the RNG state, and must not change its inputs.
-/// When no input requires grad but fn uses parameters that do (the first block of a
-/// network), the result still requires grad: for a plain callable the first call then
-/// runs with grad mode on once to find those parameters (its graph is dropped right
-/// away); pass a module (below) to avoid that extra bookkeeping. Under NoGradGuard,
-/// checkpoint just calls fn.
+/// For a plain callable the first call runs with grad mode on to find the parameters fn
+/// uses (its graph is dropped right away, so only one block's activations live at a time,
+/// as in the recomputation); the result requires grad when an input or such a parameter
+/// does. Pass a module (below) to skip that bookkeeping. Under NoGradGuard, checkpoint
+/// just calls fn.
 template <class F, class... Ts>
   requires(!std::is_base_of_v<nn::Module, std::remove_cvref_t<F>> &&
            (std::is_same_v<std::remove_cvref_t<Ts>, Tensor> && ...) && std::is_invocable_v<F&, const Ts&...>)

@@ -221,3 +221,38 @@ TEST_CASE("checkpoint: BatchNorm counts a batch once (running stats are not upda
   ck.eval();
   CHECK(max_abs_diff(ck(x), ref(x)) == 0);
 }
+
+TEST_CASE("kiln::grad through a checkpoint: the parameters' gradients come back, no .grad is written") {
+  manual_seed(4);
+  nn::Linear lin(5, 3);
+  Tensor x = randn({4, 5}, {.requires_grad = true});
+  Tensor R = randn({4, 3});
+  const Tensor w = lin.weight;
+  auto loss_plain = [&] { return sum(tanh(lin(x)) * R); };
+  const std::vector<Tensor> want = kiln::grad({loss_plain()}, {x, w});
+  nn::Checkpoint wrapped(lin);
+  const std::vector<std::function<Tensor()>> forms = {
+      [&] { return sum(checkpoint([&](const Tensor& a) { return tanh(lin(a)); }, x) * R); },  // callable
+      [&] { return sum(tanh(checkpoint(lin, x)) * R); },                                      // module
+      [&] { return sum(tanh(wrapped(x)) * R); }};                                             // wrapper
+  for (size_t k = 0; k < forms.size(); ++k) {
+    CAPTURE(k);
+    lin.zero_grad();
+    x.set_grad(Tensor());
+    const std::vector<Tensor> got = kiln::grad({forms[k]()}, {x, w});  // w's was undefined: "not used"
+    REQUIRE(got[1].defined());
+    CHECK(max_abs_diff(got[0], want[0]) == 0);
+    CHECK(max_abs_diff(got[1], want[1]) == 0);
+    CHECK_FALSE(w.grad().defined());  // was filled by the checkpoint's inner backward
+    CHECK_FALSE(lin.bias.grad().defined());
+    CHECK_FALSE(x.grad().defined());
+  }
+  // backward(): a parameter's hooks run once, with its whole gradient
+  int calls = 0;
+  const int64_t id = w.register_post_accumulate_grad_hook([&](const Tensor&) { ++calls; });
+  lin.zero_grad();
+  sum(tanh(checkpoint(lin, x)) * R).backward();
+  CHECK(calls == 1);
+  CHECK(max_abs_diff(w.grad(), want[1]) == 0);
+  Tensor(w).remove_hook(id);
+}
