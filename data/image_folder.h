@@ -20,8 +20,9 @@ struct ImageFolderOptions {
 class ImageFolder : public Dataset {
  public:
   /// Scans root: each sub-folder (hidden ones, named .*, excepted) is a class, sorted
-  /// by name -> index 0, 1, ...; each .png/.jpg/.jpeg/.bmp file inside it is an example
-  /// (sorted by name). Errors when root is missing, has no class folders, or a class
+  /// by name -> index 0, 1, ...; each .png/.jpg/.jpeg/.bmp file directly inside it is an
+  /// example (sorted by name; files in its sub-folders are not read, where torchvision's
+  /// ImageFolder walks them too). Errors when root is missing, has no class folders, or a class
   /// folder holds no images. Files are decoded on demand, in get() / get_batch().
   ImageFolder(const std::string& root, ImageFolderOptions options = {});
 
