@@ -309,7 +309,8 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
       missing.push_back(name);
     } else if (!src->defined()) {
       bad.push_back(name + " (undefined tensor in the state dict, model " + shape_str(t.shape()) + ")");
-    } else if (src->shape() != t.shape()) {
+    } else if (src->shape() != t.shape() && !(t.dim() == 0 && src->dim() == 1 && src->numel() == 1)) {
+      // (a one-element 1-D value loads into a 0-dim entry, as PyTorch accepts for old files)
       bad.push_back(name + " (state dict " + shape_str(src->shape()) + ", model " + shape_str(t.shape()) + ")");
     }
   }
@@ -329,7 +330,7 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
   }
   NoGradGuard ng;
   for (auto& [name, t] : own)
-    if (const Tensor* src = sd.find(name)) t.copy_(*src);
+    if (const Tensor* src = sd.find(name)) t.copy_(t.dim() == 0 ? src->reshape({}) : *src);
 }
 
 std::string Module::type_name() const { return demangle(typeid(*this).name()); }

@@ -9,6 +9,7 @@
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/dispatch.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
 
@@ -273,7 +274,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return linear(xc, wc, bc); },
           x, weight, bias))
     return *r;  // autocast: the op ran on cast inputs
-  check_pair("linear", x, weight, "input", "weight");
+  check_pair("linear", x, weight, "input", "weight", /*integers=*/true);
   KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
              shape_str(weight.shape()));
   KILN_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got shape ", shape_str(x.shape()));
@@ -291,6 +292,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     return linear(x.to(DType::float32), weight.to(DType::float32),
                   bias.defined() ? bias.to(DType::float32) : Tensor())
         .to(x.dtype());
+  if (!x.is_floating_point()) {  // integers (CPU): matmul's integer GEMM, not differentiable
+    Tensor y = matmul(x, weight.t());
+    return bias.defined() ? add(y, bias) : y;
+  }
 
   const int64_t I = weight.size(1), O = weight.size(0);
   Shape lead(x.shape().begin(), x.shape().end() - 1);

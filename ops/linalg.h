@@ -11,7 +11,8 @@ namespace kiln {
 /// Integer tensors (int64, int32, uint8) multiply on the CPU, wrapping on overflow, as
 /// PyTorch's do; bool and integer CUDA tensors are refused (PyTorch has no kernel either).
 Tensor matmul(const Tensor& a, const Tensor& b);
-/// y = x W^T + b for x (..., in), W (out, in), b (out) or undefined.
+/// y = x W^T + b for x (..., in), W (out, in), b (out) or undefined. Integer tensors on the
+/// CPU as matmul's.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 /// How float32 matmul/linear may compute on CUDA (torch.set_float32_matmul_precision):

@@ -183,6 +183,17 @@ TEST_CASE("state_dict round trip") {
   CHECK(c.parameters()[0].dtype() == DType::float32);
 }
 
+TEST_CASE("load_state_dict: a one-element 1-D value loads into a 0-dim entry (PyTorch's rule for old files)") {
+  nn::BatchNorm1d bn(2);
+  nn::StateDict sd = bn.state_dict();
+  sd.insert_or_assign("num_batches_tracked", from_vector<int64_t>({7}));
+  bn.load_state_dict(sd);  // was a shape mismatch
+  CHECK(bn.num_batches_tracked.dim() == 0);
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 7);
+  sd.insert_or_assign("num_batches_tracked", from_vector<int64_t>({7, 8}));
+  CHECK_THROWS_AS(bn.load_state_dict(sd), kiln::Error);
+}
+
 TEST_CASE("load_state_dict lists every bad name in one error") {
   manual_seed(5);
   Net net;

@@ -256,6 +256,11 @@ TEST_CASE("matmul of integer tensors: exact, every rank and layout, wrapping on 
   CHECK(matmul(from_vector<uint8_t>({200, 2}, {1, 2}), from_vector<uint8_t>({2, 1}, {2, 1})).item<int64_t>() == 146);
   const int64_t big = std::numeric_limits<int64_t>::max();
   CHECK(matmul(from_vector<int64_t>({big, 1}), from_vector<int64_t>({2, 3})).item<int64_t>() == 1);  // 2*max+3 wraps to 1
+  // linear as PyTorch 2.15: [[1, 2, 3]] with W [[1, 0, 1], [2, 2, 2]] and b [5, 6] is [[9, 18]]
+  const Tensor x = from_vector<int64_t>({1, 2, 3}, {1, 3}), w = from_vector<int64_t>({1, 0, 1, 2, 2, 2}, {2, 3});
+  CHECK(linear(x, w, from_vector<int64_t>({5, 6})).to_vector<int64_t>() == std::vector<int64_t>{9, 18});
+  CHECK(linear(x, w).to_vector<int64_t>() == std::vector<int64_t>{4, 12});
+  CHECK(linear(x, w).dtype() == DType::int64);
 }
 
 TEST_CASE("linear: values by hand") {
