@@ -287,12 +287,12 @@ StateDict Module::state_dict() const {
   // all names (a tied tensor appears under each of its names), parameters then buffers per module
   std::function<void(const ModuleState&, const std::string&)> rec = [&](const ModuleState& st, const std::string& prefix) {
     for (const auto& [name, t] : st.parameters)
-      if (t.defined()) sd.insert(prefix + name, t);
+      if (t.defined()) sd.insert(prefix + name, t.detach());
     for (const auto& [name, t] : st.buffers) {
       if (!t.defined()) continue;
       bool np = false;
       for (const auto& n : st.non_persistent) np = np || n == name;
-      if (!np) sd.insert(prefix + name, t);
+      if (!np) sd.insert(prefix + name, t.detach());
     }
     for (const auto& [name, child] : st.children) rec(*ModuleAccess::state(*child), prefix + name + ".");
   };

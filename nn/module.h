@@ -177,8 +177,9 @@ class Module {
   void zero_grad();
 
   // ---- checkpoints ----
-  /// Parameters and persistent buffers by dotted name, in registration order. The
-  /// tensors are the module's own handles (detached values share storage).
+  /// Parameters and persistent buffers by dotted name, in registration order: detached
+  /// tensors sharing the module's storage (as PyTorch's, keep_vars=False), so
+  /// `sd.at("fc.weight").mul_(0.5)` changes the weight and no gradient is recorded.
   StateDict state_dict() const;
   /// Copies values from `sd` into the module's tensors (under NoGradGuard; dtype and
   /// device are converted). Every problem is reported at once in ONE kiln::Error: keys

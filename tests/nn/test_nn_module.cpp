@@ -183,6 +183,18 @@ TEST_CASE("state_dict round trip") {
   CHECK(c.parameters()[0].dtype() == DType::float32);
 }
 
+TEST_CASE("state_dict: detached tensors sharing the module's storage (PyTorch's keep_vars=False)") {
+  nn::Linear lin(3, 2);
+  nn::StateDict sd = lin.state_dict();
+  Tensor w = sd.at("weight");
+  CHECK_FALSE(w.requires_grad());
+  CHECK_FALSE(w.is_same(lin.weight));
+  const double before = lin.weight.to_vector<double>()[0];
+  w.mul_(2.0);  // threw "in-place change of a leaf that requires grad" on the module's own handle
+  CHECK(lin.weight.to_vector<double>()[0] == 2.0 * before);
+  CHECK(lin.weight.requires_grad());
+}
+
 TEST_CASE("load_state_dict: a one-element 1-D value loads into a 0-dim entry (PyTorch's rule for old files)") {
   nn::BatchNorm1d bn(2);
   nn::StateDict sd = bn.state_dict();
