@@ -74,9 +74,10 @@ Tensor uniform_(const Tensor& t, double a, double b) {
   if (is_half(t.dtype()) && a < b) {
     // a float32 draw rounded to 16 bits lands on b now and then (about 1 in 512 in bf16 on
     // [0, 1)): those take the dtype's largest value below b, so the range is [a, b) as PyTorch's
+    // (no value of the dtype lies between `below` and b, and `below` is exact in it)
+    const double below = largest_below(t.dtype(), b);
     src = src.to(t.dtype());
-    src = where(ge(src.to(DType::float64), b), full({}, largest_below(t.dtype(), b), {.dtype = t.dtype(),
-                .device = t.device()}), src);
+    src = where(gt(src, below), full({}, below, {.dtype = t.dtype(), .device = t.device()}), src);
   }
   return fill_from(t, src);
 }

@@ -67,53 +67,47 @@ Tensor checked_index(const Tensor& index, int64_t size, int64_t dim, const char*
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& all, int64_t dim) {
-  const DType dt = check_list("cat", all);
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+  const DType dt = check_list("cat", ts);
   // PyTorch skips 1-D tensors of shape [0] beside others (the `acc = cat({acc, x})` idiom,
-  // starting from an empty acc); they still take part in the dtype promotion and get an
-  // empty gradient
-  auto is_skipped = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
-  const bool skip = std::any_of(all.begin(), all.end(), is_skipped) && !std::all_of(all.begin(), all.end(), is_skipped);
-  std::vector<Tensor> ts;  // the tensors concatenated
-  std::vector<bool> skipped(all.size());
-  for (size_t i = 0; i < all.size(); ++i) {
-    skipped[i] = skip && is_skipped(all[i]);
-    if (!skipped[i]) ts.push_back(all[i]);
-  }
-  const int64_t nd = ts[0].dim();
-  KILN_CHECK(nd > 0, "cat: zero-dimensional tensors cannot be concatenated (shapes ", list_shapes(all), ")");
+  // starting from an empty acc): they take part in the dtype promotion, add nothing (and
+  // their shape is not checked) and get an empty gradient
+  auto empty_1d = [](const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; };
+  std::vector<bool> skipped(ts.size(), false);
+  if (!std::all_of(ts.begin(), ts.end(), empty_1d))
+    for (size_t i = 0; i < ts.size(); ++i) skipped[i] = empty_1d(ts[i]);
+  const Tensor& first = ts[size_t(std::find(skipped.begin(), skipped.end(), false) - skipped.begin())];
+  const int64_t nd = first.dim();
+  KILN_CHECK(nd > 0, "cat: zero-dimensional tensors cannot be concatenated (shapes ", list_shapes(ts), ")");
   const int64_t d = wrap_dim(dim, nd, "cat");
   bool ok = true;
-  for (const Tensor& t : ts) {
-    ok = ok && t.dim() == nd;
-    for (int64_t e = 0; ok && e < nd; ++e) ok = e == d || t.size(e) == ts[0].size(e);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (skipped[i]) continue;
+    ok = ok && ts[i].dim() == nd;
+    for (int64_t e = 0; ok && e < nd; ++e) ok = e == d || ts[i].size(e) == first.size(e);
   }
-  KILN_CHECK(ok, "cat: tensors must have the same shape except in dim ", d, ", got shapes ", list_shapes(all));
-  std::vector<Tensor> conv_all(all.size()), conv;
-  for (size_t i = 0; i < all.size(); ++i) {
-    conv_all[i] = all[i].to(dt);  // differentiable dtype promotion
-    if (!skipped[i]) conv.push_back(conv_all[i]);
-  }
-  const Shape& s0 = ts[0].shape();
+  KILN_CHECK(ok, "cat: tensors must have the same shape except in dim ", d, ", got shapes ", list_shapes(ts));
+  std::vector<Tensor> conv(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) conv[i] = ts[i].to(dt);  // differentiable dtype promotion
+  const Shape& s0 = first.shape();
   int64_t outer = 1, rest = 1, total = 0;
   for (int64_t e = 0; e < d; ++e) outer *= s0[e];
   for (int64_t e = d + 1; e < nd; ++e) rest *= s0[e];
-  std::vector<int64_t> inner(ts.size()), sizes(all.size(), 0);
-  for (size_t i = 0, k = 0; i < all.size(); ++i) {
-    if (skipped[i]) continue;
-    sizes[i] = all[i].size(d);
-    inner[k++] = sizes[i] * rest;
-    total = checked_add(total, sizes[i], "cat", all[i].shape());
+  std::vector<int64_t> inner(ts.size()), sizes(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    sizes[i] = skipped[i] ? 0 : ts[i].size(d);
+    inner[i] = sizes[i] * rest;  // a skipped tensor: no elements to copy
+    total = checked_add(total, sizes[i], "cat", ts[i].shape());
   }
   Shape oshape = s0;
   oshape[d] = total;
-  Tensor out = Tensor::empty(oshape, dt, ts[0].device());
+  Tensor out = Tensor::empty(oshape, dt, first.device());
   {
     NoGradGuard ng;
     run_cat(Op::cat, conv, inner, outer, out);
   }
-  return twice_differentiable(record(out, "cat", conv_all, [d, sizes, skipped](const Tensor& g,
-                                                                              const std::vector<bool>& needs) {
+  return twice_differentiable(record(out, "cat", conv, [d, sizes, skipped](const Tensor& g,
+                                                                          const std::vector<bool>& needs) {
     std::vector<Tensor> gs(sizes.size());
     int64_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
