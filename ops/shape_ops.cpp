@@ -234,8 +234,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const char* op = "gather";
   KILN_CHECK(x.defined() && index.defined(), "gather: input or index is undefined");
   check_same_device(op, {x, index});
+  // a 0-dim input or index counts as 1-D (PyTorch's ensure_nonempty_dim); the result has the index's shape
+  if ((x.dim() == 0 || index.dim() == 0) && x.dim() <= 1 && index.dim() <= 1) {
+    wrap_dim(dim, 1, op);
+    return gather(x.reshape({x.numel()}), 0, index.reshape({index.numel()})).reshape(index.shape());
+  }
   const int64_t nd = x.dim();
-  KILN_CHECK(nd >= 1, "gather: input must have at least one dim, got a zero-dimensional tensor");
   bool ok = index.dim() == nd;
   const int64_t d = wrap_dim(dim, nd, op);
   for (int64_t e = 0; ok && e < nd; ++e) ok = e == d || index.size(e) <= x.size(e);

@@ -18,6 +18,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 /// Entries of x along dim at the (1-D, int64/int32) indices.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j][k] = x[i][index[i][j][k]][k] for dim = 1 (torch.gather).
+/// A 0-dim input or index counts as 1-D (torch.gather(scalar, 0, index) repeats it).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 
 }  // namespace kiln

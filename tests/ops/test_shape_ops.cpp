@@ -186,6 +186,23 @@ TEST_CASE("gather: values, dtypes, errors") {
   CHECK_THROWS_AS(gather(x, 2, i1), kiln::Error);
   CHECK_THROWS_AS(gather(x, 0, from_vector<int64_t>({-1}, {1, 1})), kiln::Error);
   CHECK_THROWS_AS(gather(x, 0, zeros({1, 1})), kiln::Error);
+
+  // a 0-dim input or index counts as 1-D, as in PyTorch
+  const TensorOptions i64{.dtype = DType::int64};
+  Tensor s = scalar_tensor(5.0, f64).requires_grad_();
+  Tensor g0 = gather(s, 0, scalar_tensor(0.0, i64));
+  CHECK(g0.dim() == 0);
+  CHECK(g0.item() == 5.0);
+  Tensor g3 = gather(s, -1, from_vector<int64_t>({0, 0, 0}));
+  CHECK(g3.shape() == Shape{3});
+  g3.backward(T({1, 2, 3}, {3}));
+  CHECK(s.grad().item() == 6.0);
+  CHECK(gather(T({1, 2, 3}, {3}), 0, scalar_tensor(2.0, i64)).item() == 3.0);
+  CHECK(gather(s, 0, zeros({0}, i64)).numel() == 0);
+  CHECK_THROWS_WITH_AS(gather(s, 1, scalar_tensor(0.0, i64)), doctest::Contains("dim"), kiln::Error);
+  CHECK_THROWS_WITH_AS(gather(s, 0, scalar_tensor(1.0, i64)), doctest::Contains("index 1"), kiln::Error);
+  CHECK_THROWS_AS(gather(s, 0, zeros({1, 1}, i64)), kiln::Error);
+  CHECK_THROWS_AS(gather(x, 0, scalar_tensor(0.0, i64)), kiln::Error);
 }
 
 TEST_CASE("gather: gradcheck (scatter-add backward)") {
