@@ -72,11 +72,15 @@ OrderedDict<Tensor> collect(const ModuleState& st, CollectOptions o) {
   return out;
 }
 
-void collect_modules(const ModuleState& st, const std::string& prefix, OrderedDict<ModulePtr>& out) {
+// Each module once, under the first name it was registered by (PyTorch's memo set): a
+// child registered under two names, or shared by two parents, is listed and visited once.
+void collect_modules(const ModuleState& st, const std::string& prefix, OrderedDict<ModulePtr>& out,
+                     std::unordered_set<const ModuleState*>& seen) {
   for (const auto& [name, child] : st.children) {
-    std::string full = prefix + name;
-    if (!out.contains(full)) out.insert(full, child);
-    collect_modules(*ModuleAccess::state(*child), full + ".", out);
+    const ModuleState* cs = ModuleAccess::state(*child).get();
+    if (!seen.insert(cs).second) continue;
+    out.insert(prefix + name, child);
+    collect_modules(*cs, prefix + name + ".", out, seen);
   }
 }
 
@@ -222,16 +226,23 @@ std::vector<Tensor> Module::buffers(bool recurse) const { return named_buffers(r
 OrderedDict<Tensor> Module::named_buffers(bool recurse) const {
   return collect(*state_, {.params = false, .recurse = recurse});
 }
-std::vector<std::shared_ptr<Module>> Module::children() const { return state_->children.values(); }
-OrderedDict<std::shared_ptr<Module>> Module::named_children() const { return state_->children; }
+std::vector<std::shared_ptr<Module>> Module::children() const { return named_children().values(); }
+OrderedDict<std::shared_ptr<Module>> Module::named_children() const {
+  OrderedDict<ModulePtr> out;
+  std::unordered_set<const ModuleState*> seen;
+  for (const auto& [name, child] : state_->children)
+    if (seen.insert(ModuleAccess::state(*child).get()).second) out.insert(name, child);
+  return out;
+}
 OrderedDict<std::shared_ptr<Module>> Module::named_modules() const {
   OrderedDict<ModulePtr> out;
-  collect_modules(*state_, "", out);
+  std::unordered_set<const ModuleState*> seen{state_.get()};
+  collect_modules(*state_, "", out, seen);
   return out;
 }
 
 void Module::apply(const std::function<void(Module&)>& fn) {
-  for (auto& [_, child] : state_->children) child->apply(fn);
+  for (auto& child : children()) child->apply(fn);
   fn(*this);
 }
 

@@ -149,13 +149,14 @@ class Module {
   OrderedDict<Tensor> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   OrderedDict<Tensor> named_buffers(bool recurse = true) const;
-  /// Direct children (handles to the registered concrete modules).
+  /// Direct children (handles to the registered concrete modules). As in PyTorch, a
+  /// module registered under two names is listed once, under the first.
   std::vector<std::shared_ptr<Module>> children() const;
   OrderedDict<std::shared_ptr<Module>> named_children() const;
-  /// Every descendant with its dotted name (not including this module).
+  /// Every descendant with its dotted name (not including this module), each module once.
   OrderedDict<std::shared_ptr<Module>> named_modules() const;
-  /// Calls fn on every descendant (children before their parents, like PyTorch's
-  /// Module.apply) and last on this module, e.g. for custom initialisation:
+  /// Calls fn on every child's apply (each child once), then on this module: children
+  /// before their parents, like PyTorch's Module.apply, e.g. for custom initialisation:
   ///   model.apply([](nn::Module& m) { if (auto* l = dynamic_cast<nn::Linear*>(&m)) ...; });
   void apply(const std::function<void(Module&)>& fn);
   /// Number of parameter elements (shared tensors counted once).

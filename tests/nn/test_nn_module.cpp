@@ -376,6 +376,20 @@ TEST_CASE("shared (tied) parameters appear once in parameters()") {
   CHECK(m.num_parameters() == 12);
   CHECK(m.state_dict().size() == 4);  // every name, like PyTorch
   m.load_state_dict(m.state_dict());
+  // the module itself is listed and visited once, under its first name (PyTorch's memo)
+  CHECK(m.named_children().keys() == std::vector<std::string>{"a"});
+  CHECK(m.children().size() == 1);
+  CHECK(m.named_modules().keys() == std::vector<std::string>{"a"});
+  int calls = 0;
+  m.apply([&](nn::Module&) { ++calls; });
+  CHECK(calls == 2);
+  // shared by two parents: named_modules lists it once, under the first parent
+  nn::Module p, q, r;
+  q.register_module("l", l);
+  r.register_module("l", l);
+  p.register_module("q", q);
+  p.register_module("r", r);
+  CHECK(p.named_modules().keys() == std::vector<std::string>{"q", "q.l", "r"});
 }
 
 TEST_CASE("non-persistent buffers are left out of state_dict") {
