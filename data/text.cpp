@@ -40,6 +40,24 @@ const char* utf8_next(std::string_view s, size_t i, char32_t& c, size_t& len) {
   len = n;
   return nullptr;
 }
+
+// The length of the maximal subpart at byte i of an ill-formed sequence (Unicode's
+// "substitution of maximal subparts", which Python's errors="replace" and WHATWG follow):
+// a lead byte and the continuation bytes that could still start a well-formed sequence
+// with it, or the one byte when it can lead nothing.
+size_t utf8_bad_length(std::string_view s, size_t i) {
+  const uint8_t b0 = uint8_t(s[i]);
+  size_t n = 0;
+  uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range, narrower after E0, ED, F0, F4
+  if (b0 >= 0xC2 && b0 <= 0xDF) n = 2;
+  else if (b0 >= 0xE0 && b0 <= 0xEF) { n = 3; lo = b0 == 0xE0 ? 0xA0 : 0x80; hi = b0 == 0xED ? 0x9F : 0xBF; }
+  else if (b0 >= 0xF0 && b0 <= 0xF4) { n = 4; lo = b0 == 0xF0 ? 0x90 : 0x80; hi = b0 == 0xF4 ? 0x8F : 0xBF; }
+  else return 1;
+  size_t k = 1;
+  for (; k < n && i + k < s.size(); ++k, lo = 0x80, hi = 0xBF)
+    if (uint8_t(s[i + k]) < lo || uint8_t(s[i + k]) > hi) break;
+  return k;
+}
 }  // namespace
 
 std::vector<char32_t> utf8_decode(std::string_view s, const std::string& what) {
@@ -62,8 +80,8 @@ std::string utf8_replace_invalid(std::string_view s) {
     char32_t c = 0;
     size_t len = 0;
     if (utf8_next(s, i, c, len)) {
-      utf8_append(out, 0xFFFD);  // one replacement per bad byte
-      ++i;
+      utf8_append(out, 0xFFFD);  // one replacement per maximal subpart
+      i += utf8_bad_length(s, i);
       continue;
     }
     out.append(s.substr(i, len));

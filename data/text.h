@@ -51,9 +51,10 @@ class CharVocab {
 std::vector<char32_t> utf8_decode(std::string_view utf8, const std::string& what = "text");
 /// Encodes one code point as UTF-8 and appends it.
 void utf8_append(std::string& out, char32_t c);
-/// The bytes with every byte of an invalid UTF-8 sequence replaced by U+FFFD (one per byte;
-/// Python's errors="replace" gives one per maximal invalid subsequence), for printing text
-/// a byte-level model generated (it may stop inside a character or emit a stray byte).
+/// The bytes with every invalid UTF-8 sequence replaced by U+FFFD, one per maximal subpart
+/// as Python's bytes.decode(errors="replace") (so "\xe2\x82" gives one, "\xc0\xaf" two), for
+/// printing text a byte-level model generated (it may stop inside a character or emit a
+/// stray byte).
 std::string utf8_replace_invalid(std::string_view bytes);
 
 /// A token stream (int64 (N)) viewed as a Dataset of non-overlapping windows of

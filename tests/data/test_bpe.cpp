@@ -69,7 +69,21 @@ TEST_CASE("BpeTokenizer: any bytes round-trip, the vocabulary grows to the asked
   odd.push_back('\0');
   CHECK(bpe.decode(bpe.encode(odd)) == odd);
   // for printing: every bad byte becomes U+FFFD, valid characters stay
-  CHECK(utf8_replace_invalid("a\xffé\xe2\x82") == "a\uFFFDé\uFFFD\uFFFD");
+  CHECK(utf8_replace_invalid("a\xffé\xe2\x82") == "a\uFFFDé\uFFFD");  // one per maximal subpart, as Python
+  // Python's b.decode("utf-8", errors="replace") for each
+  const std::pair<std::string, std::string> cases[] = {
+      {"\xf0\x9f\x99", "\uFFFD"},                           // a cut 4-byte sequence: one
+      {"\xf0\x9f\x99x", "\uFFFDx"},
+      {"\xc0\xaf", "\uFFFD\uFFFD"},                         // C0 leads nothing: one per byte
+      {"\xed\xa0\x80", "\uFFFD\uFFFD\uFFFD"},               // a surrogate: ED takes only 80-9F next
+      {"\xe0\x80\x80", "\uFFFD\uFFFD\uFFFD"},               // overlong: E0 takes only A0-BF next
+      {"\xf4\x90\x80\x80", "\uFFFD\uFFFD\uFFFD\uFFFD"},      // past U+10FFFF
+      {"\xf4\x8f\xbf", "\uFFFD"},                          // a cut U+10FFFF
+      {"\xe2\x82\xe2\x82\xac", "\uFFFD\u20AC"},             // a cut sequence, then a whole euro sign
+      {"\x80\xbf", "\uFFFD\uFFFD"},                         // stray continuation bytes
+      {"\xf5\x80", "\uFFFD\uFFFD"},
+  };
+  for (const auto& [in, want] : cases) CHECK(utf8_replace_invalid(in) == want);
   CHECK(utf8_replace_invalid("😀 ok") == "😀 ok");
   CHECK(bpe.decode(from_vector(bpe.encode("the fox"))) == "the fox");
   CHECK(error_of([&] { bpe.decode(std::vector<int64_t>{400}); }).find("out of range for a vocabulary of 400") !=
