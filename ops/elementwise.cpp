@@ -134,6 +134,7 @@ Tensor gelu_derivative(const Tensor& x) {
 // f'(s) written in recorded ops, for a backward under create_graph: s is the live input x
 // or the output y (saved_output), as the op's `reads` column says. Piecewise-constant
 // derivatives (abs, relu, leaky_relu, clamp) are constants: the kernel computes them.
+// Adding an op's case here (and to has_recorded_derivative) makes it twice differentiable.
 Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
   switch (op) {
     case Op::exp: return s;
@@ -158,7 +159,23 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     }
     case Op::softplus: return where(gt(s, 20.0), ones_like(s), sigmoid(s));
     case Op::pow_scalar: return p0 == 0 ? zeros_like(s) : mul(pow(s, p0 - 1), p0);
-    default: return unary_grad(op, ones_like(s), s.detach(), p0, p1);  // neg, abs, relu, leaky_relu, clamp
+    case Op::abs:
+    case Op::relu:
+    case Op::leaky_relu:
+    case Op::clamp: return unary_grad(op, ones_like(s), s.detach(), p0, p1);  // piecewise constant: f'' = 0
+    default: KILN_FAIL("unary_derivative: no formula for '", op_name(op), "'");  // has_recorded_derivative says
+  }
+}
+
+// Whether unary_derivative has op's formula. A row without one (a new activation's four
+// edits) is first-order only: a second backward through it is an error naming the op
+// (the engine's refuse_double_backward), never a silently dropped f''.
+bool has_recorded_derivative(Op op) {
+  switch (op) {
+    case Op::neg: case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::sin: case Op::cos:
+    case Op::tanh: case Op::sigmoid: case Op::gelu: case Op::gelu_tanh: case Op::silu: case Op::softplus:
+    case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
+    default: return false;
   }
 }
 
@@ -174,12 +191,13 @@ Tensor unary_op(Op op, const Tensor& x, double p0 = 0, double p1 = 0) {
     }));
   // the input is kept live (a twice-differentiable formula reads it); the output detached
   Tensor s = reads == Reads::x ? x : out.detach();
-  return twice_differentiable(
-      record(out, op_name(op), {x}, {s}, [op, s, reads, p0, p1](const Tensor& g, const std::vector<bool>&) {
-        if (grad_mode_enabled())  // create_graph
-          return std::vector<Tensor>{mul(g, unary_derivative(op, reads == Reads::x ? s : saved_output(s), p0, p1))};
-        return std::vector<Tensor>{unary_grad(op, g, s, p0, p1)};
-      }));
+  const bool twice = has_recorded_derivative(op);
+  record(out, op_name(op), {x}, {s}, [op, s, reads, p0, p1, twice](const Tensor& g, const std::vector<bool>&) {
+    if (twice && grad_mode_enabled())  // create_graph
+      return std::vector<Tensor>{mul(g, unary_derivative(op, reads == Reads::x ? s : saved_output(s), p0, p1))};
+    return std::vector<Tensor>{unary_grad(op, g, s, p0, p1)};
+  });
+  return twice ? twice_differentiable(out) : out;
 }
 
 }  // namespace
