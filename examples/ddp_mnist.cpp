@@ -23,15 +23,25 @@ int main(int argc, char** argv) {
   std::string data = "/usr/share/datasets/fashion-mnist", save = "ddp_mnist.safetensors";
   int epochs = 2, threads = 0;
   int64_t batch = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--data") data = value;
-    else if (flag == "--epochs") epochs = std::stoi(value);
-    else if (flag == "--batch-size") batch = std::stoll(value);
-    else if (flag == "--threads") threads = std::stoi(value);
-    else if (flag == "--save") save = value;
-    else return std::fprintf(stderr, "unknown flag %s\n", flag.c_str()), 2;
+  const char* usage = "usage: ddp_mnist [--data DIR] [--epochs N] [--batch-size N] [--threads N] [--save FILE]\n";
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help") return std::printf("%s", usage), 0;
+    if (i + 1 >= argc) return std::fprintf(stderr, "ddp_mnist: %s needs a value\n%s", flag.c_str(), usage), 2;
+    const std::string value = argv[i + 1];
+    try {
+      if (flag == "--data") data = value;
+      else if (flag == "--epochs") epochs = std::stoi(value);
+      else if (flag == "--batch-size") batch = std::stoll(value);
+      else if (flag == "--threads") threads = std::stoi(value);
+      else if (flag == "--save") save = value;
+      else return std::fprintf(stderr, "ddp_mnist: unknown flag %s\n%s", flag.c_str(), usage), 2;
+    } catch (const std::exception&) {
+      return std::fprintf(stderr, "ddp_mnist: %s expects a number, got '%s'\n", flag.c_str(), value.c_str()), 2;
+    }
   }
+  if (epochs < 1 || batch < 1 || threads < 0)
+    return std::fprintf(stderr, "ddp_mnist: --epochs and --batch-size must be positive, --threads >= 0\n"), 2;
   try {
     dist::init();                                               // 1. join the job (or be a 1-process group)
     const int rank = dist::rank(), world = dist::world_size();

@@ -74,17 +74,23 @@ void write_text(const std::string& path, kiln::data::Rng& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: make_tiny_data OUT_DIR [--train N] [--test N]\n");
-    return 2;
+  const char* usage = "usage: make_tiny_data OUT_DIR [--train N] [--test N]   (N > 0; defaults 600 and 200)\n";
+  if (argc < 2 || argv[1][0] == '-') {  // --help, or a flag where the folder should be
+    std::fprintf(argc < 2 || std::string(argv[1]) != "--help" ? stderr : stdout, "%s", usage);
+    return argc >= 2 && std::string(argv[1]) == "--help" ? 0 : 2;
   }
   const std::string dir = argv[1];
   int n_train = 600, n_test = 200;
   for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--train" && i + 1 < argc) n_train = std::atoi(argv[++i]);
-    else if (a == "--test" && i + 1 < argc) n_test = std::atoi(argv[++i]);
-    else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
+    const std::string a = argv[i];
+    int* n = a == "--train" ? &n_train : a == "--test" ? &n_test : nullptr;
+    char* end = nullptr;
+    const long v = n && i + 1 < argc ? std::strtol(argv[++i], &end, 10) : 0;
+    if (!n || !end || *end != '\0' || v <= 0 || v > 1000000) {
+      std::fprintf(stderr, "make_tiny_data: bad argument '%s'\n%s", a.c_str(), usage);
+      return 2;
+    }
+    *n = int(v);
   }
   try {
     std::filesystem::create_directories(dir);

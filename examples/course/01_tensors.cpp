@@ -43,8 +43,8 @@ int main() {
   show("col.expand", col.expand({3, 4}));
   std::printf("col + line =\n%s\n", kiln::add(col, line).str().c_str());
 
-  // 4. dtypes: the same numbers in float64, float32 and bfloat16
-  for (kiln::DType dt : {kiln::DType::float64, kiln::DType::float32, kiln::DType::bfloat16}) {
+  // 4. dtypes: the same numbers in float64, float32, bfloat16 and float16
+  for (kiln::DType dt : {kiln::DType::float64, kiln::DType::float32, kiln::DType::bfloat16, kiln::DType::float16}) {
     Tensor x = kiln::full({}, 0.1, {.dtype = dt}), y = kiln::full({}, 0.2, {.dtype = dt});
     std::printf("%-8s 0.1 + 0.2 = %.17g   1/3 = %.17g\n", kiln::dtype_name(dt), kiln::add(x, y).item(),
                 kiln::div(kiln::full({}, 1.0, {.dtype = dt}), kiln::full({}, 3.0, {.dtype = dt})).item());
