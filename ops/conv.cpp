@@ -69,6 +69,8 @@ Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& s
   KILN_CHECK(padding[0] >= 0 && padding[1] >= 0 && padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], op,
              ": padding must be in [0, kernel/2], got padding ", pair_str(padding), " for kernel ", pair_str(kernel));
   const int64_t H = x.size(-2), W = x.size(-1);
+  // an empty plane has no window even when padding makes one fit (PyTorch refuses it too)
+  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
   KILN_CHECK(H + 2 * padding[0] >= kernel[0] && W + 2 * padding[1] >= kernel[1], op, ": kernel ", pair_str(kernel),
              " is larger than the padded input (input ", shape_str(x.shape()), ", padding ", pair_str(padding), ")");
   KILN_CHECK(H * W < (int64_t(1) << 31), op, ": planes of 2^31 or more elements are not supported, got input ",
@@ -76,7 +78,7 @@ Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& s
   Pool2dGeom g{};
   g.H = H;
   g.W = W;
-  g.P = H * W > 0 ? x.numel() / (H * W) : shape_numel(Shape(x.shape().begin(), x.shape().end() - 2));
+  g.P = x.numel() / (H * W);
   g.kH = kernel[0];
   g.kW = kernel[1];
   g.sH = stride[0];
@@ -131,6 +133,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dA
   const int64_t O = weight.size(0), kH = weight.size(2), kW = weight.size(3);
   KILN_CHECK(C > 0 && O > 0, "conv2d: expected at least one input and one output channel, got input ",
              shape_str(x.shape()), " and weight ", shape_str(weight.shape()));
+  KILN_CHECK(H > 0 && W > 0, "conv2d: input spatial size must be non-empty (only the batch may be 0), got input ",
+             shape_str(x.shape()));
   KILN_CHECK(C % G == 0, "conv2d: groups=", G, " does not divide the input's ", C, " channels (input ",
              shape_str(x.shape()), ", weight ", shape_str(weight.shape()), ")");
   KILN_CHECK(O % G == 0, "conv2d: groups=", G, " does not divide out_channels=", O, " (weight ",
@@ -236,6 +240,8 @@ Tensor conv_transpose2d_impl(const Tensor& x, const Tensor& weight, const Tensor
   const int64_t Cout = weight.size(1) * G, kH = weight.size(2), kW = weight.size(3);
   KILN_CHECK(Cin > 0 && Cout > 0, "conv_transpose2d: expected at least one input and one output channel, got input ",
              shape_str(x.shape()), " and weight ", shape_str(weight.shape()));
+  KILN_CHECK(H > 0 && W > 0, "conv_transpose2d: input spatial size must be non-empty (only the batch may be 0), got "
+             "input ", shape_str(x.shape()));
   KILN_CHECK(weight.size(0) == Cin, "conv_transpose2d: channel mismatch: input ", shape_str(x.shape()), " has ", Cin,
              " channels but weight ", shape_str(weight.shape()), " expects ", weight.size(0));
   KILN_CHECK(Cin % G == 0, "conv_transpose2d: groups=", G, " does not divide the input's ", Cin, " channels");

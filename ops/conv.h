@@ -15,7 +15,10 @@ struct Conv2dArgs {
 };
 /// x (N, C, H, W), weight (O, C/groups, kH, kW), bias (O) or undefined -> (N, O, H', W').
 /// C and O must be at least 1 (a kiln::Error otherwise; PyTorch returns an empty tensor for
-/// C = 0 and refuses O = 0). conv_transpose2d likewise.
+/// C = 0 and refuses O = 0), and H and W too (as PyTorch; only N may be 0). conv_transpose2d
+/// and the pools likewise. On the CPU a NaN or inf in x (w) can reach more entries of dw
+/// (dx) than in PyTorch: the direct, wide and transposed algorithms multiply it by the zeros
+/// of their padding columns (0 * inf = NaN); im2col and 1x1 convolutions match PyTorch.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv2dArgs args = {});
 
 struct ConvTranspose2dArgs {

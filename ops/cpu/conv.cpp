@@ -59,6 +59,9 @@ void run_chunks(int nt, int64_t n, const F& f) {
 inline bool transposed_geom(const Conv2dGeom& g, Conv2dGeom& t) {
   const int64_t pH = g.dH * (g.kH - 1) - g.pH, pW = g.dW * (g.kW - 1) - g.pW;
   if (g.sH != 1 || g.sW != 1 || pH < 0 || pW < 0) return false;
+  // the flipped conv must give exactly H x W: conv_transpose2d's output_padding (allowed
+  // below the dilation at stride 1) adds a row or column no window of it reaches
+  if (g.OH + 2 * pH - g.dH * (g.kH - 1) != g.H || g.OW + 2 * pW - g.dW * (g.kW - 1) != g.W) return false;
   t = g;
   t.C = g.O;
   t.H = g.OH;

@@ -426,6 +426,17 @@ TEST_CASE("conv2d: errors") {
     CHECK(has(error_of([&] { conv2d(zeros({2, 3, 4, 4}, {.dtype = dt}), zeros({0, 3, 3, 3}, {.dtype = dt})); }),
               "[0, 3, 3, 3]"));
     CHECK_THROWS_AS(conv_transpose2d(zeros({2, 0, 4, 4}, {.dtype = dt}), zeros({0, 3, 3, 3}, {.dtype = dt})), Error);
+    // an empty plane is refused even when padding would make a window fit (as PyTorch): max
+    // pooling read and wrote past its buffers there, the others returned zeros or the bias
+    const Tensor e = zeros({1, 4, 0, 5}, {.dtype = dt});
+    CHECK(has(error_of([&] { max_pool2d(e, {2, 2}, {1, 1}, {1, 1}); }), "non-empty"));
+    CHECK(has(error_of([&] { avg_pool2d(zeros({1, 4, 3, 0}, {.dtype = dt}), {2, 2}, {1, 1}, {1, 1}); }), "non-empty"));
+    CHECK(has(error_of([&] { conv2d(e, zeros({4, 4, 1, 1}, {.dtype = dt}), Tensor(), {.padding = {1, 1}}); }),
+              "[1, 4, 0, 5]"));
+    CHECK(has(error_of([&] { conv_transpose2d(e, zeros({4, 4, 1, 1}, {.dtype = dt})); }), "non-empty"));
+    // an empty batch is fine
+    CHECK(max_pool2d(zeros({0, 4, 4, 4}, {.dtype = dt}), {2, 2}).shape() == Shape{0, 4, 2, 2});
+    CHECK(conv2d(zeros({0, 4, 4, 4}, {.dtype = dt}), zeros({3, 4, 3, 3}, {.dtype = dt})).shape() == Shape{0, 3, 2, 2});
   }
   msg = error_of([&] { conv2d(ones({1, 3, 2, 2}), w); });  // kernel larger than input
   CHECK(has(msg, "larger"));
