@@ -284,11 +284,19 @@ void Trainer::agree(double& loss) {
   stop_sig = stop_requested();
   const int W = dist::world_size();
   if (W == 1) return;
-  Tensor v = from_vector(std::vector<double>{loss, double(stop_sig)}, {2});
-  dist::all_reduce(v, dist::ReduceOp::sum);
-  const std::vector<double> got = v.to_vector<double>();
+  // the loss, and per stop signal how many ranks received it: every rank then stops with the
+  // same one (the first of kStopSignals received anywhere), so all log it and exit alike
+  constexpr size_t S = std::size(kStopSignals);
+  std::vector<double> v(1 + S, 0.0);
+  v[0] = loss;
+  for (size_t i = 0; i < S; ++i) v[1 + i] = stop_sig == kStopSignals[i] ? 1.0 : 0.0;
+  Tensor t = from_vector(v, {int64_t(1 + S)});
+  dist::all_reduce(t, dist::ReduceOp::sum);
+  const std::vector<double> got = t.to_vector<double>();
   loss = got[0] / W;
-  if (got[1] > 0 && !stop_sig) stop_sig = SIGTERM;
+  stop_sig = 0;
+  for (size_t i = 0; i < S && !stop_sig; ++i)
+    if (got[1 + i] > 0) stop_sig = kStopSignals[i];
 }
 
 bool Trainer::save_due() const {
@@ -327,7 +335,7 @@ int Trainer::checkpoint_point(const Tally& tally) {
   const int sig = stop_sig;
   if ((sig || save_due()) && step != saved_step) save(tally);
   if (sig)
-    spdlog::info("stopping after step {} ({}): {}", step, sig == SIGTERM ? "SIGTERM" : "SIGINT",
+    spdlog::info("stopping after step {} ({}): {}", step, signal_name(sig),
                  cfg.save.empty() ? std::string("nothing saved (no --save)")
                                   : "saved " + cfg.save + "; --resume " + cfg.save + " continues");
   return sig;
@@ -503,7 +511,7 @@ TrainConfig parse_train_config(int argc, char** argv, int first) {
   app.add_option("--stop-at", c.stop_at, "end this run after epoch N (vision) or step N (gpt) as if interrupted; "
                  "--resume continues it");
   app.add_option("--save", c.save, "checkpoint file (.safetensors): written after every epoch / evaluation, and on "
-                 "SIGTERM/SIGINT");
+                 "SIGTERM, SIGINT, SIGUSR1 or SIGUSR2 (under mpirun: SIGUSR1 to mpirun)");
   app.add_option("--save-every", save_every, "also save every N steps, or every N minutes with an m suffix (e.g. 500 "
                  "or 10m; 0: no)");
   app.add_option("--keep", c.keep, "checkpoints kept: the --save file and keep-1 older ones (run.1.safetensors, ...)");

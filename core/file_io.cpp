@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 #include <cstdlib>
@@ -99,6 +100,45 @@ const std::string& process_nonce() {
   return nonce;
 }
 
+// Whether the process `pid` that named a temp file may still be writing it. kill(pid, 0)
+// alone also says yes for a killed process its parent has not reaped yet (a zombie, seen
+// for seconds after a kill under mpirun or a container's init) and for an unrelated
+// process that got the pid later; /proc tells both apart: state Z or X is dead, and a
+// process started after the file was last written cannot have written it.
+bool writer_alive(long pid, const fs::path& file) {
+  if (::kill(pid_t(pid), 0) != 0) return false;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return true;  // no /proc: trust kill()
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // "pid (comm) state ..."; comm may hold spaces and ')'
+  if (!p || p[1] != ' ') return true;
+  const char state = p[2];
+  if (state == 'Z' || state == 'X') return false;
+  // field 22, starttime, in clock ticks since boot: the 20th field after ") "
+  unsigned long long start = 0;
+  const char* q = p + 2;
+  for (int field = 3; field < 22 && q; ++field) q = std::strchr(q + 1, ' ');
+  if (!q || std::sscanf(q, "%llu", &start) != 1) return true;
+  static const long long boot = [] {  // btime: boot, in seconds since the epoch
+    long long b = -1;
+    if (std::FILE* s = std::fopen("/proc/stat", "r")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, s))
+        if (std::sscanf(line, "btime %lld", &b) == 1) break;
+      std::fclose(s);
+    }
+    return b;
+  }();
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  struct stat st{};
+  if (boot < 0 || hz <= 0 || ::stat(file.c_str(), &st) != 0) return true;
+  const long long started = boot + static_cast<long long>(start / static_cast<unsigned long long>(hz));
+  return started <= static_cast<long long>(st.st_mtime) + 2;  // btime and ticks: a second or two of slack
+}
+
 // Makes a rename or a new link in `dir` durable: fsync of the folder itself.
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -174,10 +214,10 @@ int remove_stale_temp_files(const std::string& path) {
     const std::string name = e.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
     if (name.rfind(ours, 0) == 0) continue;  // our own write in progress (another thread)
-    // name = prefix + "<pid>.<nonce>.<n>[.keep]": remove it unless another process with that
-    // pid runs (our pid with another nonce: an earlier process, e.g. before a container restart)
+    // name = prefix + "<pid>.<nonce>.<n>[.keep]": remove it unless the process that wrote it
+    // still runs (our pid with another nonce: an earlier process, e.g. before a container restart)
     const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && pid != long(::getpid()) && ::kill(pid_t(pid), 0) == 0) continue;
+    if (pid > 0 && pid != long(::getpid()) && writer_alive(pid, e.path())) continue;
     if (fs::remove(e.path(), ec)) ++removed;
   }
   return removed;

@@ -35,8 +35,10 @@ std::string temp_file_prefix(const std::string& path);
 
 /// Removes the temporary files of writes to `path` that were interrupted: what a kill
 /// during write_file_atomic leaves behind. Kept: this process's own (temp_file_prefix) and
-/// those whose pid is another running process's; a file with this process's pid but
-/// another nonce is an earlier process's (a container's PID 1 before a restart) and goes.
+/// those whose pid is another running process's, unless /proc shows that process to be a
+/// zombie (killed, not yet reaped) or to have started after the file was last written (the
+/// pid reused); a file with this process's pid but another nonce is an earlier process's (a
+/// container's PID 1 before a restart) and goes.
 /// Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);
 

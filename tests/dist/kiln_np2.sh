@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `kiln` command under mpirun (CTest: kiln_train_np2): two ranks of one thread train
 # LeNet data-parallel, a checkpoint written by 2 ranks resumes on 2 and on 1 rank, ZeRO-1
-# (--zero) trains and resumes exactly as plain DDP, and
+# (--zero) trains and resumes exactly as plain DDP, SIGUSR1 to mpirun stops every rank with a
+# checkpoint, and
 # one rank failing (MPMD: rank 1 gets a missing --data) ends the whole job with the error
 # text and a non-zero exit within seconds.
 # Usage: kiln_np2.sh KILN_BINARY TINY_DATA_DIR SCRATCH_DIR
@@ -41,6 +42,22 @@ loss() { awk -F, -v e="$2" '$2 == e { print $3 }' "$1"; }
 [ "$(loss "$TMP/b.csv" 2)" = "$(loss "$TMP/z2.csv" 2)" ] || fail "ZeRO-1 epoch 2 loss $(loss "$TMP/z2.csv" 2) != DDP's $(loss "$TMP/b.csv" 2)"
 "$KILN" train mnist --resume "$TMP/z.safetensors" --save "$TMP/z3.safetensors" --epochs 2 --threads 1 --no-progress \
   --metrics "$TMP/z3.csv" > "$TMP/z3.log" 2>&1 || { cat "$TMP/z3.log"; fail "ZeRO-1 checkpoint resumed on 1 rank"; }
+
+# SIGUSR1 to mpirun, which forwards it to every rank as it is (a SIGTERM to mpirun reaches the
+# ranks with a SIGKILL one second later): the ranks stop after the same step, rank 0 saves, exit 138
+"${MPI[@]}" -np 2 "$KILN" train "${common[@]}" --epochs 100000 --save "$TMP/u.safetensors" > "$TMP/u.log" 2>&1 &
+mp=$!
+# a watchdog that ends with the job (not `timeout`: it would take the signal itself)
+( for _ in $(seq 1200); do kill -0 $mp 2>/dev/null || exit 0; sleep 0.1; done; kill -KILL $mp ) 2>/dev/null &
+for _ in $(seq 600); do [ -f "$TMP/u.safetensors" ] && break; sleep 0.1; done
+sleep 1
+kill -USR1 $mp
+wait $mp
+rc=$?
+[ $rc -eq 138 ] || { cat "$TMP/u.log"; fail "SIGUSR1 to mpirun: exit $rc, expected 138"; }
+[ "$(grep -c "stopping after step [0-9]* (SIGUSR1): saved" "$TMP/u.log")" -eq 1 ] ||
+  { cat "$TMP/u.log"; fail "SIGUSR1 to mpirun: no (or more than one) 'stopping after step' line"; }
+ls "$TMP" | grep -q "u.safetensors.tmp" && fail "SIGUSR1 to mpirun: a temp file was left"
 
 start=$(date +%s)
 timeout 60 "${MPI[@]}" -np 1 "$KILN" train "${common[@]}" --epochs 1 : \

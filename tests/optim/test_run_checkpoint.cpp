@@ -3,7 +3,11 @@
 // DivergenceGuard: round trips are exact in any order of construction, damage is found
 // and an older copy used, non-finite weights are neither written nor read.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <csignal>
+#include <ctime>
 #include <unistd.h>
 #include <algorithm>
 #include <cmath>
@@ -192,6 +196,41 @@ TEST_CASE("stale temp files: an earlier process with our pid (a container's PID 
   CHECK(remove_stale_temp_files(path) == 3);
   for (const std::string& f : earlier) CHECK_MESSAGE(!std::filesystem::exists(f), f);
   CHECK(std::filesystem::exists(mine));
+}
+
+TEST_CASE("stale temp files: a killed writer not yet reaped (a zombie) and a reused pid do not keep a file") {
+  TempDir tmp;
+  const std::string path = tmp / "run.safetensors";
+  // a zombie: the child has exited, nobody has waited for it yet (kill(pid, 0) still succeeds)
+  const pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  // a live process that started after the file was written: the pid is not the writer's
+  const pid_t later = fork();
+  if (later == 0) {
+    ::pause();
+    _exit(0);
+  }
+  const std::string of_zombie = path + ".tmp." + std::to_string(zombie) + ".0123456789abcdef.0";
+  const std::string of_reused = path + ".tmp." + std::to_string(later) + ".0123456789abcdef.1";
+  const std::string of_parent = path + ".tmp." + std::to_string(getppid()) + ".0123456789abcdef.2";  // alive, older
+  for (const auto* f : {&of_zombie, &of_reused, &of_parent}) kiln_test::write_text(*f, "partial");
+  const struct timespec an_hour_ago[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, of_reused.c_str(), an_hour_ago, 0) == 0);
+  for (int tries = 0; tries < 100; ++tries) {  // until the child has exited (state Z)
+    std::ifstream st("/proc/" + std::to_string(zombie) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    if (s.find(") Z ") != std::string::npos) break;
+    ::usleep(10000);
+  }
+  REQUIRE(::kill(zombie, 0) == 0);
+  const int removed = remove_stale_temp_files(path);
+  ::kill(later, SIGKILL);
+  waitpid(zombie, nullptr, 0);
+  waitpid(later, nullptr, 0);
+  CHECK(removed == 2);
+  CHECK(!std::filesystem::exists(of_zombie));
+  CHECK(!std::filesystem::exists(of_reused));
+  CHECK(std::filesystem::exists(of_parent));
 }
 
 TEST_CASE("kept copies: a save over a copy 1 that is a link to the file itself leaves no temp file") {
