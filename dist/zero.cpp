@@ -253,4 +253,9 @@ int64_t ZeroRedundancyOptimizer::state_bytes() const {
   return bytes;
 }
 
+void ZeroRedundancyOptimizer::add_param_group(const optim::ParamGroup&) {
+  KILN_FAIL("ZeroRedundancyOptimizer: add_param_group is not supported (the shards are laid out at construction); "
+            "construct it with every group");
+}
+
 }  // namespace kiln::dist

@@ -41,6 +41,8 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   /// Reduce-scatter, the wrapped optimizer's step on this rank's shard, all-gather. A
   /// parameter without a gradient counts as a zero gradient (all shards step together).
   void step() override;
+  /// Not supported: the shards are laid out at construction (a kiln::Error).
+  void add_param_group(const optim::ParamGroup& group) override;
   double lr(size_t group = 0) const override { return inner_->lr(group); }
   void set_lr(size_t group, double lr) override { inner_->set_lr(group, lr); }
   using Optimizer::set_lr;

@@ -289,8 +289,20 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
-void Module::zero_grad() {
-  for (auto& p : parameters()) p.set_grad(Tensor());
+void Module::zero_grad(bool set_to_none) {
+  for (auto& p : parameters()) {
+    if (set_to_none || !p.grad().defined()) {
+      p.set_grad(Tensor());
+    } else {
+      NoGradGuard ng;
+      p.grad().zero_();
+    }
+  }
+}
+
+Module& Module::requires_grad_(bool on) {
+  for (auto& p : parameters()) p.requires_grad_(on);
+  return *this;
 }
 
 StateDict Module::state_dict() const {

@@ -174,8 +174,12 @@ class Module {
   /// buffers (num_batches_tracked) are left alone. Handles stay valid, as for to(Device).
   Module& to(DType dtype);
   Module& to(Device device, DType dtype) { return to(device).to(dtype); }
-  /// Clears every parameter's gradient (sets it undefined).
-  void zero_grad();
+  /// Clears every parameter's gradient: undefined (set_to_none, the default, like
+  /// PyTorch) or zero-filled.
+  void zero_grad(bool set_to_none = true);
+  /// Sets requires_grad on every parameter of this module and its descendants (PyTorch's
+  /// Module.requires_grad_): `backbone.requires_grad_(false)` freezes a part of a model.
+  Module& requires_grad_(bool on = true);
 
   // ---- checkpoints ----
   /// Parameters and persistent buffers by dotted name, in registration order: detached

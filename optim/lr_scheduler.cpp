@@ -60,8 +60,9 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
              shape_str(le.shape()));
   std::vector<double> base = get("base_lrs").to_vector<double>();
   std::vector<double> last = get("last_lr").to_vector<double>();
-  KILN_CHECK(base.size() == opt_.num_groups() && last.size() == opt_.num_groups(), name_,
-             ".load_state_dict: the state has ", base.size(), " group(s), the optimizer ", opt_.num_groups());
+  // (groups added to the optimizer after the scheduler was made are not scheduled)
+  KILN_CHECK(base.size() == base_lrs_.size() && last.size() == base.size(), name_, ".load_state_dict: the state has ",
+             base.size(), " group(s), this scheduler ", base_lrs_.size());
   std::map<std::string, double> s;
   for (const auto& [k, t] : sd) {
     if (k == "last_epoch" || k == "base_lrs" || k == "last_lr") continue;

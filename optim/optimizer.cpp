@@ -12,25 +12,36 @@
 namespace kiln::optim {
 
 Optimizer::Optimizer(std::string name, const std::vector<ParamGroup>& groups) : name_(std::move(name)) {
-  std::set<const TensorImpl*> seen;
   size_t total = 0;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const auto& ps = groups[gi].params;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      const Tensor& p = ps[i];
-      KILN_CHECK(p.defined(), name_, ": parameter ", i, " of group ", gi, " is an undefined tensor");
-      KILN_CHECK(p.is_floating_point(), name_, ": can only optimize floating-point tensors; parameter ", i,
-                 " of group ", gi, " is ", describe(p));
-      KILN_CHECK(p.is_leaf(), name_, ": can't optimize a non-leaf tensor (parameter ", i, " of group ", gi, ", ",
-                 describe(p), ", produced by ", p.grad_fn()->name, "); pass leaf tensors (e.g. x.detach())");
-      KILN_CHECK(seen.insert(p.impl_ptr().get()).second, name_, ": parameter ", i, " of group ", gi, " (",
-                 describe(p), ") appears more than once in the parameter list");
-    }
-    total += ps.size();
-    groups_.push_back(ps);
-    state_.emplace_back(ps.size());
+  for (const auto& g : groups) {
+    append_group(g.params);
+    total += g.params.size();
   }
   KILN_CHECK(total > 0, name_, ": got an empty parameter list");
+}
+
+void Optimizer::append_group(const std::vector<Tensor>& ps) {
+  const size_t gi = groups_.size();
+  std::set<const TensorImpl*> seen;
+  for (const auto& g : groups_)
+    for (const auto& p : g) seen.insert(p.impl_ptr().get());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const Tensor& p = ps[i];
+    KILN_CHECK(p.defined(), name_, ": parameter ", i, " of group ", gi, " is an undefined tensor");
+    KILN_CHECK(p.is_floating_point(), name_, ": can only optimize floating-point tensors; parameter ", i,
+               " of group ", gi, " is ", describe(p));
+    KILN_CHECK(p.is_leaf(), name_, ": can't optimize a non-leaf tensor (parameter ", i, " of group ", gi, ", ",
+               describe(p), ", produced by ", p.grad_fn()->name, "); pass leaf tensors (e.g. x.detach())");
+    KILN_CHECK(seen.insert(p.impl_ptr().get()).second, name_, ": parameter ", i, " of group ", gi, " (",
+               describe(p), ") appears more than once in the parameter list");
+  }
+  groups_.push_back(ps);
+  state_.emplace_back(ps.size());
+}
+
+void Optimizer::pop_group() {
+  groups_.pop_back();
+  state_.pop_back();
 }
 
 std::optional<double> Optimizer::initial_lr(size_t group) const {

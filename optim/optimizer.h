@@ -56,6 +56,12 @@ class Optimizer {
   void step_unless(const Tensor& found_inf);
   /// Clears gradients: undefined (set_to_none, the default, like PyTorch) or zero-filled.
   void zero_grad(bool set_to_none = true);
+  /// Adds a parameter group (PyTorch's add_param_group: layers unfrozen later in a
+  /// fine-tuning run), with the optimizer's default options and the group's overrides; its
+  /// parameters get their state at their first update. They must not be in another group.
+  /// A scheduler made before this call leaves the new group's lr alone (as PyTorch's, which
+  /// keep a base lr per group they were made with).
+  virtual void add_param_group(const ParamGroup& group) = 0;
 
   /// "SGD", "Adam", ...
   const std::string& name() const { return name_; }
@@ -109,6 +115,10 @@ class Optimizer {
   };
 
   Optimizer(std::string name, const std::vector<ParamGroup>& groups);
+  /// Checks one more group's parameters as the constructor does (leaf, floating, in no
+  /// other group) and appends it with empty state; pop_group() takes the last one back.
+  void append_group(const std::vector<Tensor>& params);
+  void pop_group();
 
   /// Updates one parameter p with its gradient g (same device, converted to p's dtype)
   /// under NoGradGuard. Called by step() for each parameter with a defined grad.
@@ -216,14 +226,30 @@ class OptimizerWith : public Optimizer {
 
  protected:
   OptimizerWith(std::string name, const std::vector<ParamGroup>& groups, const Opts& defaults)
-      : Optimizer(std::move(name), groups) {
+      : Optimizer(std::move(name), groups), defaults_(defaults) {
     for (const auto& g : groups) opts_.push_back(resolve_group_options(defaults, g));
   }
+
+ public:
+  void add_param_group(const ParamGroup& group) override {
+    append_group(group.params);
+    opts_.push_back(resolve_group_options(defaults_, group));
+    try {
+      check_options(opts_.size() - 1);
+    } catch (...) {  // an invalid override: the optimizer stays as it was
+      opts_.pop_back();
+      pop_group();
+      throw;
+    }
+  }
+
+ protected:
   /// Runs check_options on every group (call at the end of the subclass constructor:
   /// a virtual call from this constructor would not reach the subclass).
   void check_all_options() const {
     for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
   }
+  Opts defaults_;  // the constructor's options, for groups added later
   std::vector<Opts> opts_;
 };
 

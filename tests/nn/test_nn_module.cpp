@@ -392,6 +392,22 @@ TEST_CASE("shared (tied) parameters appear once in parameters()") {
   CHECK(p.named_modules().keys() == std::vector<std::string>{"q", "q.l", "r"});
 }
 
+TEST_CASE("requires_grad_ freezes a part of a model; zero_grad(false) zero-fills") {
+  nn::Sequential net{nn::Linear(3, 4), nn::ReLU(), nn::Linear(4, 2)};
+  auto first = net.named_children().values()[0];
+  first->requires_grad_(false);
+  for (const auto& [name, p] : net.named_parameters()) CHECK_MESSAGE(p.requires_grad() == (name[0] != '0'), name);
+  sum(net(randn({5, 3}))).backward();
+  CHECK_FALSE(first->parameters()[0].grad().defined());
+  CHECK(net.num_parameters(true) == 10);
+  net.zero_grad(false);
+  for (const auto& p : net.parameters())
+    if (p.requires_grad()) CHECK(sum(abs(p.grad())).item() == 0.0);
+  net.zero_grad();
+  for (const auto& p : net.parameters()) CHECK_FALSE(p.grad().defined());
+  CHECK(net.requires_grad_().num_parameters(true) == net.num_parameters());
+}
+
 TEST_CASE("non-persistent buffers are left out of state_dict") {
   nn::Module m;
   m.register_buffer("mask", ones({2}), false);
