@@ -372,7 +372,7 @@ void Embedding::reset_parameters() {
 Tensor Embedding::forward(const Tensor& indices) {
   check_built(weight, "Embedding");
   check_input(indices, "Embedding");
-  return embedding(indices, weight, padding_idx);
+  return embedding(indices, weight, padding_idx >= 0 ? std::optional<int64_t>(padding_idx) : std::nullopt);
 }
 
 std::string Embedding::extra_repr() const {

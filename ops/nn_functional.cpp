@@ -76,14 +76,15 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   });
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx) {
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding) {
   const char* op = "embedding";
   KILN_CHECK(indices.defined() && weight.defined(), "embedding: indices or weight is undefined");
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D (V, D), got shape ", shape_str(weight.shape()));
   check_same_device(op, {indices, weight});
   const int64_t V = weight.size(0), D = weight.size(1);
-  KILN_CHECK(padding_idx < V, "embedding: padding_idx ", padding_idx, " is out of range for weight of shape ",
-             shape_str(weight.shape()));
+  KILN_CHECK(!padding || (*padding >= -V && *padding < V), "embedding: padding_idx ", padding.value_or(0),
+             " is out of range for weight of shape ", shape_str(weight.shape()), " (expected -V <= padding_idx < V)");
+  const int64_t padding_idx = !padding ? -1 : *padding < 0 ? *padding + V : *padding;  // -1: none
   Tensor idx, out;
   {
     NoGradGuard ng;
@@ -103,7 +104,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_id
     Tensor gc = as_compute(g, dt);
     Tensor dw = zeros({V, D}, {.dtype = dt, .device = gc.device()});
     kernel<EmbeddingKernels>(Op::embedding, gc.device())
-        ->backward(dt, idx_d.data<int64_t>(), gc.raw_data(), dw.raw_data(), n, D, padding_idx < 0 ? -1 : padding_idx);
+        ->backward(dt, idx_d.data<int64_t>(), gc.raw_data(), dw.raw_data(), n, D, padding_idx);
     return {cast_back(dw, wdt)};
   });
 }

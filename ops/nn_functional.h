@@ -2,6 +2,7 @@
 // interpolation (upsampling).
 #pragma once
 #include <array>
+#include <optional>
 #include "kiln/core/tensor.h"
 #include "kiln/ops/conv.h"
 
@@ -12,8 +13,9 @@ namespace kiln {
 Tensor dropout(const Tensor& x, double p, bool training = true);
 
 /// weight (V, D) rows picked by integer indices (any shape) -> (..., D). Rows equal to
-/// padding_idx (if >= 0) get no gradient.
-Tensor embedding(const Tensor& indices, const Tensor& weight, int64_t padding_idx = -1);
+/// padding_idx get no gradient; a negative one counts from the end (-1: row V - 1), as in
+/// PyTorch.
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
 
 /// softmax(q k^T / sqrt(d) [+ causal mask]) v for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false);

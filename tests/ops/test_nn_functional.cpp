@@ -140,6 +140,10 @@ TEST_CASE("embedding: backward scatter-adds, padding_idx gets no gradient") {
   CHECK(max_abs_diff(wb.grad().narrow(0, 1, 3), wa.grad().narrow(0, 1, 3)) == 0.0);
   CHECK(wb.grad().select(0, 0).to_vector<double>() == std::vector<double>{0, 0, 0});
   CHECK(wa.grad().select(0, 0).to_vector<double>() != std::vector<double>{0, 0, 0});
+  // a negative padding_idx counts from the end, as in PyTorch: -4 is row 0 of 4
+  Tensor wc = wa.detach().clone().requires_grad_();
+  embedding(idx2, wc, -4).backward(gy);
+  CHECK(max_abs_diff(wc.grad(), wb.grad()) == 0.0);
   CHECK(gradcheck([&](auto& in) { return embedding(idx2, in[0].t()); }, {randn({70, 4}, f64)}));
   // wide rows: several column blocks in the backward
   Tensor idx3 = from_vector<int64_t>({2, 0, 2});
@@ -154,6 +158,7 @@ TEST_CASE("embedding: errors") {
   CHECK_THROWS_AS(embedding(T({0, 1}, {2}), w), kiln::Error);  // float indices
   CHECK_THROWS_WITH_AS(embedding(from_vector<int64_t>({0}), randn({5})), doctest::Contains("[5]"), kiln::Error);
   CHECK_THROWS_AS(embedding(from_vector<int64_t>({0}), w, 5), kiln::Error);
+  CHECK_THROWS_WITH_AS(embedding(from_vector<int64_t>({0}), w, -6), doctest::Contains("-V <= padding_idx"), kiln::Error);
   CHECK_THROWS_AS(embedding(Tensor(), w), kiln::Error);
 }
 
