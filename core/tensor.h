@@ -28,6 +28,9 @@ struct TensorImpl {
   Shape strides;          // in elements
   int64_t offset = 0;     // in elements
   DType dtype = DType::float32;
+  // a C++ number made a 0-dim tensor by an op (PyTorch's is_wrapped_number): it ranks below
+  // every tensor in result_type (ops/helpers.h)
+  bool wrapped_number = false;
   // autograd
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;  // accumulated gradient of a leaf

@@ -113,12 +113,17 @@ Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p
 // int64's range is an int64 scalar (converted to the computation's dtype: -3 beside uint8
 // adds as 253, but divides as -3.0, as in PyTorch) and anything else (a fraction, inf, NaN,
 // 1e30) a float32 one, so the result is float32.
+// A number a 16-bit dtype cannot hold becomes +-inf, as its conversion gives in PyTorch (a
+// fill with it is an error, a scalar operand is not).
 Tensor scalar_like(const Tensor& t, double v) {
   DType dt = t.dtype();
   if (!is_floating(dt))
     dt = v == std::floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? DType::int64
                                                                                           : DType::float32;
-  return full({}, v, {.dtype = dt, .device = t.device()});
+  if (is_half(dt) && std::fabs(v) >= (dt == DType::float16 ? 65520.0 : 0x1.ffp127)) v = std::copysign(INFINITY, v);
+  Tensor s = full({}, v, {.dtype = dt, .device = t.device()});
+  s.impl().wrapped_number = true;
+  return s;
 }
 
 // gelu's derivative Phi(x) + x phi(x) as an op of its own (the functor computes it; erf is
@@ -294,12 +299,13 @@ Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
 // tensor's dtype, so a scalar that dtype cannot hold takes the float32 path there. add and sub
 // round the scalar to the tensor's dtype, as PyTorch's do.
 static bool exact_in(DType dt, double v) {
-  return full({}, v, {.dtype = dt}).item() == v || std::isnan(v);
+  return std::isnan(v) || scalar_like(full({}, 0.0, {.dtype = dt}), v).item() == v;
 }
 static Tensor product_with_scalar(Op op, const Tensor& a, double b) {
   if (!is_half(a.dtype())) return op == Op::mul ? mul(a, scalar_like(a, b)) : div(a, scalar_like(a, b));
   if (!a.is_cpu() && !exact_in(a.dtype(), b)) return product_with_scalar(op, a.to(DType::float32), b).to(a.dtype());
-  const Tensor s = full({}, b, {.dtype = DType::float32, .device = a.device()});
+  Tensor s = full({}, b, {.dtype = DType::float32, .device = a.device()});
+  s.impl().wrapped_number = true;  // float32[0-dim] beside a 16-bit 0-dim tensor keeps the 16 bits
   return op == Op::mul ? mul(a, s) : div(a, s);
 }
 Tensor mul(const Tensor& a, double b) { return product_with_scalar(Op::mul, a, b); }

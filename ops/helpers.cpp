@@ -61,11 +61,13 @@ std::string describe(const Tensor& t) {
 }
 
 DType result_type(const Tensor& a, const Tensor& b) {
-  if ((a.dim() == 0) != (b.dim() == 0)) {
+  auto tier = [](const Tensor& t) { return t.impl().wrapped_number ? 0 : t.dim() == 0 ? 1 : 2; };
+  const int ta = tier(a), tb = tier(b);
+  if (ta != tb) {
     auto category = [](DType d) { return d == DType::bool_ ? 0 : is_floating(d) ? 2 : 1; };
-    const Tensor& dimmed = a.dim() == 0 ? b : a;
-    const Tensor& zero = a.dim() == 0 ? a : b;
-    if (category(zero.dtype()) <= category(dimmed.dtype())) return dimmed.dtype();
+    const Tensor& high = ta > tb ? a : b;
+    const Tensor& low = ta > tb ? b : a;
+    if (category(low.dtype()) <= category(high.dtype())) return high.dtype();
   }
   return promote_types(a.dtype(), b.dtype());
 }

@@ -22,9 +22,10 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape, const char* op);
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
 /// The dtype of a binary op's result, PyTorch's rule: promote_types of the two dtypes, except
-/// that a 0-dim tensor beside a dimensioned one only counts when its category (bool < integer
-/// < floating) is higher: float32[3] * float64 0-dim is float32, int64[3] * float64 0-dim is
-/// float64. (kiln's C++ scalars are such 0-dim tensors.)
+/// that an operand of a lower tier (a dimensioned tensor > a 0-dim tensor > a wrapped number,
+/// i.e. a C++ number an op made a 0-dim tensor: TensorImpl::wrapped_number) only counts when
+/// its category (bool < integer < floating) is higher: float32[3] * float64 0-dim is float32,
+/// int64[3] * float64 0-dim is float64, uint8 0-dim + 100.0 is uint8.
 DType result_type(const Tensor& a, const Tensor& b);
 
 /// Throws unless all defined tensors share one device (message lists them).

@@ -440,6 +440,26 @@ TEST_CASE("a 0-dim tensor does not widen a dimensioned one of its category (PyTo
   Tensor u8 = from_vector<uint8_t>({0, 1});
   CHECK(add(u8, scalar_tensor(-1, {.dtype = DType::int64})).dtype() == DType::uint8);
   CHECK(mul(scalar_tensor(2.0, f64), s64).dtype() == DType::float64);  // both 0-dim
+  // a C++ number ranks below a 0-dim tensor too (PyTorch's wrapped numbers; values from 2.15)
+  const Tensor u0 = scalar_tensor(200, {.dtype = DType::uint8});
+  CHECK(add(u0, 100.0).dtype() == DType::uint8);  // PyTorch's u8 + 100: wraps to 44
+  CHECK(add(u0, 100.0).item() == 44.0);
+  CHECK(lt(scalar_tensor(5, {.dtype = DType::uint8}), -3.0).item() == 1.0);  // -3 as uint8 is 253
+  CHECK(add(u0, 0.5).dtype() == DType::float32);                              // a fraction: float32
+  CHECK(add(scalar_tensor(3, {.dtype = DType::int32}), 5.0).dtype() == DType::int32);
+  const Tensor h0 = scalar_tensor(1.5, {.dtype = DType::float16});
+  CHECK(mul(h0, 2.5).dtype() == DType::float16);
+  CHECK(mul(h0, 2.5).item() == 3.75);
+  CHECK(div(scalar_tensor(1.5, {.dtype = DType::bfloat16}), 3.0).dtype() == DType::bfloat16);
+  // a number a 16-bit dtype cannot hold is +-inf as an operand (a fill with it stays an error)
+  const Tensor x16 = from_vector<double>({1.0, -65000.0}, {2}).to(DType::float16);
+  CHECK(add(x16, 70000.0).to_vector<double>() == std::vector<double>{INFINITY, INFINITY});
+  CHECK(lt(x16, 1e5).to_vector<double>() == std::vector<double>{1, 1});
+  CHECK(eq(scalar_tensor(1.0, {.dtype = DType::bfloat16}), 1e39).item() == 0.0);
+  Tensor y16 = from_vector<double>({1e-3}, {1}).to(DType::float16);
+  y16.mul_(1e5);
+  CHECK(y16.item() == 100.0625);
+  CHECK_THROWS_AS(full({1}, 70000.0, {.dtype = DType::float16}), Error);
   CHECK(mul(f, T({2}, {1})).dtype() == DType::float64);                  // both dimensioned
   // gradients come back in each input's dtype
   Tensor a = T({1, 2, 3}, {3}).to(DType::float32).requires_grad_();
