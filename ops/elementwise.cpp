@@ -3,6 +3,7 @@
 #include "kiln/ops/elementwise.h"
 #include <cmath>
 #include "kiln/core/copy.h"
+#include "kiln/core/half.h"
 #include "kiln/ops/kernels/elementwise.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
@@ -298,12 +299,13 @@ Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
 // CPU every 16-bit binary op computes in float32 anyway; a CUDA kernel computes in the
 // tensor's dtype, so a scalar that dtype cannot hold takes the float32 path there. add and sub
 // round the scalar to the tensor's dtype, as PyTorch's do.
-static bool exact_in(DType dt, double v) {
-  return std::isnan(v) || scalar_like(full({}, 0.0, {.dtype = dt}), v).item() == v;
+static bool exact_in_half(DType dt, double v) {
+  const float f = float(v);
+  return std::isnan(v) || double(dt == DType::float16 ? round_to_half(f) : round_to_bf16(f)) == v;
 }
 static Tensor product_with_scalar(Op op, const Tensor& a, double b) {
   if (!is_half(a.dtype())) return op == Op::mul ? mul(a, scalar_like(a, b)) : div(a, scalar_like(a, b));
-  if (!a.is_cpu() && !exact_in(a.dtype(), b)) return product_with_scalar(op, a.to(DType::float32), b).to(a.dtype());
+  if (!a.is_cpu() && !exact_in_half(a.dtype(), b)) return product_with_scalar(op, a.to(DType::float32), b).to(a.dtype());
   Tensor s = full({}, b, {.dtype = DType::float32, .device = a.device()});
   s.impl().wrapped_number = true;  // float32[0-dim] beside a 16-bit 0-dim tensor keeps the 16 bits
   return op == Op::mul ? mul(a, s) : div(a, s);
