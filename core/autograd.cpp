@@ -480,6 +480,17 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   return cap.grads;
 }
 
+void clear_grads(const std::vector<Tensor>& params, bool set_to_none) {
+  NoGradGuard ng;
+  for (const Tensor& p : params) {
+    if (set_to_none) {
+      p.set_grad(Tensor());
+    } else if (Tensor g = p.grad(); g.defined()) {
+      g.zero_();
+    }
+  }
+}
+
 Tensor& twice_differentiable(Tensor& out) {
   if (out.grad_fn()) out.grad_fn()->twice_differentiable = true;
   return out;

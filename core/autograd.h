@@ -139,6 +139,11 @@ struct GradOptions {
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, GradOptions opts = {});
 
+/// Clears the gradients of `params`: undefined (set_to_none, PyTorch's default) or
+/// zero-filled in place (an undefined one stays undefined). Module::zero_grad and
+/// Optimizer::zero_grad.
+void clear_grads(const std::vector<Tensor>& params, bool set_to_none = true);
+
 /// A user-defined differentiable function: subclass, implement forward (runs with grad
 /// mode off) and backward (one gradient per input), then call Function::apply.
 ///   struct Cube : kiln::Function {

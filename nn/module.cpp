@@ -289,16 +289,7 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
-void Module::zero_grad(bool set_to_none) {
-  for (auto& p : parameters()) {
-    if (set_to_none || !p.grad().defined()) {
-      p.set_grad(Tensor());
-    } else {
-      NoGradGuard ng;
-      p.grad().zero_();
-    }
-  }
-}
+void Module::zero_grad(bool set_to_none) { clear_grads(parameters(), set_to_none); }
 
 Module& Module::requires_grad_(bool on) {
   for (auto& p : parameters()) p.requires_grad_(on);

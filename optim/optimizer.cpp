@@ -161,18 +161,7 @@ float* Optimizer::skip_counter(size_t group, size_t i, bool create) {
   return static_cast<float*>(t.raw_data()) + i;
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
-  NoGradGuard ng;
-  for (auto& grp : groups_)
-    for (auto& p : grp) {
-      if (set_to_none) {
-        p.set_grad(Tensor());
-      } else {
-        Tensor g = p.grad();
-        if (g.defined()) g.zero_();
-      }
-    }
-}
+void Optimizer::zero_grad(bool set_to_none) { clear_grads(all_params(), set_to_none); }
 
 Tensor& Optimizer::buffer(ParamState& st, const std::string& name, const Tensor& p, bool* created) {
   auto it = st.buffers.find(name);
