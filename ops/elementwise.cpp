@@ -408,7 +408,14 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_no_internal_overlap(*this, "add_");
   NoGradGuard ng;
   bump_version();
-  Tensor o = alpha == 1.0 ? other : mul(other, alpha);
+  // alpha * other in the computation dtype (float32 for 16-bit operands, PyTorch's opmath),
+  // not rounded to a 16-bit other's dtype first: no lost small increments, no overflow there
+  Tensor o = other;
+  if (alpha != 1.0) {
+    if (is_floating_point() && other.is_floating_point())
+      o = o.to(cpu_compute_dtype(promote_types(dtype(), other.dtype())));
+    o = mul(o, alpha);
+  }
   check_same_device("add_", {*this, o});
   broadcast_strides(o, shape(), "add_");
   KILN_CHECK(is_floating_point() || !o.is_floating_point(), "add_: cannot add a ", dtype_name(o.dtype()),

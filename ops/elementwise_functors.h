@@ -28,7 +28,9 @@ KILN_HD_INLINE F make_functor(C p0, C p1) {
 
 // ---------------------------------------------------------------- unary
 // NameF(x) is the op; NameD(s) its derivative, where s is the input x or, for the rows that
-// read y, the output y. The backward is g * NameD(s) (GradF).
+// read y, the output y. The backward is g * NameD(s) (GradF), or NameD's own grad(g, s)
+// where PyTorch selects instead of multiplying: relu, clamp and pow(x, 0) give 0, not
+// 0 * g, where their derivative is 0, so an inf or NaN upstream gradient stops there.
 
 template <class T> struct NegF { KILN_HD_INLINE T operator()(T x) const { return T(-x); } };
 template <class T> struct NegD { KILN_HD_INLINE T operator()(T) const { return T(-1); } };
@@ -70,7 +72,10 @@ template <class T> struct SigmoidD { KILN_HD_INLINE T operator()(T y) const { re
 /// relu'(x) == relu'(relu(x)), so the row reads y and the input can be freed early (a
 /// BatchNorm output in a CNN).
 template <class T> struct ReluF { KILN_HD_INLINE T operator()(T x) const { return math::relu(x); } };
-template <class T> struct ReluD { KILN_HD_INLINE T operator()(T y) const { return relu_grad(y); } };
+template <class T> struct ReluD {
+  KILN_HD_INLINE T operator()(T y) const { return relu_grad(y); }
+  KILN_HD_INLINE T grad(T g, T y) const { return y <= T(0) ? T(0) : g; }  // threshold_backward
+};
 
 template <class T> struct LeakyReluF {
   T slope;
@@ -115,6 +120,7 @@ template <class T> struct ClampD {
     const T inf = std::numeric_limits<T>::infinity();
     return ((x > lo || lo == -inf) && (x < hi || hi == inf) && x == x) ? T(1) : T(0);
   }
+  KILN_HD_INLINE T grad(T g, T x) const { return (*this)(x) != T(0) ? g : T(0); }
 };
 
 template <class T> struct PowScalarF {
@@ -124,12 +130,21 @@ template <class T> struct PowScalarF {
 template <class T> struct PowScalarD {
   T p;
   KILN_HD_INLINE T operator()(T x) const { return p == T(0) ? T(0) : p * m_pow(x, p - T(1)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return p == T(0) ? T(0) : g * (*this)(x); }
 };
 
-/// out = g * d(s): the backward of a unary op from its derivative functor.
+/// The backward of a unary op at one element: d.grad(g, s) where the derivative functor
+/// selects, else g * d(s).
+template <class T, class D>
+KILN_HD_INLINE T unary_grad(const D& d, T g, T s) {
+  if constexpr (requires { d.grad(g, s); }) return d.grad(g, s);
+  else return g * d(s);
+}
+
+/// out = unary_grad(d, g, s): the backward of a unary op from its derivative functor.
 template <class T, class D> struct GradF {
   D d;
-  KILN_HD_INLINE T operator()(T g, T s) const { return g * d(s); }
+  KILN_HD_INLINE T operator()(T g, T s) const { return unary_grad(d, g, s); }
 };
 
 // ---------------------------------------------------------------- binary

@@ -87,7 +87,7 @@ void unary_grad_chunk16(const T* s, const T* g, T* out, int64_t m, D d) {
   alignas(64) float sf[kChunk], gf[kChunk];
   convert_floats(s, sf, m);
   convert_floats(g, gf, m);
-  for (int64_t j = 0; j < m; ++j) gf[j] = gf[j] * d(sf[j]);
+  for (int64_t j = 0; j < m; ++j) gf[j] = elementwise::unary_grad(d, gf[j], sf[j]);
   convert_floats(gf, out, m);
 }
 
@@ -103,7 +103,7 @@ void unary_loop(const UnaryArgs& a, F f) {
     }
   });
 }
-// out = g * d(s), s the saved input or output (the row's `reads`)
+// out = g * d(s) (elementwise::unary_grad), s the saved input or output (the row's `reads`)
 template <class T, class D>
 void unary_grad_loop(const UnaryArgs& a, D d) {
   const T* s = static_cast<const T*>(a.s);
@@ -113,17 +113,16 @@ void unary_grad_loop(const UnaryArgs& a, D d) {
     if constexpr (kIs16<T>) {
       for (int64_t i = b; i < e; i += kChunk) unary_grad_chunk16(s + i, g + i, out + i, std::min(kChunk, e - i), d);
     } else {
-      for (int64_t i = b; i < e; ++i) out[i] = g[i] * d(s[i]);
+      for (int64_t i = b; i < e; ++i) out[i] = elementwise::unary_grad(d, g[i], s[i]);
     }
   });
 }
 
-// ReLU on 16-bit storage only selects: relu(x) is x or +0, its gradient g * (y > 0) is g or
-// a zero of g's sign. On finite values that is a choice between bit patterns, made here
-// without converting anything (a sign test as an arithmetic shift or a signed compare of
-// the bits, which vectorises 16 lanes to an AVX2 register). A chunk holding an inf or NaN
-// takes the float32 path (0 * inf is NaN there, and NaNs keep its payload rules), so the
-// result is bitwise the float32 path's everywhere.
+// ReLU on 16-bit storage only selects: relu(x) is x or +0, its gradient g where y > 0, else
+// +0. On finite values that is a choice between bit patterns, made here without converting
+// anything (a sign test as an arithmetic shift or a signed compare of the bits, which
+// vectorises 16 lanes to an AVX2 register). A chunk holding an inf or NaN takes the float32
+// path (NaNs keep its payload rules), so the result is bitwise the float32 path's everywhere.
 template <class T>
 void relu16(const UnaryArgs& a) {
   const T* x = static_cast<const T*>(a.backward ? a.s : a.x);  // the backward reads the output y
@@ -147,8 +146,8 @@ void relu16(const UnaryArgs& a) {
           unary_grad_chunk16(xc, gc, oc, m, elementwise::ReluD<float>{});
           continue;
         }
-        for (int64_t j = 0; j < m; ++j)  // y > 0: g; else g * 0, a zero with g's sign
-          oc[j].bits = int16_t(xc[j].bits) > 0 ? gc[j].bits : uint16_t(gc[j].bits & 0x8000);
+        for (int64_t j = 0; j < m; ++j)  // y > 0: g; else +0
+          oc[j].bits = int16_t(xc[j].bits) > 0 ? gc[j].bits : uint16_t(0);
       }
     }
   });

@@ -29,7 +29,7 @@ void unary_loop(const UnaryArgs& a, const F& f) {
   launch_elementwise<T, T>(contiguous_layout<2>(a.n), ptrs, f);
 }
 
-// out[i] = g[i] * d(s[i]), s the saved input or output (the row's `reads`).
+// out[i] = g[i] * d(s[i]) (elementwise::unary_grad), s the saved input or output (the row's `reads`).
 template <class T, class D>
 void unary_grad_loop(Op op, const UnaryArgs& a, const D& d) {
   KILN_CHECK(a.s != nullptr && a.g != nullptr, op_name(op), ": the CUDA backward kernel needs the gradient and ",

@@ -346,12 +346,13 @@ TEST_CASE("relu on float16 / bfloat16: all 65536 bit patterns, forward and backw
       yw.backward(g16.to(f32));
       CHECK(bits16(x.grad()) == bits16(xw.grad().to(dt)));
     }
-    // -0 and negatives give +0; the gradient of a negative input is a zero of g's sign
+    // -0 and negatives give +0, and so does the gradient there (PyTorch's threshold_backward
+    // selects +0, whatever g's sign)
     const Tensor x = from_bits16({0x8000, 0x8001, 0x0001, 0x3c00, 0xbc00}, dt).requires_grad_();
     const Tensor y = relu(x);
     CHECK(bits16(y) == std::vector<uint16_t>{0, 0, 0x0001, 0x3c00, 0});
     y.backward(from_bits16({0xbc00, 0xbc00, 0xbc00, 0xbc00, 0xbc00}, dt));
-    CHECK(bits16(x.grad()) == std::vector<uint16_t>{0x8000, 0x8000, 0xbc00, 0xbc00, 0x8000});
+    CHECK(bits16(x.grad()) == std::vector<uint16_t>{0, 0, 0xbc00, 0xbc00, 0});
   }
 }
 
@@ -372,6 +373,15 @@ TEST_CASE("in-place add_ and mul_ with broadcasting") {
   a.mul_(2.0);
   CHECK(a.at({1, 2}) == 10.0);
   CHECK_THROWS_AS(a.add_(zeros({3, 3})), Error);
+  // alpha * other in float32 (PyTorch's opmath), not in a 16-bit other's dtype (PyTorch 2.15's
+  // values): a small increment is kept, a large one does not overflow
+  Tensor p = zeros({1});
+  p.add_(full({1}, 1e-4, {.dtype = DType::float16}), -1e-4);
+  CHECK(p.item() == doctest::Approx(-1.00017e-8).epsilon(1e-4));
+  Tensor w = zeros({1}, {.dtype = DType::bfloat16});
+  w.add_(full({1}, 65504.0, {.dtype = DType::float16}), 3.0);
+  CHECK(w.item() == 196608.0);
+  CHECK(w.dtype() == DType::bfloat16);
 }
 
 TEST_CASE("relu propagates NaN (as PyTorch), forward and backward; so do leaky_relu and clamp") {
@@ -389,6 +399,37 @@ TEST_CASE("relu propagates NaN (as PyTorch), forward and backward; so do leaky_r
     CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 1});
     CHECK(std::isnan(leaky_relu(x, 0.1).to_vector<double>()[0]));
     CHECK(std::isnan(clamp(x, 0.0, 1.0).to_vector<double>()[0]));
+  }
+}
+
+TEST_CASE("an inf or NaN gradient stops where relu, clamp and pow(x, 0) have a zero derivative (PyTorch selects)") {
+  // PyTorch 2.15: relu's backward is threshold_backward, clamp's and pow(x, 0)'s select 0;
+  // g * 0 would turn an inf or NaN gradient into NaN there.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (DType dt : {DType::float32, DType::float64, DType::float16, DType::bfloat16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    const Tensor g = T({inf, nan, -inf, 1}, {4}).to(dt);
+    Tensor x = T({-1, -2, 0, 0.5}, {4}).to(dt).requires_grad_();
+    relu(x).backward(g);
+    std::vector<double> gx = x.grad().to_vector<double>();
+    CHECK(gx[0] == 0);
+    CHECK(gx[1] == 0);
+    CHECK(gx[2] == 0);
+    CHECK(gx[3] == 1);
+    CHECK(!std::signbit(gx[2]));  // +0 (selected), not g * 0 = -0
+    Tensor y = T({5, -3, 2, 1}, {4}).to(dt).requires_grad_();
+    clamp(y, -1.5, 2.0).backward(g);
+    CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 1});
+    Tensor z = T({1, 0, -2, 3}, {4}).to(dt).requires_grad_();
+    pow(z, 0.0).backward(g);
+    CHECK(z.grad().to_vector<double>() == std::vector<double>{0, 0, 0, 0});
+    // inside, the gradient passes as it is: inf and NaN included
+    Tensor w = T({1, 1, 1, 1}, {4}).to(dt).requires_grad_();
+    relu(w).backward(g);
+    gx = w.grad().to_vector<double>();
+    CHECK(gx[0] == inf);
+    CHECK(std::isnan(gx[1]));
+    CHECK(gx[2] == -inf);
   }
 }
 
