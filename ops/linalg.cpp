@@ -243,9 +243,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            Tensor gf = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), full_shape);  // (batch..., M, N)
            Tensor da, db;
            if (needs[0]) {
-             Tensor d = bmm_raw(gf, mT(b2));  // (batch..., M, K)
              Shape target = a_shape.size() == 1 ? Shape{1, a_shape[0]} : a_shape;
-             if (d.shape() != target) d = sum_to(d, target);
+             Tensor d;
+             if (target.size() == 2 && b2.dim() > 2) {
+               // a had no batch: dA (M, K) = g (M, batch*N) @ B^T (batch*N, K), one GEMM summing
+               // the whole batch in float32 (as PyTorch folds it), not a sum of 16-bit per-batch
+               // products, each rounded before they cancel.
+               const int64_t M = gf.size(-2), N = gf.size(-1), K = b2.size(-2), nb = gf.numel() / std::max<int64_t>(M * N, 1);
+               Tensor gr = contiguous_as(contiguous_as(gf, {nb, M, N}).permute({1, 0, 2}), {M, nb * N});
+               Tensor br = contiguous_as(mT(contiguous_as(b2, {nb, K, N})), {nb * N, K});
+               d = bmm_raw(gr, br);
+             } else {
+               d = bmm_raw(gf, mT(b2));  // (batch..., M, K)
+               if (d.shape() != target) d = sum_to(d, target);
+             }
              da = contiguous_as(d, a_shape);
            }
            if (needs[1]) {

@@ -184,6 +184,13 @@ TEST_CASE("matmul and linear in bf16 on the CPU: bf16 products summed in float32
   CHECK(x.grad().dtype() == bf);
   CHECK(within(x.grad(), g, w.detach(), false));
   CHECK(within(w.grad(), g.t().contiguous(), x.detach(), false));
+  // a 2-D a times a batched b: dA sums the whole batch in float32 and rounds once (it added
+  // the batch's bf16-rounded products, up to 64 ulps off where they cancel)
+  Tensor a2 = randn({13, 33}).to(bf).requires_grad_(), b3 = randn({3, 33, 17}).to(bf);
+  Tensor g3 = randn({3, 13, 17}).to(bf);
+  matmul(a2, b3).backward(g3);
+  CHECK(within(a2.grad(), g3.permute({1, 0, 2}).contiguous().reshape({13, 51}),
+               b3.transpose(1, 2).contiguous().reshape({51, 33}), false));
 }
 
 TEST_CASE("matmul: gradcheck") {
@@ -197,6 +204,9 @@ TEST_CASE("matmul: gradcheck") {
   CHECK(gradcheck(mm, {randn({2, 2, 3}, f64), randn({3}, f64)}));
   CHECK(gradcheck(mm, {randn({2, 3, 4}, f64), randn({4, 2}, f64)}));        // b without batch (folded)
   CHECK(gradcheck(mm, {randn({3, 4}, f64), randn({2, 4, 2}, f64)}));        // a without batch
+  CHECK(gradcheck(mm, {randn({3, 4}, f64), randn({2, 3, 4, 2}, f64)}));     // ... two batch dims
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return matmul(in[0], in[1].transpose(1, 2)); },
+                  {randn({3, 4}, f64), randn({2, 5, 4}, f64)}));             // ... b transposed
   CHECK(gradcheck(mm, {randn({2, 1, 3, 4}, f64), randn({3, 4, 2}, f64)}));  // broadcast batch dims
   CHECK(gradcheck(mm, {randn({1, 3, 2}, f64), randn({4, 2, 3}, f64)}));
   // transposed / non-contiguous inputs inside f
