@@ -50,7 +50,16 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   if (op == Op::div && !is_floating(dt)) dt = DType::float32;       // true division
   DType out_dt = is_comparison(op) ? DType::bool_ : dt;
   DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
-  Tensor a = a0.to(compute), b = b0.to(compute);
+  // Every operand is first converted to the result dtype, as PyTorch does: a 16-bit result on
+  // the CPU computes in float32, but a 0-dim float32/float64 or an integer operand beside it is
+  // rounded to 16 bits first (bf16 + int32 -293 adds -292). mul and div keep a 0-dim operand's
+  // own value (PyTorch's opmath scalar, product_with_scalar).
+  const bool keep_scalar = op == Op::mul || op == Op::div;
+  auto operand = [&](const Tensor& x) {
+    if (compute != dt && x.dtype() != dt && !(keep_scalar && x.dim() == 0)) return x.to(dt).to(compute);
+    return x.to(compute);
+  };
+  Tensor a = operand(a0), b = operand(b0);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::bool_ : compute, a.device());
   if (out.numel() > 0) kernel<BinaryKernelFn>(op, out.device())(op, compute, make_args(shape, {&out, &a, &b}, name));
@@ -319,6 +328,13 @@ Tensor pow(const Tensor& a, double e) {
   KILN_CHECK(a.is_floating_point() || !(e < 0 && e == std::floor(e)), "pow: integers to negative integer powers "
              "are not allowed (", describe(a), " to the power ", e, "); convert the tensor to a float dtype first");
   if (!a.is_floating_point()) return pow(a, scalar_like(a, e));  // integers: exact, or float32
+  if (a.dtype() != DType::float64) {  // PyTorch converts the exponent to the tensor's dtype first
+    const float f = float(e);
+    const double r = a.dtype() == DType::float16 ? round_to_half(f) : a.dtype() == DType::bfloat16 ? round_to_bf16(f) : f;
+    KILN_CHECK(!std::isfinite(e) || std::isfinite(r), "pow: the exponent ", e, " cannot be converted to ",
+               dtype_name(a.dtype()), " (the dtype of the base, ", describe(a), ") without overflow");
+    e = r;
+  }
   return unary_op(Op::pow_scalar, a, e);
 }
 Tensor pow(double base, const Tensor& e) { return pow(scalar_like(e, base), e); }

@@ -278,7 +278,7 @@ TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math
       {"silu", [](const Tensor& t) { return silu(t); }, false, true},
       {"softplus", [](const Tensor& t) { return softplus(t); }, false, true},
       {"clamp", [](const Tensor& t) { return clamp(t, -0.5, 0.7); }, false, true},
-      {"pow", [](const Tensor& t) { return pow(t, 1.7); }, true, true},
+      {"pow", [](const Tensor& t) { return pow(t, 1.75); }, true, true},  // an exponent 16 bits hold (it is rounded to the base's dtype)
   };
   manual_seed(5);
   for (DType dt : {DType::bfloat16, DType::float16})
@@ -467,6 +467,25 @@ TEST_CASE("scalars beside integer tensors: PyTorch's wrapped numbers, never unde
   CHECK_THROWS_AS(masked_fill(i, m, std::nan("")), Error);
   CHECK_THROWS_AS(masked_fill(from_vector<int32_t>({1, 2}), m, 1e10), Error);
   CHECK(masked_fill(i, m, 7.0).to_vector<double>() == std::vector<double>{7, -4});
+}
+
+TEST_CASE("operands are rounded to a 16-bit result dtype before the float32 math; pow's exponent too (PyTorch 2.15's values)") {
+  const DType bf = DType::bfloat16, f16 = DType::float16;
+  // a 0-dim float32: 1.01171875 is bf16 1.015625 first (it was added unrounded: 1.0)
+  CHECK(add(full({1}, -0.0108642578, {.dtype = bf}), scalar_tensor(1.01171875)).item() == 1.0078125);
+  // a 0-dim float64 below float16's range is -inf, equal to a float16 -inf
+  CHECK(eq(full({1}, -INFINITY, {.dtype = f16}), scalar_tensor(-3.39617733e38, {.dtype = DType::float64}))
+            .item<bool>());
+  // an int32 tensor: -293 is bf16 -292
+  CHECK(add(full({1}, -0.0180664062, {.dtype = bf}), full({1}, -293.0, {.dtype = DType::int32})).item() == -292.0);
+  CHECK(mul(full({1}, 0.75, {.dtype = bf}), full({1}, 293.0, {.dtype = DType::int32})).item() == 219.0);
+  // mul and div by a 0-dim operand keep its value (PyTorch's opmath scalar): bf16(3) * 0.1f
+  CHECK(mul(full({1}, 3.0, {.dtype = bf}), scalar_tensor(0.1)).item() == double(round_to_bf16(3.0f * 0.1f)));
+  // pow's exponent in the base's dtype: 1e-8 is 0 in float16, so (-2)^0 = 1 (it was NaN)
+  CHECK(pow(full({1}, -2.0, {.dtype = f16}), 1e-8).item() == 1.0);
+  CHECK(pow(full({1}, 8.0, {.dtype = bf}), 1.0 / 3).item() == double(round_to_bf16(std::pow(8.0f, 0.333984375f))));
+  CHECK(test::error_of([] { pow(full({1}, 2.0, {.dtype = f16}), 1e5); }).find("overflow") != std::string::npos);
+  CHECK(test::error_of([] { pow(full({1}, 2.0), 1e39); }).find("float32") != std::string::npos);
 }
 
 TEST_CASE("a 0-dim tensor does not widen a dimensioned one of its category (PyTorch's result_type)") {
