@@ -8,9 +8,14 @@
 //       pack op(B)[pc, jc]  -> Bp      KC x NC, as NR-wide column panels (L2)
 //       for ic in M by MC:
 //         pack op(A)[ic, pc] -> Ap     MC x KC, as MR-tall row panels (L2)
-//         for jr in NC by NR:          one B panel, KC x NR (32 KiB, 16 with AVX2), stays in L1 ...
+//         for jr in NC by NR:          one B panel, KC x NR (16 KiB with AVX2), stays in L1 ...
 //           for ir in MC by MR:        ... while the A panels stream past it
 //             micro-kernel: C[ir, jr] (MR x NR) += Ap panel @ Bp panel
+//
+// With AVX-512 the two inner loops swap: a B panel of 32 columns would fill a 48 KiB L1
+// (KC x NR x 4 B with KC = 384), so the A panel (12 x 384 x 4 B = 18 KiB) stays in L1 while
+// the B panels stream from L2, prefetched 8 rows ahead (Isa::kAPanelInL1; single-threaded 5-8%
+// faster at 1024^3 and 2048^3 on an Intel Xeon with AVX-512, 0-4% on 2 threads; docs/benchmarks.md).
 //
 // The micro-kernel keeps an MR x NR tile of C in registers, NR two vectors wide: per k it
 // loads one row of the B panel (2 vectors), broadcasts MR values of the A panel and issues
@@ -133,6 +138,10 @@ void micro_kernel(int64_t kc, const float* __restrict Ap, Rows Bp, const float* 
   for (int64_t k = 0; k < kc; ++k) {
     if constexpr (kTable) b = Bp.base + Bp.rows[k];
     V b0, b1;
+    if constexpr (Isa::kAPanelInL1 && !kTable && kFull) {  // the B panel streams from L2
+      _mm_prefetch(reinterpret_cast<const char*>(b + 8 * Bp.ld), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + 8 * Bp.ld + 16), _MM_HINT_T0);
+    }
     if constexpr (kFull) b0 = Isa::load(b), b1 = Isa::load(b + W);
     else b0 = Isa::load(b, m0), b1 = Isa::load(b + W, m1);
 #pragma GCC unroll 12
@@ -193,6 +202,11 @@ void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* Ap, const Row
     else if (mr > MR / 3) micro_kernel<Isa, 2 * MR / 3, kTable, kFull>(kc, a, b, c, ldc, o, ldo, mr, nr, alpha, beta, bi);
     else micro_kernel<Isa, MR / 3, kTable, kFull>(kc, a, b, c, ldc, o, ldo, mr, nr, alpha, beta, bi);
   };
+  if (packed && Isa::kAPanelInL1) {  // one A panel stays in L1 while the B panels pass
+    for (int64_t i0 = 0; i0 < mc; i0 += MR)
+      for (int64_t j0 = 0; j0 < nc; j0 += NR) tile.template operator()<false, true>(i0, j0);
+    return;
+  }
   const bool table = !packed && B.rows;
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {  // one B panel stays in L1 ...
     const bool full = packed || nc - j0 >= NR;
@@ -219,8 +233,8 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   O* out = nullptr, int64_t ldo = 0) {
   constexpr int MR = Isa::MR, NR = Isa::NR;
   constexpr int64_t KC = Isa::KC, MC = Isa::MC, NC = Isa::NC;
-  // K in equal slices of at most KC (576 = 3 x 192, not 256 + 256 + 64: every slice pays
-  // one pass over the C tiles, a short one would pay it for little work).
+  // K in equal slices of at most KC (1000 = 3 x 334 with AVX-512, not 384 + 384 + 232: every
+  // slice pays one pass over the C tiles, a short one would pay it for little work).
   const int64_t kslices = (K + KC - 1) / KC, kcmax = (K + kslices - 1) / kslices;
   // A short C (a convolution's 16 or 32 output channels) uses each B panel for a tile or
   // two: packing would copy B for less than it saves, so a row-major B is read in place.

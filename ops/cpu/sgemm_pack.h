@@ -167,7 +167,10 @@ struct Avx512 {
   using Mask = __mmask16;
   static constexpr int W = 16;                      // float lanes
   static constexpr int MR = 12, NR = 32;            // C tile in registers: 12 x 2 zmm of the 32
-  static constexpr int64_t KC = 256, MC = 192, NC = 512;
+  // A panel 18 KiB (L1), A block 288 KiB and B block 768 KiB (L2). A B panel would be 48
+  // KiB, all of a 48 KiB L1, so the A panel is the one kept there (kAPanelInL1).
+  static constexpr int64_t KC = 384, MC = 192, NC = 512;
+  static constexpr bool kAPanelInL1 = true;
   static constexpr const char* name = "AVX-512";
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float x) { return _mm512_set1_ps(x); }
@@ -253,6 +256,7 @@ struct Avx2 {
   static constexpr int W = 8;
   static constexpr int MR = 6, NR = 16;
   static constexpr int64_t KC = 256, MC = 144, NC = 512;  // B panel 16 KiB (L1), A block 144 KiB (L2)
+  static constexpr bool kAPanelInL1 = false;
   static constexpr const char* name = "AVX2";
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float x) { return _mm256_set1_ps(x); }
@@ -310,7 +314,8 @@ struct Scalar16 {
   using Mask = uint32_t;  // bit i: lane i
   static constexpr int W = 16;
   static constexpr int MR = 12, NR = 32;
-  static constexpr int64_t KC = 256, MC = 192, NC = 512;
+  static constexpr int64_t KC = 384, MC = 192, NC = 512;
+  static constexpr bool kAPanelInL1 = true;
   static constexpr const char* name = "scalar model of AVX-512";
   static V zero() { return V{}; }
   static V set1(float x) {

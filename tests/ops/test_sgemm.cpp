@@ -1,6 +1,6 @@
 // kiln's packed float32 GEMM (ops/cpu/sgemm.cpp) against a float64 reference: every
 // transpose, edge sizes around the AVX-512 12 x 32 and the AVX2 6 x 16 tiles and the
-// 256 / 192 (144) / 512 blocking, row strides wider than the matrix, alpha and beta, a row
+// 384 (256) / 192 (144) / 512 blocking, row strides wider than the matrix, alpha and beta, a row
 // bias, one and two threads. CTest runs it again with KILN_CPU_SGEMM=avx2 (an AVX-512
 // machine tests both kernels) and with KILN_CPU_SGEMM=scalar16 (the shared kernel code at
 // the AVX-512 tile geometry, on any CPU).
@@ -84,11 +84,12 @@ std::vector<Case> cases() {
       for (int64_t m : small)
         for (int64_t n : {int64_t(1), int64_t(7), int64_t(9), int64_t(16), int64_t(17), int64_t(32), int64_t(45)})
           out.push_back({bool(ta), bool(tb), m, n, m + n, 1.f, 0.f, 1});
-  // Blocking: K over 256 (equal slices), M over 192, N over 512; 16-deep transposes and
-  // their remainders; both thread splits (by rows when M >= N, else by columns).
+  // Blocking: K over 384 (256 with AVX2; equal slices), M over 192, N over 512; 16-deep
+  // transposes and their remainders; both thread splits (by rows when M >= N, else by columns).
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       out.push_back({bool(ta), bool(tb), 200, 70, 600, 1.f, 0.f, 2});
+      out.push_back({bool(ta), bool(tb), 100, 600, 1000, 1.f, 0.5f, 1});  // 3 (4) slices of K, 2 blocks of N
       out.push_back({bool(ta), bool(tb), 37, 530, 47, -0.5f, 1.f, 2});
       out.push_back({bool(ta), bool(tb), 64, 96, 300, 2.f, 0.5f, 1});
       out.push_back({bool(ta), bool(tb), 390, 33, 17, 1.f, 0.f, 2});
