@@ -59,6 +59,9 @@ bool sgemm_amx_available();
 
 /// Row-major C (M, N) float32 = op(A) @ op(B) + beta * C [+ bias], with A and B bfloat16
 /// (raw 16-bit storage) and every product summed in float32 (VDPBF16PS; ops/cpu/sgemm_bf16.cpp).
+/// VDPBF16PS (and AMX's TDPBF16PS) take a subnormal bf16 input (|x| < 2^-126) as zero, as
+/// oneDNN's bf16 GEMMs in PyTorch do; the float32 kernels, sgemm_packed_half and the AMX
+/// model keep it.
 /// Transposes, strides and bias as sgemm_packed; beta is 0 (C not read) or 1. Throws
 /// kiln::Error when no kernel can run (sgemm_bf16_kernel() null).
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
@@ -74,7 +77,8 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
 /// packed, so a bf16 product costs no conversion pass over the operands; B's rows through
 /// b_rows when it is not null (as sgemm_packed_rows, ldb then unused). The bf16
 /// convolutions on the CPU pass float32 buffers holding bf16 values, where the rounding is
-/// exact and the result equals a float32 GEMM's up to the order of the sums.
+/// exact and the result equals a float32 GEMM's up to the order of the sums (and subnormal
+/// inputs taken as zero, see above).
 void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads);
