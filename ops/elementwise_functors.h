@@ -39,7 +39,10 @@ template <class T> struct ExpF { KILN_HD_INLINE T operator()(T x) const { return
 template <class T> struct ExpD { KILN_HD_INLINE T operator()(T y) const { return y; } };
 
 template <class T> struct LogF { KILN_HD_INLINE T operator()(T x) const { return m_log(x); } };
-template <class T> struct LogD { KILN_HD_INLINE T operator()(T x) const { return T(1) / x; } };
+template <class T> struct LogD {
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / x; }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / x; }  // PyTorch's: 1/x overflows at a subnormal x
+};
 
 template <class T> struct SqrtF { KILN_HD_INLINE T operator()(T x) const { return m_sqrt(x); } };
 template <class T> struct SqrtD { KILN_HD_INLINE T operator()(T y) const { return T(0.5) / y; } };
@@ -123,13 +126,25 @@ template <class T> struct ClampD {
   KILN_HD_INLINE T grad(T g, T x) const { return (*this)(x) != T(0) ? g : T(0); }
 };
 
+/// x^p with PyTorch's special exponents (0; 2, 3, -1, -2 as products; +-0.5 as square roots:
+/// pow(-0, 0.5) is -0 and pow(-inf, 0.5) NaN, as sqrt gives), else the C library's pow.
+template <class T> KILN_HD_INLINE T pow_scalar(T x, T p) {
+  if (p == T(0)) return T(1);  // a signalling NaN too
+  if (p == T(2)) return x * x;
+  if (p == T(3)) return x * x * x;
+  if (p == T(0.5)) return m_sqrt(x);
+  if (p == T(-0.5)) return T(1) / m_sqrt(x);
+  if (p == T(-1)) return T(1) / x;
+  if (p == T(-2)) return T(1) / (x * x);
+  return m_pow(x, p);
+}
 template <class T> struct PowScalarF {
   T p;
-  KILN_HD_INLINE T operator()(T x) const { return m_pow(x, p); }
+  KILN_HD_INLINE T operator()(T x) const { return pow_scalar(x, p); }
 };
 template <class T> struct PowScalarD {
   T p;
-  KILN_HD_INLINE T operator()(T x) const { return p == T(0) ? T(0) : p * m_pow(x, p - T(1)); }
+  KILN_HD_INLINE T operator()(T x) const { return p == T(0) ? T(0) : p * pow_scalar(x, p - T(1)); }
   KILN_HD_INLINE T grad(T g, T x) const { return p == T(0) ? T(0) : g * (*this)(x); }
 };
 

@@ -488,6 +488,32 @@ TEST_CASE("operands are rounded to a 16-bit result dtype before the float32 math
   CHECK(test::error_of([] { pow(full({1}, 2.0), 1e39); }).find("float32") != std::string::npos);
 }
 
+TEST_CASE("pow's special exponents and log's backward at a subnormal input, as PyTorch 2.15") {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    // +-0.5 are square roots (the C library's pow gives inf and +0 at -inf and -0)
+    std::vector<double> r = pow(T({-inf, -0.0, 4}, {3}).to(dt), 0.5).to_vector<double>();
+    CHECK(std::isnan(r[0]));
+    CHECK((r[1] == 0 && std::signbit(r[1])));
+    CHECK(r[2] == 2);
+    r = pow(T({-inf, -0.0, 4}, {3}).to(dt), -0.5).to_vector<double>();
+    CHECK(std::isnan(r[0]));
+    CHECK(r[1] == -inf);
+    CHECK(r[2] == 0.5);
+    // the backward's x^(p - 1) takes the same path: x^1.5 at -inf has gradient NaN
+    Tensor x = T({-inf, 4}, {2}).to(dt).requires_grad_();
+    pow(x, 1.5).backward(ones({2}, {.dtype = dt}));
+    r = x.grad().to_vector<double>();
+    CHECK(std::isnan(r[0]));
+    CHECK(r[1] == 3);
+  }
+  // log's backward is g / x: 1/x overflows float32 at a subnormal x, g / x need not
+  Tensor x = from_vector(std::vector<float>{9.18354962e-41f}).requires_grad_();
+  log(x).backward(from_vector(std::vector<float>{0.00752768153f}));
+  CHECK(x.grad().item() == doctest::Approx(8.19691933e37).epsilon(1e-6));
+}
+
 TEST_CASE("a 0-dim tensor does not widen a dimensioned one of its category (PyTorch's result_type)") {
   Tensor f = T({1, 2, 3}, {3}).to(DType::float32);
   Tensor s64 = scalar_tensor(0.5, f64);
