@@ -228,6 +228,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(!(a.defined() && a.dtype() == DType::bool_) && !(b.defined() && b.dtype() == DType::bool_),
+             "sub: subtraction with a bool tensor is not supported (", describe(a), " - ", describe(b),
+             "), as in PyTorch; to invert a mask use eq(mask, 0), or convert it to a number dtype first");
   Tensor out = binary_raw(Op::sub, a, b);
   Shape sa = a.shape(), sb = b.shape();
   return twice_differentiable(record(out, "sub", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {

@@ -182,7 +182,7 @@ TEST_CASE("two bool tensors: add and maximum are or, mul and minimum are and, co
   CHECK(v(add(a, from_vector<bool>({true}))) == U{1, 1, 1, 1});
   // the result is a bool byte 0 or 1, also when both are true (a byte sum would be 2)
   CHECK(sum(a + a).item<int64_t>() == 2);
-  CHECK_THROWS_WITH_AS(a - b, doctest::Contains("not supported for two bool tensors"), Error);
+  CHECK_THROWS_WITH_AS(a - b, doctest::Contains("subtraction with a bool tensor is not supported"), Error);
   CHECK(((a + b) / b).dtype() == DType::float32);  // true division promotes, as in PyTorch
 }
 
@@ -363,6 +363,12 @@ TEST_CASE("elementwise errors name shapes, dtypes and devices") {
   CHECK(test::error_of([] { exp(zeros({2}, {.dtype = DType::int64})); }).find("int64") != std::string::npos);
   CHECK(test::error_of([] { relu(Tensor()); }).find("undefined") != std::string::npos);
   CHECK(test::error_of([] { clamp(zeros({2}), 1.0, -1.0); }).find("greater") != std::string::npos);
+  // subtracting a bool tensor is an error, as in PyTorch (a C++ number beside it too)
+  const Tensor mask = gt(T({1, -1}, {2}), 0.0);
+  CHECK(test::error_of([&] { sub(mask, zeros({2}, {.dtype = DType::float16})); }).find("bool") != std::string::npos);
+  CHECK(test::error_of([&] { 1.0 - mask; }).find("bool") != std::string::npos);
+  CHECK(test::error_of([&] { sub(mask, 1.0); }).find("bool") != std::string::npos);
+  CHECK(eq(mask, 0.0).to_vector<double>() == std::vector<double>{0, 1});
 }
 
 TEST_CASE("in-place add_ and mul_ with broadcasting") {
