@@ -230,7 +230,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
 Tensor sub(const Tensor& a, const Tensor& b) {
   KILN_CHECK(!(a.defined() && a.dtype() == DType::bool_) && !(b.defined() && b.dtype() == DType::bool_),
              "sub: subtraction with a bool tensor is not supported (", describe(a), " - ", describe(b),
-             "), as in PyTorch; to invert a mask use eq(mask, 0), or convert it to a number dtype first");
+             "), as in PyTorch; to invert a mask use eq(mask, 0), for two masks' xor ne(a, b), or convert to a "
+             "number dtype first");
   Tensor out = binary_raw(Op::sub, a, b);
   Shape sa = a.shape(), sb = b.shape();
   return twice_differentiable(record(out, "sub", {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& n) {
@@ -311,10 +312,12 @@ Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
 // CPU every 16-bit binary op computes in float32 anyway; a CUDA kernel computes in the
 // tensor's dtype, so a scalar that dtype cannot hold takes the float32 path there. add and sub
 // round the scalar to the tensor's dtype, as PyTorch's do.
-static bool exact_in_half(DType dt, double v) {
+/// v rounded to float32 or a 16-bit dtype (dt float32, float16 or bfloat16), as its conversion does.
+static double round_to_dtype(DType dt, double v) {
   const float f = float(v);
-  return std::isnan(v) || double(dt == DType::float16 ? round_to_half(f) : round_to_bf16(f)) == v;
+  return dt == DType::float16 ? round_to_half(f) : dt == DType::bfloat16 ? round_to_bf16(f) : f;
 }
+static bool exact_in_half(DType dt, double v) { return std::isnan(v) || round_to_dtype(dt, v) == v; }
 static Tensor product_with_scalar(Op op, const Tensor& a, double b) {
   if (!is_half(a.dtype())) return op == Op::mul ? mul(a, scalar_like(a, b)) : div(a, scalar_like(a, b));
   if (!a.is_cpu() && !exact_in_half(a.dtype(), b)) return product_with_scalar(op, a.to(DType::float32), b).to(a.dtype());
@@ -332,8 +335,7 @@ Tensor pow(const Tensor& a, double e) {
              "are not allowed (", describe(a), " to the power ", e, "); convert the tensor to a float dtype first");
   if (!a.is_floating_point()) return pow(a, scalar_like(a, e));  // integers: exact, or float32
   if (a.dtype() != DType::float64) {  // PyTorch converts the exponent to the tensor's dtype first
-    const float f = float(e);
-    const double r = a.dtype() == DType::float16 ? round_to_half(f) : a.dtype() == DType::bfloat16 ? round_to_bf16(f) : f;
+    const double r = round_to_dtype(a.dtype(), e);
     KILN_CHECK(!std::isfinite(e) || std::isfinite(r), "pow: the exponent ", e, " cannot be converted to ",
                dtype_name(a.dtype()), " (the dtype of the base, ", describe(a), ") without overflow");
     e = r;

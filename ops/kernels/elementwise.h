@@ -24,7 +24,8 @@ using BinaryKernelFn = void(Op op, DType dt, const EwArgs& args);
 
 /// Two bool tensors are bytes holding 0 or 1 and run as uint8 with PyTorch's logical
 /// meaning: add and maximum are `or` (the bytes' max), mul and minimum are `and` (their
-/// min), comparisons compare the bytes; sub and pow are errors, as in PyTorch.
+/// min), comparisons compare the bytes; pow is an error, as in PyTorch (sub refuses any bool
+/// operand before it gets here, ops/elementwise.cpp).
 inline Op bool_binary_op(Op op) {
   switch (op) {
     case Op::add: case Op::maximum: return Op::maximum;
@@ -32,8 +33,7 @@ inline Op bool_binary_op(Op op) {
     case Op::eq: case Op::ne: case Op::lt: case Op::le: case Op::gt: case Op::ge: return op;
     default: break;
   }
-  KILN_FAIL(op_name(op), ": not supported for two bool tensors (",
-            op == Op::sub ? "ne() is their logical xor" : "convert them to a number dtype first", ")");
+  KILN_FAIL(op_name(op), ": not supported for two bool tensors (convert them to a number dtype first)");
 }
 
 /// Unary forward on contiguous arrays: out[i] = op(x[i]; p0, p1).
