@@ -13,23 +13,26 @@
 namespace kiln::math {
 
 /// exp for float, branch-free so that CPU loops over it vectorize (Cephes polynomial after
-/// a round-to-nearest range reduction; within 2 ulp of exp). Exactly 0 below -87.33 (so
-/// exp(-inf) = 0 for masked scores), +inf above 88 (exp overflows at 88.72; softmax-family
-/// arguments are <= 0), NaN propagates. Relies on IEEE float semantics: do not build with
+/// a round-to-nearest range reduction; within 1.01 ulp of exp over every float, checked
+/// against libm's double exp). Finite up to the last float below ln(FLT_MAX) = 88.7228,
+/// +inf above; subnormal results down to -103.97, exactly 0 below (so exp(-inf) = 0 for
+/// masked scores); NaN propagates. 2^n is applied as two factors 2^(n/2) 2^(n - n/2), each
+/// a normal float for n in [-150, 128], so the one rounding into the subnormal range
+/// happens in the last multiply. Relies on IEEE float semantics: do not build with
 /// -ffast-math (it would fold the rounding trick away).
 KILN_HD_INLINE float fast_exp(float x) {
 #ifdef __CUDA_ARCH__
   return __expf(x);
 #else
-  const float hi = 88.0f, lo = -87.33654475f;
+  const float hi = 88.72283172607421875f, lo = -103.972084045410156f;
   float r = x > hi ? hi : x;
   r = r >= lo ? r : lo;  // NaN becomes lo here (its int conversion below would be UB); returned as NaN at the end
   const float n = (r * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(r / ln 2)
   r = r - n * 0.693359375f + n * 2.12194440e-4f;                              // r - n ln 2, in two parts
   const float y = (((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r + 4.1665795894e-2f) * r +
                     1.6666665459e-1f) * r + 5.0000001201e-1f) * (r * r) + r + 1.0f;
-  const float scale = std::bit_cast<float>((int32_t(n) + 127) << 23);  // 2^n
-  float out = y * scale;
+  const int32_t n1 = int32_t(n) >> 1, n2 = int32_t(n) - n1;  // 2^n = 2^n1 2^n2
+  float out = (y * std::bit_cast<float>((n1 + 127) << 23)) * std::bit_cast<float>((n2 + 127) << 23);
   out = x > hi ? HUGE_VALF : out;
   out = x < lo ? 0.0f : out;
   return x != x ? x : out;

@@ -2,10 +2,12 @@
 // broadcast and non-contiguous inputs), 16-bit float rounding, and errors.
 #include <doctest/doctest.h>
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <cmath>
 #include <limits>
+#include <vector>
 #include "gradcheck.h"
 
 using namespace kiln;
@@ -110,6 +112,52 @@ TEST_CASE("unary ops: values") {
   CHECK(v(clamp(x, std::nullopt, 0.0)) == std::vector<double>{-2, -0.5, 0, 0});
   CHECK(from_vector<int64_t>({-3}).to_vector<int64_t>()[0] == -3);
   CHECK(abs(from_vector<int64_t>({-3})).to_vector<int64_t>()[0] == 3);
+}
+
+TEST_CASE("float32 exp over its whole range: within an ulp of libm's double exp, subnormals, overflow at ln(FLT_MAX)") {
+  // Every 4099th float pattern in [-110, 90] plus the edges (the largest float whose exp is
+  // finite, the next one, the subnormal range, -inf, NaN). Old kiln gave inf from 88.0 and
+  // 0 below -87.34; PyTorch gives exp(-90) = 8.194e-40 and exp(88.72283) = 3.40280e38.
+  std::vector<float> xs;
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 4099) {
+    const float x = std::bit_cast<float>(uint32_t(b));
+    if (x == x && x >= -110.0f && x <= 90.0f) xs.push_back(x);
+  }
+  const float last = 88.72283172607421875f;  // below ln(FLT_MAX) = 88.7228391...
+  for (float x : {last, std::nextafter(last, 100.0f), -90.0f, -100.0f, -103.9f, -104.0f, -87.34f, -87.3f})
+    xs.push_back(x);
+  const int64_t n = int64_t(xs.size());
+  const std::vector<float> y = exp(from_vector<float>(xs)).to_vector<float>();
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double ref = std::exp(double(xs[size_t(i)]));
+    const float rf = float(ref);
+    if (std::isinf(rf)) {
+      bad += !std::isinf(y[size_t(i)]);
+      continue;
+    }
+    const double ulp = std::max(double(std::nextafter(rf, INFINITY)) - double(rf), 1.401298464324817e-45);
+    if (std::abs(double(y[size_t(i)]) - ref) > 1.01 * ulp) {
+      if (bad < 5) MESSAGE("exp(", xs[size_t(i)], ") = ", y[size_t(i)], ", libm ", ref);
+      ++bad;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(n > 200000);
+  CHECK(std::isfinite(y[size_t(n) - 8]));
+  CHECK(std::isinf(y[size_t(n) - 7]));
+  CHECK(y[size_t(n) - 6] > 8.19e-40f);  // subnormal, not 0
+  CHECK(y[size_t(n) - 3] == 0.0f);      // exp(-104) rounds to 0
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> e = exp(from_vector<float>({-inf, inf, nan})).to_vector<float>();
+  CHECK(e[0] == 0.0f);
+  CHECK(std::isinf(e[1]));
+  CHECK(std::isnan(e[2]));
+  // softmax keeps a subnormal probability as PyTorch (5.521e-42), not 0
+  const std::vector<float> p = softmax(from_vector<float>({0.0f, -95.0f}), 0).to_vector<float>();
+  CHECK(p[0] == 1.0f);
+  CHECK(p[1] > 5.52e-42f);
+  CHECK(p[1] < 5.53e-42f);
 }
 
 TEST_CASE("tanh-GELU in float32 against the tanh formula in double, values and gradient") {
