@@ -167,11 +167,12 @@ MaxPool2d::MaxPool2d(Int2 k, MaxPool2dOptions o) : kernel_size(k), options(o) {
 }
 Tensor MaxPool2d::forward(const Tensor& x) {
   check_input(x, "MaxPool2d");
-  return max_pool2d(x, kernel_size, options.stride, options.padding);
+  return max_pool2d(x, kernel_size, options.stride, options.padding, options.dilation, options.ceil_mode);
 }
 std::string MaxPool2d::extra_repr() const {
   Int2 s = options.stride.h == 0 ? kernel_size : options.stride;
-  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(s) + ", padding=" + pair_str(options.padding);
+  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(s) + ", padding=" + pair_str(options.padding) +
+         ", dilation=" + pair_str(options.dilation) + ", ceil_mode=" + bool_str(options.ceil_mode);
 }
 
 AvgPool2d::AvgPool2d(Int2 k, AvgPool2dOptions o) : kernel_size(k), options(o) {
@@ -179,11 +180,12 @@ AvgPool2d::AvgPool2d(Int2 k, AvgPool2dOptions o) : kernel_size(k), options(o) {
 }
 Tensor AvgPool2d::forward(const Tensor& x) {
   check_input(x, "AvgPool2d");
-  return avg_pool2d(x, kernel_size, options.stride, options.padding, options.count_include_pad);
+  return avg_pool2d(x, kernel_size, options.stride, options.padding, options.count_include_pad, options.ceil_mode);
 }
 std::string AvgPool2d::extra_repr() const {
   Int2 s = options.stride.h == 0 ? kernel_size : options.stride;
-  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(s) + ", padding=" + pair_str(options.padding);
+  return "kernel_size=" + pair_str(kernel_size) + ", stride=" + pair_str(s) + ", padding=" + pair_str(options.padding) +
+         (options.ceil_mode ? ", ceil_mode=true" : "");
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 out) : output_size(out) {
@@ -194,6 +196,83 @@ Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
   return adaptive_avg_pool2d(x, output_size);
 }
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
+
+AdaptiveMaxPool2d::AdaptiveMaxPool2d(Int2 out) : output_size(out) {
+  KILN_CHECK(out.h > 0 && out.w > 0, "AdaptiveMaxPool2d: output_size must be positive, got ", pair_str(out));
+}
+Tensor AdaptiveMaxPool2d::forward(const Tensor& x) {
+  check_input(x, "AdaptiveMaxPool2d");
+  return adaptive_max_pool2d(x, output_size);
+}
+std::string AdaptiveMaxPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
+
+// ---------------------------------------------------------------- 1-D convolution and pooling
+
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, Conv1dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  KILN_CHECK(in > 0 && out > 0, "Conv1d: in_channels and out_channels must be positive, got ", in, " and ", out);
+  KILN_CHECK(k > 0, "Conv1d: kernel_size must be positive, got ", k);
+  KILN_CHECK(o.groups > 0 && in % o.groups == 0 && out % o.groups == 0, "Conv1d: groups=", o.groups,
+             " must divide in_channels=", in, " and out_channels=", out);
+  KILN_CHECK(o.stride > 0 && o.dilation > 0 && o.padding >= 0,
+             "Conv1d: stride and dilation must be positive and padding non-negative, got stride ", o.stride,
+             ", padding ", o.padding, ", dilation ", o.dilation);
+  weight = register_parameter("weight", empty({out, in / o.groups, k}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Conv1d::reset_parameters() { init_conv_parameters(weight, bias); }
+
+Tensor Conv1d::forward(const Tensor& x) {
+  check_built(weight, "Conv1d");
+  check_input(x, "Conv1d");
+  KILN_CHECK((x.dim() == 3 && x.size(1) == in_channels) || (x.dim() == 2 && x.size(0) == in_channels), "Conv1d(",
+             in_channels, ", ", out_channels, "): expected input of shape (N, ", in_channels, ", L) or (",
+             in_channels, ", L), got ", shape_str(x.shape()));
+  return conv1d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+}
+
+std::string Conv1d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels << ", " << out_channels << ", kernel_size=" << kernel_size;
+  if (options.stride != 1) os << ", stride=" << options.stride;
+  if (options.padding != 0) os << ", padding=" << options.padding;
+  if (options.dilation != 1) os << ", dilation=" << options.dilation;
+  if (options.groups != 1) os << ", groups=" << options.groups;
+  os << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
+MaxPool1d::MaxPool1d(int64_t k, MaxPool1dOptions o) : kernel_size(k), options(o) {
+  KILN_CHECK(k > 0, "MaxPool1d: kernel_size must be positive, got ", k);
+}
+Tensor MaxPool1d::forward(const Tensor& x) {
+  check_input(x, "MaxPool1d");
+  return max_pool1d(x, kernel_size, options.stride, options.padding, options.dilation, options.ceil_mode);
+}
+std::string MaxPool1d::extra_repr() const {
+  std::ostringstream os;
+  os << "kernel_size=" << kernel_size << ", stride=" << (options.stride == 0 ? kernel_size : options.stride)
+     << ", padding=" << options.padding << ", dilation=" << options.dilation
+     << ", ceil_mode=" << bool_str(options.ceil_mode);
+  return os.str();
+}
+
+AvgPool1d::AvgPool1d(int64_t k, AvgPool1dOptions o) : kernel_size(k), options(o) {
+  KILN_CHECK(k > 0, "AvgPool1d: kernel_size must be positive, got ", k);
+}
+Tensor AvgPool1d::forward(const Tensor& x) {
+  check_input(x, "AvgPool1d");
+  return avg_pool1d(x, kernel_size, options.stride, options.padding, options.count_include_pad, options.ceil_mode);
+}
+std::string AvgPool1d::extra_repr() const {
+  std::ostringstream os;
+  os << "kernel_size=" << kernel_size << ", stride=" << (options.stride == 0 ? kernel_size : options.stride)
+     << ", padding=" << options.padding;
+  if (options.ceil_mode) os << ", ceil_mode=true";
+  return os.str();
+}
 
 // ---------------------------------------------------------------- BatchNorm
 

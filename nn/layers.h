@@ -1,4 +1,4 @@
-// Standard layers as modules: Linear, Conv2d, pooling, BatchNorm1d/2d, LayerNorm,
+// Standard layers as modules: Linear, Conv1d/2d, pooling, BatchNorm1d/2d, LayerNorm,
 // Embedding, Dropout, activations, Flatten, Identity. Each holds its parameters as
 // registered Tensor handles and initialises them like PyTorch (reset_parameters()).
 #pragma once
@@ -110,6 +110,8 @@ class Upsample : public Module {
 struct MaxPool2dOptions {
   Int2 stride = 0;  ///< 0 means stride = kernel_size
   Int2 padding = 0;
+  Int2 dilation = 1;
+  bool ceil_mode = false;
 };
 class MaxPool2d : public Module {
  public:
@@ -124,6 +126,7 @@ struct AvgPool2dOptions {
   Int2 stride = 0;  ///< 0 means stride = kernel_size
   Int2 padding = 0;
   bool count_include_pad = true;
+  bool ceil_mode = false;
 };
 class AvgPool2d : public Module {
  public:
@@ -141,6 +144,70 @@ class AdaptiveAvgPool2d : public Module {
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Int2 output_size;
+};
+
+/// Max pooling to a fixed (H, W) output size (kiln::adaptive_max_pool2d).
+class AdaptiveMaxPool2d : public Module {
+ public:
+  AdaptiveMaxPool2d(Int2 output_size = 1);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Int2 output_size;
+};
+
+// ---------------------------------------------------------------- 1-D convolution and pooling
+
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+/// 1-D convolution over (N, C, L) (kiln::conv1d): nn::Conv1d(16, 32, 3, {.padding = 1}).
+/// Weight (out, in/groups, K) and bias initialised as PyTorch does.
+class Conv1d : public Module {
+ public:
+  Conv1d() = default;
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // (out_channels, in_channels / groups, K)
+  Tensor bias;    // (out_channels) or undefined
+  int64_t in_channels = 0, out_channels = 0, kernel_size = 1;
+  Conv1dOptions options;
+};
+
+struct MaxPool1dOptions {
+  int64_t stride = 0;  ///< 0 means stride = kernel_size
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  bool ceil_mode = false;
+};
+class MaxPool1d : public Module {
+ public:
+  MaxPool1d(int64_t kernel_size = 2, MaxPool1dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t kernel_size;
+  MaxPool1dOptions options;
+};
+
+struct AvgPool1dOptions {
+  int64_t stride = 0;  ///< 0 means stride = kernel_size
+  int64_t padding = 0;
+  bool count_include_pad = true;
+  bool ceil_mode = false;
+};
+class AvgPool1d : public Module {
+ public:
+  AvgPool1d(int64_t kernel_size = 2, AvgPool1dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t kernel_size;
+  AvgPool1dOptions options;
 };
 
 // ---------------------------------------------------------------- normalisation

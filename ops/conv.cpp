@@ -58,20 +58,49 @@ void check_pool_input(const char* op, const Tensor& x) {
              describe(x));
 }
 
-/// Resolves stride (0,0 = kernel), checks kernel/stride/padding and returns the geometry.
-Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& stride, IntPair padding) {
+/// PyTorch's pooled length along one axis: windows of extent e = dilation (kernel - 1) + 1
+/// every stride over the padded input, rounded up under ceil_mode except that the last
+/// window must start inside the input or its left padding.
+int64_t pooled_size(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = n + 2 * p - d * (k - 1) - 1;  // >= 0, checked by the caller
+  int64_t out = (span + (ceil_mode ? s - 1 : 0)) / s + 1;
+  if (ceil_mode && (out - 1) * s >= n + p) --out;
+  return out;
+}
+
+/// Whether every window o < out along an axis of n has a tap o s - p + j d (j < k) inside
+/// [0, n): always with dilation 1 (padding <= kernel/2); with a larger dilation a window can
+/// fall between the input's elements into the padding (PyTorch then returns -inf and an
+/// index outside the plane).
+bool every_window_has_a_tap(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out) {
+  for (int64_t o = 0; o < out; ++o) {
+    const int64_t a = o * s - p;                        // first tap
+    const int64_t j = a >= 0 ? 0 : (-a + d - 1) / d;    // first tap at or after 0
+    if (j >= k || a + j * d >= n) return false;
+  }
+  return true;
+}
+
+/// Resolves stride (0,0 = kernel), checks kernel/stride/padding/dilation and returns the
+/// geometry, with PyTorch's output size (pooled_size).
+Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& stride, IntPair padding,
+                     IntPair dilation = {1, 1}, bool ceil_mode = false) {
   check_pool_input(op, x);
   if (stride[0] == 0 && stride[1] == 0) stride = kernel;
   KILN_CHECK(kernel[0] > 0 && kernel[1] > 0, op, ": kernel size must be positive, got ", pair_str(kernel),
              " for input ", shape_str(x.shape()));
   KILN_CHECK(stride[0] > 0 && stride[1] > 0, op, ": stride must be positive, got ", pair_str(stride),
              " for input ", shape_str(x.shape()));
+  KILN_CHECK(dilation[0] > 0 && dilation[1] > 0, op, ": dilation must be positive, got ", pair_str(dilation),
+             " for input ", shape_str(x.shape()));
   KILN_CHECK(padding[0] >= 0 && padding[1] >= 0 && padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], op,
              ": padding must be in [0, kernel/2], got padding ", pair_str(padding), " for kernel ", pair_str(kernel));
   const int64_t H = x.size(-2), W = x.size(-1);
   // an empty plane has no window even when padding makes one fit (PyTorch refuses it too)
   KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
-  KILN_CHECK(H + 2 * padding[0] >= kernel[0] && W + 2 * padding[1] >= kernel[1], op, ": kernel ", pair_str(kernel),
+  const int64_t eH = dilation[0] * (kernel[0] - 1) + 1, eW = dilation[1] * (kernel[1] - 1) + 1;
+  KILN_CHECK(H + 2 * padding[0] >= eH && W + 2 * padding[1] >= eW, op, ": kernel ", pair_str(kernel),
+             dilation[0] * dilation[1] > 1 ? " (dilated to " + pair_str({eH, eW}) + ")" : std::string(),
              " is larger than the padded input (input ", shape_str(x.shape()), ", padding ", pair_str(padding), ")");
   KILN_CHECK(H * W < (int64_t(1) << 31), op, ": planes of 2^31 or more elements are not supported, got input ",
              shape_str(x.shape()));
@@ -85,8 +114,15 @@ Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& s
   g.sW = stride[1];
   g.pH = padding[0];
   g.pW = padding[1];
-  g.OH = (H + 2 * g.pH - g.kH) / g.sH + 1;
-  g.OW = (W + 2 * g.pW - g.kW) / g.sW + 1;
+  g.dH = dilation[0];
+  g.dW = dilation[1];
+  g.OH = pooled_size(H, g.kH, g.sH, g.pH, g.dH, ceil_mode);
+  g.OW = pooled_size(W, g.kW, g.sW, g.pW, g.dW, ceil_mode);
+  KILN_CHECK(every_window_has_a_tap(H, g.kH, g.sH, g.pH, g.dH, g.OH) &&
+                 every_window_has_a_tap(W, g.kW, g.sW, g.pW, g.dW, g.OW),
+             op, ": with dilation ", pair_str(dilation), " a window of kernel ", pair_str(kernel), ", stride ",
+             pair_str(stride), ", padding ", pair_str(padding), " holds only padding for input ",
+             shape_str(x.shape()), "; use less padding or dilation");
   return g;
 }
 
@@ -300,15 +336,18 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 // ------------------------------------------------------------------ pooling
 
-Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding) {
-  Pool2dGeom g = pool_geom("max_pool2d", x, kernel_size, stride, padding);
+namespace {
+
+/// Max pooling over windows (kernel args) or adaptive bins: y, and idx, the flat h*W + w of
+/// each maximum in its plane. The backward scatters dy to idx.
+std::pair<Tensor, Tensor> max_pool_with_indices(const char* op, Op kop, const Tensor& x, const Pool2dGeom& g) {
   Tensor xc = contig(x);
   Shape out_shape = pooled_shape(x, g.OH, g.OW);
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
-  Tensor idx = Tensor::empty(out_shape, DType::int64, x.device());  // flat h*W + w per plane
-  const auto* k = kernel<const MaxPool2dKernels>(Op::max_pool2d, x.device());
+  Tensor idx = Tensor::empty(out_shape, DType::int64, x.device());
+  const auto* k = kernel<const MaxPool2dKernels>(kop, x.device());
   if (y.numel() > 0) k->forward(x.dtype(), g, xc.raw_data(), y.raw_data(), static_cast<int64_t*>(idx.raw_data()));
-  record(y, "max_pool2d", {x}, {idx},
+  record(y, op, {x}, {idx},
          [k, g, idx, dt = x.dtype(), x_shape = x.shape()](const Tensor& gy,
                                                           const std::vector<bool>&) -> std::vector<Tensor> {
            Tensor dy = grad_in(gy, dt);
@@ -317,11 +356,50 @@ Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair 
              k->backward(dt, g, dy.raw_data(), static_cast<const int64_t*>(idx.raw_data()), dx.raw_data());
            return {dx};
          });
-  return y;
+  return {y, idx};
 }
 
-Tensor avg_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding, bool count_include_pad) {
-  Pool2dGeom g = pool_geom("avg_pool2d", x, kernel_size, stride, padding);
+/// Geometry of adaptive pooling to output_size (PyTorch's bins, ops/kernels/conv.h).
+Pool2dGeom adaptive_geom(const char* op, const Tensor& x, IntPair output_size) {
+  check_pool_input(op, x);
+  KILN_CHECK(output_size[0] > 0 && output_size[1] > 0, op, ": output size must be positive, got ",
+             pair_str(output_size), " for input ", shape_str(x.shape()));
+  const int64_t H = x.size(-2), W = x.size(-1);
+  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
+  Pool2dGeom g{};
+  g.H = H;
+  g.W = W;
+  g.P = x.numel() / (H * W);
+  g.OH = output_size[0];
+  g.OW = output_size[1];
+  return g;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, IntPair kernel_size, IntPair stride,
+                                                  IntPair padding, IntPair dilation, bool ceil_mode) {
+  const Pool2dGeom g = pool_geom("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode);
+  return max_pool_with_indices("max_pool2d", Op::max_pool2d, x, g);
+}
+
+Tensor max_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding, IntPair dilation,
+                  bool ceil_mode) {
+  return max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode).first;
+}
+
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x, IntPair output_size) {
+  const Pool2dGeom g = adaptive_geom("adaptive_max_pool2d", x, output_size);
+  return max_pool_with_indices("adaptive_max_pool2d", Op::adaptive_max_pool2d, x, g);
+}
+
+Tensor adaptive_max_pool2d(const Tensor& x, IntPair output_size) {
+  return adaptive_max_pool2d_with_indices(x, output_size).first;
+}
+
+Tensor avg_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair padding, bool count_include_pad,
+                  bool ceil_mode) {
+  Pool2dGeom g = pool_geom("avg_pool2d", x, kernel_size, stride, padding, {1, 1}, ceil_mode);
   Tensor xc = contig(x);
   Tensor y = Tensor::empty(pooled_shape(x, g.OH, g.OW), x.dtype(), x.device());
   const auto* k = kernel<const AvgPool2dKernels>(Op::avg_pool2d, x.device());
@@ -338,18 +416,7 @@ Tensor avg_pool2d(const Tensor& x, IntPair kernel_size, IntPair stride, IntPair 
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size) {
-  const char* op = "adaptive_avg_pool2d";
-  check_pool_input(op, x);
-  KILN_CHECK(output_size[0] > 0 && output_size[1] > 0, op, ": output size must be positive, got ",
-             pair_str(output_size), " for input ", shape_str(x.shape()));
-  const int64_t H = x.size(-2), W = x.size(-1);
-  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
-  Pool2dGeom g{};
-  g.H = H;
-  g.W = W;
-  g.P = x.numel() / (H * W);
-  g.OH = output_size[0];
-  g.OW = output_size[1];
+  const Pool2dGeom g = adaptive_geom("adaptive_avg_pool2d", x, output_size);
   Tensor xc = contig(x);
   Tensor y = Tensor::empty(pooled_shape(x, g.OH, g.OW), x.dtype(), x.device());
   const auto* k = kernel<const AdaptiveAvgPool2dKernels>(Op::adaptive_avg_pool2d, x.device());
@@ -363,6 +430,66 @@ Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size) {
            return {dx};
          });
   return y;
+}
+
+// ------------------------------------------------------------------ 1-D versions
+
+namespace {
+
+/// Checks of a 1-D op's input (N, C, L) or (C, L) and its window arguments, in its own
+/// terms, before the 2-D op runs on x.unsqueeze(-2).
+void check_1d(const char* op, const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+  KILN_CHECK(x.defined(), op, ": input is an undefined tensor");
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, op, ": expected input of shape (N, C, L) or (C, L), got ",
+             shape_str(x.shape()));
+  KILN_CHECK(kernel > 0 && stride >= 0 && dilation > 0 && padding >= 0, op,
+             ": kernel size and dilation must be positive, stride and padding non-negative, got kernel ", kernel,
+             ", stride ", stride, ", padding ", padding, ", dilation ", dilation, " for input ", shape_str(x.shape()));
+}
+
+void check_pool_padding_1d(const char* op, int64_t kernel, int64_t padding) {
+  KILN_CHECK(padding * 2 <= kernel, op, ": padding must be in [0, kernel/2], got padding ", padding, " for kernel ",
+             kernel);
+}
+
+}  // namespace
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  const char* op = "conv1d";
+  KILN_CHECK(weight.defined() && weight.dim() == 3, op,
+             ": expected weight of shape (out_channels, in_channels/groups, K), got ", describe(weight));
+  check_1d(op, x, weight.size(2), stride, padding, dilation);
+  KILN_CHECK(stride > 0, op, ": stride must be positive, got ", stride);
+  return conv2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias,
+                {.stride = {1, stride}, .padding = {0, padding}, .dilation = {1, dilation}, .groups = groups})
+      .squeeze(-2);
+}
+
+Tensor max_pool1d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation,
+                  bool ceil_mode) {
+  check_1d("max_pool1d", x, kernel, stride, padding, dilation);
+  check_pool_padding_1d("max_pool1d", kernel, padding);
+  const IntPair s{1, stride == 0 ? kernel : stride};
+  return max_pool2d(x.unsqueeze(-2), {1, kernel}, s, {0, padding}, {1, dilation}, ceil_mode).squeeze(-2);
+}
+
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding, bool count_include_pad,
+                  bool ceil_mode) {
+  check_1d("avg_pool1d", x, kernel, stride, padding, 1);
+  check_pool_padding_1d("avg_pool1d", kernel, padding);
+  const IntPair s{1, stride == 0 ? kernel : stride};
+  return avg_pool2d(x.unsqueeze(-2), {1, kernel}, s, {0, padding}, count_include_pad, ceil_mode).squeeze(-2);
+}
+
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size) {
+  check_1d("adaptive_avg_pool1d", x, 1, 0, 0, 1);
+  return adaptive_avg_pool2d(x.unsqueeze(-2), {1, output_size}).squeeze(-2);
+}
+
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size) {
+  check_1d("adaptive_max_pool1d", x, 1, 0, 0, 1);
+  return adaptive_max_pool2d(x.unsqueeze(-2), {1, output_size}).squeeze(-2);
 }
 
 }  // namespace kiln

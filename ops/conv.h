@@ -1,6 +1,7 @@
-// 2-D convolution and pooling on NCHW tensors.
+// 2-D convolution and pooling on NCHW tensors, and their 1-D versions on NCL tensors.
 #pragma once
 #include <array>
+#include <utility>
 #include "kiln/core/tensor.h"
 
 namespace kiln {
@@ -36,14 +37,44 @@ struct ConvTranspose2dArgs {
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                         ConvTranspose2dArgs args = {});
 
-/// Max pooling; stride {0,0} means stride = kernel. Padding pads with -inf.
-Tensor max_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntPair padding = {0, 0});
+/// Max pooling (PyTorch's max_pool2d); stride {0,0} means stride = kernel. Padding pads
+/// with -inf and is at most kernel/2; the kH x kW taps of a window lie dilation apart;
+/// ceil_mode rounds the output size up, keeping only windows that start inside the input or
+/// its left padding. A NaN in a window is its maximum; on ties the first (row-major) wins.
+/// A dilated window whose taps all fall in the padding is an error (PyTorch returns -inf and
+/// an index outside the plane, which its backward then writes to).
+Tensor max_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntPair padding = {0, 0},
+                  IntPair dilation = {1, 1}, bool ceil_mode = false);
+/// max_pool2d and the positions of its maxima (PyTorch's return_indices=True): int64
+/// indices h*W + w into each input plane, of y's shape, not differentiable.
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, IntPair kernel, IntPair stride = {0, 0},
+                                                  IntPair padding = {0, 0}, IntPair dilation = {1, 1},
+                                                  bool ceil_mode = false);
 /// Average pooling; stride {0,0} means stride = kernel. Padded zeros count in the mean
-/// when count_include_pad (PyTorch's default).
+/// when count_include_pad (PyTorch's default); ceil_mode as max_pool2d's (a window reaching
+/// past the padded input divides by its part inside it, as PyTorch).
 Tensor avg_pool2d(const Tensor& x, IntPair kernel, IntPair stride = {0, 0}, IntPair padding = {0, 0},
-                  bool count_include_pad = true);
-/// Average pooling to a fixed output size (PyTorch's bin boundaries).
+                  bool count_include_pad = true, bool ceil_mode = false);
+/// Average pooling to a fixed output size (PyTorch's bin boundaries: bin i of n outputs
+/// over an axis of size L covers [floor(i L / n), ceil((i + 1) L / n))).
 Tensor adaptive_avg_pool2d(const Tensor& x, IntPair output_size);
+/// Max pooling over adaptive_avg_pool2d's bins.
+Tensor adaptive_max_pool2d(const Tensor& x, IntPair output_size);
+/// adaptive_max_pool2d and the int64 indices h*W + w of its maxima.
+std::pair<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& x, IntPair output_size);
+
+// 1-D versions over (N, C, L) or (C, L): the 2-D op on a height-1 view (x.unsqueeze(-2)),
+// so the same kernels, gradients and checks; indices are positions along L.
+/// x (N, C, L), weight (O, C/groups, K), bias (O) or undefined -> (N, O, L').
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+/// stride 0 means stride = kernel.
+Tensor max_pool1d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0, int64_t dilation = 1,
+                  bool ceil_mode = false);
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0,
+                  bool count_include_pad = true, bool ceil_mode = false);
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
 
 /// Chooses how conv2d on CUDA picks its cuDNN algorithms: false (the default) takes
 /// cuDNN's heuristic choice; true times the candidates on the first call of each shape

@@ -1,4 +1,4 @@
-// CPU kernels of 2-D pooling (max, average, adaptive average), part of the conv op family
+// CPU kernels of 2-D pooling (max, average, adaptive average and max), part of the conv op family
 // (ops/kernels/conv.h) and registered through register_cpu_conv (conv.cpp). Loops over N*C
 // planes in parallel; 2x2/2 max pooling vectorised. 16-bit tensors are pooled in float32 a
 // plane at a time (over_planes), except where max pooling can select 16-bit patterns
@@ -87,6 +87,28 @@ void max_pool_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict y
         yp[oh * g.OW + ow] = best;
         ip[oh * g.OW + ow] = bi;
       });
+}
+
+/// One plane of max pooling with dilation (taps dH, dW apart): PyTorch's loop, no fast
+/// path. Each window starts at its first tap inside the input (pool_geom guarantees one).
+template <class T>
+void max_pool_plane_dilated(const Pool2dGeom& g, const T* __restrict xp, T* __restrict yp, int64_t* __restrict ip) {
+  auto first = [](int64_t a, int64_t d) {
+    while (a < 0) a += d;
+    return a;
+  };
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const int64_t hs = oh * g.sH - g.pH, h0 = first(hs, g.dH), h1 = std::min(hs + (g.kH - 1) * g.dH + 1, g.H);
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      const int64_t ws = ow * g.sW - g.pW, w0 = first(ws, g.dW), w1 = std::min(ws + (g.kW - 1) * g.dW + 1, g.W);
+      T best = xp[h0 * g.W + w0];
+      int64_t bi = h0 * g.W + w0;
+      for (int64_t h = h0; h < h1; h += g.dH)
+        for (int64_t w = w0; w < w1; w += g.dW) max_step(xp[h * g.W + w], h * g.W + w, best, bi);
+      yp[oh * g.OW + ow] = best;
+      ip[oh * g.OW + ow] = bi;
+    }
+  }
 }
 
 /// kB windows of 2x2 max pooling, stride 2: window j covers r0[2j, 2j+2) and r1[2j, 2j+2),
@@ -182,9 +204,11 @@ void over_planes(const Pool2dGeom& g, int64_t n_in, int64_t n_out, const X* in, 
   });
 }
 
-/// 2x2 windows, stride 2, no padding: max_pool_2x2_plane's case.
+/// 2x2 windows, stride 2, no padding, no dilation, no partial window at the end (ceil_mode
+/// on an odd size): max_pool_2x2_plane's case.
 inline bool is_2x2_stride2(const Pool2dGeom& g) {
-  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0;
+  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
+         2 * g.OH <= g.H && 2 * g.OW <= g.W;
 }
 
 /// A 16-bit float's pattern as an int16 that orders as the values do: sign and magnitude to
@@ -200,7 +224,8 @@ void max_pool_forward_t(const Pool2dGeom& g, const X* x, X* y, int64_t* idx) {
   using T = PoolT<X>;
   const int64_t n_in = g.H * g.W, n_out = g.OH * g.OW;
   auto plane = &max_pool_plane<T, 0, 0, 0>;
-  if (is_2x2_stride2(g)) plane = &max_pool_2x2_plane<T>;
+  if (g.dH != 1 || g.dW != 1) plane = &max_pool_plane_dilated<T>;
+  else if (is_2x2_stride2(g)) plane = &max_pool_2x2_plane<T>;
   else if (g.kH == 2 && g.kW == 2 && g.sW == 2) plane = &max_pool_plane<T, 2, 2, 2>;
   else if (g.kH == 3 && g.kW == 3 && g.sW == 2) plane = &max_pool_plane<T, 3, 3, 2>;
   else if (g.kH == 3 && g.kW == 3) plane = &max_pool_plane<T, 3, 3, 0>;
@@ -227,8 +252,10 @@ void max_pool_forward_t(const Pool2dGeom& g, const X* x, X* y, int64_t* idx) {
   over_planes(g, n_in, n_out, x, y, body);
 }
 
+/// dx = dy scattered to idx, in ascending output order. disjoint: no input lies in two
+/// windows (then a 16-bit plane is a scatter of bit patterns).
 template <class X>
-void max_pool_backward_t(const Pool2dGeom& g, const X* dy, const int64_t* idx, X* dx) {
+void max_pool_backward_t(const Pool2dGeom& g, const X* dy, const int64_t* idx, X* dx, bool disjoint) {
   using T = PoolT<X>;
   const int64_t n_out = g.OH * g.OW, n_in = g.H * g.W;
   auto body = [&](const T* dyp, T* dxp, int64_t p) {
@@ -237,10 +264,10 @@ void max_pool_backward_t(const Pool2dGeom& g, const X* dy, const int64_t* idx, X
     for (int64_t i = 0; i < n_out; ++i) dxp[ip[i]] += dyp[i];
   };
   if constexpr (kIs16<X>) {
-    // Windows that do not overlap (kernel <= stride, LeNet's and ConvNet's 2x2/2) give each
+    // Windows that do not overlap (LeNet's and ConvNet's 2x2/2) give each
     // input at most one dy: its gradient is 0 + dy, i.e. dy's bit pattern (-0 becomes +0),
     // so a plane of finite dy is a scatter of 16-bit patterns, nothing converted.
-    if (g.kH <= g.sH && g.kW <= g.sW) {
+    if (disjoint) {
       auto bits = [&](const X* dyp, X* dxp, int64_t p) {
         if (!all_finite16(dyp, n_out)) return false;
         const int64_t* ip = idx + p * n_out;
@@ -374,6 +401,27 @@ void adaptive_avg_backward_t(const Pool2dGeom& g, const X* dy, X* dx) {
   });
 }
 
+template <class X>
+void adaptive_max_forward_t(const Pool2dGeom& g, const X* x, X* y, int64_t* idx) {
+  using T = PoolT<X>;
+  const int64_t n_out = g.OH * g.OW;
+  over_planes(g, g.H * g.W, n_out, x, y, [&](const T* xp, T* yp, int64_t p) {
+    int64_t* ip = idx + p * n_out;
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
+        T best = xp[h0 * g.W + w0];
+        int64_t bi = h0 * g.W + w0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) max_step(xp[h * g.W + w], h * g.W + w, best, bi);
+        yp[oh * g.OW + ow] = best;
+        ip[oh * g.OW + ow] = bi;
+      }
+    }
+  });
+}
+
 /// Calls f.template operator()<X>() with the storage type of dtype d: float32, float64, or
 /// a 16-bit float (computed in float32 a plane at a time, over_planes).
 template <class F>
@@ -389,8 +437,20 @@ void max_pool_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void*
   });
 }
 void max_pool_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx) {
+  // windows are disjoint when their dilated extent fits in the stride
+  const bool disjoint = (g.kH - 1) * g.dH + 1 <= g.sH && (g.kW - 1) * g.dW + 1 <= g.sW;
   dispatch_pool(dtype, "max_pool2d", [&]<class T>() {
-    max_pool_backward_t<T>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
+    max_pool_backward_t<T>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx), disjoint);
+  });
+}
+void adaptive_max_forward_cpu(DType dtype, const Pool2dGeom& g, const void* x, void* y, int64_t* idx) {
+  dispatch_pool(dtype, "adaptive_max_pool2d", [&]<class T>() {
+    adaptive_max_forward_t<T>(g, static_cast<const T*>(x), static_cast<T*>(y), idx);
+  });
+}
+void adaptive_max_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx) {
+  dispatch_pool(dtype, "adaptive_max_pool2d", [&]<class T>() {  // bins may overlap
+    max_pool_backward_t<T>(g, static_cast<const T*>(dy), idx, static_cast<T*>(dx), false);
   });
 }
 void avg_pool_forward_cpu(DType dtype, const Pool2dGeom& g, bool cip, const void* x, void* y) {
@@ -417,6 +477,7 @@ void adaptive_avg_backward_cpu(DType dtype, const Pool2dGeom& g, const void* dy,
 const MaxPool2dKernels kMaxPoolCpu{&max_pool_forward_cpu, &max_pool_backward_cpu};
 const AvgPool2dKernels kAvgPoolCpu{&avg_pool_forward_cpu, &avg_pool_backward_cpu};
 const AdaptiveAvgPool2dKernels kAdaptiveAvgPoolCpu{&adaptive_avg_forward_cpu, &adaptive_avg_backward_cpu};
+const MaxPool2dKernels kAdaptiveMaxPoolCpu{&adaptive_max_forward_cpu, &adaptive_max_backward_cpu};
 
 }  // namespace
 
@@ -425,6 +486,7 @@ void register_cpu_pool() {
   register_kernel(Op::max_pool2d, DeviceType::CPU, &kMaxPoolCpu);
   register_kernel(Op::avg_pool2d, DeviceType::CPU, &kAvgPoolCpu);
   register_kernel(Op::adaptive_avg_pool2d, DeviceType::CPU, &kAdaptiveAvgPoolCpu);
+  register_kernel(Op::adaptive_max_pool2d, DeviceType::CPU, &kAdaptiveMaxPoolCpu);
 }
 
 }  // namespace kiln

@@ -1,7 +1,7 @@
 // CUDA kernels of the conv op family with the CPU's kernel tables (ops/kernels/conv.h):
 // conv2d forward / backward-data / backward-filter through cuDNN (algorithm by cuDNN's
 // heuristics, or timed when kiln::cudnn_benchmark(true), cached per shape), bias add and
-// bias gradient as small own kernels; max / avg / adaptive-avg pooling as own kernels
+// bias gradient as small own kernels; max / avg / adaptive-avg / adaptive-max pooling as own kernels
 // (the kernel interface hands the backward only dy and the argmax, which cuDNN's pooling
 // backward cannot use) with the window math of ops/cuda/pool_index.h.
 #include <cudnn.h>
@@ -128,6 +128,28 @@ __global__ void adaptive_avg_backward_kernel(Pool2dGeom g, const T* dy, T* dx) {
   }
 }
 
+template <class T>
+__global__ void adaptive_max_forward_kernel(Pool2dGeom g, const T* x, T* y, int64_t* idx) {
+  using A = typename AccOf<T>::type;
+  const int64_t n = g.P * g.OH * g.OW;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t p, oh, ow;
+    cuda::split3(i, g.OH, g.OW, p, oh, ow);
+    cuda::adaptive_max_out<T, A>(g, x + p * g.H * g.W, oh, ow, y[i], idx[i]);
+  }
+}
+
+template <class T>
+__global__ void adaptive_max_backward_kernel(Pool2dGeom g, const T* dy, const int64_t* idx, T* dx) {
+  using A = typename AccOf<T>::type;
+  const int64_t n = g.P * g.H * g.W;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t p, h, w;
+    cuda::split3(i, g.H, g.W, p, h, w);
+    dx[i] = cuda::adaptive_max_dx<T, A>(g, dy + p * g.OH * g.OW, idx + p * g.OH * g.OW, h, w);
+  }
+}
+
 // ================================================================== launchers
 
 constexpr int kThreads = 256;
@@ -196,6 +218,26 @@ void adaptive_avg_backward_cuda(DType dtype, const Pool2dGeom& g, const void* dy
   cuda::dispatch_float(dtype, "adaptive_avg_pool2d", [&]<class T>() {
     adaptive_avg_backward_kernel<T><<<blocks_for(n), kThreads, 0, cuda::current_raw_stream()>>>(
         g, static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void adaptive_max_forward_cuda(DType dtype, const Pool2dGeom& g, const void* x, void* y, int64_t* idx) {
+  const int64_t n = g.P * g.OH * g.OW;
+  if (n == 0) return;
+  cuda::dispatch_float(dtype, "adaptive_max_pool2d", [&]<class T>() {
+    adaptive_max_forward_kernel<T><<<blocks_for(n), kThreads, 0, cuda::current_raw_stream()>>>(
+        g, static_cast<const T*>(x), static_cast<T*>(y), idx);
+  });
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void adaptive_max_backward_cuda(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx) {
+  const int64_t n = g.P * g.H * g.W;
+  if (n == 0) return;
+  cuda::dispatch_float(dtype, "adaptive_max_pool2d", [&]<class T>() {
+    adaptive_max_backward_kernel<T><<<blocks_for(n), kThreads, 0, cuda::current_raw_stream()>>>(
+        g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
   });
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -479,6 +521,7 @@ const Conv2dKernels kConv2dCuda{&conv2d_forward_cuda, &conv2d_backward_cuda};
 const MaxPool2dKernels kMaxPoolCuda{&max_pool_forward_cuda, &max_pool_backward_cuda};
 const AvgPool2dKernels kAvgPoolCuda{&avg_pool_forward_cuda, &avg_pool_backward_cuda};
 const AdaptiveAvgPool2dKernels kAdaptiveAvgPoolCuda{&adaptive_avg_forward_cuda, &adaptive_avg_backward_cuda};
+const MaxPool2dKernels kAdaptiveMaxPoolCuda{&adaptive_max_forward_cuda, &adaptive_max_backward_cuda};
 
 }  // namespace
 
@@ -513,6 +556,7 @@ void register_cuda_conv() {
   register_kernel(Op::max_pool2d, DeviceType::CUDA, &kMaxPoolCuda);
   register_kernel(Op::avg_pool2d, DeviceType::CUDA, &kAvgPoolCuda);
   register_kernel(Op::adaptive_avg_pool2d, DeviceType::CUDA, &kAdaptiveAvgPoolCuda);
+  register_kernel(Op::adaptive_max_pool2d, DeviceType::CUDA, &kAdaptiveMaxPoolCuda);
 }
 
 }  // namespace kiln

@@ -32,13 +32,19 @@ KILN_HD_INLINE void windows_containing(int64_t i, int64_t k, int64_t s, int64_t 
   if (hi < lo) hi = lo;
 }
 
-/// Max pooling window of output (oh, ow) clipped to the input (never empty: padding <= kernel/2).
+/// First tap at or after 0 of a window starting at a with taps d apart.
+KILN_HD_INLINE int64_t first_tap(int64_t a, int64_t d) { return a >= 0 ? a : a + ((-a + d - 1) / d) * d; }
+
+/// Max pooling window of output (oh, ow): its taps inside the input are h0, h0 + dH, ...
+/// below h1 (and likewise along w). Never empty (pool_geom checks it; with dilation 1
+/// padding <= kernel/2 suffices).
 struct PoolWindow {
   int64_t h0, h1, w0, w1;
 };
 KILN_HD_INLINE PoolWindow max_window(const Pool2dGeom& g, int64_t oh, int64_t ow) {
   const int64_t h = oh * g.sH - g.pH, w = ow * g.sW - g.pW;
-  return {pool_max(h, 0), pool_min(h + g.kH, g.H), pool_max(w, 0), pool_min(w + g.kW, g.W)};
+  return {first_tap(h, g.dH), pool_min(h + (g.kH - 1) * g.dH + 1, g.H), first_tap(w, g.dW),
+          pool_min(w + (g.kW - 1) * g.dW + 1, g.W)};
 }
 
 /// Max and flat argmax h*W + w of one window of plane xp: the first maximum wins, a NaN
@@ -48,8 +54,8 @@ KILN_HD_INLINE void max_pool_out(const Pool2dGeom& g, const T* xp, int64_t oh, i
   const PoolWindow b = max_window(g, oh, ow);
   A best = A(xp[b.h0 * g.W + b.w0]);
   int64_t bi = b.h0 * g.W + b.w0;
-  for (int64_t h = b.h0; h < b.h1; ++h)
-    for (int64_t w = b.w0; w < b.w1; ++w) {
+  for (int64_t h = b.h0; h < b.h1; h += g.dH)
+    for (int64_t w = b.w0; w < b.w1; w += g.dW) {
       const A v = A(xp[h * g.W + w]);
       if (v > best || v != v) {
         best = v;
@@ -60,12 +66,13 @@ KILN_HD_INLINE void max_pool_out(const Pool2dGeom& g, const T* xp, int64_t oh, i
   idx = bi;
 }
 
-/// dx at (h, w) of one plane: the sum of dy over the windows whose argmax is h*W + w.
+/// dx at (h, w) of one plane: the sum of dy over the windows whose argmax is h*W + w (the
+/// windows whose span, dilated, covers (h, w); the argmax test drops those that skip it).
 template <class T, class A>
 KILN_HD_INLINE T max_pool_dx(const Pool2dGeom& g, const T* dyp, const int64_t* ip, int64_t h, int64_t w) {
   int64_t oh0, oh1, ow0, ow1;
-  windows_containing(h, g.kH, g.sH, g.pH, g.OH, oh0, oh1);
-  windows_containing(w, g.kW, g.sW, g.pW, g.OW, ow0, ow1);
+  windows_containing(h, (g.kH - 1) * g.dH + 1, g.sH, g.pH, g.OH, oh0, oh1);
+  windows_containing(w, (g.kW - 1) * g.dW + 1, g.sW, g.pW, g.OW, ow0, ow1);
   const int64_t me = h * g.W + w;
   A s = A(0);
   for (int64_t oh = oh0; oh < oh1; ++oh)
@@ -149,6 +156,39 @@ KILN_HD_INLINE T adaptive_avg_dx(const Pool2dGeom& g, const T* dyp, int64_t h, i
       s += A(dyp[oh * g.OW + ow]) / A(nh * nw);
     }
   }
+  return T(s);
+}
+
+/// Max and flat argmax of adaptive bin (oh, ow), max_pool_out's rule.
+template <class T, class A>
+KILN_HD_INLINE void adaptive_max_out(const Pool2dGeom& g, const T* xp, int64_t oh, int64_t ow, T& y, int64_t& idx) {
+  const int64_t h0 = adaptive_start(oh, g.H, g.OH), h1 = adaptive_end(oh, g.H, g.OH);
+  const int64_t w0 = adaptive_start(ow, g.W, g.OW), w1 = adaptive_end(ow, g.W, g.OW);
+  A best = A(xp[h0 * g.W + w0]);
+  int64_t bi = h0 * g.W + w0;
+  for (int64_t h = h0; h < h1; ++h)
+    for (int64_t w = w0; w < w1; ++w) {
+      const A v = A(xp[h * g.W + w]);
+      if (v > best || v != v) {
+        best = v;
+        bi = h * g.W + w;
+      }
+    }
+  y = T(best);
+  idx = bi;
+}
+
+/// dx at (h, w): the sum of dy over the bins whose argmax is h*W + w, in ascending bin order.
+template <class T, class A>
+KILN_HD_INLINE T adaptive_max_dx(const Pool2dGeom& g, const T* dyp, const int64_t* ip, int64_t h, int64_t w) {
+  int64_t oh0, oh1, ow0, ow1;
+  bins_containing(h, g.H, g.OH, oh0, oh1);
+  bins_containing(w, g.W, g.OW, ow0, ow1);
+  const int64_t me = h * g.W + w;
+  A s = A(0);
+  for (int64_t oh = oh0; oh < oh1; ++oh)
+    for (int64_t ow = ow0; ow < ow1; ++ow)
+      if (ip[oh * g.OW + ow] == me) s += A(dyp[oh * g.OW + ow]);
   return T(s);
 }
 

@@ -42,6 +42,7 @@ struct Pool2dGeom {
   int64_t P, H, W;
   int64_t kH, kW, sH, sW, pH, pW;
   int64_t OH, OW;
+  int64_t dH = 1, dW = 1;  ///< dilation (max pooling only): window taps h0 + j dH, j < kH
 };
 
 struct MaxPool2dKernels {
@@ -51,6 +52,9 @@ struct MaxPool2dKernels {
   /// dx (P, H, W) = scatter-add of dy (P, OH, OW) to idx (dx is overwritten).
   void (*backward)(DType dtype, const Pool2dGeom& g, const void* dy, const int64_t* idx, void* dx);
 };
+
+/// adaptive_max_pool2d registers a MaxPool2dKernels too: its windows are the adaptive bins
+/// of AdaptiveAvgPool2dKernels, y and idx as max pooling's.
 
 struct AvgPool2dKernels {
   /// y (P, OH, OW): window means; padded zeros count in the divisor when count_include_pad.

@@ -1,7 +1,7 @@
 // CUDA against CPU for the conv family and batch norm (ops/cuda/conv.cu, ops/cuda/norm.cu):
 // conv2d through cuDNN (random geometries with groups, stride, padding, dilation, bias;
 // float32, float64, and bf16 / fp16 under autocast; heuristic and cudnn_benchmark(true)
-// algorithms), max / avg / adaptive-avg pooling, batch_norm in training (running stats
+// algorithms), max / avg / adaptive-avg / adaptive-max pooling, batch_norm in training (running stats
 // included) and eval mode, and layer_norm's two-stage weight / bias gradient on a large
 // shape - forward and backward through autograd. Skipped (visibly) without a GPU.
 #include <doctest/doctest.h>
@@ -167,14 +167,17 @@ TEST_CASE("cuda parity: conv2d with cudnn_benchmark(true) (timed algorithms)" * 
   CHECK(compare(y2, y1, 1e-6) == "");
 }
 
-TEST_CASE("cuda parity: max, avg and adaptive-avg pooling, forward and backward" * doctest::skip(kNoGpu)) {
+TEST_CASE("cuda parity: max (ceil_mode, dilation), avg, adaptive avg and max pooling, forward and backward" *
+          doctest::skip(kNoGpu)) {
   manual_seed(8);
   for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::float16}) {
     for (int trial = 0; trial < 8; ++trial) {
       const int64_t kH = rand_in(1, 3), kW = rand_in(1, 3);
       const IntPair k{kH, kW}, s{rand_in(1, 3), rand_in(1, 3)}, p{rand_in(0, kH / 2), rand_in(0, kW / 2)};
-      const Shape shape{rand_in(1, 3), rand_in(1, 4), rand_in(kH, 12), rand_in(kW, 12)};
-      const bool cip = trial % 2 == 0;
+      const Shape shape{rand_in(1, 3), rand_in(1, 4), rand_in(2 * kH, 12), rand_in(2 * kW, 12)};
+      const bool cip = trial % 2 == 0, ceil_mode = trial % 4 < 2;
+      const IntPair d{1 + trial % 2, 2 - trial % 2};  // dilated windows fit: H >= 2 kH
+      CAPTURE(ceil_mode);
       CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(shape));
       CAPTURE(kH);
@@ -190,9 +193,11 @@ TEST_CASE("cuda parity: max, avg and adaptive-avg pooling, forward and backward"
         std::function<Tensor(const Tensor&)> f;
       };
       const PoolOp ops[] = {
-          {"max_pool2d", [&](const Tensor& x) { return max_pool2d(x, k, s, p); }},
-          {"avg_pool2d", [&](const Tensor& x) { return avg_pool2d(x, k, s, p, cip); }},
+          {"max_pool2d", [&](const Tensor& x) { return max_pool2d(x, k, s, p, {1, 1}, ceil_mode); }},
+          {"max_pool2d dilated", [&](const Tensor& x) { return max_pool2d(x, k, s, p, d, ceil_mode); }},
+          {"avg_pool2d", [&](const Tensor& x) { return avg_pool2d(x, k, s, p, cip, ceil_mode); }},
           {"adaptive_avg_pool2d", [&](const Tensor& x) { return adaptive_avg_pool2d(x, out); }},
+          {"adaptive_max_pool2d", [&](const Tensor& x) { return adaptive_max_pool2d(x, out); }},
       };
       for (const PoolOp& op : ops) {
         CAPTURE(op.name);

@@ -41,28 +41,53 @@ void emulate_grid(int64_t n, int blocks, int threads, const F& body) {
     REQUIRE_MESSAGE(seen[size_t(i)] == 1, "element " << i << " visited " << seen[size_t(i)] << " times");
 }
 
-/// A random pooling geometry with padding <= kernel/2 and a non-empty output.
-Pool2dGeom random_geom() {
-  Pool2dGeom g{};
-  g.P = rand_in(1, 4);
-  g.H = rand_in(1, 13);
-  g.W = rand_in(1, 13);
-  g.kH = rand_in(1, std::min<int64_t>(g.H, 4));
-  g.kW = rand_in(1, std::min<int64_t>(g.W, 4));
-  g.sH = rand_in(1, 3);
-  g.sW = rand_in(1, 3);
-  g.pH = rand_in(0, g.kH / 2);
-  g.pW = rand_in(0, g.kW / 2);
-  g.OH = (g.H + 2 * g.pH - g.kH) / g.sH + 1;
-  g.OW = (g.W + 2 * g.pW - g.kW) / g.sW + 1;
-  return g;
+/// PyTorch's pooled size (ceil_mode keeps a last window that starts inside the input or its
+/// left padding), and whether each window along the axis has a tap inside the input.
+int64_t pooled(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const int64_t span = n + 2 * p - d * (k - 1) - 1;
+  int64_t out = (span + (ceil_mode ? s - 1 : 0)) / s + 1;
+  if (ceil_mode && (out - 1) * s >= n + p) --out;
+  return out;
+}
+bool taps_inside(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, int64_t out) {
+  for (int64_t o = 0; o < out; ++o) {
+    bool any = false;
+    for (int64_t j = 0; j < k; ++j) any |= o * s - p + j * d >= 0 && o * s - p + j * d < n;
+    if (!any) return false;
+  }
+  return true;
+}
+
+/// A random pooling geometry with padding <= kernel/2 and a non-empty output, half of them
+/// under ceil_mode; with dilated, taps 1 to 3 apart.
+Pool2dGeom random_geom(bool dilated = false) {
+  for (;;) {
+    Pool2dGeom g{};
+    g.P = rand_in(1, 4);
+    g.H = rand_in(1, 13);
+    g.W = rand_in(1, 13);
+    g.kH = rand_in(1, std::min<int64_t>(g.H, 4));
+    g.kW = rand_in(1, std::min<int64_t>(g.W, 4));
+    g.sH = rand_in(1, 3);
+    g.sW = rand_in(1, 3);
+    g.pH = rand_in(0, g.kH / 2);
+    g.pW = rand_in(0, g.kW / 2);
+    g.dH = dilated ? rand_in(1, 3) : 1;
+    g.dW = dilated ? rand_in(1, 3) : 1;
+    if (g.H + 2 * g.pH < (g.kH - 1) * g.dH + 1 || g.W + 2 * g.pW < (g.kW - 1) * g.dW + 1) continue;
+    const bool ceil_mode = rng()() % 2 == 0;
+    g.OH = pooled(g.H, g.kH, g.sH, g.pH, g.dH, ceil_mode);
+    g.OW = pooled(g.W, g.kW, g.sW, g.pW, g.dW, ceil_mode);
+    if (taps_inside(g.H, g.kH, g.sH, g.pH, g.dH, g.OH) && taps_inside(g.W, g.kW, g.sW, g.pW, g.dW, g.OW)) return g;
+  }
 }
 
 std::string geom_str(const Pool2dGeom& g) {
   return "P=" + std::to_string(g.P) + " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) +
          " k=" + std::to_string(g.kH) + "x" + std::to_string(g.kW) + " s=" + std::to_string(g.sH) + "x" +
          std::to_string(g.sW) + " p=" + std::to_string(g.pH) + "x" + std::to_string(g.pW) +
-         " out=" + std::to_string(g.OH) + "x" + std::to_string(g.OW);
+         " d=" + std::to_string(g.dH) + "x" + std::to_string(g.dW) + " out=" + std::to_string(g.OH) + "x" +
+         std::to_string(g.OW);
 }
 
 /// Random values with repeats (ties for the first-max rule) and, when nan, a few NaNs.
@@ -99,6 +124,9 @@ bool near_equal(const std::vector<float>& a, const std::vector<float>& b, std::s
 
 const MaxPool2dKernels* cpu_max() { return kernel<const MaxPool2dKernels>(Op::max_pool2d, Device::cpu()); }
 const AvgPool2dKernels* cpu_avg() { return kernel<const AvgPool2dKernels>(Op::avg_pool2d, Device::cpu()); }
+const MaxPool2dKernels* cpu_adaptive_max() {
+  return kernel<const MaxPool2dKernels>(Op::adaptive_max_pool2d, Device::cpu());
+}
 const AdaptiveAvgPool2dKernels* cpu_adaptive() {
   return kernel<const AdaptiveAvgPool2dKernels>(Op::adaptive_avg_pool2d, Device::cpu());
 }
@@ -131,15 +159,16 @@ TEST_CASE("windows_containing and bins_containing list exactly the windows that 
 }
 
 TEST_CASE("max pooling: emulated GPU forward and gather backward equal the CPU kernels") {
-  for (int trial = 0; trial < 150; ++trial) {
-    Pool2dGeom g = random_geom();
+  for (int trial = 0; trial < 300; ++trial) {
+    Pool2dGeom g = random_geom(trial % 2 == 1);  // odd trials dilated (the CPU's separate loop)
     if (trial % 5 == 4) {  // 2x2, stride 2, no padding on wide planes (the CPU's special-cased loop)
       g.H = rand_in(2, 40);
       g.W = rand_in(2, 70);
       g.kH = g.kW = g.sH = g.sW = 2;
       g.pH = g.pW = 0;
-      g.OH = g.H / 2;
-      g.OW = g.W / 2;
+      g.dH = g.dW = 1;
+      g.OH = trial % 10 == 9 ? (g.H + 1) / 2 : g.H / 2;  // ceil_mode: a partial last window on odd sizes
+      g.OW = trial % 10 == 9 ? (g.W + 1) / 2 : g.W / 2;
     }
     CAPTURE(geom_str(g));
     const int64_t nx = g.P * g.H * g.W, ny = g.P * g.OH * g.OW;
@@ -228,5 +257,41 @@ TEST_CASE("adaptive avg pooling: emulated GPU forward and gather backward equal 
       dx[size_t(i)] = adaptive_avg_dx<float, float>(g, dy.data() + p * g.OH * g.OW, h, w);
     });
     CHECK_MESSAGE(near_equal(dx, dx_ref, where), "backward ", where);
+  }
+}
+
+TEST_CASE("adaptive max pooling: emulated GPU forward and gather backward equal the CPU kernels") {
+  for (int trial = 0; trial < 150; ++trial) {
+    Pool2dGeom g{};
+    g.P = rand_in(1, 4);
+    g.H = rand_in(1, 14);
+    g.W = rand_in(1, 14);
+    g.OH = rand_in(1, 2 * g.H);  // bins may overlap (OH < H): an input can win several bins
+    g.OW = rand_in(1, 2 * g.W);
+    CAPTURE(geom_str(g));
+    const int64_t nx = g.P * g.H * g.W, ny = g.P * g.OH * g.OW;
+    const std::vector<float> x = random_values(nx, trial % 3 == 0), dy = random_values(ny, false);
+    const size_t sx = static_cast<size_t>(nx), sy = static_cast<size_t>(ny);
+    std::vector<float> y_ref(sy), dx_ref(sx), y(sy), dx(sx);
+    std::vector<int64_t> i_ref(sy), idx(sy);
+    cpu_adaptive_max()->forward(DType::float32, g, x.data(), y_ref.data(), i_ref.data());
+    cpu_adaptive_max()->backward(DType::float32, g, dy.data(), i_ref.data(), dx_ref.data());
+
+    const int blocks = int(rand_in(1, 5)), threads = int(rand_in(1, 64));
+    emulate_grid(ny, blocks, threads, [&](int64_t i) {
+      int64_t p, oh, ow;
+      split3(i, g.OH, g.OW, p, oh, ow);
+      adaptive_max_out<float, float>(g, x.data() + p * g.H * g.W, oh, ow, y[size_t(i)], idx[size_t(i)]);
+    });
+    std::string where;
+    CHECK_MESSAGE(same_bits(y, y_ref, where), "forward ", where);
+    CHECK(idx == i_ref);
+    emulate_grid(nx, blocks, threads, [&](int64_t i) {
+      int64_t p, h, w;
+      split3(i, g.H, g.W, p, h, w);
+      dx[size_t(i)] =
+          adaptive_max_dx<float, float>(g, dy.data() + p * g.OH * g.OW, idx.data() + p * g.OH * g.OW, h, w);
+    });
+    CHECK_MESSAGE(same_bits(dx, dx_ref, where), "backward ", where);
   }
 }

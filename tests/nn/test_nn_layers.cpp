@@ -87,6 +87,44 @@ TEST_CASE("pooling and Flatten shapes, gradcheck") {
   CHECK(check_layer(aap, xs));
   nn::Flatten fl;
   CHECK(check_layer(fl, xs));
+  // ceil_mode, dilation, adaptive max; the summary text shows the options
+  CHECK(nn::MaxPool2d(2, {.ceil_mode = true})(randn({2, 3, 7, 5})).shape() == Shape{2, 3, 4, 3});
+  CHECK(nn::MaxPool2d(3, {.stride = 1, .dilation = 2})(x).shape() == Shape{2, 3, 4, 2});
+  CHECK(nn::AvgPool2d(2, {.ceil_mode = true})(randn({1, 1, 5, 5})).shape() == Shape{1, 1, 3, 3});
+  CHECK(nn::AdaptiveMaxPool2d({3, 2})(x).shape() == Shape{2, 3, 3, 2});
+  CHECK(nn::MaxPool2d(2, {.dilation = {2, 1}, .ceil_mode = true}).extra_repr() ==
+        "kernel_size=2, stride=2, padding=0, dilation=(2, 1), ceil_mode=true");
+  nn::AdaptiveMaxPool2d amp({3, 2});
+  CHECK(check_layer(amp, xs));
+  CHECK_THROWS_AS(nn::AdaptiveMaxPool2d(0), kiln::Error);
+}
+
+TEST_CASE("Conv1d, MaxPool1d, AvgPool1d: shapes, init, the 2-D op on a height-1 view, gradcheck") {
+  manual_seed(5);
+  nn::Conv1d c(4, 6, 3, {.stride = 2, .padding = 1, .groups = 2});
+  CHECK(c.weight.shape() == Shape{6, 2, 3});
+  CHECK(c.bias.shape() == Shape{6});
+  const double bound = 1.0 / std::sqrt(2.0 * 3.0);  // fan_in = in/groups * K
+  CHECK(max_abs(c.weight) <= bound);
+  Tensor x = randn({2, 4, 9});
+  CHECK(c(x).shape() == Shape{2, 6, 5});
+  CHECK(c(randn({4, 9})).shape() == Shape{6, 5});  // unbatched (C, L)
+  // the same numbers as Conv2d with a 1 x K kernel
+  const Tensor y2 = conv2d(x.unsqueeze(2), c.weight.unsqueeze(2), c.bias,
+                           {.stride = {1, 2}, .padding = {0, 1}, .groups = 2});
+  CHECK(max_abs(c(x) - y2.squeeze(2)) == 0.0);
+  CHECK(c.extra_repr() == "4, 6, kernel_size=3, stride=2, padding=1, groups=2, bias=true");
+  CHECK_THROWS_WITH_AS(c(randn({2, 3, 9})), doctest::Contains("[2, 3, 9]"), kiln::Error);
+  CHECK_THROWS_AS(nn::Conv1d(3, 4, 3, {.groups = 2}), kiln::Error);
+  CHECK(nn::MaxPool1d(3, {.stride = 2, .padding = 1, .ceil_mode = true})(x).shape() == Shape{2, 4, 5});
+  CHECK(nn::AvgPool1d(2)(x).shape() == Shape{2, 4, 4});
+  CHECK(nn::AvgPool1d(2, {.ceil_mode = true})(x).shape() == Shape{2, 4, 5});
+  nn::Conv1d small(2, 3, 3, {.padding = 1, .dilation = 2});
+  CHECK(check_layer(small, randn({2, 2, 7}, f64)));
+  nn::MaxPool1d mp(2, {.stride = 1, .dilation = 2});
+  CHECK(check_layer(mp, randn({2, 2, 7}, f64)));
+  nn::AvgPool1d ap(3, {.stride = 2, .padding = 1, .count_include_pad = false});
+  CHECK(check_layer(ap, randn({1, 2, 8}, f64)));
 }
 
 TEST_CASE("activations match the ops and gradcheck") {

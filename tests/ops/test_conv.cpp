@@ -35,26 +35,38 @@ Tensor ref_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Conv2dArgs 
 
 enum class PoolKind { max, avg, avg_nopad };
 
-/// Naive pooling over (N, C, H, W) in float64.
-Tensor ref_pool(const Tensor& x, IntPair k, IntPair s, IntPair p, PoolKind kind) {
+/// PyTorch's pooled size, from its formula in doubles (conv.cpp computes it in integers).
+int64_t ref_pooled(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
+  const double q = double(n + 2 * p - d * (k - 1) - 1) / double(s);
+  int64_t out = int64_t(ceil_mode ? std::ceil(q) : std::floor(q)) + 1;
+  if (ceil_mode && (out - 1) * s >= n + p) --out;
+  return out;
+}
+
+/// Naive pooling over (N, C, H, W) in float64; taps d apart (max only), ceil_mode's sizes.
+/// idx, when given, receives the first maximum's h*W + w of each window.
+Tensor ref_pool(const Tensor& x, IntPair k, IntPair s, IntPair p, PoolKind kind, IntPair d = {1, 1},
+                bool ceil_mode = false, std::vector<int64_t>* idx = nullptr) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t OH = (H + 2 * p[0] - k[0]) / s[0] + 1, OW = (W + 2 * p[1] - k[1]) / s[1] + 1;
+  const int64_t OH = ref_pooled(H, k[0], s[0], p[0], d[0], ceil_mode);
+  const int64_t OW = ref_pooled(W, k[1], s[1], p[1], d[1], ceil_mode);
   auto xv = x.to_vector<double>();
   std::vector<double> out;
   for (int64_t nc = 0; nc < N * C; ++nc)
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
         double best = -std::numeric_limits<double>::infinity(), sum = 0;
-        int64_t valid = 0;
+        int64_t valid = 0, bi = -1;
         for (int64_t i = 0; i < k[0]; ++i)
           for (int64_t j = 0; j < k[1]; ++j) {
-            int64_t h = oh * s[0] - p[0] + i, w = ow * s[1] - p[1] + j;
+            int64_t h = oh * s[0] - p[0] + i * d[0], w = ow * s[1] - p[1] + j * d[1];
             if (h < 0 || h >= H || w < 0 || w >= W) continue;
             double v = xv[size_t((nc * H + h) * W + w)];
-            best = std::max(best, v);
+            if (bi < 0 || v > best || std::isnan(v)) best = v, bi = h * W + w;
             sum += v;
             ++valid;
           }
+        if (idx) idx->push_back(bi);
         // count_include_pad divides by the window clipped to the padded input
         int64_t h0 = oh * s[0] - p[0], w0 = ow * s[1] - p[1];
         int64_t hp = std::min(h0 + k[0], H + p[0]) - h0, wp = std::min(w0 + k[1], W + p[1]) - w0;
@@ -63,8 +75,8 @@ Tensor ref_pool(const Tensor& x, IntPair k, IntPair s, IntPair p, PoolKind kind)
   return from_vector(out, {N, C, OH, OW});
 }
 
-/// Naive adaptive average pooling with PyTorch's bins.
-Tensor ref_adaptive(const Tensor& x, IntPair os) {
+/// Naive adaptive average (or, max: maximum, first index in idx) pooling with PyTorch's bins.
+Tensor ref_adaptive(const Tensor& x, IntPair os, bool max = false, std::vector<int64_t>* idx = nullptr) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   auto xv = x.to_vector<double>();
   std::vector<double> out;
@@ -75,13 +87,21 @@ Tensor ref_adaptive(const Tensor& x, IntPair os) {
         int64_t h1 = int64_t(std::ceil(double((i + 1) * H) / double(os[0])));
         int64_t w0 = int64_t(std::floor(double(j * W) / double(os[1])));
         int64_t w1 = int64_t(std::ceil(double((j + 1) * W) / double(os[1])));
-        double s = 0;
+        double s = 0, best = 0;
+        int64_t bi = -1;
         for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) s += xv[size_t((nc * H + h) * W + w)];
-        out.push_back(s / double((h1 - h0) * (w1 - w0)));
+          for (int64_t w = w0; w < w1; ++w) {
+            const double v = xv[size_t((nc * H + h) * W + w)];
+            s += v;
+            if (bi < 0 || v > best || std::isnan(v)) best = v, bi = h * W + w;
+          }
+        if (idx) idx->push_back(bi);
+        out.push_back(max ? best : s / double((h1 - h0) * (w1 - w0)));
       }
   return from_vector(out, {N, C, os[0], os[1]});
 }
+
+std::string pair_string(IntPair p) { return "(" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + ")"; }
 
 bool close_to_ref(const Tensor& got, const Tensor& ref, double tol) {
   if (got.shape() != ref.shape()) {
@@ -526,6 +546,109 @@ TEST_CASE("pooling: against the naive reference") {
   CHECK(adaptive_avg_pool2d(xb.to(DType::float16), {1, 1}).dtype() == DType::float16);
 }
 
+TEST_CASE("pooling: ceil_mode, dilation, indices and adaptive max, by hand (PyTorch 2.15's values)") {
+  const Tensor x = arange(1, 26, 1, {.dtype = DType::float32}).reshape({1, 1, 5, 5});
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  // ceil_mode keeps the partial last windows; avg divides by their part inside the padded input
+  CHECK(v(max_pool2d(x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true)) ==
+        std::vector<double>{7, 9, 10, 17, 19, 20, 22, 24, 25});
+  CHECK(v(avg_pool2d(x, {2, 2}, {2, 2}, {0, 0}, true, true)) ==
+        std::vector<double>{4, 6, 7.5, 14, 16, 17.5, 21.5, 23.5, 25});
+  const Tensor a = avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}, true, true);
+  CHECK(a.shape() == Shape{1, 1, 3, 3});
+  CHECK(a.at({0, 0, 0, 0}) == doctest::Approx(16.0 / 9));
+  CHECK(a.at({0, 0, 2, 2}) == doctest::Approx(88.0 / 9));
+  CHECK(v(avg_pool2d(arange(1, 7, 1, {.dtype = DType::float32}).reshape({1, 1, 1, 6}), {1, 4}, {1, 3}, {0, 1}, true,
+                     true)) == std::vector<double>{1.5, 4.5, 3});
+  CHECK(max_pool2d(x, {2, 2}, {2, 2}).shape() == Shape{1, 1, 2, 2});  // floor by default
+  // dilation: taps 2 apart, and the indices of the maxima in each plane
+  auto [y, i] = max_pool2d_with_indices(x, {2, 2}, {1, 1}, {0, 0}, {2, 2});
+  CHECK(v(y) == std::vector<double>{13, 14, 15, 18, 19, 20, 23, 24, 25});
+  CHECK(i.dtype() == DType::int64);
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{12, 13, 14, 17, 18, 19, 22, 23, 24});
+  CHECK(!i.requires_grad());
+  auto [yn, in] = max_pool2d_with_indices(-x, {3, 3}, {2, 2}, {1, 1}, {2, 2}, true);
+  CHECK(yn.shape() == Shape{1, 1, 2, 2});
+  CHECK(v(yn) == std::vector<double>{-7, -7, -7, -7});
+  CHECK(in.to_vector<int64_t>() == std::vector<int64_t>{6, 6, 6, 6});
+  auto [ya, ia] = adaptive_max_pool2d_with_indices(x, {3, 2});
+  CHECK(v(ya) == std::vector<double>{8, 10, 18, 20, 23, 25});
+  CHECK(ia.to_vector<int64_t>() == std::vector<int64_t>{7, 9, 17, 19, 22, 24});
+  CHECK(v(adaptive_max_pool2d(x, {1, 1})) == std::vector<double>{25});
+  // 1-D versions
+  const Tensor s = T({3, 1, 4, 1, 5, 9, 2, 6}, {1, 1, 8});
+  CHECK(v(max_pool1d(s, 3, 2, 1, 1, true)) == std::vector<double>{3, 4, 9, 9, 6});
+  CHECK(max_pool1d(s.reshape({1, 8}), 2).shape() == Shape{1, 4});  // unbatched (C, L)
+  CHECK(v(avg_pool1d(s, 4)) == std::vector<double>{9.0 / 4, 22.0 / 4});
+  CHECK(v(adaptive_max_pool1d(s, 3)) == std::vector<double>{4, 9, 9});
+  CHECK(v(adaptive_avg_pool1d(s, 2)) == std::vector<double>{9.0 / 4, 22.0 / 4});
+  const Tensor c = conv1d(arange(1, 7, 1, {.dtype = DType::float64}).reshape({1, 1, 6}), T({1, 0, -1}, {1, 1, 3}),
+                          T({0.5}, {1}), 1, 1);
+  CHECK(v(c) == std::vector<double>{-1.5, -1.5, -1.5, -1.5, -1.5, 5.5});
+}
+
+TEST_CASE("pooling with ceil_mode and dilation, adaptive max: against the naive reference, indices, 16-bit") {
+  manual_seed(19);
+  struct Case {
+    Shape x;
+    IntPair k, s, p, d;
+    bool ceil;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 7, 7}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true},  // 2x2/2 on odd sizes: partial windows
+      {{2, 3, 9, 8}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true},  {{1, 2, 6, 7}, {3, 2}, {2, 3}, {1, 1}, {1, 1}, true},
+      {{2, 2, 9, 9}, {3, 3}, {1, 1}, {1, 1}, {2, 2}, false}, {{2, 2, 10, 11}, {2, 3}, {2, 1}, {1, 1}, {3, 2}, true},
+      {{1, 3, 8, 5}, {3, 2}, {3, 2}, {0, 1}, {2, 1}, true},   {{3, 2, 12, 12}, {2, 2}, {2, 2}, {0, 0}, {2, 2}, false},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(pair_string(c.k));
+    CAPTURE(pair_string(c.d));
+    CAPTURE(c.ceil);
+    for (DType dt : {DType::float64, DType::float32}) {
+      Tensor x = randn(c.x, {.dtype = dt});
+      const double tol = dt == DType::float64 ? 1e-12 : 1e-5;
+      std::vector<int64_t> want_idx;
+      const Tensor want = ref_pool(x, c.k, c.s, c.p, PoolKind::max, c.d, c.ceil, &want_idx);
+      auto [y, idx] = max_pool2d_with_indices(x, c.k, c.s, c.p, c.d, c.ceil);
+      CHECK(close_to_ref(y, want, tol));
+      CHECK(idx.to_vector<int64_t>() == want_idx);
+      if (c.d == IntPair{1, 1}) {
+        CHECK(close_to_ref(avg_pool2d(x, c.k, c.s, c.p, true, c.ceil),
+                           ref_pool(x, c.k, c.s, c.p, PoolKind::avg, c.d, c.ceil), tol));
+        CHECK(close_to_ref(avg_pool2d(x, c.k, c.s, c.p, false, c.ceil),
+                           ref_pool(x, c.k, c.s, c.p, PoolKind::avg_nopad, c.d, c.ceil), tol));
+      }
+    }
+    // 16-bit: the float32 path's bits, forward and backward
+    for (DType dt : {DType::bfloat16, DType::float16}) {
+      const Tensor x16 = (randn(c.x) * 4.0).to(dt);
+      Tensor xh = x16.clone().requires_grad_(), xw = x16.to(DType::float32).requires_grad_();
+      const Tensor yh = max_pool2d(xh, c.k, c.s, c.p, c.d, c.ceil), yw = max_pool2d(xw, c.k, c.s, c.p, c.d, c.ceil);
+      CHECK(max_abs_diff(yh.to(DType::float32), yw.detach()) == 0.0);
+      const Tensor g = randn(yh.shape()).to(dt);
+      yh.backward(g);
+      yw.backward(g.to(DType::float32));
+      CHECK(max_abs_diff(xh.grad().to(DType::float32), xw.grad().to(dt).to(DType::float32)) == 0.0);
+    }
+  }
+  for (IntPair os : {IntPair{1, 1}, IntPair{3, 2}, IntPair{5, 7}, IntPair{4, 4}, IntPair{9, 3}}) {
+    CAPTURE(pair_string(os));
+    Tensor x = randn({2, 3, 7, 5}, f64);
+    std::vector<int64_t> want_idx;
+    const Tensor want = ref_adaptive(x, os, true, &want_idx);
+    auto [y, idx] = adaptive_max_pool2d_with_indices(x, os);
+    CHECK(close_to_ref(y, want, 1e-15));
+    CHECK(idx.to_vector<int64_t>() == want_idx);
+  }
+  // ties keep the first maximum, NaN wins, as max_pool2d
+  Tensor t = zeros({1, 1, 3, 3});
+  t.narrow(3, 2, 1).narrow(2, 1, 1).fill_(NAN);
+  auto [yt, it] = adaptive_max_pool2d_with_indices(t, {2, 2});
+  CHECK(it.to_vector<int64_t>() == std::vector<int64_t>{0, 5, 3, 5});
+  CHECK(std::isnan(yt.at({0, 0, 1, 1})));
+}
+
 TEST_CASE("pooling a 16-bit CPU input: the bits of the float32 path on the widened input") {
   // The CPU kernels pool 16-bit planes in float32 a plane at a time: outputs and input
   // gradients must be the float32 path's on the widened input, rounded once.
@@ -656,6 +779,24 @@ TEST_CASE("pooling: gradcheck") {
                     {randn({2, 2, 5, 4}, f64)}));
   CHECK(gradcheck([](std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0].transpose(2, 3), {2, 3}); },
                   {randn({1, 3, 5, 4}, f64)}));
+  // ceil_mode, dilation, adaptive max (overlapping bins), the 1-D versions and conv1d
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}, {1, 1}, true); },
+                  {spaced({1, 2, 6, 7})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool2d(in[0], {2, 3}, {1, 2}, {1, 1}, {2, 2}, true); },
+                  {spaced({2, 1, 6, 7})}));
+  for (bool cip : {true, false})
+    CHECK(gradcheck([cip](std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 2}, {2, 2}, {1, 1}, cip, true); },
+                    {randn({1, 2, 6, 5}, f64)}));
+  for (IntPair os : {IntPair{1, 1}, IntPair{3, 2}, IntPair{4, 6}})
+    CHECK(gradcheck([os](std::vector<Tensor>& in) { return adaptive_max_pool2d(in[0], os); },
+                    {spaced({2, 2, 5, 4})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return max_pool1d(in[0], 3, 2, 1, 2, true); }, {spaced({2, 3, 9})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return avg_pool1d(in[0], 3, 2, 1, false, true); },
+                  {randn({2, 3, 8}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return adaptive_max_pool1d(in[0], 3) + adaptive_avg_pool1d(in[0], 3); },
+                  {spaced({2, 2, 7})}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return conv1d(in[0], in[1], in[2], 2, 1, 2, 2); },
+                  {randn({2, 4, 9}, f64), randn({6, 2, 3}, f64), randn({6}, f64)}));
 }
 
 TEST_CASE("pooling: errors") {
@@ -673,4 +814,16 @@ TEST_CASE("pooling: errors") {
   CHECK_THROWS_AS(adaptive_avg_pool2d(ones({3, 4}), {2, 2}), Error);
   CHECK_THROWS_AS(max_pool2d(ones({1, 1, 4, 4}, {.dtype = DType::int64}), {2, 2}), Error);
   CHECK_THROWS_AS(avg_pool2d(Tensor(), {2, 2}), Error);
+  // dilation: positive; the dilated kernel must fit; no window may hold only padding
+  CHECK(has(error_of([&] { max_pool2d(x, {2, 2}, {1, 1}, {0, 0}, {0, 1}); }), "dilation"));
+  CHECK(has(error_of([&] { max_pool2d(x, {3, 3}, {1, 1}, {0, 0}, {2, 2}); }), "dilated to (5, 5)"));
+  CHECK(has(error_of([] { max_pool2d(ones({1, 1, 1, 1}), {2, 2}, {1, 1}, {1, 1}, {2, 2}); }), "only padding"));
+  CHECK(has(error_of([] { adaptive_max_pool2d(ones({1, 1, 3, 3}), {2, 0}); }), "adaptive_max_pool2d"));
+  // 1-D versions name themselves
+  CHECK(has(error_of([] { max_pool1d(ones({2, 3, 4, 5}), 2); }), "max_pool1d"));
+  CHECK(has(error_of([] { avg_pool1d(ones({2, 3, 8}), 2, 2, 2); }), "avg_pool1d: padding"));
+  CHECK(has(error_of([] { conv1d(ones({2, 3, 8}), ones({4, 3, 3, 3})); }), "conv1d"));
+  CHECK(has(error_of([] { conv1d(ones({2, 3, 8}), ones({4, 3, 3}), Tensor(), 0); }), "stride"));
+  CHECK(has(error_of([] { conv1d(ones({2, 2, 8}), ones({4, 3, 3})); }), "channel mismatch"));
+  CHECK(has(error_of([] { adaptive_max_pool1d(ones({8}), 2); }), "adaptive_max_pool1d"));
 }
