@@ -101,7 +101,12 @@ Tensor ref_adaptive(const Tensor& x, IntPair os, bool max = false, std::vector<i
   return from_vector(out, {N, C, os[0], os[1]});
 }
 
-std::string pair_string(IntPair p) { return "(" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + ")"; }
+std::string pair_string(IntPair p) {
+  std::string s = std::to_string(p[0]);  // (not "(" + ...: GCC 12 warns -Wrestrict there)
+  s += ", ";
+  s += std::to_string(p[1]);
+  return s;
+}
 
 bool close_to_ref(const Tensor& got, const Tensor& ref, double tol) {
   if (got.shape() != ref.shape()) {
