@@ -40,7 +40,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<optim::ParamG
                  groups_[g][0].device().str(), " and ", p.device().str(), "); one group must live on one device");
       broadcast(p, 0);  // every rank starts from rank 0's model
     }
-    optim::ParamGroup sg{.params = {}, .lr = groups[g].lr, .weight_decay = groups[g].weight_decay};
+    optim::ParamGroup sg{
+        .params = {}, .lr = groups[g].lr, .weight_decay = groups[g].weight_decay, .options = groups[g].options};
     for (DType dt : kFloatDTypes) {
       Flat f;
       f.group = g;

@@ -182,6 +182,21 @@ bool Optimizer::fused_ok(const Tensor& p, std::initializer_list<const Tensor*> b
   return true;
 }
 
+void Optimizer::apply_group_overrides(size_t group, const ParamGroup& g) {
+  if (g.options.empty()) return;
+  std::map<std::string, double> h = group_hparams(group);
+  std::string known;
+  for (const auto& [k, v] : h) known += (known.empty() ? "" : ", ") + k;
+  for (const auto& [k, v] : g.options) {
+    KILN_CHECK(h.count(k) > 0, name_, ": parameter group ", group, " sets unknown option '", k, "' (", name_,
+               " has: ", known, ")");
+    KILN_CHECK(!(k == "lr" && g.lr) && !(k == "weight_decay" && g.weight_decay), name_, ": parameter group ", group,
+               " gives ", k, " twice (as .", k, " and in .options)");
+    h[k] = v;
+  }
+  set_group_hparams(group, h);
+}
+
 void Optimizer::assign_hparams(size_t group, const std::map<std::string, double>& h,
                                const std::vector<std::pair<const char*, double*>>& fields) const {
   for (const auto& [k, v] : h) {

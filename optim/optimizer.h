@@ -24,12 +24,18 @@ namespace kiln::optim {
 using StateDict = std::map<std::string, Tensor>;
 using OptimizerState = StateDict;
 
-/// Parameters with optional per-group overrides of the optimizer's options:
-///   optim::SGD opt({{.params = body}, {.params = head, .lr = 0.1}}, {.lr = 0.01, .momentum = 0.9});
+/// Parameters with optional per-group overrides of the optimizer's options, as PyTorch's
+/// param group dicts: lr and weight_decay by field, any other option by its state_dict name
+/// (SGD: momentum, dampening, nesterov; Adam/AdamW: beta1, beta2, eps, amsgrad; RMSprop:
+/// alpha, eps, momentum, centered; flags as 0 or 1):
+///   optim::SGD opt({{.params = body}, {.params = head, .lr = 0.1, .options = {{"momentum", 0.0}}}},
+///                  {.lr = 0.01, .momentum = 0.9});
+/// An unknown name, or lr / weight_decay given both ways, is an error naming the group.
 struct ParamGroup {
   std::vector<Tensor> params = {};
   std::optional<double> lr = std::nullopt;
   std::optional<double> weight_decay = std::nullopt;
+  std::map<std::string, double> options = {};
 };
 
 /// Base of every optimizer. Parameters are leaf tensors updated in place under NoGradGuard;
@@ -173,6 +179,9 @@ class Optimizer {
   /// Throws kiln::Error when a group's options are invalid (called by constructors and step()).
   virtual void check_options(size_t group) const = 0;
 
+  /// Applies a group's `options` overrides (ParamGroup) through group_hparams /
+  /// set_group_hparams; throws kiln::Error, changing nothing, on an unknown name.
+  void apply_group_overrides(size_t group, const ParamGroup& g);
   /// Assigns h[name] to each listed field; throws on unknown or missing names.
   void assign_hparams(size_t group, const std::map<std::string, double>& h,
                       const std::vector<std::pair<const char*, double*>>& fields) const;
@@ -212,8 +221,8 @@ inline std::vector<ParamGroup> single_group(const std::vector<Tensor>& params) {
 }
 
 /// What every concrete optimizer shares: one Options per parameter group (the defaults
-/// with the group's lr / weight_decay overrides), checked at construction, and the
-/// options / lr accessors. Subclasses implement the update and the hparam mapping.
+/// with the group's overrides), checked at construction, and the options / lr accessors.
+/// Subclasses implement the update and the hparam mapping.
 template <class Opts>
 class OptimizerWith : public Optimizer {
  public:
@@ -226,7 +235,7 @@ class OptimizerWith : public Optimizer {
 
  protected:
   OptimizerWith(std::string name, const std::vector<ParamGroup>& groups, const Opts& defaults)
-      : Optimizer(std::move(name), groups), defaults_(defaults) {
+      : Optimizer(std::move(name), groups), defaults_(defaults), groups_given_(groups) {
     for (const auto& g : groups) opts_.push_back(resolve_group_options(defaults, g));
   }
 
@@ -235,6 +244,7 @@ class OptimizerWith : public Optimizer {
     append_group(group.params);
     opts_.push_back(resolve_group_options(defaults_, group));
     try {
+      apply_group_overrides(opts_.size() - 1, group);
       check_options(opts_.size() - 1);
     } catch (...) {  // an invalid override: the optimizer stays as it was
       opts_.pop_back();
@@ -244,13 +254,21 @@ class OptimizerWith : public Optimizer {
   }
 
  protected:
-  /// Runs check_options on every group (call at the end of the subclass constructor:
-  /// a virtual call from this constructor would not reach the subclass).
-  void check_all_options() const {
-    for (size_t g = 0; g < opts_.size(); ++g) check_options(g);
+  /// Applies each group's named overrides and runs check_options on every group (call at
+  /// the end of the subclass constructor: a virtual call from this constructor would not
+  /// reach the subclass's hparam mapping).
+  void check_all_options() {
+    for (size_t g = 0; g < opts_.size(); ++g) {
+      apply_group_overrides(g, groups_given_[g]);
+      check_options(g);
+    }
+    groups_given_.clear();
   }
   Opts defaults_;  // the constructor's options, for groups added later
   std::vector<Opts> opts_;
+
+ private:
+  std::vector<ParamGroup> groups_given_;  // until check_all_options() applies their overrides
 };
 
 }  // namespace kiln::optim

@@ -249,6 +249,65 @@ TEST_CASE("parameter groups: per-group lr and weight decay overrides") {
   CHECK(adam.all_params().size() == 2);
 }
 
+TEST_CASE("parameter groups: any option overridden by name (PyTorch's param group dicts)") {
+  // SGD: the head without momentum, with dampening; the rest with the defaults
+  Tensor a = param(kP0, DType::float64), b = param(kP0, DType::float64), c = param(kP0, DType::float64);
+  optim::SGD sgd({{.params = {a}},
+                  {.params = {b}, .options = {{"momentum", 0.0}}},
+                  {.params = {c}, .lr = 0.3, .options = {{"dampening", 0.25}, {"weight_decay", 0.1}}}},
+                 {.lr = 0.1, .momentum = 0.9});
+  CHECK(sgd.options(1).momentum == 0.0);
+  CHECK(sgd.options(2).dampening == 0.25);
+  CHECK(sgd.options(2).momentum == 0.9);
+  for (const auto& g : kGrads) {
+    set_grad(a, g);
+    set_grad(b, g);
+    set_grad(c, g);
+    sgd.step();
+  }
+  check_close(a, SgdRef{.lr = 0.1, .momentum = 0.9}.run(kP0, kGrads), 1e-12, "sgd group 0");
+  check_close(b, SgdRef{.lr = 0.1}.run(kP0, kGrads), 1e-12, "sgd group 1 (no momentum)");
+  check_close(c, SgdRef{.lr = 0.3, .momentum = 0.9, .dampening = 0.25, .wd = 0.1}.run(kP0, kGrads), 1e-12,
+              "sgd group 2");
+  // the overrides are the group's hyperparameters in state_dict
+  CHECK(sgd.state_dict().at("param_groups.1.momentum").item() == 0.0);
+  CHECK(sgd.state_dict().at("param_groups.2.dampening").item() == 0.25);
+  // Adam: betas and eps per group; RMSprop: alpha; AdamW through add_param_group
+  Tensor d = param(kP0, DType::float64), e = param(kP0, DType::float64);
+  optim::Adam adam({{.params = {d}}, {.params = {e}, .options = {{"beta1", 0.8}, {"beta2", 0.95}, {"eps", 1e-6}}}},
+                   {.lr = 0.01});
+  for (const auto& g : kGrads) {
+    set_grad(d, g);
+    set_grad(e, g);
+    adam.step();
+  }
+  check_close(d, AdamRef{.lr = 0.01}.run(kP0, kGrads), 1e-12, "adam group 0");
+  check_close(e, AdamRef{.lr = 0.01, .b1 = 0.8, .b2 = 0.95, .eps = 1e-6}.run(kP0, kGrads), 1e-12, "adam group 1");
+  Tensor f = param(kP0, DType::float64);
+  optim::RMSprop rms({{.params = {f}, .options = {{"alpha", 0.9}, {"momentum", 0.5}}}}, {.lr = 0.01});
+  run_steps(rms, f);
+  check_close(f, RmspropRef{.lr = 0.01, .alpha = 0.9, .momentum = 0.5}.run(kP0, kGrads), 1e-12, "rmsprop");
+  Tensor w0 = param(kP0, DType::float64), w1 = param(kP0, DType::float64);
+  optim::AdamW adamw({w0}, {.lr = 0.01});
+  adamw.add_param_group({.params = {w1}, .options = {{"weight_decay", 0.0}, {"amsgrad", 1.0}}});
+  CHECK(adamw.options(1).weight_decay == 0.0);
+  CHECK(adamw.options(1).amsgrad);
+  CHECK(adamw.options(0).weight_decay == 0.01);
+  // errors name the group and the option; add_param_group changes nothing on one
+  const std::string unknown = kiln::testing::error_of(
+      [&] { optim::SGD({{.params = {param(kP0)}, .options = {{"betas", 0.9}}}}, {.lr = 0.1}); });
+  CHECK(unknown.find("group 0") != std::string::npos);
+  CHECK(unknown.find("'betas'") != std::string::npos);
+  CHECK(unknown.find("momentum") != std::string::npos);  // lists what SGD has
+  CHECK(kiln::testing::error_of([&] {
+          optim::SGD({{.params = {param(kP0)}, .lr = 0.2, .options = {{"lr", 0.3}}}}, {.lr = 0.1});
+        }).find("twice") != std::string::npos);
+  CHECK_THROWS_AS(optim::SGD({{.params = {param(kP0)}, .options = {{"momentum", -1.0}}}}, {.lr = 0.1}), Error);
+  CHECK_THROWS_AS(adamw.add_param_group({.params = {param(kP0, DType::float64)}, .options = {{"beta3", 0.5}}}),
+                  Error);
+  CHECK(adamw.num_groups() == 2);
+}
+
 TEST_CASE("add_param_group: a group added later steps with its own options; state_dict covers it") {
   Tensor a = param(kP0, DType::float64), b = param(kP0, DType::float64);
   optim::SGD opt({a}, {.lr = 0.1, .momentum = 0.9});
