@@ -353,6 +353,14 @@ class Sigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) override { return sigmoid(x); }
 };
+class Softplus : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return softplus(x); }
+};
+class LogSigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return log_sigmoid(x); }
+};
 /// Returns its input.
 class Identity : public Module {
  public:

@@ -10,6 +10,7 @@ const char* reduction_str(Reduction r) {
     case Reduction::none: return "none";
     case Reduction::mean: return "mean";
     case Reduction::sum: return "sum";
+    case Reduction::batchmean: return "batchmean";
   }
   return "?";
 }
@@ -27,5 +28,26 @@ std::string NLLLoss::extra_repr() const {
   return os.str();
 }
 std::string MSELoss::extra_repr() const { return std::string("reduction=") + reduction_str(reduction); }
+std::string L1Loss::extra_repr() const { return std::string("reduction=") + reduction_str(args.reduction); }
+std::string SmoothL1Loss::extra_repr() const {
+  std::ostringstream os;
+  os << "reduction=" << reduction_str(args.reduction) << ", beta=" << args.beta;
+  return os.str();
+}
+std::string HuberLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "reduction=" << reduction_str(args.reduction) << ", delta=" << args.delta;
+  return os.str();
+}
+std::string BCELoss::extra_repr() const {
+  return std::string("reduction=") + reduction_str(args.reduction) + (args.weight.defined() ? ", weight" : "");
+}
+std::string BCEWithLogitsLoss::extra_repr() const {
+  return std::string("reduction=") + reduction_str(args.reduction) + (args.weight.defined() ? ", weight" : "") +
+         (args.pos_weight.defined() ? ", pos_weight" : "");
+}
+std::string KLDivLoss::extra_repr() const {
+  return std::string("reduction=") + reduction_str(args.reduction) + ", log_target=" + (args.log_target ? "true" : "false");
+}
 
 }  // namespace kiln::nn

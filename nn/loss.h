@@ -1,4 +1,5 @@
-// Losses as modules (wrapping ops/loss.h): CrossEntropyLoss, NLLLoss, MSELoss.
+// Losses as modules (wrapping ops/loss.h): CrossEntropyLoss, NLLLoss, MSELoss, L1Loss,
+// SmoothL1Loss, HuberLoss, BCELoss, BCEWithLogitsLoss, KLDivLoss.
 //   nn::CrossEntropyLoss loss_fn({.label_smoothing = 0.1});  auto loss = loss_fn(logits, target);
 #pragma once
 #include "kiln/nn/module.h"
@@ -41,5 +42,43 @@ class MSELoss : public Module {
   std::string extra_repr() const override;
   Reduction reduction;
 };
+
+/// A pointwise loss module: forward(input, target) calls F with the module's arguments.
+#define KILN_POINTWISE_LOSS(Name, Args, call)                                                     \
+  class Name : public Module {                                                                    \
+   public:                                                                                        \
+    explicit Name(Args args = {}) : args(args) {}                                                 \
+    using Module::forward;                                                                        \
+    using Module::operator();                                                                     \
+    Tensor forward(const Tensor& input, const Tensor& target) const { return call; }              \
+    Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); } \
+    std::string extra_repr() const override;                                                      \
+    Args args;                                                                                    \
+  };
+
+struct L1LossArgs {
+  Reduction reduction = Reduction::mean;
+};
+struct SmoothL1LossArgs {
+  Reduction reduction = Reduction::mean;
+  double beta = 1.0;
+};
+struct HuberLossArgs {
+  Reduction reduction = Reduction::mean;
+  double delta = 1.0;
+};
+/// Mean (or summed) absolute error.
+KILN_POINTWISE_LOSS(L1Loss, L1LossArgs, l1_loss(input, target, args.reduction))
+/// Quadratic below beta, absolute above (kiln::smooth_l1_loss).
+KILN_POINTWISE_LOSS(SmoothL1Loss, SmoothL1LossArgs, smooth_l1_loss(input, target, args.reduction, args.beta))
+/// Quadratic below delta, delta times absolute above (kiln::huber_loss).
+KILN_POINTWISE_LOSS(HuberLoss, HuberLossArgs, huber_loss(input, target, args.reduction, args.delta))
+/// Binary cross entropy of probabilities in [0, 1] (kiln::binary_cross_entropy).
+KILN_POINTWISE_LOSS(BCELoss, BceArgs, binary_cross_entropy(input, target, args))
+/// Binary cross entropy of logits, with weight and pos_weight (kiln::binary_cross_entropy_with_logits).
+KILN_POINTWISE_LOSS(BCEWithLogitsLoss, BceWithLogitsArgs, binary_cross_entropy_with_logits(input, target, args))
+/// KL divergence of log-probabilities from a target (kiln::kl_div); use Reduction::batchmean.
+KILN_POINTWISE_LOSS(KLDivLoss, KlDivArgs, kl_div(input, target, args))
+#undef KILN_POINTWISE_LOSS
 
 }  // namespace kiln::nn

@@ -173,6 +173,9 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
       return mul(sg, add(mul(s, sub(scalar_like(s, 1.0), sg)), 1.0));
     }
     case Op::softplus: return where(gt(s, 20.0), ones_like(s), sigmoid(s));
+    case Op::log_sigmoid: return sigmoid(neg(s));
+    case Op::log1p: return div(scalar_like(s, 1.0), add(s, 1.0));
+    case Op::expm1: return add(s, 1.0);
     case Op::pow_scalar: return p0 == 0 ? zeros_like(s) : mul(pow(s, p0 - 1), p0);
     case Op::abs:
     case Op::relu:
@@ -189,7 +192,7 @@ bool has_recorded_derivative(Op op) {
   switch (op) {
     case Op::neg: case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::sin: case Op::cos:
     case Op::tanh: case Op::sigmoid: case Op::gelu: case Op::gelu_tanh: case Op::silu: case Op::softplus:
-    case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
+    case Op::log_sigmoid: case Op::log1p: case Op::expm1: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
     default: return false;
   }
 }

@@ -48,6 +48,11 @@ Tensor gelu(const Tensor& x, GeluApprox approx = GeluApprox::none);
 Tensor silu(const Tensor& x);
 /// log(1 + e^x) (PyTorch's softplus with beta 1, threshold 20: x itself above 20).
 Tensor softplus(const Tensor& x);
+/// log(sigmoid(x)) without overflow: min(x, 0) - log1p(e^-|x|) (PyTorch's logsigmoid).
+Tensor log_sigmoid(const Tensor& x);
+/// log(1 + x) and e^x - 1, accurate near 0 (libm's log1p / expm1).
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
 /// Clamps to [min, max]; either bound may be absent; min > max throws. The gradient is 1
 /// strictly inside the bounds and 0 at a bound, beyond it and at NaN (PyTorch 2.x's rule);
 /// a NaN bound makes every element NaN (gradient 0), as in PyTorch.

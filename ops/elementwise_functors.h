@@ -111,6 +111,27 @@ template <class T> struct SoftplusD {
   }
 };
 
+/// log_sigmoid: log(1 / (1 + e^-x)) = min(x, 0) - log1p(e^-|x|) (PyTorch's, no overflow for
+/// either sign); its derivative is sigmoid(-x).
+template <class T> struct LogSigmoidF {
+  KILN_HD_INLINE T operator()(T x) const {
+    const T a = x < T(0) ? -x : x;
+    return (x < T(0) ? x : T(0)) - m_log1p(m_exp(-a));
+  }
+};
+template <class T> struct LogSigmoidD { KILN_HD_INLINE T operator()(T x) const { return math::sigmoid(-x); } };
+
+/// log1p(x) = log(1 + x), exact near 0; its derivative 1 / (1 + x).
+template <class T> struct Log1pF { KILN_HD_INLINE T operator()(T x) const { return m_log1p(x); } };
+template <class T> struct Log1pD {
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x + T(1)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (x + T(1)); }  // PyTorch's division
+};
+
+/// expm1(x) = e^x - 1, exact near 0; its derivative e^x = y + 1.
+template <class T> struct Expm1F { KILN_HD_INLINE T operator()(T x) const { return m_expm1(x); } };
+template <class T> struct Expm1D { KILN_HD_INLINE T operator()(T y) const { return y + T(1); } };
+
 template <class T> struct ClampF {
   T lo, hi;
   KILN_HD_INLINE T operator()(T x) const { return math::clamp(x, lo, hi); }

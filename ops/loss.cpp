@@ -1,5 +1,7 @@
 // Losses: cross_entropy (fused log-softmax + pick + label smoothing), nll_loss and mse_loss:
-// argument and target checks, reductions, the call through dispatch and the fused backward.
+// argument and target checks, reductions, the call through dispatch and the fused backward;
+// then the pointwise losses, compositions of recorded elementwise ops (l1, smooth_l1,
+// huber, binary_cross_entropy with its own backward, bce with logits, kl_div).
 #include "kiln/ops/loss.h"
 #include "kiln/core/autocast.h"
 #include <cmath>
@@ -15,6 +17,11 @@
 namespace kiln {
 
 namespace {
+
+/// Refuses Reduction::batchmean, kl_div's only.
+void check_reduction(const char* op, Reduction r) {
+  KILN_CHECK(r != Reduction::batchmean, op, ": reduction batchmean is kl_div's only; use mean or sum");
+}
 
 /// (n, c, s) of class-scored input (C), (N, C) or (N, C, d1, ...) against target (), (N) or
 /// (N, d1, ...); throws naming both shapes when they do not fit.
@@ -134,6 +141,7 @@ Tensor one_hot_graph(const Targets& t, const ClassLayout& L, DType dt, Device de
 // and of their gradient (at GPT-2 small's vocabulary, 3.3 GB each per step on a GPU).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArgs args) {
   const char* op = "cross_entropy";
+  check_reduction(op, args.reduction);
   check_floating(op, logits, "logits");
   Tensor tgt = class_targets(op, target);
   check_same_device(op, {logits, target});
@@ -199,6 +207,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& lc) { return nll_loss(lc, target, args); }, log_probs))
     return *r;  // autocast: the op ran on cast inputs
   const char* op = "nll_loss";
+  check_reduction(op, args.reduction);
   check_floating(op, log_probs, "log_probs");
   Tensor tgt = class_targets(op, target);
   check_same_device(op, {log_probs, target});
@@ -252,6 +261,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
           input, target))
     return *r;  // autocast: the op ran on cast inputs
   const char* op = "mse_loss";
+  check_reduction(op, reduction);
   check_floating(op, input, "input");
   check_floating(op, target, "target");
   check_same_device(op, {input, target});
@@ -300,6 +310,155 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     return std::vector<Tensor>{dx, dy};
   };
   return twice_differentiable(record(out, op, {a, b}, {xa, xb}, backward));
+}
+
+// ---------------------------------------------------------------- pointwise losses
+
+namespace {
+
+/// Checks of a pointwise loss's input and target (and optional weights broadcastable to
+/// the input) and the dtype it computes in: the promoted one, float32 for 16-bit.
+DType pointwise_dtype(const char* op, const Tensor& input, const Tensor& target, Reduction r,
+                      std::initializer_list<std::pair<const char*, Tensor>> weights = {}) {
+  check_floating(op, input, "input");
+  check_floating(op, target, "target");
+  check_same_device(op, {input, target});
+  KILN_CHECK(input.shape() == target.shape(), op, ": input shape ", shape_str(input.shape()), " and target shape ",
+             shape_str(target.shape()), " must match (got ", describe(input), " and ", describe(target), ")");
+  DType dt = promote_types(input.dtype(), target.dtype());
+  for (const auto& [name, w] : weights) {
+    if (!w.defined()) continue;
+    check_floating(op, w, name);
+    check_same_device(op, {input, w});
+    bool fits = w.dim() <= input.dim();
+    for (int64_t d = 1; fits && d <= w.dim(); ++d) fits = w.size(-d) == 1 || w.size(-d) == input.size(-d);
+    KILN_CHECK(fits, op, ": ", name, " of shape ", shape_str(w.shape()), " does not broadcast to the input's shape ",
+               shape_str(input.shape()));
+    dt = promote_types(dt, w.dtype());
+  }
+  if (r == Reduction::batchmean)
+    KILN_CHECK(std::string(op) == "kl_div", op, ": reduction batchmean is kl_div's only; use mean or sum");
+  return cpu_compute_dtype(dt);
+}
+
+/// Reduces per-element losses l of `input` (recorded ops: the gradient flows through).
+Tensor reduce_pointwise(const Tensor& l, Reduction r, const Tensor& input) {
+  switch (r) {
+    case Reduction::none: return l;
+    case Reduction::sum: return sum(l);
+    case Reduction::batchmean:  // PyTorch: sum / input.size(0), the sum itself for a 0-dim input
+      return input.dim() == 0 ? sum(l) : div(sum(l), double(input.size(0)));
+    case Reduction::mean:
+    default: return mean(l);
+  }
+}
+
+}  // namespace
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return l1_loss(a, b, reduction); }, input, target))
+    return *r;
+  const DType dt = pointwise_dtype("l1_loss", input, target, reduction);
+  return reduce_pointwise(abs(sub(input.to(dt), target.to(dt))), reduction, input);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return smooth_l1_loss(a, b, reduction, beta); },
+          input, target))
+    return *r;
+  const char* op = "smooth_l1_loss";
+  KILN_CHECK(beta >= 0, op, ": beta must be >= 0, got ", beta);
+  const DType dt = pointwise_dtype(op, input, target, reduction);
+  const Tensor z = abs(sub(input.to(dt), target.to(dt)));
+  if (beta == 0) return reduce_pointwise(z, reduction, input);  // PyTorch: l1_loss
+  // PyTorch's rounding: 0.5 * z * z / beta, z - 0.5 * beta
+  const Tensor l = where(lt(z, beta), div(mul(mul(z, 0.5), z), beta), sub(z, 0.5 * beta));
+  return reduce_pointwise(l, reduction, input);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return huber_loss(a, b, reduction, delta); },
+          input, target))
+    return *r;
+  const char* op = "huber_loss";
+  KILN_CHECK(delta > 0, op, ": delta must be > 0, got ", delta);
+  const DType dt = pointwise_dtype(op, input, target, reduction);
+  const Tensor z = abs(sub(input.to(dt), target.to(dt)));
+  const Tensor l = where(lt(z, delta), mul(mul(z, 0.5), z), mul(sub(z, 0.5 * delta), delta));
+  return reduce_pointwise(l, reduction, input);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BceArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return binary_cross_entropy(a, b, args); },
+          input, target))
+    return *r;
+  const char* op = "binary_cross_entropy";
+  const DType dt = pointwise_dtype(op, input, target, args.reduction, {{"weight", args.weight}});
+  const Tensor p = input.to(dt), t = target.to(dt), w = args.weight.defined() ? args.weight.to(dt) : Tensor();
+  Tensor l;
+  {
+    NoGradGuard ng;
+    if (p.numel() > 0) {  // PyTorch's checks (a read back to the host)
+      const double pmin = min(p).item(), pmax = max(p).item(), tmin = min(t).item(), tmax = max(t).item();
+      KILN_CHECK(pmin >= 0 && pmax <= 1, op, ": every input must be a probability in [0, 1], got values in [",
+                 pmin, ", ", pmax, "] (input ", describe(input), "; binary_cross_entropy_with_logits takes logits)");
+      KILN_CHECK(tmin >= 0 && tmax <= 1, op, ": every target must be in [0, 1], got values in [", tmin, ", ", tmax,
+                 "] (target ", describe(target), ")");
+    }
+    // PyTorch's (t - 1) max(log1p(-p), -100) - t max(log p, -100)
+    l = sub(mul(sub(t, 1.0), clamp(log1p(neg(p)), -100.0, std::nullopt)), mul(t, clamp(log(p), -100.0, std::nullopt)));
+  }
+  // PyTorch's gradients: dp = g (p - t) / max(p (1 - p), eps) with its float epsilon 1e-12f,
+  // dt = -g logit(p) (+-inf at a saturated p, as PyTorch), written in recorded ops so a
+  // create_graph backward records them. The weight multiplies afterwards (differentiable).
+  auto backward = [p, t](const Tensor& g, const std::vector<bool>& needs) {
+    Tensor dp, dt;
+    if (needs[0]) dp = div(mul(g, sub(p, t)), clamp(mul(1.0 - p, p), double(1e-12f), std::nullopt));
+    if (needs[1]) dt = mul(neg(log(div(p, 1.0 - p))), g);
+    return std::vector<Tensor>{dp, dt};
+  };
+  twice_differentiable(record(l, op, {p, t}, {p, t}, backward));
+  if (w.defined()) l = mul(l, w);
+  return reduce_pointwise(l, args.reduction, input);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, const BceWithLogitsArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32,
+          [&](const Tensor& a, const Tensor& b) { return binary_cross_entropy_with_logits(a, b, args); }, logits,
+          target))
+    return *r;
+  const char* op = "binary_cross_entropy_with_logits";
+  const DType dt = pointwise_dtype(op, logits, target, args.reduction,
+                                   {{"weight", args.weight}, {"pos_weight", args.pos_weight}});
+  const Tensor x = logits.to(dt), t = target.to(dt);
+  Tensor ls = log_sigmoid(x);
+  if (args.pos_weight.defined()) ls = mul(ls, add(mul(sub(args.pos_weight.to(dt), 1.0), t), 1.0));
+  Tensor l = sub(mul(1.0 - t, x), ls);  // (1 - t) x - log_weight log_sigmoid(x)
+  if (args.weight.defined()) l = mul(l, args.weight.to(dt));
+  return reduce_pointwise(l, args.reduction, logits);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, const KlDivArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return kl_div(a, b, args); }, input, target))
+    return *r;
+  const DType dt = pointwise_dtype("kl_div", input, target, args.reduction);
+  const Tensor x = input.to(dt), t = target.to(dt);
+  Tensor l;
+  if (args.log_target) {
+    l = mul(exp(t), sub(t, x));
+  } else {  // xlogy(t, t) - t x; log of 1 where t = 0 keeps NaN out of the gradient there
+    const Tensor pos = gt(t, 0.0);
+    const TensorOptions o{.dtype = dt, .device = t.device()};
+    const Tensor xlogy = where(pos, mul(t, log(where(pos, t, full({}, 1.0, o)))), full({}, 0.0, o));
+    l = sub(xlogy, mul(t, x));
+  }
+  return reduce_pointwise(l, args.reduction, input);
 }
 
 }  // namespace kiln

@@ -73,6 +73,8 @@ KILN_HD_INLINE float m_log(float x) { return ::logf(x); }
 KILN_HD_INLINE double m_log(double x) { return ::log(x); }
 KILN_HD_INLINE float m_log1p(float x) { return ::log1pf(x); }
 KILN_HD_INLINE double m_log1p(double x) { return ::log1p(x); }
+KILN_HD_INLINE float m_expm1(float x) { return ::expm1f(x); }
+KILN_HD_INLINE double m_expm1(double x) { return ::expm1(x); }
 KILN_HD_INLINE float m_sin(float x) { return ::sinf(x); }
 KILN_HD_INLINE double m_sin(double x) { return ::sin(x); }
 KILN_HD_INLINE float m_cos(float x) { return ::cosf(x); }

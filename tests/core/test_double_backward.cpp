@@ -90,6 +90,9 @@ TEST_CASE("double backward: every unary op and activation") {
   CHECK(gradgradcheck([&](auto& in) { return gelu(in[0], GeluApprox::tanh); }, {rnd(s)}));
   CHECK(gradgradcheck([&](auto& in) { return silu(in[0]); }, {rnd(s)}));
   CHECK(gradgradcheck([&](auto& in) { return softplus(in[0]); }, {rnd(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return log_sigmoid(in[0]); }, {rnd(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return log1p(in[0]); }, {uni(s, 0.5, 2.0)}));
+  CHECK(gradgradcheck([&](auto& in) { return expm1(in[0]); }, {rnd(s)}));
   CHECK(gradgradcheck([&](auto& in) { return sq(clamp(in[0], -0.5, 0.5)); },
                       {T({-1.0, -0.3, 0.1, 0.4, 0.9}, {5})}));
   CHECK(gradgradcheck([&](auto& in) { return pow(in[0], 2.5) + pow(in[0], 3.0); }, {uni(s, 0.5, 2.0)}));

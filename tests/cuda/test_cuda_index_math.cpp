@@ -393,6 +393,10 @@ void check_all_unary(double rtol) {
   check_unary<T>("silu", [](const Tensor& x) { return silu(x); }, false, false, SiluF<C>{}, SiluD<C>{}, rtol);
   check_unary<T>("softplus", [](const Tensor& x) { return softplus(x); }, false, false, SoftplusF<C>{},
                  SoftplusD<C>{}, rtol);
+  check_unary<T>("log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); }, false, false, LogSigmoidF<C>{},
+                 LogSigmoidD<C>{}, rtol);
+  check_unary<T>("log1p", [](const Tensor& x) { return log1p(x); }, true, false, Log1pF<C>{}, Log1pD<C>{}, rtol);
+  check_unary<T>("expm1", [](const Tensor& x) { return expm1(x); }, false, true, Expm1F<C>{}, Expm1D<C>{}, rtol);
   check_unary<T>("clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }, false, false,
                  ClampF<C>{C(-0.5), C(0.7)}, ClampD<C>{C(-0.5), C(0.7)}, rtol);
   check_unary<T>("pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }, true, false, PowScalarF<C>{C(2.5)},

@@ -145,6 +145,10 @@ TEST_CASE("activations match the ops and gradcheck") {
   CHECK(check_layer(sg, x));
   nn::Tanh th;
   CHECK(check_layer(th, x));
+  CHECK(bitwise_equal(nn::Softplus()(x), softplus(x)));
+  nn::LogSigmoid ls;
+  CHECK(bitwise_equal(ls(x), log_sigmoid(x)));
+  CHECK(check_layer(ls, x));
 }
 
 TEST_CASE("Dropout: training vs eval, seeded, gradcheck") {
@@ -336,6 +340,21 @@ TEST_CASE("loss modules wrap ops/loss.h") {
   CHECK(nn::MSELoss(Reduction::none)(a, b).shape() == Shape{3, 2});
   CHECK(ce.str().find("CrossEntropyLoss(reduction=mean") != std::string::npos);
   CHECK(gradcheck([&](std::vector<Tensor>& in) { return ce(in[0], target); }, {logits}));
+  // the pointwise losses
+  const Tensor p = sigmoid(a), q = sigmoid(b);
+  CHECK(bitwise_equal(nn::L1Loss()(a, b), l1_loss(a, b)));
+  CHECK(bitwise_equal(nn::SmoothL1Loss({.beta = 0.5})(a, b), smooth_l1_loss(a, b, Reduction::mean, 0.5)));
+  CHECK(bitwise_equal(nn::HuberLoss({.reduction = Reduction::sum, .delta = 2.0})(a, b),
+                      huber_loss(a, b, Reduction::sum, 2.0)));
+  CHECK(bitwise_equal(nn::BCELoss()(p, q), binary_cross_entropy(p, q)));
+  nn::BCEWithLogitsLoss bcel({.pos_weight = full({2}, 3.0, f64)});
+  CHECK(bitwise_equal(bcel(a, q), binary_cross_entropy_with_logits(a, q, {.pos_weight = full({2}, 3.0, f64)})));
+  nn::KLDivLoss kl({.reduction = Reduction::batchmean});
+  CHECK(bitwise_equal(kl(log_softmax(a, 1), softmax(b, 1)),
+                      kl_div(log_softmax(a, 1), softmax(b, 1), {.reduction = Reduction::batchmean})));
+  CHECK(kl.str().find("KLDivLoss(reduction=batchmean, log_target=false)") == 0);
+  CHECK(bcel.str().find("BCEWithLogitsLoss(reduction=mean, pos_weight)") == 0);
+  CHECK(nn::SmoothL1Loss().str().find("SmoothL1Loss(reduction=mean, beta=1)") == 0);
 }
 
 TEST_CASE("more gradchecks: ReLU, BatchNorm1d, Sequential, NLL and MSE losses") {

@@ -105,6 +105,13 @@ TEST_CASE("unary ops: values") {
   CHECK(v(softplus(x))[0] == doctest::Approx(std::log1p(std::exp(-2.0))));
   CHECK(v(softplus(T({30}, {1})))[0] == 30.0);  // above the threshold: x itself
   CHECK(std::abs(v(softplus(T({-200}, {1})))[0] / std::exp(-200.0) - 1) < 1e-12);  // float64: log1p keeps e^x
+  // log_sigmoid = -softplus(-x) without overflow on either side; log1p / expm1 exact near 0
+  CHECK(v(log_sigmoid(x))[0] == doctest::Approx(-std::log1p(std::exp(2.0))));
+  CHECK(v(log_sigmoid(x))[3] == doctest::Approx(-std::log1p(std::exp(-2.0))));
+  CHECK(v(log_sigmoid(T({-800, 800}, {2}))) == std::vector<double>{-800, -0.0});
+  CHECK(v(log1p(T({1e-20, 1}, {2}))) == std::vector<double>{1e-20, std::log(2.0)});
+  CHECK(v(expm1(T({1e-20, -1000}, {2}))) == std::vector<double>{1e-20, -1});
+  CHECK(log_sigmoid(full({2}, -200.0, {.dtype = DType::float32})).at({0}) == -200.0);  // float32: no inf
   CHECK(v(gelu(x))[3] == doctest::Approx(2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0)))));
   double u = std::sqrt(2 / M_PI) * (2 + 0.044715 * 8);
   CHECK(v(gelu(x, GeluApprox::tanh))[3] == doctest::Approx(0.5 * 2 * (1 + std::tanh(u))));
@@ -264,11 +271,13 @@ TEST_CASE("gradcheck: unary ops, inputs away from kinks") {
   };
   auto pos = [](Shape s) { return rand(s, f64) + 0.5; };
   using F = Tensor (*)(const Tensor&);
-  for (F f : {F(neg), F(exp), F(sin), F(cos), F(tanh), F(sigmoid), F(relu), F(silu), F(softplus), F(abs)}) {
+  for (F f : {F(neg), F(exp), F(sin), F(cos), F(tanh), F(sigmoid), F(relu), F(silu), F(softplus), F(abs),
+              F(log_sigmoid), F(expm1)}) {
     CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {away({3, 4})}));
     CHECK(gradcheck([f](auto& in) { return f(in[0].t()); }, {away({4, 3})}));
   }
-  for (F f : {F(log), F(sqrt), F(rsqrt)}) CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {pos({3, 4})}));
+  for (F f : {F(log), F(sqrt), F(rsqrt), F(log1p)})
+    CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {pos({3, 4})}));
   CHECK(gradcheck([](auto& in) { return leaky_relu(in[0], 0.2); }, {away({6})}));
   CHECK(gradcheck([](auto& in) { return gelu(in[0]); }, {away({6})}));
   CHECK(gradcheck([](auto& in) { return gelu(in[0], GeluApprox::tanh); }, {away({6})}));
@@ -325,6 +334,9 @@ TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math
       {"gelu_tanh", [](const Tensor& t) { return gelu(t, GeluApprox::tanh); }, false, true},
       {"silu", [](const Tensor& t) { return silu(t); }, false, true},
       {"softplus", [](const Tensor& t) { return softplus(t); }, false, true},
+      {"log_sigmoid", [](const Tensor& t) { return log_sigmoid(t); }, false, true},
+      {"log1p", [](const Tensor& t) { return log1p(t); }, true, true},
+      {"expm1", [](const Tensor& t) { return expm1(t); }, false, false, [](const Tensor& y) { return y + 1.0; }},
       {"clamp", [](const Tensor& t) { return clamp(t, -0.5, 0.7); }, false, true},
       {"pow", [](const Tensor& t) { return pow(t, 1.75); }, true, true},  // an exponent 16 bits hold (it is rounded to the base's dtype)
   };

@@ -318,6 +318,99 @@ TEST_CASE("cross_entropy on 16-bit logits: the bits of the float32 path on the w
 
 // ================================================================ errors
 
+TEST_CASE("pointwise losses: values by hand (PyTorch 2.15's), every reduction") {
+  const Tensor x = T({0.2, -1.5, 3.0, 0.7}, {4}), t = T({0.5, -1.0, 1.0, 2.5}, {4});
+  check_values(l1_loss(x, t, Reduction::none), {0.3, 0.5, 2.0, 1.8}, 1e-15);
+  check_values(l1_loss(x, t), {1.15}, 1e-15);
+  check_values(l1_loss(x, t, Reduction::sum), {4.6}, 1e-15);
+  check_values(smooth_l1_loss(x, t, Reduction::none), {0.045, 0.125, 1.5, 1.3}, 1e-15);
+  check_values(smooth_l1_loss(x, t, Reduction::mean, 0.5), {0.91}, 1e-15);
+  check_values(smooth_l1_loss(x, t, Reduction::none, 0.0), {0.3, 0.5, 2.0, 1.8}, 1e-15);  // beta 0: l1
+  check_values(huber_loss(x, t, Reduction::none), {0.045, 0.125, 1.5, 1.3}, 1e-15);
+  check_values(huber_loss(x, t, Reduction::sum, 0.5), {1.82}, 1e-15);
+  // binary cross entropy: logs clamped at -100, so p = 0 against t = 1 costs 100
+  check_values(binary_cross_entropy(T({0.1, 0.9, 0.5, 1.0}, {4}), T({0, 1, 0.25, 1}, {4}), {.reduction = Reduction::none}),
+               {0.10536051565782631, 0.10536051565782628, 0.6931471805599453, 0}, 1e-15);
+  check_values(binary_cross_entropy(T({0, 1}, {2}), T({1, 0}, {2})), {100}, 1e-15);
+  check_values(binary_cross_entropy(T({0.1, 0.9}, {2}), T({0, 1}, {2}), {.weight = T({2, 0.5}, {2}),
+                                                                         .reduction = Reduction::sum}),
+               {2.5 * 0.10536051565782631}, 1e-14);
+  const Tensor z = T({-2, 0.5, 3, -40}, {4}), tz = T({0, 1, 0.3, 1}, {4});
+  check_values(binary_cross_entropy_with_logits(z, tz, {.reduction = Reduction::none}),
+               {0.1269280110429727, 0.4740769841801067, 2.1485873515737417, 40.0}, 1e-15);
+  check_values(binary_cross_entropy_with_logits(z, tz, {.pos_weight = T({2}, {1}), .reduction = Reduction::none}),
+               {0.1269280110429727, 0.9481539683602134, 2.1631635570458645, 80.0}, 1e-15);
+  // KL divergence: t log(t / p), 0 where t = 0; batchmean divides by the batch (2 rows)
+  const Tensor lp = log(T({0.2, 0.3, 0.5, 0.6, 0.3, 0.1}, {2, 3})), tk = T({0, 0.5, 0.5, 0.1, 0.1, 0.8}, {2, 3});
+  check_values(kl_div(lp, tk, {.reduction = Reduction::none}),
+               {0, 0.2554128118829954, 0, -0.17917594692280547, -0.10986122886681093, 1.6635532333438687}, 1e-14);
+  check_values(kl_div(lp, tk, {.reduction = Reduction::batchmean}), {0.8149644347186238}, 1e-14);
+  check_values(kl_div(lp, log(tk + 0.1), {.reduction = Reduction::sum, .log_target = true}), {2.132653164603688}, 1e-14);
+  // 16-bit inputs give a float32 loss; an empty mean is NaN
+  CHECK(l1_loss(x.to(DType::bfloat16), t.to(DType::bfloat16)).dtype() == DType::float32);
+  CHECK(std::isnan(huber_loss(zeros({0}), zeros({0})).item()));
+}
+
+TEST_CASE("pointwise losses: gradcheck in float64 for input and target, weights, saturated BCE gradients") {
+  manual_seed(31);
+  const Shape s{3, 4};
+  auto rnd = [&] { return randn(s, f64); };
+  auto prob = [&] { return rand(s, f64) * 0.8 + 0.1; };
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum}) {
+    CAPTURE(int(r));
+    CHECK(gradcheck([r](auto& in) { return l1_loss(in[0], in[1], r); }, {rnd(), rnd()}));
+    CHECK(gradcheck([r](auto& in) { return smooth_l1_loss(in[0], in[1], r, 0.7); }, {rnd(), rnd()}));
+    CHECK(gradcheck([r](auto& in) { return huber_loss(in[0], in[1], r, 0.6); }, {rnd(), rnd()}));
+    CHECK(gradcheck([r](auto& in) { return binary_cross_entropy(in[0], in[1], {.weight = in[2], .reduction = r}); },
+                    {prob(), prob(), rand({4}, f64) + 0.5}));
+    CHECK(gradcheck(
+        [r](auto& in) {
+          return binary_cross_entropy_with_logits(in[0], in[1], {.weight = in[2], .pos_weight = in[3], .reduction = r});
+        },
+        {rnd() * 3.0, prob(), rand({3, 1}, f64) + 0.5, rand({4}, f64) + 0.5}));
+    CHECK(gradcheck([r](auto& in) { return kl_div(log_softmax(in[0], 1), softmax(in[1], 1), {.reduction = r}); },
+                    {rnd(), rnd()}));
+    CHECK(gradcheck([r](auto& in) { return kl_div(in[0], in[1], {.reduction = r, .log_target = true}); },
+                    {rnd(), rnd()}));
+  }
+  CHECK(gradcheck([](auto& in) { return kl_div(in[0], in[1], {.reduction = Reduction::batchmean}); }, {rnd(), prob()}));
+  // binary_cross_entropy's gradient at a saturated probability is PyTorch's finite
+  // (p - t) / max(p (1 - p), 1e-12f), not 0 (the clamped logs have no slope there), and the
+  // target's is -logit(p), infinite there as in PyTorch
+  Tensor p = T({0.0, 1.0, 0.5}, {3}).requires_grad_(), tt = T({0.25, 0.75, 0.5}, {3}).requires_grad_();
+  sum(binary_cross_entropy(p, tt, {.reduction = Reduction::none})).backward();
+  const auto gp = p.grad().to_vector<double>(), gt = tt.grad().to_vector<double>();
+  CHECK(gp[0] == doctest::Approx(-0.25 / double(1e-12f)));
+  CHECK(gp[1] == doctest::Approx(0.25 / double(1e-12f)));
+  CHECK(gp[2] == 0.0);
+  CHECK((std::isinf(gt[0]) && gt[0] > 0));
+  CHECK((std::isinf(gt[1]) && gt[1] < 0));
+  // twice differentiable (a gradient penalty through a loss)
+  CHECK(gradgradcheck([](auto& in) { return binary_cross_entropy(in[0], in[1]); }, {prob(), prob()}));
+  CHECK(gradgradcheck([](auto& in) { return binary_cross_entropy_with_logits(in[0], in[1]); }, {rnd(), prob()}));
+  CHECK(gradgradcheck([](auto& in) { return smooth_l1_loss(in[0], in[1]); }, {rnd(), rnd()}));
+}
+
+TEST_CASE("pointwise losses: errors name the op, shapes and values") {
+  const Tensor a = ones({2, 3}), b = ones({2, 4});
+  CHECK(error_of([&] { l1_loss(a, b); }).find("[2, 4]") != std::string::npos);
+  CHECK(error_of([&] { huber_loss(a, a, Reduction::mean, 0.0); }).find("delta") != std::string::npos);
+  CHECK(error_of([&] { smooth_l1_loss(a, a, Reduction::mean, -1.0); }).find("beta") != std::string::npos);
+  CHECK(error_of([&] { l1_loss(a, a, Reduction::batchmean); }).find("kl_div's only") != std::string::npos);
+  CHECK(error_of([&] { mse_loss(a, a, Reduction::batchmean); }).find("kl_div's only") != std::string::npos);
+  CHECK(error_of([&] { cross_entropy(a, I64({0, 1}, {2}), {.reduction = Reduction::batchmean}); })
+            .find("kl_div's only") != std::string::npos);
+  const std::string range = error_of([&] { binary_cross_entropy(full({2, 3}, 1.5), a); });
+  CHECK(range.find("[0, 1]") != std::string::npos);
+  CHECK(range.find("1.5") != std::string::npos);
+  CHECK(error_of([&] { binary_cross_entropy(a, full({2, 3}, -0.5)); }).find("target") != std::string::npos);
+  CHECK(error_of([&] { binary_cross_entropy_with_logits(a, a, {.pos_weight = ones({2})}); }).find("pos_weight") !=
+        std::string::npos);
+  CHECK(error_of([&] { binary_cross_entropy(a, a, {.weight = ones({2, 3, 2})}); }).find("weight") !=
+        std::string::npos);
+  CHECK(error_of([&] { l1_loss(I64({1, 2}, {2}), I64({1, 2}, {2})); }).find("int64") != std::string::npos);
+}
+
 TEST_CASE("errors: targets out of range, shape mismatches, dtypes") {
   Tensor x = X3();
   CHECK_THROWS_WITH_AS(cross_entropy(x, I64({2, 3, 0}, {3})), doctest::Contains("target value 3"), kiln::Error);
