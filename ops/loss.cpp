@@ -13,6 +13,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 
@@ -131,6 +132,45 @@ Tensor one_hot_graph(const Targets& t, const ClassLayout& L, DType dt, Device de
   return eq(classes, t.tgt.reshape({L.n, 1, L.s})).to(dt);
 }
 
+/// Checks a class-weight tensor: 1-D of c floating values on the input's device.
+void check_class_weight(const char* op, const Tensor& w, int64_t c, const Tensor& input) {
+  check_floating(op, w, "weight");
+  check_same_device(op, {input, w});
+  KILN_CHECK(w.dim() == 1 && w.size(0) == c, op, ": weight must be a 1-D tensor of ", c,
+             " class weights (one per class), got ", describe(w));
+}
+
+/// Cross entropy / NLL with class weights, in recorded ops with PyTorch's formulas, from
+/// log-probabilities logp (n, c, s) and checked targets:
+///   nll_i = -w[t_i] logp_i[t_i],  smooth_i = -sum_c w_c logp_i[c]  (0 where t_i is ignored)
+///   loss = (1 - eps) nll + eps / c smooth, and a mean divides both sums by sum_i w[t_i].
+Tensor weighted_class_loss(const Tensor& logp, const Targets& T, const ClassLayout& L, const Tensor& weight,
+                           int64_t ignore, double eps, Reduction r, const Shape& target_shape) {
+  const Tensor t = T.tgt.reshape({L.n, 1, L.s});
+  const Tensor valid = ne(t, double(ignore));
+  const Tensor ts = where(valid, t, zeros_like(t));  // a class index for every entry
+  const Tensor w = weight.to(logp.dtype());
+  const Tensor zero = full({}, 0.0, {.dtype = logp.dtype(), .device = logp.device()});
+  const Tensor wt = where(valid, index_select(w, 0, ts.flatten()).reshape({L.n, 1, L.s}), zero);
+  // the target's log-probability as a one-hot sum (twice differentiable, unlike gather)
+  const Tensor picked = sum(mul(logp, one_hot_graph(T, L, logp.dtype(), logp.device())), {1}, true);
+  Tensor nll = where(valid, neg(mul(picked, wt)), zero);
+  Tensor smooth;
+  if (eps > 0) smooth = where(valid, neg(sum(mul(logp, w.reshape({1, L.c, 1})), {1}, true)), zero);
+  auto combine = [&](const Tensor& a, const Tensor& b) {
+    return eps > 0 ? add(mul(a, 1.0 - eps), mul(b, eps / double(L.c))) : a;
+  };
+  switch (r) {
+    case Reduction::none: return combine(nll, smooth).reshape(target_shape);
+    case Reduction::sum: return combine(sum(nll), eps > 0 ? sum(smooth) : Tensor());
+    case Reduction::mean:
+    default: {
+      const Tensor den = sum(wt);
+      return combine(div(sum(nll), den), eps > 0 ? div(sum(smooth), den) : Tensor());
+    }
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- cross_entropy
@@ -150,6 +190,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
   const ClassLayout L = class_layout(op, "logits", logits, target);
   const DType xdt = logits.dtype(), dt = is_half(xdt) ? DType::float32 : xdt;  // logits' dtype, the loss's
   const Targets T = check_targets(op, tgt, L.c, args.ignore_index, args.reduction, dt);
+  if (args.weight.defined()) {  // class weights: recorded ops on log_softmax
+    check_class_weight(op, args.weight, L.c, logits);
+    const Tensor logp = log_softmax(logits.to(dt).reshape({L.n, L.c, L.s}), 1);
+    return weighted_class_loss(logp, T, L, args.weight, args.ignore_index, args.label_smoothing, args.reduction,
+                               target.shape());
+  }
   Tensor x = logits.detach().contiguous();                            // (n, c, s)
   Tensor loss = Tensor::empty(target.shape(), dt, logits.device());  // (n, s)
   Tensor mx = Tensor::empty(target.shape(), dt, logits.device());    // (n, s) max over classes
@@ -215,6 +261,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, NllLossArgs args)
   const ClassLayout L = class_layout(op, "log_probs", log_probs, target);
   const DType dt = log_probs.dtype();
   const Targets T = check_targets(op, tgt, L.c, args.ignore_index, args.reduction, dt);
+  if (args.weight.defined()) {
+    check_class_weight(op, args.weight, L.c, log_probs);
+    return weighted_class_loss(log_probs.reshape({L.n, L.c, L.s}), T, L, args.weight, args.ignore_index, 0.0,
+                               args.reduction, target.shape());
+  }
   Tensor x = log_probs.detach().contiguous();                          // (n, c, s)
   Tensor loss = Tensor::empty(target.shape(), dt, log_probs.device());  // (n, s)
   NllLossKernelArgs a;

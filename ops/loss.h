@@ -16,6 +16,10 @@ struct CrossEntropyArgs {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   Reduction reduction = Reduction::mean;
+  /// Class weights (C): each target's loss times weight[target]; a mean divides by the sum
+  /// of the non-ignored targets' weights, and label smoothing weighs class c by weight[c]
+  /// (PyTorch's). Computed with recorded ops on log_softmax instead of the fused kernel.
+  Tensor weight = {};
 };
 /// logits (N, C) or (N, C, d1, ...), target int64 class indices (N) or (N, d1, ...).
 /// Mean reduction divides by the number of non-ignored targets.
@@ -30,6 +34,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyArg
 struct NllLossArgs {
   int64_t ignore_index = -100;
   Reduction reduction = Reduction::mean;
+  Tensor weight = {};  ///< class weights (C), as CrossEntropyArgs::weight
 };
 /// log-probabilities (N, C) or (N, C, d1, ...) and int64 targets: mean(-log_probs[t]) over
 /// non-ignored targets (same shapes, target checks and reductions as cross_entropy).

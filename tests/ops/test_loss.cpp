@@ -318,6 +318,35 @@ TEST_CASE("cross_entropy on 16-bit logits: the bits of the float32 path on the w
 
 // ================================================================ errors
 
+TEST_CASE("cross_entropy and nll_loss with class weights: PyTorch 2.15's values, gradcheck, errors") {
+  const Tensor x = X3(), t = T3(), w = T({1, 2, 0.5}, {3});
+  check_values(cross_entropy(x, t, {.reduction = Reduction::none, .weight = w}),
+               {0.2038029822221902, 0.19673409691961713, 8.049489780277645}, 1e-14);
+  check_values(cross_entropy(x, t, {.weight = w}), {2.4142933884055573}, 1e-14);  // sum / (0.5 + 1 + 2)
+  check_values(cross_entropy(x, t, {.label_smoothing = 0.2, .weight = w}), {2.3971832313008243}, 1e-14);
+  check_values(cross_entropy(x, I64({2, -100, 1}, {3}), {.weight = w}), {3.3013171049999337}, 1e-14);
+  check_values(nll_loss(log_softmax(x, 1), t, {.reduction = Reduction::sum, .weight = w}), {8.45002685941945}, 1e-14);
+  // all ignored: the mean is NaN, as without weights
+  CHECK(std::isnan(cross_entropy(x, I64({-100, -100, -100}, {3}), {.weight = w}).item()));
+  // 16-bit logits: computed in float32
+  CHECK(cross_entropy(x.to(DType::bfloat16), t, {.weight = w.to(DType::float32)}).dtype() == DType::float32);
+  manual_seed(41);
+  const Tensor tgt = I64({0, 2, -100, 1, 3, 2}, {2, 3}), cw = rand({4}, f64) + 0.5;
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum})
+    for (double eps : {0.0, 0.3}) {
+      CAPTURE(int(r));
+      CAPTURE(eps);
+      CHECK(gradcheck([&](auto& in) { return cross_entropy(in[0], tgt, {.label_smoothing = eps, .reduction = r,
+                                                                         .weight = cw}); },
+                      {randn({2, 4, 3}, f64)}));
+    }
+  CHECK(gradgradcheck([&](auto& in) { return cross_entropy(in[0], tgt, {.weight = cw}); }, {randn({2, 4, 3}, f64)}));
+  CHECK(error_of([&] { cross_entropy(x, t, {.weight = ones({4}, f64)}); }).find("3 class weights") !=
+        std::string::npos);
+  CHECK(error_of([&] { nll_loss(x, t, {.weight = ones({3, 1}, f64)}); }).find("weight") != std::string::npos);
+  CHECK(error_of([&] { cross_entropy(x, I64({0, 5, 1}, {3}), {.weight = w}); }).find("5") != std::string::npos);
+}
+
 TEST_CASE("pointwise losses: values by hand (PyTorch 2.15's), every reduction") {
   const Tensor x = T({0.2, -1.5, 3.0, 0.7}, {4}), t = T({0.5, -1.0, 1.0, 2.5}, {4});
   check_values(l1_loss(x, t, Reduction::none), {0.3, 0.5, 2.0, 1.8}, 1e-15);
