@@ -9,6 +9,7 @@
 #include "kiln/ops/conv.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn_functional.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::nn {
 
@@ -360,6 +361,60 @@ class Softplus : public Module {
 class LogSigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) override { return log_sigmoid(x); }
+};
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope); }
+  std::string extra_repr() const override { return "negative_slope=" + std::to_string(negative_slope); }
+  double negative_slope;
+};
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha(alpha) {}
+  Tensor forward(const Tensor& x) override { return elu(x, alpha); }
+  std::string extra_repr() const override { return "alpha=" + std::to_string(alpha); }
+  double alpha;
+};
+class SELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return selu(x); }
+};
+class Hardtanh : public Module {
+ public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0) : min_val(min_val), max_val(max_val) {}
+  Tensor forward(const Tensor& x) override { return hardtanh(x, min_val, max_val); }
+  std::string extra_repr() const override {
+    return "min_val=" + std::to_string(min_val) + ", max_val=" + std::to_string(max_val);
+  }
+  double min_val, max_val;
+};
+class ReLU6 : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu6(x); }
+};
+class Hardsigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return hardsigmoid(x); }
+};
+class Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return hardswish(x); }
+};
+/// softmax / log_softmax over one dim.
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x) override { return softmax(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
+  int64_t dim;
+};
+class LogSoftmax : public Module {
+ public:
+  explicit LogSoftmax(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x) override { return log_softmax(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
+  int64_t dim;
 };
 /// Returns its input.
 class Identity : public Module {

@@ -5,6 +5,7 @@
 #include "kiln/core/copy.h"
 #include "kiln/core/half.h"
 #include "kiln/ops/kernels/elementwise.h"
+#include "kiln/ops/math.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
 
@@ -176,10 +177,18 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     case Op::log_sigmoid: return sigmoid(neg(s));
     case Op::log1p: return div(scalar_like(s, 1.0), add(s, 1.0));
     case Op::expm1: return add(s, 1.0);
+    case Op::elu: return where(gt(s, 0.0), scalar_like(s, 1.0), mul(exp(s), p0));
+    case Op::selu:
+      return where(gt(s, 0.0), scalar_like(s, math::kSeluScale),
+                   mul(exp(s), math::kSeluScale * math::kSeluAlpha));
+    case Op::hardswish:
+      return where(le(s, -3.0), scalar_like(s, 0.0), where(lt(s, 3.0), add(div(s, 3.0), 0.5), scalar_like(s, 1.0)));
     case Op::pow_scalar: return p0 == 0 ? zeros_like(s) : mul(pow(s, p0 - 1), p0);
     case Op::abs:
     case Op::relu:
     case Op::leaky_relu:
+    case Op::hardtanh:
+    case Op::hardsigmoid:
     case Op::clamp: return unary_grad(op, ones_like(s), s.detach(), p0, p1);  // piecewise constant: f'' = 0
     default: KILN_FAIL("unary_derivative: no formula for '", op_name(op), "'");  // has_recorded_derivative says
   }
@@ -192,7 +201,8 @@ bool has_recorded_derivative(Op op) {
   switch (op) {
     case Op::neg: case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::sin: case Op::cos:
     case Op::tanh: case Op::sigmoid: case Op::gelu: case Op::gelu_tanh: case Op::silu: case Op::softplus:
-    case Op::log_sigmoid: case Op::log1p: case Op::expm1: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
+    case Op::log_sigmoid: case Op::log1p: case Op::expm1: case Op::elu: case Op::selu:
+    case Op::hardtanh: case Op::hardsigmoid: case Op::hardswish: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
     default: return false;
   }
 }
@@ -364,6 +374,13 @@ Tensor pow(double base, const Tensor& e) { return pow(scalar_like(e, base), e); 
 
 // ... and those with parameters (api `own`).
 Tensor leaky_relu(const Tensor& x, double s) { check_floating("leaky_relu", x); return unary_op(Op::leaky_relu, x, s); }
+Tensor elu(const Tensor& x, double alpha) { check_floating("elu", x); return unary_op(Op::elu, x, alpha); }
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  check_floating("hardtanh", x);
+  KILN_CHECK(min_val <= max_val, "hardtanh: min_val ", min_val, " is greater than max_val ", max_val);
+  return unary_op(Op::hardtanh, x, min_val, max_val);
+}
+Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check_floating("gelu", x);
   return unary_op(approx == GeluApprox::tanh ? Op::gelu_tanh : Op::gelu, x);

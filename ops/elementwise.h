@@ -53,6 +53,17 @@ Tensor log_sigmoid(const Tensor& x);
 /// log(1 + x) and e^x - 1, accurate near 0 (libm's log1p / expm1).
 Tensor log1p(const Tensor& x);
 Tensor expm1(const Tensor& x);
+/// x above 0, alpha (e^x - 1) at or below (PyTorch's elu); selu is scale elu(x, alpha) with
+/// PyTorch's fixed alpha 1.6733 and scale 1.0507.
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor selu(const Tensor& x);
+/// x clamped to [min_val, max_val] with PyTorch's hardtanh gradient (0 at the bounds, where
+/// clamp passes it); relu6 is hardtanh(x, 0, 6).
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor relu6(const Tensor& x);
+/// relu6(x + 3) / 6 and x relu6(x + 3) / 6 (MobileNetV3's hard sigmoid and hard swish).
+Tensor hardsigmoid(const Tensor& x);
+Tensor hardswish(const Tensor& x);
 /// Clamps to [min, max]; either bound may be absent; min > max throws. The gradient is 1
 /// strictly inside the bounds and 0 at a bound, beyond it and at NaN (PyTorch 2.x's rule);
 /// a NaN bound makes every element NaN (gradient 0), as in PyTorch.

@@ -132,6 +132,65 @@ template <class T> struct Log1pD {
 template <class T> struct Expm1F { KILN_HD_INLINE T operator()(T x) const { return m_expm1(x); } };
 template <class T> struct Expm1D { KILN_HD_INLINE T operator()(T y) const { return y + T(1); } };
 
+/// elu: x above 0, alpha (e^x - 1) at or below (PyTorch's, through expm1); its derivative
+/// alpha e^x there.
+template <class T> struct EluF {
+  T alpha;
+  KILN_HD_INLINE T operator()(T x) const { return x > T(0) ? x : alpha * m_expm1(x); }
+};
+template <class T> struct EluD {
+  T alpha;
+  KILN_HD_INLINE T operator()(T x) const { return x > T(0) ? T(1) : alpha * m_exp(x); }
+};
+
+/// selu: scale elu(x, alpha) with PyTorch's constants (ops/math.h).
+template <class T> struct SeluF {
+  KILN_HD_INLINE T operator()(T x) const { return T(kSeluScale) * (x > T(0) ? x : T(kSeluAlpha) * m_expm1(x)); }
+};
+template <class T> struct SeluD {
+  KILN_HD_INLINE T operator()(T x) const {
+    return x > T(0) ? T(kSeluScale) : T(kSeluScale) * T(kSeluAlpha) * m_exp(x);
+  }
+};
+
+/// hardtanh: x clamped to [lo, hi]; its gradient passes strictly inside only (PyTorch's
+/// hardtanh_backward: 0 at the bounds, where clamp's passes). relu6 is hardtanh(x, 0, 6).
+template <class T> struct HardtanhF {
+  T lo, hi;
+  KILN_HD_INLINE T operator()(T x) const { return x < lo ? lo : (x > hi ? hi : x); }
+};
+template <class T> struct HardtanhD {
+  T lo, hi;
+  KILN_HD_INLINE T operator()(T x) const { return x <= lo || x >= hi ? T(0) : T(1); }
+  KILN_HD_INLINE T grad(T g, T x) const { return x <= lo || x >= hi ? T(0) : g; }
+};
+
+/// hardsigmoid: min(max(x + 3, 0), 6) / 6; gradient 1/6 strictly inside (-3, 3), else 0
+/// (PyTorch's 1/6 is a float constant, in float64 too: 0.1666666716...).
+template <class T> struct HardsigmoidF {
+  KILN_HD_INLINE T operator()(T x) const {
+    const T r = x + T(3);
+    return (r < T(0) ? T(0) : (r > T(6) ? T(6) : r)) / T(6);
+  }
+};
+template <class T> struct HardsigmoidD {
+  KILN_HD_INLINE T operator()(T x) const { return x > T(-3) && x < T(3) ? T(1.0f / 6.0f) : T(0); }
+  KILN_HD_INLINE T grad(T g, T x) const { return x > T(-3) && x < T(3) ? g * T(1.0f / 6.0f) : T(0); }
+};
+
+/// hardswish: x min(max(x + 3, 0), 6) / 6; derivative 0 up to -3, x / 3 + 1/2 below 3, 1 from 3
+/// (PyTorch's bounds).
+template <class T> struct HardswishF {
+  KILN_HD_INLINE T operator()(T x) const {
+    const T r = x + T(3);
+    return x * (r < T(0) ? T(0) : (r > T(6) ? T(6) : r)) / T(6);
+  }
+};
+template <class T> struct HardswishD {
+  KILN_HD_INLINE T operator()(T x) const { return x <= T(-3) ? T(0) : (x < T(3) ? x / T(3) + T(0.5) : T(1)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return x <= T(-3) ? T(0) : (x < T(3) ? g * (x / T(3) + T(0.5)) : g); }
+};
+
 template <class T> struct ClampF {
   T lo, hi;
   KILN_HD_INLINE T operator()(T x) const { return math::clamp(x, lo, hi); }

@@ -84,6 +84,10 @@ KILN_HD_INLINE double m_pow(double x, double y) { return ::pow(x, y); }
 KILN_HD_INLINE float m_fabs(float x) { return ::fabsf(x); }
 KILN_HD_INLINE double m_fabs(double x) { return ::fabs(x); }
 
+/// selu's fixed alpha and scale (PyTorch's).
+inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+inline constexpr double kSeluScale = 1.0507009873554804934193349852946;
+
 /// relu propagates NaN (as PyTorch): only x <= 0 becomes 0. Its derivative passes the
 /// gradient everywhere but x <= 0 (PyTorch's threshold_backward), so it reads the same
 /// from x or from relu(x).

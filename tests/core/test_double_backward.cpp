@@ -93,6 +93,11 @@ TEST_CASE("double backward: every unary op and activation") {
   CHECK(gradgradcheck([&](auto& in) { return log_sigmoid(in[0]); }, {rnd(s)}));
   CHECK(gradgradcheck([&](auto& in) { return log1p(in[0]); }, {uni(s, 0.5, 2.0)}));
   CHECK(gradgradcheck([&](auto& in) { return expm1(in[0]); }, {rnd(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return elu(in[0], 0.7); }, {away_from_zero(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return selu(in[0]); }, {away_from_zero(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return sq(hardtanh(in[0], -0.5, 0.5)); }, {T({-1.0, -0.3, 0.1, 0.4, 0.9}, {5})}));
+  CHECK(gradgradcheck([&](auto& in) { return sq(hardsigmoid(in[0])) + hardswish(in[0]); },
+                      {T({-4.0, -2.5, -0.3, 0.7, 2.9, 3.5}, {6})}));
   CHECK(gradgradcheck([&](auto& in) { return sq(clamp(in[0], -0.5, 0.5)); },
                       {T({-1.0, -0.3, 0.1, 0.4, 0.9}, {5})}));
   CHECK(gradgradcheck([&](auto& in) { return pow(in[0], 2.5) + pow(in[0], 3.0); }, {uni(s, 0.5, 2.0)}));

@@ -397,6 +397,15 @@ void check_all_unary(double rtol) {
                  LogSigmoidD<C>{}, rtol);
   check_unary<T>("log1p", [](const Tensor& x) { return log1p(x); }, true, false, Log1pF<C>{}, Log1pD<C>{}, rtol);
   check_unary<T>("expm1", [](const Tensor& x) { return expm1(x); }, false, true, Expm1F<C>{}, Expm1D<C>{}, rtol);
+  check_unary<T>("elu", [](const Tensor& x) { return elu(x, 0.7); }, false, false, EluF<C>{C(0.7)}, EluD<C>{C(0.7)},
+                 rtol);
+  check_unary<T>("selu", [](const Tensor& x) { return selu(x); }, false, false, SeluF<C>{}, SeluD<C>{}, rtol);
+  check_unary<T>("hardtanh", [](const Tensor& x) { return hardtanh(x, -0.5, 0.7); }, false, false,
+                 HardtanhF<C>{C(-0.5), C(0.7)}, HardtanhD<C>{C(-0.5), C(0.7)}, rtol);
+  check_unary<T>("hardsigmoid", [](const Tensor& x) { return hardsigmoid(x); }, false, false, HardsigmoidF<C>{},
+                 HardsigmoidD<C>{}, rtol);
+  check_unary<T>("hardswish", [](const Tensor& x) { return hardswish(x); }, false, false, HardswishF<C>{},
+                 HardswishD<C>{}, rtol);
   check_unary<T>("clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }, false, false,
                  ClampF<C>{C(-0.5), C(0.7)}, ClampD<C>{C(-0.5), C(0.7)}, rtol);
   check_unary<T>("pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }, true, false, PowScalarF<C>{C(2.5)},

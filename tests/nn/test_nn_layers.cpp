@@ -149,6 +149,18 @@ TEST_CASE("activations match the ops and gradcheck") {
   nn::LogSigmoid ls;
   CHECK(bitwise_equal(ls(x), log_sigmoid(x)));
   CHECK(check_layer(ls, x));
+  CHECK(bitwise_equal(nn::LeakyReLU(0.2)(x), leaky_relu(x, 0.2)));
+  CHECK(bitwise_equal(nn::ELU(0.5)(x), elu(x, 0.5)));
+  CHECK(bitwise_equal(nn::SELU()(x), selu(x)));
+  CHECK(bitwise_equal(nn::Hardtanh(-0.5, 0.5)(x), hardtanh(x, -0.5, 0.5)));
+  CHECK(bitwise_equal(nn::ReLU6()(x * 8.0), relu6(x * 8.0)));
+  CHECK(bitwise_equal(nn::Hardsigmoid()(x), hardsigmoid(x)));
+  CHECK(bitwise_equal(nn::Hardswish()(x), hardswish(x)));
+  CHECK(bitwise_equal(nn::Softmax(1)(x), softmax(x, 1)));
+  CHECK(bitwise_equal(nn::LogSoftmax(0)(x), log_softmax(x, 0)));
+  nn::ELU el(0.7);
+  CHECK(check_layer(el, x));
+  CHECK(el.str().find("ELU(alpha=0.7") == 0);
 }
 
 TEST_CASE("Dropout: training vs eval, seeded, gradcheck") {

@@ -112,6 +112,34 @@ TEST_CASE("unary ops: values") {
   CHECK(v(log1p(T({1e-20, 1}, {2}))) == std::vector<double>{1e-20, std::log(2.0)});
   CHECK(v(expm1(T({1e-20, -1000}, {2}))) == std::vector<double>{1e-20, -1});
   CHECK(log_sigmoid(full({2}, -200.0, {.dtype = DType::float32})).at({0}) == -200.0);  // float32: no inf
+  // the activations of PyTorch's nn (values from PyTorch 2.15, float64)
+  const Tensor a = T({-4, -2, -0.5, 0.5, 2, 4}, {6});
+  auto near = [&](const Tensor& got, const std::vector<double>& want) {
+    const auto g = v(got);
+    bool ok = g.size() == want.size();
+    for (size_t i = 0; ok && i < g.size(); ++i) ok = std::abs(g[i] - want[i]) <= 1e-15 * std::max(1.0, std::abs(want[i]));
+    return ok;
+  };
+  CHECK(near(elu(a, 0.7), {-0.687179052777886, -0.6052653017343711, -0.2754285382011566, 0.5, 2.0, 4.0}));
+  CHECK(near(selu(a), {-1.7258986281898945, -1.5201664685956948, -0.6917581878028713, 0.5253504936777402,
+                       2.101401974710961, 4.202803949421922}));
+  CHECK(near(hardtanh(a, -1, 1.5), {-1, -1, -0.5, 0.5, 1.5, 1.5}));
+  CHECK(near(relu6(a * 2.0), {0, 0, 0, 1, 4, 6}));
+  CHECK(near(hardsigmoid(a), {0, 1.0 / 6, 2.5 / 6, 3.5 / 6, 5.0 / 6, 1}));
+  CHECK(near(hardswish(a), {0, -1.0 / 3, -0.5 * 2.5 / 6, 0.5 * 3.5 / 6, 2 * 5.0 / 6, 4}));
+  // their gradients at the kinks are PyTorch's
+  Tensor b = T({-3, 3, 0, 6, -1, 1}, {6}).requires_grad_();
+  auto grad_of = [&](Tensor (*f)(const Tensor&)) {
+    b.set_grad(Tensor());
+    sum(f(b)).backward();
+    return v(b.grad());
+  };
+  CHECK(grad_of(hardsigmoid) == std::vector<double>{0, 0, double(1.0f / 6.0f), 0, double(1.0f / 6.0f),
+                                                    double(1.0f / 6.0f)});
+  CHECK(grad_of(hardswish) == std::vector<double>{0, 1, 0.5, 1, -1.0 / 3 + 0.5, 1.0 / 3 + 0.5});
+  CHECK(grad_of(relu6) == std::vector<double>{0, 1, 0, 0, 0, 1});
+  CHECK(grad_of([](const Tensor& t) { return hardtanh(t); }) == std::vector<double>{0, 0, 1, 0, 0, 0});
+  CHECK_THROWS_AS(hardtanh(a, 1.0, -1.0), Error);
   CHECK(v(gelu(x))[3] == doctest::Approx(2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0)))));
   double u = std::sqrt(2 / M_PI) * (2 + 0.044715 * 8);
   CHECK(v(gelu(x, GeluApprox::tanh))[3] == doctest::Approx(0.5 * 2 * (1 + std::tanh(u))));
@@ -272,13 +300,16 @@ TEST_CASE("gradcheck: unary ops, inputs away from kinks") {
   auto pos = [](Shape s) { return rand(s, f64) + 0.5; };
   using F = Tensor (*)(const Tensor&);
   for (F f : {F(neg), F(exp), F(sin), F(cos), F(tanh), F(sigmoid), F(relu), F(silu), F(softplus), F(abs),
-              F(log_sigmoid), F(expm1)}) {
+              F(log_sigmoid), F(expm1), F(selu), F(hardswish), F(hardsigmoid), F(relu6)}) {
     CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {away({3, 4})}));
     CHECK(gradcheck([f](auto& in) { return f(in[0].t()); }, {away({4, 3})}));
   }
   for (F f : {F(log), F(sqrt), F(rsqrt), F(log1p)})
     CHECK(gradcheck([f](auto& in) { return f(in[0]); }, {pos({3, 4})}));
   CHECK(gradcheck([](auto& in) { return leaky_relu(in[0], 0.2); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return elu(in[0], 0.6); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return hardtanh(in[0], -0.7, 0.9); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return hardswish(in[0] * 4.0) + hardsigmoid(in[0] * 4.0); }, {away({8})}));
   CHECK(gradcheck([](auto& in) { return gelu(in[0]); }, {away({6})}));
   CHECK(gradcheck([](auto& in) { return gelu(in[0], GeluApprox::tanh); }, {away({6})}));
   CHECK(gradcheck([](auto& in) { return clamp(in[0], -1.0, 1.0); }, {T({-1.5, -0.5, 0.5, 1.5}, {4})}));
@@ -335,6 +366,11 @@ TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math
       {"silu", [](const Tensor& t) { return silu(t); }, false, true},
       {"softplus", [](const Tensor& t) { return softplus(t); }, false, true},
       {"log_sigmoid", [](const Tensor& t) { return log_sigmoid(t); }, false, true},
+      {"elu", [](const Tensor& t) { return elu(t, 0.8); }, false, true},
+      {"selu", [](const Tensor& t) { return selu(t); }, false, true},
+      {"hardtanh", [](const Tensor& t) { return hardtanh(t, -0.5, 0.75); }, false, true},
+      {"hardsigmoid", [](const Tensor& t) { return hardsigmoid(t * 2.0); }, false, true},
+      {"hardswish", [](const Tensor& t) { return hardswish(t * 2.0); }, false, true},
       {"log1p", [](const Tensor& t) { return log1p(t); }, true, true},
       {"expm1", [](const Tensor& t) { return expm1(t); }, false, false, [](const Tensor& y) { return y + 1.0; }},
       {"clamp", [](const Tensor& t) { return clamp(t, -0.5, 0.7); }, false, true},
