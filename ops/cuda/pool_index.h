@@ -47,23 +47,43 @@ KILN_HD_INLINE PoolWindow max_window(const Pool2dGeom& g, int64_t oh, int64_t ow
           pool_min(w + (g.kW - 1) * g.dW + 1, g.W)};
 }
 
-/// Max and flat argmax h*W + w of one window of plane xp: the first maximum wins, a NaN
-/// propagates (the CPU's max_step: take when v > best or v is NaN).
+/// Max and flat argmax h*W + w over rows h0, h0 + dh, ... < h1 and columns w0, w0 + dw, ...
+/// < w1 of plane xp (row length W): the first maximum wins, a NaN propagates (the CPU's
+/// max_step: take when v > best or v is NaN).
 template <class T, class A>
-KILN_HD_INLINE void max_pool_out(const Pool2dGeom& g, const T* xp, int64_t oh, int64_t ow, T& y, int64_t& idx) {
-  const PoolWindow b = max_window(g, oh, ow);
-  A best = A(xp[b.h0 * g.W + b.w0]);
-  int64_t bi = b.h0 * g.W + b.w0;
-  for (int64_t h = b.h0; h < b.h1; h += g.dH)
-    for (int64_t w = b.w0; w < b.w1; w += g.dW) {
-      const A v = A(xp[h * g.W + w]);
+KILN_HD_INLINE void window_max(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t dh, int64_t w0, int64_t w1,
+                               int64_t dw, T& y, int64_t& idx) {
+  A best = A(xp[h0 * W + w0]);
+  int64_t bi = h0 * W + w0;
+  for (int64_t h = h0; h < h1; h += dh)
+    for (int64_t w = w0; w < w1; w += dw) {
+      const A v = A(xp[h * W + w]);
       if (v > best || v != v) {
         best = v;
-        bi = h * g.W + w;
+        bi = h * W + w;
       }
     }
   y = T(best);
   idx = bi;
+}
+
+/// The sum of dy over outputs [oh0, oh1) x [ow0, ow1) (row length OW) whose argmax is `me`,
+/// in ascending output order (the CPU's scatter order).
+template <class T, class A>
+KILN_HD_INLINE T argmax_gather(const T* dyp, const int64_t* ip, int64_t OW, int64_t oh0, int64_t oh1, int64_t ow0,
+                               int64_t ow1, int64_t me) {
+  A s = A(0);
+  for (int64_t oh = oh0; oh < oh1; ++oh)
+    for (int64_t ow = ow0; ow < ow1; ++ow)
+      if (ip[oh * OW + ow] == me) s += A(dyp[oh * OW + ow]);
+  return T(s);
+}
+
+/// Max and flat argmax of one max-pooling window of plane xp (window_max over its taps).
+template <class T, class A>
+KILN_HD_INLINE void max_pool_out(const Pool2dGeom& g, const T* xp, int64_t oh, int64_t ow, T& y, int64_t& idx) {
+  const PoolWindow b = max_window(g, oh, ow);
+  window_max<T, A>(xp, g.W, b.h0, b.h1, g.dH, b.w0, b.w1, g.dW, y, idx);
 }
 
 /// dx at (h, w) of one plane: the sum of dy over the windows whose argmax is h*W + w (the
@@ -73,12 +93,7 @@ KILN_HD_INLINE T max_pool_dx(const Pool2dGeom& g, const T* dyp, const int64_t* i
   int64_t oh0, oh1, ow0, ow1;
   windows_containing(h, (g.kH - 1) * g.dH + 1, g.sH, g.pH, g.OH, oh0, oh1);
   windows_containing(w, (g.kW - 1) * g.dW + 1, g.sW, g.pW, g.OW, ow0, ow1);
-  const int64_t me = h * g.W + w;
-  A s = A(0);
-  for (int64_t oh = oh0; oh < oh1; ++oh)
-    for (int64_t ow = ow0; ow < ow1; ++ow)
-      if (ip[oh * g.OW + ow] == me) s += A(dyp[oh * g.OW + ow]);
-  return T(s);
+  return argmax_gather<T, A>(dyp, ip, g.OW, oh0, oh1, ow0, ow1, h * g.W + w);
 }
 
 /// Average pooling window of (oh, ow) clipped to the input, and its divisor: with
@@ -162,20 +177,8 @@ KILN_HD_INLINE T adaptive_avg_dx(const Pool2dGeom& g, const T* dyp, int64_t h, i
 /// Max and flat argmax of adaptive bin (oh, ow), max_pool_out's rule.
 template <class T, class A>
 KILN_HD_INLINE void adaptive_max_out(const Pool2dGeom& g, const T* xp, int64_t oh, int64_t ow, T& y, int64_t& idx) {
-  const int64_t h0 = adaptive_start(oh, g.H, g.OH), h1 = adaptive_end(oh, g.H, g.OH);
-  const int64_t w0 = adaptive_start(ow, g.W, g.OW), w1 = adaptive_end(ow, g.W, g.OW);
-  A best = A(xp[h0 * g.W + w0]);
-  int64_t bi = h0 * g.W + w0;
-  for (int64_t h = h0; h < h1; ++h)
-    for (int64_t w = w0; w < w1; ++w) {
-      const A v = A(xp[h * g.W + w]);
-      if (v > best || v != v) {
-        best = v;
-        bi = h * g.W + w;
-      }
-    }
-  y = T(best);
-  idx = bi;
+  window_max<T, A>(xp, g.W, adaptive_start(oh, g.H, g.OH), adaptive_end(oh, g.H, g.OH), 1,
+                   adaptive_start(ow, g.W, g.OW), adaptive_end(ow, g.W, g.OW), 1, y, idx);
 }
 
 /// dx at (h, w): the sum of dy over the bins whose argmax is h*W + w, in ascending bin order.
@@ -184,12 +187,7 @@ KILN_HD_INLINE T adaptive_max_dx(const Pool2dGeom& g, const T* dyp, const int64_
   int64_t oh0, oh1, ow0, ow1;
   bins_containing(h, g.H, g.OH, oh0, oh1);
   bins_containing(w, g.W, g.OW, ow0, ow1);
-  const int64_t me = h * g.W + w;
-  A s = A(0);
-  for (int64_t oh = oh0; oh < oh1; ++oh)
-    for (int64_t ow = ow0; ow < ow1; ++ow)
-      if (ip[oh * g.OW + ow] == me) s += A(dyp[oh * g.OW + ow]);
-  return T(s);
+  return argmax_gather<T, A>(dyp, ip, g.OW, oh0, oh1, ow0, ow1, h * g.W + w);
 }
 
 }  // namespace kiln::cuda
