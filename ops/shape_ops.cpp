@@ -9,7 +9,9 @@
 #include "kiln/core/cuda.h"
 #include "kiln/ops/kernels/shape.h"
 #include "kiln/ops/dispatch.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln {
 
@@ -267,6 +269,54 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
                    idx_d.strides().data(), dx.strides().data(), d);
     return {cast_back(dx, xdt)};
   });
+}
+
+// ---------------------------------------------------------------- pad, one_hot
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
+  KILN_CHECK(x.defined(), "pad: input is an undefined tensor");
+  KILN_CHECK(pads.size() % 2 == 0 && int64_t(pads.size() / 2) <= x.dim(), "pad: expected an even number of ",
+             "amounts, at most 2 per dimension, for input ", describe(x), ", got ", pads.size());
+  Tensor y = x;
+  for (size_t i = 0; i < pads.size() / 2; ++i) {
+    const int64_t d = x.dim() - 1 - int64_t(i), lo = pads[2 * i], hi = pads[2 * i + 1];
+    const int64_t n = y.size(d) + lo + hi;
+    KILN_CHECK(n >= 0, "pad: padding (", lo, ", ", hi, ") of dim ", d, " of input ", describe(x),
+               " would give a negative size ", n);
+    if (lo < 0 || hi < 0) {  // crop first
+      const int64_t start = lo < 0 ? -lo : 0;
+      y = y.narrow(d, start, y.size(d) - start - (hi < 0 ? -hi : 0));
+    }
+    if (lo <= 0 && hi <= 0) continue;
+    std::vector<Tensor> parts;
+    auto block = [&](int64_t len) {
+      Shape s = y.shape();
+      s[size_t(d)] = len;
+      return full(s, value, {.dtype = y.dtype(), .device = y.device()});
+    };
+    if (lo > 0) parts.push_back(block(lo));
+    parts.push_back(y);
+    if (hi > 0) parts.push_back(block(hi));
+    y = cat(parts, d);
+  }
+  return y;
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  KILN_CHECK(indices.defined() && indices.dtype() == DType::int64, "one_hot: expected int64 class indices, got ",
+             describe(indices));
+  KILN_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (from the data) or >= 0, got ", num_classes);
+  if (indices.numel() > 0) {
+    NoGradGuard ng;
+    const int64_t lo = int64_t(min(indices).item()), hi = int64_t(max(indices).item());
+    if (num_classes == -1) num_classes = hi + 1;
+    KILN_CHECK(lo >= 0 && hi < num_classes, "one_hot: class index ", lo < 0 ? lo : hi, " is out of range for ",
+               num_classes, " classes (indices ", describe(indices), ")");
+  } else {
+    KILN_CHECK(num_classes >= 0, "one_hot: cannot infer num_classes from an empty tensor ", describe(indices));
+  }
+  const Tensor classes = arange(double(num_classes), {.dtype = DType::int64, .device = indices.device()});
+  return eq(indices.unsqueeze(-1), classes).to(DType::int64);
 }
 
 }  // namespace kiln

@@ -1,4 +1,4 @@
-// Joining, splitting and indexing: cat, stack, split/chunk, index_select, gather.
+// Joining, splitting and indexing: cat, stack, split/chunk, index_select, gather, pad, one_hot.
 #pragma once
 #include <vector>
 #include "kiln/core/tensor.h"
@@ -20,5 +20,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j][k] = x[i][index[i][j][k]][k] for dim = 1 (torch.gather).
 /// A 0-dim input or index counts as 1-D (torch.gather(scalar, 0, index) repeats it).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// Constant padding (PyTorch's F.pad, mode "constant"): pads = {left, right} for the last
+/// dim, then {top, bottom} for the one before, and so on (at most x.dim() pairs); a
+/// negative amount crops. Differentiable (cat of the input with filled blocks).
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
+/// int64 one-hot encoding of int64 class indices: shape (..., num_classes), 1 at each index.
+/// num_classes -1 takes max(indices) + 1 (a read back to the host). An index outside
+/// [0, num_classes) is an error naming it (also a read back).
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 
 }  // namespace kiln

@@ -299,3 +299,30 @@ TEST_CASE("views of 0-dim tensors check their dims; no-op views are new handles"
   sum(mul(v.t(), v.expand({3}))).backward();
   CHECK(v.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
 }
+
+TEST_CASE("pad (constant) and one_hot: PyTorch 2.15's values, gradients, errors") {
+  using kiln::testing::error_of;
+  const Tensor x = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  CHECK(pad(x, {1, 2}).shape() == Shape{2, 6});
+  CHECK(v(pad(x, {1, 2})) == std::vector<double>{0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0, 0});
+  CHECK(v(pad(x, {0, 0, 1, 0}, -1.0)) == std::vector<double>{-1, -1, -1, 1, 2, 3, 4, 5, 6});
+  CHECK(v(pad(x, {-1, 1, 0, -1})) == std::vector<double>{2, 3, 0});  // negative amounts crop
+  CHECK(pad(from_vector<int64_t>({7}, {1}), {2, 0}, 9).to_vector<int64_t>() == std::vector<int64_t>{9, 9, 7});
+  CHECK(pad(x, {}).shape() == x.shape());
+  CHECK(gradcheck([](auto& in) { return pad(in[0], {2, -1, 1, 1}, 0.5); }, {kiln::randn({2, 3, 4}, f64)}));
+  CHECK(error_of([&] { pad(x, {1}); }).find("even") != std::string::npos);
+  CHECK(error_of([&] { pad(x, {1, 1, 1, 1, 1, 1}); }).find("at most 2 per dimension") != std::string::npos);
+  CHECK(error_of([&] { pad(x, {-2, -2}); }).find("negative size") != std::string::npos);
+
+  const Tensor idx = from_vector<int64_t>({0, 2, 1, 0}, {2, 2});
+  const Tensor oh = one_hot(idx);
+  CHECK(oh.dtype() == DType::int64);
+  CHECK(oh.shape() == Shape{2, 2, 3});
+  CHECK(oh.to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0, 0});
+  CHECK(one_hot(from_vector<int64_t>({1}, {1}), 4).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 0});
+  CHECK(one_hot(from_vector<int64_t>({}, {0}), 3).shape() == Shape{0, 3});
+  CHECK(error_of([&] { one_hot(idx, 2); }).find("class index 2") != std::string::npos);
+  CHECK(error_of([&] { one_hot(from_vector<int64_t>({-1}, {1}), 3); }).find("-1") != std::string::npos);
+  CHECK(error_of([&] { one_hot(x); }).find("int64") != std::string::npos);
+}
