@@ -189,6 +189,7 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     case Op::leaky_relu:
     case Op::hardtanh:
     case Op::hardsigmoid:
+    case Op::floor: case Op::ceil: case Op::trunc: case Op::round: case Op::sign:
     case Op::clamp: return unary_grad(op, ones_like(s), s.detach(), p0, p1);  // piecewise constant: f'' = 0
     default: KILN_FAIL("unary_derivative: no formula for '", op_name(op), "'");  // has_recorded_derivative says
   }
@@ -202,7 +203,8 @@ bool has_recorded_derivative(Op op) {
     case Op::neg: case Op::exp: case Op::log: case Op::sqrt: case Op::rsqrt: case Op::sin: case Op::cos:
     case Op::tanh: case Op::sigmoid: case Op::gelu: case Op::gelu_tanh: case Op::silu: case Op::softplus:
     case Op::log_sigmoid: case Op::log1p: case Op::expm1: case Op::elu: case Op::selu:
-    case Op::hardtanh: case Op::hardsigmoid: case Op::hardswish: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
+    case Op::hardtanh: case Op::hardsigmoid: case Op::hardswish: case Op::floor: case Op::ceil: case Op::trunc:
+    case Op::round: case Op::sign: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
     default: return false;
   }
 }

@@ -64,6 +64,13 @@ Tensor relu6(const Tensor& x);
 /// relu6(x + 3) / 6 and x relu6(x + 3) / 6 (MobileNetV3's hard sigmoid and hard swish).
 Tensor hardsigmoid(const Tensor& x);
 Tensor hardswish(const Tensor& x);
+/// floor, ceil, trunc, round (half to even) and sign (0 at 0 and NaN) as PyTorch's: integer
+/// inputs come back as they are; the gradient is 0 everywhere.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor trunc(const Tensor& x);
+Tensor round(const Tensor& x);
+Tensor sign(const Tensor& x);
 /// Clamps to [min, max]; either bound may be absent; min > max throws. The gradient is 1
 /// strictly inside the bounds and 0 at a bound, beyond it and at NaN (PyTorch 2.x's rule);
 /// a NaN bound makes every element NaN (gradient 0), as in PyTorch.

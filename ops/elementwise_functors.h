@@ -191,6 +191,49 @@ template <class T> struct HardswishD {
   KILN_HD_INLINE T grad(T g, T x) const { return x <= T(-3) ? T(0) : (x < T(3) ? g * (x / T(3) + T(0.5)) : g); }
 };
 
+/// floor, ceil, trunc, round (half to even) and sign (0 for 0 and NaN, as PyTorch): piecewise
+/// constant, so their gradient is 0 everywhere, an inf or NaN upstream gradient included
+/// (PyTorch's zeros). An integer input comes back as it is (sign: -1, 0 or 1).
+template <class T> struct ZeroGradD {
+  KILN_HD_INLINE T operator()(T) const { return T(0); }
+  KILN_HD_INLINE T grad(T, T) const { return T(0); }
+};
+template <class T> struct FloorF {
+  KILN_HD_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return m_floor(x);
+    else return x;
+  }
+};
+template <class T> struct CeilF {
+  KILN_HD_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return m_ceil(x);
+    else return x;
+  }
+};
+template <class T> struct TruncF {
+  KILN_HD_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return m_trunc(x);
+    else return x;
+  }
+};
+template <class T> struct RoundF {
+  KILN_HD_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return m_rint(x);
+    else return x;
+  }
+};
+template <class T> struct SignF {
+  KILN_HD_INLINE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return T(x != T(0));  // (no x < 0 to test)
+    else return math::sign(x);
+  }
+};
+template <class T> struct FloorD : ZeroGradD<T> {};
+template <class T> struct CeilD : ZeroGradD<T> {};
+template <class T> struct TruncD : ZeroGradD<T> {};
+template <class T> struct RoundD : ZeroGradD<T> {};
+template <class T> struct SignD : ZeroGradD<T> {};
+
 template <class T> struct ClampF {
   T lo, hi;
   KILN_HD_INLINE T operator()(T x) const { return math::clamp(x, lo, hi); }

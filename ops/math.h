@@ -74,6 +74,15 @@ KILN_HD_INLINE double m_log(double x) { return ::log(x); }
 KILN_HD_INLINE float m_log1p(float x) { return ::log1pf(x); }
 KILN_HD_INLINE double m_log1p(double x) { return ::log1p(x); }
 KILN_HD_INLINE float m_expm1(float x) { return ::expm1f(x); }
+KILN_HD_INLINE float m_floor(float x) { return ::floorf(x); }
+KILN_HD_INLINE double m_floor(double x) { return ::floor(x); }
+KILN_HD_INLINE float m_ceil(float x) { return ::ceilf(x); }
+KILN_HD_INLINE double m_ceil(double x) { return ::ceil(x); }
+KILN_HD_INLINE float m_trunc(float x) { return ::truncf(x); }
+KILN_HD_INLINE double m_trunc(double x) { return ::trunc(x); }
+/// Round half to even (the default rounding mode's rint, PyTorch's round).
+KILN_HD_INLINE float m_rint(float x) { return ::rintf(x); }
+KILN_HD_INLINE double m_rint(double x) { return ::rint(x); }
 KILN_HD_INLINE double m_expm1(double x) { return ::expm1(x); }
 KILN_HD_INLINE float m_sin(float x) { return ::sinf(x); }
 KILN_HD_INLINE double m_sin(double x) { return ::sin(x); }

@@ -96,6 +96,8 @@ TEST_CASE("double backward: every unary op and activation") {
   CHECK(gradgradcheck([&](auto& in) { return elu(in[0], 0.7); }, {away_from_zero(s)}));
   CHECK(gradgradcheck([&](auto& in) { return selu(in[0]); }, {away_from_zero(s)}));
   CHECK(gradgradcheck([&](auto& in) { return sq(hardtanh(in[0], -0.5, 0.5)); }, {T({-1.0, -0.3, 0.1, 0.4, 0.9}, {5})}));
+  CHECK(gradgradcheck([&](auto& in) { return sq(in[0]) * (floor(in[0]) + ceil(in[0]) + round(in[0]) + sign(in[0])); },
+                      {T({-1.3, -0.4, 0.2, 0.7, 1.4}, {5})}));
   CHECK(gradgradcheck([&](auto& in) { return sq(hardsigmoid(in[0])) + hardswish(in[0]); },
                       {T({-4.0, -2.5, -0.3, 0.7, 2.9, 3.5}, {6})}));
   CHECK(gradgradcheck([&](auto& in) { return sq(clamp(in[0], -0.5, 0.5)); },

@@ -406,6 +406,11 @@ void check_all_unary(double rtol) {
                  HardsigmoidD<C>{}, rtol);
   check_unary<T>("hardswish", [](const Tensor& x) { return hardswish(x); }, false, false, HardswishF<C>{},
                  HardswishD<C>{}, rtol);
+  check_unary<T>("floor", [](const Tensor& x) { return floor(x); }, false, false, FloorF<C>{}, FloorD<C>{},
+                 rtol);
+  check_unary<T>("round", [](const Tensor& x) { return round(x); }, false, false, RoundF<C>{}, RoundD<C>{},
+                 rtol);
+  check_unary<T>("sign", [](const Tensor& x) { return sign(x); }, false, false, SignF<C>{}, SignD<C>{}, rtol);
   check_unary<T>("clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); }, false, false,
                  ClampF<C>{C(-0.5), C(0.7)}, ClampD<C>{C(-0.5), C(0.7)}, rtol);
   check_unary<T>("pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }, true, false, PowScalarF<C>{C(2.5)},

@@ -140,6 +140,34 @@ TEST_CASE("unary ops: values") {
   CHECK(grad_of(relu6) == std::vector<double>{0, 1, 0, 0, 0, 1});
   CHECK(grad_of([](const Tensor& t) { return hardtanh(t); }) == std::vector<double>{0, 0, 1, 0, 0, 0});
   CHECK_THROWS_AS(hardtanh(a, 1.0, -1.0), Error);
+  // rounding and sign, PyTorch 2.15's values (round: half to even; sign of 0 and NaN is 0)
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const Tensor r = T({-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -3.7, 3.7}, {8});
+  CHECK(v(round(r)) == std::vector<double>{-2, -2, -0.0, 0, 2, 2, -4, 4});
+  CHECK(v(floor(r)) == std::vector<double>{-3, -2, -1, 0, 1, 2, -4, 3});
+  CHECK(v(ceil(r)) == std::vector<double>{-2, -1, -0.0, 1, 2, 3, -3, 4});
+  CHECK(v(trunc(r)) == std::vector<double>{-2, -1, -0.0, 0, 1, 2, -3, 3});
+  CHECK(std::signbit(v(round(r))[2]));  // -0.5 rounds to -0
+  const std::vector<double> sg = v(sign(T({-0.0, nan, inf, -2, 3}, {5})));
+  CHECK(sg == std::vector<double>{0, 0, 1, -1, 1});
+  CHECK(!std::signbit(sg[0]));
+  CHECK(std::isnan(v(floor(T({nan}, {1})))[0]));
+  CHECK(round(full({3}, 2.5f, {.dtype = DType::float32})).at({0}) == 2.0);
+  const Tensor ints = from_vector<int64_t>({-3, 0, 5}, {3});
+  CHECK(sign(ints).to_vector<int64_t>() == std::vector<int64_t>{-1, 0, 1});
+  CHECK(floor(ints).dtype() == DType::int64);
+  CHECK(round(ints).to_vector<int64_t>() == std::vector<int64_t>{-3, 0, 5});
+  // their gradient is 0, even for a NaN upstream gradient (PyTorch's zeros)
+  Tensor q = T({0.3, -1.7}, {2}).requires_grad_();
+  for (auto f : {&floor, &ceil, &trunc, &round, &sign}) {
+    q.set_grad(Tensor());
+    f(q).backward(T({nan, 2.0}, {2}));
+    CHECK(v(q.grad()) == std::vector<double>{0, 0});
+  }
+  // the straight-through estimator: x + (round(x) - x).detach() passes the gradient
+  Tensor st = T({0.4, 1.6}, {2}).requires_grad_();
+  sum(st + (round(st) - st).detach()).backward();
+  CHECK(v(st.grad()) == std::vector<double>{1, 1});
   CHECK(v(gelu(x))[3] == doctest::Approx(2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0)))));
   double u = std::sqrt(2 / M_PI) * (2 + 0.044715 * 8);
   CHECK(v(gelu(x, GeluApprox::tanh))[3] == doctest::Approx(0.5 * 2 * (1 + std::tanh(u))));
@@ -371,6 +399,9 @@ TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math
       {"hardtanh", [](const Tensor& t) { return hardtanh(t, -0.5, 0.75); }, false, true},
       {"hardsigmoid", [](const Tensor& t) { return hardsigmoid(t * 2.0); }, false, true},
       {"hardswish", [](const Tensor& t) { return hardswish(t * 2.0); }, false, true},
+      {"floor", [](const Tensor& t) { return floor(t); }, false, true},
+      {"round", [](const Tensor& t) { return round(t); }, false, true},
+      {"sign", [](const Tensor& t) { return sign(t); }, false, true},
       {"log1p", [](const Tensor& t) { return log1p(t); }, true, true},
       {"expm1", [](const Tensor& t) { return expm1(t); }, false, false, [](const Tensor& y) { return y + 1.0; }},
       {"clamp", [](const Tensor& t) { return clamp(t, -0.5, 0.7); }, false, true},
