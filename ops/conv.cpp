@@ -58,6 +58,22 @@ void check_pool_input(const char* op, const Tensor& x) {
              describe(x));
 }
 
+/// The planes of a pooling input: checks it (floating, (N, C, H, W) or (C, H, W), H and W
+/// non-empty, planes under 2^31 elements) and fills P, H and W.
+Pool2dGeom plane_geom(const char* op, const Tensor& x) {
+  check_pool_input(op, x);
+  const int64_t H = x.size(-2), W = x.size(-1);
+  // an empty plane has no window even when padding makes one fit (PyTorch refuses it too)
+  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
+  KILN_CHECK(H * W < (int64_t(1) << 31), op, ": planes of 2^31 or more elements are not supported, got input ",
+             shape_str(x.shape()));
+  Pool2dGeom g{};
+  g.H = H;
+  g.W = W;
+  g.P = x.numel() / (H * W);
+  return g;
+}
+
 /// PyTorch's pooled length along one axis: windows of extent e = dilation (kernel - 1) + 1
 /// every stride over the padded input, rounded up under ceil_mode except that the last
 /// window must start inside the input or its left padding.
@@ -85,7 +101,7 @@ bool every_window_has_a_tap(int64_t n, int64_t k, int64_t s, int64_t p, int64_t 
 /// geometry, with PyTorch's output size (pooled_size).
 Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& stride, IntPair padding,
                      IntPair dilation = {1, 1}, bool ceil_mode = false) {
-  check_pool_input(op, x);
+  Pool2dGeom g = plane_geom(op, x);
   if (stride[0] == 0 && stride[1] == 0) stride = kernel;
   KILN_CHECK(kernel[0] > 0 && kernel[1] > 0, op, ": kernel size must be positive, got ", pair_str(kernel),
              " for input ", shape_str(x.shape()));
@@ -95,19 +111,11 @@ Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& s
              " for input ", shape_str(x.shape()));
   KILN_CHECK(padding[0] >= 0 && padding[1] >= 0 && padding[0] * 2 <= kernel[0] && padding[1] * 2 <= kernel[1], op,
              ": padding must be in [0, kernel/2], got padding ", pair_str(padding), " for kernel ", pair_str(kernel));
-  const int64_t H = x.size(-2), W = x.size(-1);
-  // an empty plane has no window even when padding makes one fit (PyTorch refuses it too)
-  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
+  const int64_t H = g.H, W = g.W;
   const int64_t eH = dilation[0] * (kernel[0] - 1) + 1, eW = dilation[1] * (kernel[1] - 1) + 1;
   KILN_CHECK(H + 2 * padding[0] >= eH && W + 2 * padding[1] >= eW, op, ": kernel ", pair_str(kernel),
              dilation[0] * dilation[1] > 1 ? " (dilated to " + pair_str({eH, eW}) + ")" : std::string(),
              " is larger than the padded input (input ", shape_str(x.shape()), ", padding ", pair_str(padding), ")");
-  KILN_CHECK(H * W < (int64_t(1) << 31), op, ": planes of 2^31 or more elements are not supported, got input ",
-             shape_str(x.shape()));
-  Pool2dGeom g{};
-  g.H = H;
-  g.W = W;
-  g.P = x.numel() / (H * W);
   g.kH = kernel[0];
   g.kW = kernel[1];
   g.sH = stride[0];
@@ -118,8 +126,8 @@ Pool2dGeom pool_geom(const char* op, const Tensor& x, IntPair kernel, IntPair& s
   g.dW = dilation[1];
   g.OH = pooled_size(H, g.kH, g.sH, g.pH, g.dH, ceil_mode);
   g.OW = pooled_size(W, g.kW, g.sW, g.pW, g.dW, ceil_mode);
-  KILN_CHECK(every_window_has_a_tap(H, g.kH, g.sH, g.pH, g.dH, g.OH) &&
-                 every_window_has_a_tap(W, g.kW, g.sW, g.pW, g.dW, g.OW),
+  KILN_CHECK((g.dH == 1 && g.dW == 1) || (every_window_has_a_tap(H, g.kH, g.sH, g.pH, g.dH, g.OH) &&
+                                           every_window_has_a_tap(W, g.kW, g.sW, g.pW, g.dW, g.OW)),
              op, ": with dilation ", pair_str(dilation), " a window of kernel ", pair_str(kernel), ", stride ",
              pair_str(stride), ", padding ", pair_str(padding), " holds only padding for input ",
              shape_str(x.shape()), "; use less padding or dilation");
@@ -361,15 +369,9 @@ std::pair<Tensor, Tensor> max_pool_with_indices(const char* op, Op kop, const Te
 
 /// Geometry of adaptive pooling to output_size (PyTorch's bins, ops/kernels/conv.h).
 Pool2dGeom adaptive_geom(const char* op, const Tensor& x, IntPair output_size) {
-  check_pool_input(op, x);
+  Pool2dGeom g = plane_geom(op, x);
   KILN_CHECK(output_size[0] > 0 && output_size[1] > 0, op, ": output size must be positive, got ",
              pair_str(output_size), " for input ", shape_str(x.shape()));
-  const int64_t H = x.size(-2), W = x.size(-1);
-  KILN_CHECK(H > 0 && W > 0, op, ": input spatial size must be non-empty, got input ", shape_str(x.shape()));
-  Pool2dGeom g{};
-  g.H = H;
-  g.W = W;
-  g.P = x.numel() / (H * W);
   g.OH = output_size[0];
   g.OW = output_size[1];
   return g;

@@ -369,7 +369,7 @@ namespace {
 
 /// Checks of a pointwise loss's input and target (and optional weights broadcastable to
 /// the input) and the dtype it computes in: the promoted one, float32 for 16-bit.
-DType pointwise_dtype(const char* op, const Tensor& input, const Tensor& target, Reduction r,
+DType pointwise_dtype(const char* op, const Tensor& input, const Tensor& target,
                       std::initializer_list<std::pair<const char*, Tensor>> weights = {}) {
   check_floating(op, input, "input");
   check_floating(op, target, "target");
@@ -387,8 +387,6 @@ DType pointwise_dtype(const char* op, const Tensor& input, const Tensor& target,
                shape_str(input.shape()));
     dt = promote_types(dt, w.dtype());
   }
-  if (r == Reduction::batchmean)
-    KILN_CHECK(std::string(op) == "kl_div", op, ": reduction batchmean is kl_div's only; use mean or sum");
   return cpu_compute_dtype(dt);
 }
 
@@ -410,7 +408,8 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   if (auto r = autocast_op(
           AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return l1_loss(a, b, reduction); }, input, target))
     return *r;
-  const DType dt = pointwise_dtype("l1_loss", input, target, reduction);
+  check_reduction("l1_loss", reduction);
+  const DType dt = pointwise_dtype("l1_loss", input, target);
   return reduce_pointwise(abs(sub(input.to(dt), target.to(dt))), reduction, input);
 }
 
@@ -421,7 +420,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
     return *r;
   const char* op = "smooth_l1_loss";
   KILN_CHECK(beta >= 0, op, ": beta must be >= 0, got ", beta);
-  const DType dt = pointwise_dtype(op, input, target, reduction);
+  check_reduction(op, reduction);
+  const DType dt = pointwise_dtype(op, input, target);
   const Tensor z = abs(sub(input.to(dt), target.to(dt)));
   if (beta == 0) return reduce_pointwise(z, reduction, input);  // PyTorch: l1_loss
   // PyTorch's rounding: 0.5 * z * z / beta, z - 0.5 * beta
@@ -436,7 +436,8 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
     return *r;
   const char* op = "huber_loss";
   KILN_CHECK(delta > 0, op, ": delta must be > 0, got ", delta);
-  const DType dt = pointwise_dtype(op, input, target, reduction);
+  check_reduction(op, reduction);
+  const DType dt = pointwise_dtype(op, input, target);
   const Tensor z = abs(sub(input.to(dt), target.to(dt)));
   const Tensor l = where(lt(z, delta), mul(mul(z, 0.5), z), mul(sub(z, 0.5 * delta), delta));
   return reduce_pointwise(l, reduction, input);
@@ -448,7 +449,8 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Bce
           input, target))
     return *r;
   const char* op = "binary_cross_entropy";
-  const DType dt = pointwise_dtype(op, input, target, args.reduction, {{"weight", args.weight}});
+  check_reduction(op, args.reduction);
+  const DType dt = pointwise_dtype(op, input, target, {{"weight", args.weight}});
   const Tensor p = input.to(dt), t = target.to(dt), w = args.weight.defined() ? args.weight.to(dt) : Tensor();
   Tensor l;
   {
@@ -484,8 +486,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
           target))
     return *r;
   const char* op = "binary_cross_entropy_with_logits";
-  const DType dt = pointwise_dtype(op, logits, target, args.reduction,
-                                   {{"weight", args.weight}, {"pos_weight", args.pos_weight}});
+  check_reduction(op, args.reduction);
+  const DType dt = pointwise_dtype(op, logits, target, {{"weight", args.weight}, {"pos_weight", args.pos_weight}});
   const Tensor x = logits.to(dt), t = target.to(dt);
   Tensor ls = log_sigmoid(x);
   if (args.pos_weight.defined()) ls = mul(ls, add(mul(sub(args.pos_weight.to(dt), 1.0), t), 1.0));
@@ -498,7 +500,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const KlDivArgs& args) 
   if (auto r = autocast_op(
           AutocastTo::fp32, [&](const Tensor& a, const Tensor& b) { return kl_div(a, b, args); }, input, target))
     return *r;
-  const DType dt = pointwise_dtype("kl_div", input, target, args.reduction);
+  const DType dt = pointwise_dtype("kl_div", input, target);  // the one loss that takes batchmean
   const Tensor x = input.to(dt), t = target.to(dt);
   Tensor l;
   if (args.log_target) {

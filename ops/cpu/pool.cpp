@@ -89,8 +89,22 @@ void max_pool_plane(const Pool2dGeom& g, const T* __restrict xp, T* __restrict y
       });
 }
 
+/// Max and flat argmax of rows h0, h0 + dh, ... < h1 and columns w0, w0 + dw, ... < w1 of a
+/// plane (row length W), max_step's rule: the dilated and the adaptive planes' scan.
+template <class T>
+inline void scan_window(const T* xp, int64_t W, int64_t h0, int64_t h1, int64_t dh, int64_t w0, int64_t w1,
+                        int64_t dw, T& y, int64_t& idx) {
+  T best = xp[h0 * W + w0];
+  int64_t bi = h0 * W + w0;
+  for (int64_t h = h0; h < h1; h += dh)
+    for (int64_t w = w0; w < w1; w += dw) max_step(xp[h * W + w], h * W + w, best, bi);
+  y = best;
+  idx = bi;
+}
+
 /// One plane of max pooling with dilation (taps dH, dW apart): PyTorch's loop, no fast
-/// path. Each window starts at its first tap inside the input (pool_geom guarantees one).
+/// path (kept apart from ops/cuda/pool_index.h, which the GPU emulation test checks against
+/// it). Each window starts at its first tap inside the input (pool_geom guarantees one).
 template <class T>
 void max_pool_plane_dilated(const Pool2dGeom& g, const T* __restrict xp, T* __restrict yp, int64_t* __restrict ip) {
   auto first = [](int64_t a, int64_t d) {
@@ -101,12 +115,7 @@ void max_pool_plane_dilated(const Pool2dGeom& g, const T* __restrict xp, T* __re
     const int64_t hs = oh * g.sH - g.pH, h0 = first(hs, g.dH), h1 = std::min(hs + (g.kH - 1) * g.dH + 1, g.H);
     for (int64_t ow = 0; ow < g.OW; ++ow) {
       const int64_t ws = ow * g.sW - g.pW, w0 = first(ws, g.dW), w1 = std::min(ws + (g.kW - 1) * g.dW + 1, g.W);
-      T best = xp[h0 * g.W + w0];
-      int64_t bi = h0 * g.W + w0;
-      for (int64_t h = h0; h < h1; h += g.dH)
-        for (int64_t w = w0; w < w1; w += g.dW) max_step(xp[h * g.W + w], h * g.W + w, best, bi);
-      yp[oh * g.OW + ow] = best;
-      ip[oh * g.OW + ow] = bi;
+      scan_window(xp, g.W, h0, h1, g.dH, w0, w1, g.dW, yp[oh * g.OW + ow], ip[oh * g.OW + ow]);
     }
   }
 }
@@ -411,12 +420,7 @@ void adaptive_max_forward_t(const Pool2dGeom& g, const X* x, X* y, int64_t* idx)
       const int64_t h0 = bin_start(oh, g.H, g.OH), h1 = bin_end(oh, g.H, g.OH);
       for (int64_t ow = 0; ow < g.OW; ++ow) {
         const int64_t w0 = bin_start(ow, g.W, g.OW), w1 = bin_end(ow, g.W, g.OW);
-        T best = xp[h0 * g.W + w0];
-        int64_t bi = h0 * g.W + w0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) max_step(xp[h * g.W + w], h * g.W + w, best, bi);
-        yp[oh * g.OW + ow] = best;
-        ip[oh * g.OW + ow] = bi;
+        scan_window(xp, g.W, h0, h1, 1, w0, w1, 1, yp[oh * g.OW + ow], ip[oh * g.OW + ow]);
       }
     }
   });
