@@ -428,6 +428,49 @@ std::string RMSNorm::extra_repr() const {
   return os.str();
 }
 
+// ---------------------------------------------------------------- GroupNorm
+
+GroupNorm::GroupNorm(int64_t g, int64_t c, GroupNormOptions o) : num_groups(g), num_channels(c), options(o) {
+  KILN_CHECK(g > 0 && c > 0 && c % g == 0, "GroupNorm: num_channels (", c, ") must be positive and split into ",
+             "num_groups (", g, ") equal groups");
+  if (o.affine) {
+    weight = register_parameter("weight", empty({c}));
+    bias = register_parameter("bias", empty({c}));
+  }
+  reset_parameters();
+}
+
+void GroupNorm::reset_parameters() {
+  NoGradGuard ng;
+  if (weight.defined()) init::ones_(weight);
+  if (bias.defined()) init::zeros_(bias);
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  KILN_CHECK(num_groups > 0, "GroupNorm: the module is empty (default-constructed); assign it from "
+             "register_module(name, nn::GroupNorm(...)) before calling it");
+  check_input(x, "GroupNorm");
+  return group_norm(x, num_groups, weight, bias, options.eps);
+}
+
+std::string GroupNorm::extra_repr() const {
+  std::ostringstream os;
+  os << num_groups << ", " << num_channels << ", eps=" << options.eps << ", affine=" << bool_str(options.affine);
+  return os.str();
+}
+
+std::string CosineSimilarity::extra_repr() const {
+  std::ostringstream os;
+  os << "dim=" << dim << ", eps=" << eps;
+  return os.str();
+}
+
+std::string PairwiseDistance::extra_repr() const {
+  std::ostringstream os;
+  os << "p=" << p << ", eps=" << eps << ", keepdim=" << bool_str(keepdim);
+  return os.str();
+}
+
 // ---------------------------------------------------------------- Embedding
 
 Embedding::Embedding(int64_t n, int64_t d, EmbeddingOptions o) : num_embeddings(n), embedding_dim(d) {

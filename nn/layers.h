@@ -300,6 +300,25 @@ class RMSNorm : public Module {
   RMSNormOptions options;
 };
 
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;  ///< learnable per-channel weight (ones) and bias (zeros)
+};
+/// Normalises each group of num_channels / num_groups channels of each sample (kiln::group_norm;
+/// torch.nn.GroupNorm): input (N, C, ...).
+class GroupNorm : public Module {
+ public:
+  GroupNorm() = default;
+  GroupNorm(int64_t num_groups, int64_t num_channels, GroupNormOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;  // (num_channels), or undefined
+  int64_t num_groups = 0, num_channels = 0;
+  GroupNormOptions options;
+};
+
 // ---------------------------------------------------------------- Embedding
 
 struct EmbeddingOptions {
@@ -415,6 +434,31 @@ class LogSoftmax : public Module {
   Tensor forward(const Tensor& x) override { return log_softmax(x, dim); }
   std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
   int64_t dim;
+};
+/// Cosine similarity of two inputs along dim (kiln::cosine_similarity).
+class CosineSimilarity : public Module {
+ public:
+  explicit CosineSimilarity(int64_t dim = 1, double eps = 1e-8) : dim(dim), eps(eps) {}
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& x1, const Tensor& x2) const { return cosine_similarity(x1, x2, dim, eps); }
+  Tensor operator()(const Tensor& x1, const Tensor& x2) const { return forward(x1, x2); }
+  std::string extra_repr() const override;
+  int64_t dim;
+  double eps;
+};
+/// p-norm distance of two inputs over the last dim (kiln::pairwise_distance).
+class PairwiseDistance : public Module {
+ public:
+  explicit PairwiseDistance(double p = 2.0, double eps = 1e-6, bool keepdim = false)
+      : p(p), eps(eps), keepdim(keepdim) {}
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& x1, const Tensor& x2) const { return pairwise_distance(x1, x2, p, eps, keepdim); }
+  Tensor operator()(const Tensor& x1, const Tensor& x2) const { return forward(x1, x2); }
+  std::string extra_repr() const override;
+  double p, eps;
+  bool keepdim;
 };
 /// Returns its input.
 class Identity : public Module {

@@ -1,5 +1,6 @@
 // nn functions: dropout (Philox mask regenerated in the backward), embedding (row gather,
-// deterministic scatter-add backward) and fused scaled dot-product attention. Checks,
+// deterministic scatter-add backward), fused scaled dot-product attention, and normalize and
+// the distances (compositions of vector_norm and elementwise ops). Checks,
 // allocation, the call through dispatch (ops/cpu/nn.cpp) and the backward lambdas.
 #include "kiln/ops/nn_functional.h"
 #include "kiln/core/autocast.h"
@@ -13,6 +14,7 @@
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {
@@ -291,6 +293,45 @@ Tensor interpolate(const Tensor& x, InterpolateOptions o) {
   const Tensor h = resize_axis(x, 2, out[0], by_size ? 0.0 : o.scale_factor[0], o);
   const Tensor y = resize_axis(h, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
   return y.is_same(x) ? x.clone() : y;  // a new tensor, as PyTorch's
+}
+
+// ---------------------------------------------------------------- normalize, distances
+
+Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
+  KILN_CHECK(x.defined(), "normalize: input is an undefined tensor");
+  check_floating("normalize", x);
+  const int64_t d = wrap_dim(dim, x.dim(), "normalize");
+  return div(x, clamp(vector_norm(x, p, {d}, true), eps, std::nullopt));
+}
+
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
+  const char* op = "cosine_similarity";
+  KILN_CHECK(x1.defined() && x2.defined(), op, ": an input is an undefined tensor");
+  const DType dt = result_type(x1, x2);
+  KILN_CHECK(is_floating(dt), op, ": expected a floating input, got ", describe(x1), " and ", describe(x2));
+  check_same_device(op, {x1, x2});
+  const Shape s = broadcast_shapes(x1.shape(), x2.shape(), op);
+  const Tensor a = x1.to(dt).expand(s), b = x2.to(dt).expand(s);
+  const int64_t d = wrap_dim(dim, int64_t(s.size()), op);
+  // PyTorch clamps the norms in place under no_grad: the values are max(norm, eps), the
+  // gradient passes as if unclamped
+  auto clamped = [eps](const Tensor& n) {
+    Tensor v;
+    {
+      NoGradGuard ng;
+      v = clamp(n.detach(), eps, std::nullopt);
+    }
+    return twice_differentiable(record(v, "cosine_similarity", {n}, [](const Tensor& g, const std::vector<bool>&) {
+      return std::vector<Tensor>{g};
+    }));
+  };
+  const Tensor na = clamped(vector_norm(a, 2.0, {d}, true)), nb = clamped(vector_norm(b, 2.0, {d}, true));
+  return sum(mul(div(a, na), div(b, nb)), {d});
+}
+
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double eps, bool keepdim) {
+  KILN_CHECK(x1.defined() && x2.defined(), "pairwise_distance: an input is an undefined tensor");
+  return vector_norm(add(sub(x1, x2), eps), p, {-1}, keepdim);
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
 // Neural-network functions: dropout, embedding lookup, scaled dot-product attention,
-// interpolation (upsampling).
+// interpolation (upsampling), normalize and the distances (cosine, pairwise).
 #pragma once
 #include <array>
 #include <optional>
@@ -47,5 +47,17 @@ struct InterpolateOptions {
 /// picks the next pixel at a few positions, e.g. 25 of 561 (size, factor) pairs tried).
 /// Composed of index_select and arithmetic, so it is differentiable.
 Tensor interpolate(const Tensor& x, InterpolateOptions options);
+
+/// x / max(||x||_p, eps) along dim (torch.nn.functional.normalize): unit vectors along dim.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+
+/// Cosine of the angle between x1 and x2 along dim (torch.nn.functional.cosine_similarity):
+/// sum((x1 / max(||x1||, eps)) (x2 / max(||x2||, eps))) over dim, the inputs broadcast together.
+/// As PyTorch, the clamp to eps does not enter the gradient (a norm below eps still passes its
+/// gradient). Integer inputs beside a floating one take its dtype.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+
+/// ||x1 - x2 + eps||_p over the last dim (torch.nn.functional.pairwise_distance).
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include "kiln/core/autograd.h"
 #include "kiln/ops/kernels/norm.h"
 #include "kiln/ops/dispatch.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
 
 namespace kiln {
@@ -175,6 +176,34 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                                  srstd.raw_data(), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), R, D);
                   return {cast_back(dx, xdt), cast_back(dw, wdt), cast_back(db, bdt)};
                 });
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return group_norm(xc, num_groups, wc, bc, eps); },
+          x, weight, bias))
+    return *r;  // autocast: the op ran on cast inputs
+  const char* op = "group_norm";
+  KILN_CHECK(x.defined(), "group_norm: input is undefined");
+  check_floating(op, x);
+  KILN_CHECK(x.dim() >= 2, "group_norm: expected an input of at least 2 dims (N, C, ...), got shape ",
+             shape_str(x.shape()));
+  const int64_t N = x.size(0), C = x.size(1);
+  KILN_CHECK(num_groups > 0 && C % num_groups == 0, "group_norm: the ", C, " channels of input of shape ",
+             shape_str(x.shape()), " must split into num_groups = ", num_groups, " equal groups");
+  check_param(op, weight, "weight", {C}, x);
+  check_param(op, bias, "bias", {C}, x);
+  KILN_CHECK(eps >= 0, "group_norm: eps must be >= 0, got ", eps);
+  check_same_device(op, {x, weight, bias});
+  int64_t D = C / num_groups;  // the elements of one group of one sample
+  for (int64_t d = 2; d < x.dim(); ++d) D *= x.size(d);
+  Tensor y = layer_norm(x.reshape({N, num_groups, D}), {D}, Tensor(), Tensor(), eps).reshape(x.shape());
+  Shape ps(size_t(x.dim()), 1);
+  ps[1] = C;
+  if (weight.defined()) y = mul(y, weight.reshape(ps));
+  if (bias.defined()) y = add(y, bias.reshape(ps));
+  return y;
 }
 
 }  // namespace kiln

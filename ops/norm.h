@@ -1,5 +1,5 @@
 // Normalisation: batch norm (training with batch statistics and running-stat update,
-// inference with running stats) and layer norm.
+// inference with running stats), layer norm and group norm.
 #pragma once
 #include "kiln/core/tensor.h"
 
@@ -16,5 +16,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 /// (or undefined).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+
+/// x (N, C, ...) normalised over each group of C / num_groups channels (and all the spatial
+/// positions) of each sample, with the biased variance, then weight/bias (C, or undefined)
+/// per channel (torch.nn.functional.group_norm). layer_norm's kernels over (N, G, C/G * HW),
+/// so, like layer_norm, differentiable once.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
 
 }  // namespace kiln

@@ -234,6 +234,101 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   return twice_differentiable(record(out, "logsumexp", {x}, {x, yd}, backward));
 }
 
+// ---------------------------------------------------------------- vector_norm
+
+Tensor vector_norm(const Tensor& x, double ord, const Dims& dims, bool keepdim) {
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return vector_norm(xc, ord, dims, keepdim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
+  const char* op = "vector_norm";
+  check_floating(op, x);
+  KILN_CHECK(!std::isnan(ord), op, ": ord must be a number, got NaN");
+  if (is_half(x.dtype())) return vector_norm(x.to(DType::float32), ord, dims, keepdim).to(x.dtype());
+  const auto d = checked_dims(op, x, dims);
+  const Shape xs = x.shape(), ks = reduced_shape(xs, d, true);
+  KILN_CHECK(reduced_count(xs, d) > 0 || (ord >= 0 && !std::isinf(ord)), op, ": cannot compute the ", ord,
+             " norm of an empty reduction (input shape ", shape_str(xs), "): it has no identity");
+  Tensor out;
+  {
+    NoGradGuard ng;
+    const Tensor xd = x.detach();
+    if (ord == 0) {
+      out = sum(ne(xd, 0.0), d, keepdim).to(x.dtype());
+    } else if (std::isinf(ord)) {
+      out = abs(xd);
+      for (auto it = d.rbegin(); it != d.rend(); ++it)
+        out = ord > 0 ? max(out, *it, true).values : min(out, *it, true).values;
+      out = out.reshape(reduced_shape(xs, d, keepdim));
+    } else if (ord == 1) {
+      out = sum(abs(xd), d, keepdim);
+    } else if (ord == 2) {
+      out = sqrt(sum(mul(xd, xd), d, keepdim));
+    } else {
+      out = pow(sum(pow(abs(xd), ord), d, keepdim), 1.0 / ord);
+    }
+  }
+  const Tensor yd = out.detach();
+  // PyTorch's norm_backward: the gradient scale g / norm^(ord - 1) is 0 where the norm is 0
+  auto backward = [x, yd, ord, d, ks](const Tensor& g, const std::vector<bool>&) {
+    const Tensor gk = g.reshape(ks), n = saved_output(yd).reshape(ks);
+    auto scale = [&](const Tensor& v) { return masked_fill(v, eq(n, 0.0), 0.0); };
+    Tensor dx;
+    if (ord == 0) {
+      dx = zeros_like(x);
+    } else if (ord == 1) {
+      dx = mul(sign(x), gk);
+    } else if (ord == 2) {
+      dx = mul(x, scale(div(gk, n)));
+    } else if (std::isinf(ord)) {  // split among the entries at the extreme (and NaNs)
+      const Tensor a = abs(x);
+      const Tensor hit = add(eq(a, n), ne(a, a)).to(x.dtype());
+      dx = mul(sign(x), mul(div(gk, sum(hit, d, true)), hit));
+    } else if (ord < 1) {  // |x|^(ord - 1) taken as 0 at x = 0
+      dx = mul(mul(mul(sign(x), masked_fill(pow(abs(x), ord - 1), eq(x, 0.0), 0.0)), gk), pow(n, 1 - ord));
+    } else if (ord < 2) {
+      dx = mul(mul(sign(x), pow(abs(x), ord - 1)), scale(div(gk, pow(n, ord - 1))));
+    } else {
+      dx = mul(mul(x, pow(abs(x), ord - 2)), scale(div(gk, pow(n, ord - 1))));
+    }
+    return std::vector<Tensor>{dx};
+  };
+  return twice_differentiable(record(out, op, {x}, {x, yd}, backward));
+}
+
+// ---------------------------------------------------------------- cumsum
+
+namespace {
+/// The running sum along dim d (reverse: from the end); each is the other's gradient.
+Tensor cumsum_impl(const Tensor& x, int64_t d, bool reverse) {
+  const Tensor xc = x.detach().contiguous();
+  const Shape& s = x.shape();
+  ReduceArgs a;
+  if (x.dim() > 0) {
+    for (int64_t i = 0; i < d; ++i) a.outer *= s[size_t(i)];
+    a.reduce = s[size_t(d)];
+    for (int64_t i = d + 1; i < x.dim(); ++i) a.inner *= s[size_t(i)];
+  }
+  const bool fl = x.is_floating_point();
+  Tensor out = Tensor::empty(s, fl ? x.dtype() : DType::int64, x.device());
+  a.x = xc.raw_data();
+  a.out = out.raw_data();
+  a.backward = reverse;
+  if (out.numel() > 0) kernel<ReduceKernelFn>(Op::cumsum, x.device())(Op::cumsum, x.dtype(), a);
+  if (!fl) return out;
+  return twice_differentiable(record(out, "cumsum", {x}, [d, reverse](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{cumsum_impl(g, d, !reverse)};
+  }));
+}
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  if (auto r = autocast_op(AutocastTo::fp32, [&](const Tensor& xc) { return cumsum(xc, dim); }, x))
+    return *r;  // autocast: the op ran on cast inputs
+  check_defined("cumsum", x);
+  const int64_t d = checked_dim("cumsum", x, dim);
+  if (is_half(x.dtype())) return cumsum(x.to(DType::float32), dim).to(x.dtype());
+  return cumsum_impl(x, d, false);
+}
+
 // ---------------------------------------------------------------- max / min / argmax / argmin
 
 namespace {

@@ -23,6 +23,16 @@ Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 /// A single element with unbiased=true gives NaN, like PyTorch.
 Tensor var(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+/// The vector p-norm over dims (all when empty), torch.linalg.vector_norm: sum(|x|^ord)^(1/ord);
+/// ord = inf: max |x|, -inf: min |x| (an empty reduction is an error), 0: the count of nonzero
+/// entries (no gradient). Floating inputs; 16-bit computed in float32 and returned in their dtype.
+/// PyTorch's gradients: 0 where the norm is 0 (its subgradient; ord 2 gives x / norm elsewhere),
+/// for +-inf split evenly among the entries whose |x| equals the result. Twice differentiable.
+Tensor vector_norm(const Tensor& x, double ord = 2.0, const Dims& dims = {}, bool keepdim = false);
+/// Cumulative sum along dim (torch.cumsum): out[i] = x[0] + ... + x[i]. Integer and bool inputs
+/// give int64; float32 accumulates in double on the CPU (as PyTorch's CPU kernel). Gradient:
+/// the reversed cumulative sum of the upstream gradient.
+Tensor cumsum(const Tensor& x, int64_t dim);
 /// log(sum(exp(x))) computed stably (max-shifted), over dims (all when empty); floating only.
 /// All -inf gives -inf; any +inf gives +inf. Gradient: softmax(x).
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);

@@ -1,6 +1,6 @@
 // Scalar math of the reduce and loss families shared by CPU loops and CUDA kernels:
-// max/min selection with NaN propagation and the logsumexp finish (fast_exp is in
-// ops/math.h).
+// max/min selection with NaN propagation, the logsumexp finish and the cumulative sum of
+// one line (fast_exp is in ops/math.h).
 // T is float, double or an integer type.
 #pragma once
 #include <bit>
@@ -30,6 +30,18 @@ template <class T> KILN_HD_INLINE T logsumexp_finish(T m, T s) {
   using std::log;
 #endif
   return isfinite(m) ? m + log(s) : m;
+}
+
+/// The cumulative sum of one line of R values `stride` apart, in order (reverse: from the
+/// last, the gradient of a cumsum), accumulated in A and written as U after every step.
+template <class A, class T, class U>
+KILN_HD_INLINE void cumsum_line(const T* x, U* out, int64_t R, int64_t stride, bool reverse) {
+  A acc = 0;
+  for (int64_t k = 0; k < R; ++k) {
+    const int64_t r = reverse ? R - 1 - k : k;
+    acc += A(x[r * stride]);
+    out[r * stride] = U(acc);
+  }
 }
 
 }  // namespace kiln::math

@@ -59,6 +59,19 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
   return {gather(x, dim, idx), idx};
 }
 
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
+  KILN_CHECK(x.defined(), "sort: input is undefined");
+  if (x.dim() == 0) {  // one element: itself at index 0
+    wrap_dim(dim, 0, "sort");
+    auto [v, i] = topk(x.reshape({1}), 1, 0, descending);
+    return {v.reshape({}), i.reshape({})};
+  }
+  const int64_t d = wrap_dim(dim, x.dim(), "sort");
+  return topk(x, x.size(d), d, descending);
+}
+
+Tensor argsort(const Tensor& x, int64_t dim, bool descending) { return sort(x, dim, descending).second; }
+
 Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement) {
   KILN_CHECK(weights.defined(), "multinomial: weights are undefined");
   KILN_CHECK(weights.dim() == 1 || weights.dim() == 2, "multinomial: expected weights (C) or (N, C), got ",

@@ -1,5 +1,5 @@
-// Selecting and sampling: topk (PyTorch's torch.topk) and multinomial (torch.multinomial).
-// Both find indices on the CPU (a CUDA input is copied to the host and the indices back:
+// Selecting and sampling: topk (PyTorch's torch.topk), sort/argsort and multinomial
+// (torch.multinomial). All find indices on the CPU (a CUDA input is copied to the host and the indices back:
 // one synchronisation); topk's values come from gather, so they are differentiable.
 #pragma once
 #include <cstdint>
@@ -15,6 +15,13 @@ namespace kiln {
 /// The values' gradient flows back
 /// to the chosen elements of x. Throws kiln::Error unless 0 <= k <= x.size(dim).
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+
+/// x sorted along dim, ascending (or descending), and the source indices (int64): topk of the
+/// whole dim, so stable (equal values keep their order, torch.sort(stable=True)) with NaN
+/// last (first when descending), as PyTorch. Values are differentiable.
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
+/// The indices of sort(x, dim, descending).
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
 
 /// num_samples category indices drawn from each row of `weights` ((C) or (N, C),
 /// non-negative, finite, not all zero; they need not sum to 1): int64 of shape

@@ -1,6 +1,7 @@
 // Joining, splitting and indexing: cat, stack, split/chunk (views), index_select and
-// gather. Checks, output allocation, the call through dispatch (ops/cpu/shape.cpp) and
-// the backward lambdas (narrow / select of the gradient, index_add, scatter-add).
+// gather (checks, output allocation, the call through dispatch (ops/cpu/shape.cpp) and
+// the backward lambdas: narrow / select of the gradient, index_add, scatter-add); pad,
+// one_hot, tril/triu, flip, roll and repeat composed of them.
 #include "kiln/ops/shape_ops.h"
 #include <algorithm>
 #include <sstream>
@@ -302,6 +303,54 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {
   return y;
 }
 
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value) {
+  if (mode == PadMode::constant) return pad(x, pads, value);
+  const char* name = mode == PadMode::reflect ? "reflect" : mode == PadMode::replicate ? "replicate" : "circular";
+  KILN_CHECK(x.defined(), "pad: input is an undefined tensor");
+  KILN_CHECK(value == 0.0, "pad: mode ", name, " takes no fill value, got ", value);
+  KILN_CHECK(pads.size() % 2 == 0 && int64_t(pads.size() / 2) <= x.dim(), "pad: expected an even number of ",
+             "amounts, at most 2 per dimension, for input ", describe(x), ", got ", pads.size());
+  Tensor y = x;
+  for (size_t i = 0; i < pads.size() / 2; ++i) {
+    const int64_t d = x.dim() - 1 - int64_t(i), lo = pads[2 * i], hi = pads[2 * i + 1];
+    if (lo == 0 && hi == 0) continue;
+    int64_t n = y.size(d);
+    const int64_t m = n + lo + hi;
+    KILN_CHECK(m >= 0, "pad: padding (", lo, ", ", hi, ") of dim ", d, " of input ", describe(x),
+               " would give a negative size ", m);
+    // the source index of each output position j - lo, j in [0, m), as PyTorch: reflect and
+    // replicate index the uncropped dim, circular wraps the cropped one
+    std::vector<int64_t> src(static_cast<size_t>(m));
+    if (mode == PadMode::circular) {
+      if (lo < 0 || hi < 0) {
+        const int64_t start = lo < 0 ? -lo : 0, len = n - start - (hi < 0 ? -hi : 0);
+        KILN_CHECK(len >= 0, "pad: padding (", lo, ", ", hi, ") crops more than dim ", d, " of input ", describe(x));
+        y = y.narrow(d, start, len);
+        n = len;
+      }
+      const int64_t l = std::max<int64_t>(lo, 0), h = std::max<int64_t>(hi, 0);
+      KILN_CHECK(l <= n && h <= n && (n > 0 || m == 0), "pad: circular padding (", lo, ", ", hi, ") of dim ", d,
+                 " would wrap around more than once (size ", n, " after cropping; input ", describe(x), ")");
+      for (int64_t j = 0; j < m; ++j) src[size_t(j)] = ((j - l) % n + n) % n;
+    } else if (mode == PadMode::reflect) {
+      KILN_CHECK(m > 0, "pad: reflect padding (", lo, ", ", hi, ") of dim ", d, " of input ", describe(x),
+                 " would leave it empty");
+      KILN_CHECK(lo < n && hi < n, "pad: reflect padding (", lo, ", ", hi, ") of dim ", d,
+                 " must be less than its size ", n, " (input ", describe(x), ")");
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t k = j - lo;
+        src[size_t(j)] = k < 0 ? -k : k >= n ? 2 * (n - 1) - k : k;
+      }
+    } else {
+      KILN_CHECK(n > 0 && m > 0, "pad: replicate padding (", lo, ", ", hi, ") of dim ", d, " needs a non-empty dim ",
+                 "and leaves none (input ", describe(x), ")");
+      for (int64_t j = 0; j < m; ++j) src[size_t(j)] = std::clamp<int64_t>(j - lo, 0, n - 1);
+    }
+    y = index_select(y, d, from_vector(src).to(x.device()));
+  }
+  return y;
+}
+
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   KILN_CHECK(indices.defined() && indices.dtype() == DType::int64, "one_hot: expected int64 class indices, got ",
              describe(indices));
@@ -317,6 +366,68 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   }
   const Tensor classes = arange(double(num_classes), {.dtype = DType::int64, .device = indices.device()});
   return eq(indices.unsqueeze(-1), classes).to(DType::int64);
+}
+
+namespace {
+/// x with the entries off one triangle of its last two dims set to 0 (a masked_fill, so the
+/// gradient is zero there too).
+Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool lower) {
+  KILN_CHECK(x.defined() && x.dim() >= 2, op, ": expected an input of at least 2 dims, got ",
+             x.defined() ? describe(x) : std::string("an undefined tensor"));
+  const int64_t H = x.size(-2), W = x.size(-1);
+  const TensorOptions o{.dtype = DType::int64, .device = x.device()};
+  const Tensor col_minus_row = sub(arange(double(W), o).reshape({1, W}), arange(double(H), o).reshape({H, 1}));
+  return masked_fill(x, lower ? gt(col_minus_row, double(diagonal)) : lt(col_minus_row, double(diagonal)), 0.0);
+}
+}  // namespace
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", x, diagonal, true); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", x, diagonal, false); }
+
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims) {
+  KILN_CHECK(x.defined(), "flip: input is an undefined tensor");
+  const auto d = dims.empty() ? dims : wrap_dims(dims, x.dim(), "flip");  // none: a copy, as PyTorch
+  Tensor y = x;
+  for (int64_t e : d) {
+    const int64_t n = x.size(e);
+    if (n > 1) y = index_select(y, e, arange(double(n - 1), -1.0, -1.0, {.dtype = DType::int64, .device = x.device()}));
+  }
+  return y.is_same(x) ? x.clone() : y;
+}
+
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims) {
+  KILN_CHECK(x.defined(), "roll: input is an undefined tensor");
+  if (dims.empty()) {
+    KILN_CHECK(shifts.size() == 1, "roll: without dims, expected one shift (for the flattened input), got ",
+               shifts.size());
+    return roll(x.reshape({x.numel()}), shifts, {0}).reshape(x.shape());
+  }
+  KILN_CHECK(shifts.size() == dims.size(), "roll: expected one shift per dim, got ", shifts.size(), " shifts and ",
+             dims.size(), " dims");
+  Tensor y = x;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], x.dim(), "roll"), n = x.dim() == 0 ? 1 : x.size(d);
+    if (n <= 1) continue;
+    const int64_t s = (shifts[i] % n + n) % n;
+    if (s != 0) y = cat({y.narrow(d, n - s, s), y.narrow(d, 0, n - s)}, d);
+  }
+  return y.is_same(x) ? x.clone() : y;
+}
+
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
+  KILN_CHECK(x.defined(), "repeat: input is an undefined tensor");
+  KILN_CHECK(int64_t(repeats.size()) >= x.dim(), "repeat: expected at least as many repeats as the input has dims (",
+             x.dim(), "), got ", repeats.size(), " for input ", describe(x));
+  const size_t k = repeats.size(), lead = k - size_t(x.dim());
+  Shape pairs, tiled, out;  // x as (1, s0, 1, s1, ...) expanded to (r0, s0, r1, s1, ...)
+  for (size_t i = 0; i < k; ++i) {
+    KILN_CHECK(repeats[i] >= 0, "repeat: repeats must be >= 0, got ", shape_str(repeats));
+    const int64_t s = i < lead ? 1 : x.size(int64_t(i - lead));
+    pairs.insert(pairs.end(), {1, s});
+    tiled.insert(tiled.end(), {repeats[i], s});
+    out.push_back(repeats[i] * s);
+  }
+  return x.reshape(pairs).expand(tiled).reshape(out);
 }
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
-// Joining, splitting and indexing: cat, stack, split/chunk, index_select, gather, pad, one_hot.
+// Joining, splitting and indexing: cat, stack, split/chunk, index_select, gather, pad, one_hot,
+// and rearranging: tril/triu, flip, roll, repeat.
 #pragma once
 #include <vector>
 #include "kiln/core/tensor.h"
@@ -24,9 +25,30 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 /// dim, then {top, bottom} for the one before, and so on (at most x.dim() pairs); a
 /// negative amount crops. Differentiable (cat of the input with filled blocks).
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value = 0.0);
+/// F.pad's other modes: reflect (mirror without repeating the edge; each amount below the
+/// dim's size), replicate (repeat the edge; the dim must not be empty), circular (wrap
+/// around; at most the size left after cropping: beyond it PyTorch reads its own unfilled
+/// output). Amounts as above, any number of trailing dims (PyTorch takes 1 to 3 of a 2-D to
+/// 5-D input); a negative amount crops, with PyTorch's results; reflect and replicate may not
+/// leave a dim empty. Differentiable (index_select along each padded dim).
+enum class PadMode { constant, reflect, replicate, circular };
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, PadMode mode, double value = 0.0);
 /// int64 one-hot encoding of int64 class indices: shape (..., num_classes), 1 at each index.
 /// num_classes -1 takes max(indices) + 1 (a read back to the host). An index outside
 /// [0, num_classes) is an error naming it (also a read back).
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+/// The lower (tril) or upper (triu) triangle of the last two dims, the rest zeroed: entries
+/// with col - row <= diagonal (tril) or >= diagonal (triu) are kept (torch.tril / torch.triu).
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+/// x reversed along each of dims (torch.flip).
+Tensor flip(const Tensor& x, const std::vector<int64_t>& dims);
+/// x shifted along dims with wrap-around: out[(i + shift) mod n] = x[i] (torch.roll); with no
+/// dims, over the flattened tensor (one shift).
+Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims = {});
+/// x tiled repeats[i] times along each dim (torch.Tensor.repeat); repeats may have more
+/// entries than x has dims (leading dims of size 1 are added).
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats);
 
 }  // namespace kiln

@@ -383,6 +383,54 @@ void reduce_cpu(Op op, DType dt, const ReduceArgs& a) {
   }
 }
 
+// ---------------------------------------------------------------- cumsum
+
+// The running sum along R of a contiguous (O, R, I) block. Work items are (o, block of up
+// to 256 columns): each keeps one accumulator per column and walks r in order (or from the
+// end for the gradient), reading rows of the block contiguously. The same sequence of
+// additions per line as math::cumsum_line (the CUDA kernel's), so the results are equal.
+template <class T, class A, class U>
+void cumsum_block(const ReduceArgs& a) {
+  const int64_t O = a.outer, R = a.reduce, I = a.inner;
+  constexpr int64_t kCols = 256;
+  const int64_t col_blocks = (I + kCols - 1) / kCols;
+  const T* x = static_cast<const T*>(a.x);
+  U* out = static_cast<U*>(a.out);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, R * std::min(I, kCols)));
+  parallel_for(0, O * col_blocks, grain, [&](int64_t b, int64_t e) {
+    A acc[kCols];
+    for (int64_t k = b; k < e; ++k) {
+      const int64_t o = k / col_blocks, i0 = (k % col_blocks) * kCols, w = std::min(kCols, I - i0);
+      if (I == 1) {  // one line, contiguous
+        math::cumsum_line<A>(x + o * R, out + o * R, R, 1, a.backward);
+        continue;
+      }
+      std::fill(acc, acc + w, A(0));
+      for (int64_t s = 0; s < R; ++s) {
+        const int64_t r = a.backward ? R - 1 - s : s;
+        const T* xr = x + (o * R + r) * I + i0;
+        U* yr = out + (o * R + r) * I + i0;
+        for (int64_t i = 0; i < w; ++i) {
+          acc[i] += A(xr[i]);
+          yr[i] = U(acc[i]);
+        }
+      }
+    }
+  });
+}
+
+void cumsum_cpu(Op op, DType dt, const ReduceArgs& a) {
+  KILN_CHECK(op == Op::cumsum, "cumsum kernel: unsupported op ", op_name(op));
+  if (a.outer * a.reduce * a.inner == 0) return;
+  if (is_floating(dt) && !is_half(dt)) {
+    KILN_DISPATCH_FLOATING(dt, "cumsum", [&]<class T>() { cumsum_block<T, double, T>(a); });
+    return;
+  }
+  KILN_CHECK(!is_floating(dt) && !a.backward, "cumsum: no CPU kernel for ", dtype_name(dt),
+             a.backward ? " gradients" : " (16-bit inputs run in float32)");
+  dispatch_reduce_numeric(dt, "cumsum", [&]<class T>() { cumsum_block<T, int64_t, int64_t>(a); });
+}
+
 // ---------------------------------------------------------------- softmax
 
 // Forward over one (o, column block [i0, i0 + w)) of a contiguous (O, R, I) block; the
@@ -510,6 +558,7 @@ void softmax_cpu(Op op, DType dt, const SoftmaxArgs& a) {
 void register_cpu_reduce() {
   for (Op op : {Op::sum, Op::mean, Op::var, Op::std, Op::logsumexp, Op::max, Op::min, Op::argmax, Op::argmin})
     register_kernel(op, DeviceType::CPU, &reduce_cpu);
+  register_kernel(Op::cumsum, DeviceType::CPU, &cumsum_cpu);
   register_kernel(Op::softmax, DeviceType::CPU, &softmax_cpu);
   register_kernel(Op::log_softmax, DeviceType::CPU, &softmax_cpu);
 }

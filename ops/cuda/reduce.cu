@@ -1,5 +1,5 @@
 // CUDA kernels of the reduce family (sum, mean, var, std, logsumexp, max, min, argmax,
-// argmin, the max/min backward scatter; integer and bool sum/max/min/arg*) and softmax /
+// argmin, the max/min backward scatter; integer and bool sum/max/min/arg*), cumsum and softmax /
 // log_softmax, with the CPU's kernel types (ops/kernels/reduce.h). One block per
 // output row of the (outer, reduce, inner) view; its threads stride over the reduced dim
 // and combine with cub::BlockReduce. Sums and means with inner >= 32 read coalesced column
@@ -197,6 +197,42 @@ void reduce_cuda(Op op, DType dt, const ReduceArgs& a) {
   }
 }
 
+// ---- cumsum: one thread per (outer, inner) line, in order along reduce (math::cumsum_line,
+// the CPU's sequence of additions); neighbouring threads read neighbouring columns. ----
+
+template <class A, class T, class U>
+__global__ void cumsum_kernel(const T* x, U* out, int64_t lines, int64_t R, int64_t I, bool reverse) {
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < lines; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = k / I, i = k - o * I;
+    math::cumsum_line<A>(x + o * R * I + i, out + o * R * I + i, R, I, reverse);
+  }
+}
+
+void cumsum_cuda(Op op, DType dt, const ReduceArgs& a) {
+  KILN_CHECK(op == Op::cumsum, "cumsum kernel: unsupported op ", op_name(op));
+  const int64_t lines = a.outer * a.inner;
+  if (lines == 0 || a.reduce == 0) return;
+  cudaStream_t s = cuda::current_raw_stream();
+  const int blocks = cuda::grid_for(lines);
+  auto run = [&]<class A, class T, class U>() {
+    cumsum_kernel<A, T, U><<<blocks, cuda::kLoopBlock, 0, s>>>(static_cast<const T*>(a.x), static_cast<U*>(a.out),
+                                                               lines, a.reduce, a.inner, a.backward);
+  };
+  KILN_CHECK(!a.backward || dt == DType::float32 || dt == DType::float64, "cumsum: no CUDA kernel for ",
+             dtype_name(dt), " gradients");
+  switch (dt) {
+    case DType::float32: run.template operator()<double, float, float>(); break;
+    case DType::float64: run.template operator()<double, double, double>(); break;
+    case DType::int64: run.template operator()<int64_t, int64_t, int64_t>(); break;
+    case DType::int32: run.template operator()<int64_t, int32_t, int64_t>(); break;
+    case DType::uint8:
+    case DType::bool_: run.template operator()<int64_t, uint8_t, int64_t>(); break;
+    default:
+      KILN_FAIL("cumsum: the CUDA kernel takes float32, float64, int64, int32, uint8 or bool, got ", dtype_name(dt));
+  }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
 // ---- softmax / log_softmax over the middle dim, one block per (outer, inner) row ----
 
 template <class T>
@@ -237,6 +273,7 @@ void softmax_cuda(Op op, DType dt, const SoftmaxArgs& a) {
 void register_cuda_reduce() {
   for (Op op : {Op::sum, Op::mean, Op::var, Op::std, Op::logsumexp, Op::max, Op::min, Op::argmax, Op::argmin})
     register_kernel(op, DeviceType::CUDA, &reduce_cuda);
+  register_kernel(Op::cumsum, DeviceType::CUDA, &cumsum_cuda);
   register_kernel(Op::softmax, DeviceType::CUDA, &softmax_cuda);
   register_kernel(Op::log_softmax, DeviceType::CUDA, &softmax_cuda);
 }

@@ -17,6 +17,9 @@ namespace kiln {
 ///  - logsumexp: max + log(sum(exp(x - max))) (floating only)
 ///  - max, min: values (dtype of x, may be null) and `indices` (first occurrence; NaN wins)
 ///  - argmax, argmin: only `indices`
+///  - cumsum: out (outer, reduce, inner) = the running sum along reduce (backward = true: from
+///    the end, the gradient); floating in -> same dtype (float32 accumulates in double),
+///    integer/bool in -> int64 out. Not max/min's backward fields.
 /// reduce == 0 gives sum 0, mean/var/std NaN, logsumexp -inf (max/min need reduce > 0).
 /// Backward of max/min (backward = true, op max or min): dx (outer, reduce, inner) is zero
 /// except dx[o, indices[o, i], i] = g[o, i].

@@ -1,5 +1,6 @@
 // CUDA against CPU for the shape kernels (ops/cuda/shape.cu): cat, stack, split,
-// index_select and gather, forward and backward through autograd, with non-contiguous
+// index_select and gather (and the ops composed of them: pad modes, tril/triu, flip, roll,
+// repeat, sort), forward and backward through autograd, with non-contiguous
 // inputs and indices, several dtypes (copies move any dtype; the scatter-add backward runs
 // in float32/float64/bfloat16). Skipped (visibly) without a GPU.
 #include <doctest/doctest.h>
@@ -141,4 +142,38 @@ TEST_CASE("cuda parity: gather forward and scatter-add backward, strided operand
       }
     }
   }
+}
+
+TEST_CASE("cuda parity: pad modes, tril, triu, flip, roll, repeat, sort, forward and backward" *
+          doctest::skip(kNoGpu)) {
+  manual_seed(12);
+  for (DType dt : {DType::float32, DType::float64}) {
+    const Tensor x = make({3, 4, 5}, dt, true);
+    for (int which = 0; which < 9; ++which) {
+      INFO(dtype_name(dt) << " case " << which);
+      auto f = [&](const Tensor& t) {
+        switch (which) {
+          case 0: return pad(t, {2, -1, 3, 1}, PadMode::reflect);
+          case 1: return pad(t, {4, 2, -2, 1}, PadMode::replicate);
+          case 2: return pad(t, {-1, 3, 2, 2}, PadMode::circular);
+          case 3: return tril(t, 1);
+          case 4: return triu(t, -1);
+          case 5: return flip(t, {0, 2});
+          case 6: return roll(t, {2, -7}, {1, 2});
+          case 7: return repeat(t, {2, 1, 1, 3});
+          default: return sort(t, 1, true).first;
+        }
+      };
+      Tensor a = x.detach().clone().requires_grad_(), b = x.detach().to(kGpu).requires_grad_();
+      Tensor ya = f(a), yb = f(b);
+      CHECK(compare(yb, ya, 0) == "");
+      Tensor up = randn(ya.shape()).to(dt);
+      ya.backward(up);
+      yb.backward(up.to(kGpu));
+      CHECK(compare(b.grad(), a.grad(), tol_for(dt)) == "");
+    }
+  }
+  const Tensor i = randint(0, 9, {4, 6});
+  CHECK(compare(argsort(i.to(kGpu), 1), argsort(i, 1), 0) == "");
+  CHECK(compare(tril(i.to(kGpu)), tril(i), 0) == "");
 }

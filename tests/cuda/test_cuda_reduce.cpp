@@ -9,11 +9,13 @@
 #include "gradcheck.h"
 #include "parity.h"
 #include "kiln/ops/cuda/reduce_index.h"
+#include "kiln/ops/reduce_math.h"
 
 using namespace kiln;
 using kiln::test::kGpu;
 using kiln::test::kNoGpu;
 using kiln::test::compare;
+using kiln::test::Scale;
 
 TEST_CASE("cuda reduce index math: every element of every row visited once, sums equal the CPU's") {
   manual_seed(3);
@@ -44,9 +46,34 @@ TEST_CASE("cuda reduce index math: every element of every row visited once, sums
   }
 }
 
-namespace {
-
-}  // namespace
+TEST_CASE("cuda cumsum kernel emulated: one thread per (outer, inner) line, bitwise the CPU's, both directions") {
+  manual_seed(8);
+  for (Shape s : {Shape{3, 5, 4}, Shape{1, 1000, 1}, Shape{7, 1, 9}, Shape{2, 30, 300}, Shape{70, 3, 1}}) {
+    const int64_t O = s[0], R = s[1], I = s[2], lines = O * I;
+    INFO("(outer, reduce, inner) = " << shape_str(s));
+    const Tensor x = randn(s, {.dtype = DType::float64});
+    const std::vector<double> xv = x.to_vector<double>();
+    for (bool reverse : {false, true}) {
+      std::vector<double> out(xv.size(), NAN);
+      const int blocks = 3, threads = 256;                  // a grid smaller than the lines: the stride loop
+      for (int b = 0; b < blocks; ++b)                      // emulated blockIdx.x
+        for (int t = 0; t < threads; ++t)                   // emulated threadIdx.x
+          for (int64_t k = int64_t(b) * threads + t; k < lines; k += int64_t(blocks) * threads) {
+            const int64_t o = k / I, i = k - o * I;         // the kernel's body
+            math::cumsum_line<double>(xv.data() + o * R * I + i, out.data() + o * R * I + i, R, I, reverse);
+          }
+      Tensor ref;
+      if (!reverse) {
+        ref = cumsum(x, 1);
+      } else {  // the reversed sum is cumsum's gradient
+        Tensor a = x.clone().requires_grad_(true);
+        cumsum(a, 1).backward(x);
+        ref = a.grad();
+      }
+      CHECK(out == ref.to_vector<double>());
+    }
+  }
+}
 
 TEST_CASE("cuda parity: reductions and softmax, forward and backward" * doctest::skip(kNoGpu)) {
   manual_seed(4);
@@ -142,4 +169,45 @@ TEST_CASE("cuda parity: integer and bool reductions (sum to int64, max, min, arg
   // int32 sums that overflow int32 are exact in the int64 result
   Tensor big = full({3000}, 2000000, {.dtype = DType::int32});
   CHECK(sum(big.to(kGpu)).item() == 6000000000.0);
+}
+
+TEST_CASE("cuda parity: cumsum, vector_norm, group_norm, normalize, cosine_similarity" * doctest::skip(kNoGpu)) {
+  manual_seed(9);
+  for (DType dt : {DType::float32, DType::float64}) {
+    const double tol = dt == DType::float64 ? 1e-10 : 1e-4;
+    for (Shape s : {Shape{6, 5, 4}, Shape{3, 700}, Shape{2, 3, 300}}) {
+      Tensor x = randn(s, {.dtype = dt});
+      for (int64_t dim = 0; dim < int64_t(s.size()); ++dim) {
+        INFO(dtype_name(dt) << " shape " << shape_str(s) << " dim " << dim);
+        for (int which = 0; which < 6; ++which) {
+          const double ords[] = {0, 2, 1, 3, INFINITY, -INFINITY};
+          auto f = [&](const Tensor& t) {
+            return which == 0 ? cumsum(t, dim) : vector_norm(t, ords[which], {dim}, which % 2 == 0);
+          };
+          Tensor a = x.clone().requires_grad_(), b = x.to(kGpu).requires_grad_();
+          Tensor ya = f(a), yb = f(b);
+          CHECK(compare(yb, ya, tol, Scale::max) == "");
+          Tensor up = randn(ya.shape(), {.dtype = dt});
+          ya.backward(up);
+          yb.backward(up.to(kGpu));
+          CHECK(compare(b.grad(), a.grad(), tol, Scale::max) == "");
+        }
+        CHECK(compare(normalize(x.to(kGpu), 2, dim), normalize(x, 2, dim), tol) == "");
+        const Tensor y = flip(x, {dim});
+        CHECK(compare(cosine_similarity(x.to(kGpu), y.to(kGpu), dim), cosine_similarity(x, y, dim), tol) == "");
+      }
+    }
+    for (DType it : {DType::int64, DType::int32, DType::uint8, DType::bool_}) {
+      Tensor xi = randint(0, 2, {5, 40, 3}).to(it);
+      CHECK(compare(cumsum(xi.to(kGpu), 1), cumsum(xi, 1), 0) == "");
+    }
+    Tensor x = randn({4, 6, 5, 3}, {.dtype = dt}), w = randn({6}, {.dtype = dt}), bias = randn({6}, {.dtype = dt});
+    Tensor cx = x.clone().requires_grad_(), gx = x.to(kGpu).requires_grad_();
+    Tensor cy = group_norm(cx, 3, w, bias), gy = group_norm(gx, 3, w.to(kGpu), bias.to(kGpu));
+    CHECK(compare(gy, cy, tol) == "");
+    Tensor up = randn(cy.shape(), {.dtype = dt});
+    cy.backward(up);
+    gy.backward(up.to(kGpu));
+    CHECK(compare(gx.grad(), cx.grad(), tol) == "");
+  }
 }

@@ -607,3 +607,21 @@ TEST_CASE("interpolate / Upsample: nearest and bilinear against PyTorch's rules,
   CHECK(error_of([&] { interpolate(x, {}); }).find("size or scale_factor") != std::string::npos);
   CHECK(error_of([&] { interpolate(randn({3, 4}), {.size = {2, 2}}); }).find("(N, C, H, W)") != std::string::npos);
 }
+
+TEST_CASE("GroupNorm, CosineSimilarity, PairwiseDistance modules") {
+  nn::GroupNorm gn(2, 4);
+  CHECK(gn.parameters().size() == 2);
+  CHECK(gn.weight.shape() == Shape{4});
+  CHECK(gn.weight.to_vector<float>() == std::vector<float>(4, 1.f));
+  CHECK(gn.bias.to_vector<float>() == std::vector<float>(4, 0.f));
+  manual_seed(59);
+  Tensor x = randn({3, 4, 5});
+  CHECK(max_abs_diff(gn(x), group_norm(x, 2, gn.weight, gn.bias)) == 0);
+  CHECK(nn::GroupNorm(2, 4, {.affine = false}).parameters().empty());
+  CHECK(gn.extra_repr() == "2, 4, eps=1e-05, affine=true");
+  CHECK(error_of([] { nn::GroupNorm(3, 4); }).find("equal groups") != std::string::npos);
+  CHECK(error_of([&] { nn::GroupNorm g; g(x); }).find("empty") != std::string::npos);
+  Tensor a = randn({3, 4}), b = randn({3, 4});
+  CHECK(max_abs_diff(nn::CosineSimilarity()(a, b), cosine_similarity(a, b)) == 0);
+  CHECK(max_abs_diff(nn::PairwiseDistance(1.0)(a, b), pairwise_distance(a, b, 1.0)) == 0);
+}

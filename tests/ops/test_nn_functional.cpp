@@ -461,3 +461,42 @@ TEST_CASE("nn functions: larger inputs, thread count does not change results") {
   CHECK(max_abs_diff(runs[0][2], kd.grad()) < 1e-4);
   CHECK(max_abs_diff(runs[0][3], vd.grad()) < 1e-4);
 }
+
+TEST_CASE("normalize, cosine_similarity, pairwise_distance: PyTorch 2.15's values and gradients, errors") {
+  using kiln::testing::error_of;
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  const Tensor x = T({3, 4, 0, 0}, {2, 2});
+  CHECK(v(normalize(x)) == std::vector<double>{0.6, 0.8, 0, 0});  // dim 1; a zero row stays 0
+  CHECK(max_abs_diff(normalize(x, 1, 0), T({1, 1, 0, 0}, {2, 2})) < 1e-15);
+  CHECK(max_abs_diff(normalize(T({1e-13, 0}, {2}), 2, 0), T({0.1, 0}, {2})) < 1e-15);  // divided by eps
+  {
+    Tensor a = x.clone().requires_grad_(true);
+    sum(normalize(a)).backward();
+    CHECK(std::isfinite(a.grad().to_vector<double>()[2]));  // the zero row: finite (0 / eps)
+  }
+  manual_seed(53);
+  CHECK(gradcheck([](auto& in) { return normalize(in[0], 2, 0); }, {randn({3, 4}, f64)}));
+  CHECK(gradcheck([](auto& in) { return normalize(in[0], 3, -1); }, {randn({3, 4}, f64)}));
+
+  CHECK(cosine_similarity(T({1, 0}, {1, 2}), T({0, 1}, {1, 2})).item() == 0.0);
+  CHECK(cosine_similarity(T({1, 2}, {1, 2}), T({2, 4}, {1, 2})).item() == doctest::Approx(1.0).epsilon(1e-15));
+  CHECK(cosine_similarity(T({1, 2}, {1, 2}), T({1, 3}, {1, 2})).item() == doctest::Approx(0.98994949366116658));
+  CHECK(cosine_similarity(T({1, 2, 3, 4}, {2, 2}), T({1, 0}, {1, 2})).shape() == Shape{2});  // broadcast
+  CHECK(cosine_similarity(from_vector<int64_t>({1, 2}, {1, 2}), T({1, 3}, {1, 2})).dtype() == DType::float64);
+  {  // a zero x1: the clamp to eps is not part of the gradient (PyTorch): dx1 = x2 / |x2| / eps
+    Tensor a = T({0, 0}, {1, 2}).requires_grad_(true);
+    cosine_similarity(a, T({3, 4}, {1, 2}), 1, 0.5).backward();
+    CHECK(max_abs_diff(a.grad(), T({1.2, 1.6}, {1, 2})) < 1e-15);
+  }
+  CHECK(gradcheck([](auto& in) { return cosine_similarity(in[0], in[1], 0); },
+                  {randn({3, 2}, f64), randn({3, 2}, f64)}));
+  CHECK(error_of([] { cosine_similarity(from_vector<int64_t>({1}, {1}), from_vector<int64_t>({1}, {1}), 0); })
+            .find("floating") != std::string::npos);
+
+  CHECK(pairwise_distance(T({1, 2, 3}, {1, 3}), T({1, 2, 1}, {1, 3})).item() ==
+        doctest::Approx(std::sqrt(2 * 1e-6 * 1e-6 + (2 + 1e-6) * (2 + 1e-6))).epsilon(1e-15));  // x1 - x2 + eps
+  CHECK(pairwise_distance(T({1, 2, 3}, {1, 3}), T({1, 2, 1}, {1, 3}), 1, 0, true).to_vector<double>() ==
+        std::vector<double>{2});
+  CHECK(gradcheck([](auto& in) { return pairwise_distance(in[0], in[1], 3); },
+                  {randn({3, 2}, f64), randn({3, 2}, f64)}));
+}

@@ -265,3 +265,25 @@ TEST_CASE("batch_norm / layer_norm: larger inputs, thread count does not change 
   Tensor refl = (xld - ml) / sqrt(vl + 1e-5) * wl.to(DType::float64) + bl.to(DType::float64);
   CHECK(max_abs_diff(runs[0][6], refl) < 1e-4);
 }
+
+TEST_CASE("group_norm: the per-(sample, group) statistics, affine per channel, gradcheck, errors") {
+  using kiln::testing::error_of;
+  manual_seed(47);
+  const Tensor x = randn({2, 6, 3, 2}, f64), w = randn({6}, f64), b = randn({6}, f64);
+  // reference: mean and biased variance over each group of 2 channels and all positions
+  const Tensor g = x.reshape({2, 3, 12});
+  const Tensor mu = mean(g, {2}, true), var_ = var(g, {2}, false, true);
+  const Tensor ref = add(mul(div(sub(g, mu), sqrt(add(var_, 1e-5))).reshape({2, 6, 3, 2}), w.reshape({1, 6, 1, 1})),
+                         b.reshape({1, 6, 1, 1}));
+  CHECK(max_abs_diff(group_norm(x, 3, w, b), ref) < 1e-13);
+  // one group: layer_norm over (C, H, W); C groups: instance norm
+  CHECK(max_abs_diff(group_norm(x, 1), layer_norm(x, {6, 3, 2})) < 1e-13);
+  const Tensor inst = group_norm(x, 6);
+  CHECK(max_abs_diff(mean(inst, {2, 3}), zeros({2, 6}, {.dtype = DType::float64})) < 1e-13);
+  CHECK(group_norm(randn({4, 4}), 2).shape() == Shape{4, 4});  // (N, C) without spatial dims
+  CHECK(gradcheck([](auto& in) { return group_norm(in[0], 2, in[1], in[2], 0.1); },
+                  {randn({2, 4, 3}, f64), randn({4}, f64), randn({4}, f64)}));
+  CHECK(error_of([&] { group_norm(x, 4); }).find("4 equal groups") != std::string::npos);
+  CHECK(error_of([&] { group_norm(x, 3, randn({3}, f64)); }).find("weight has shape [3]") != std::string::npos);
+  CHECK(error_of([&] { group_norm(randn({6}), 3); }).find("at least 2 dims") != std::string::npos);
+}

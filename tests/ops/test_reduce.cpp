@@ -670,3 +670,76 @@ TEST_CASE("max / min / argmax over rows holding only infinities") {
   CHECK(max(T({-kInf, -kInf, -kInf}, {3})).item() == -kInf);
   CHECK(min(T({kInf, kInf}, {2})).item() == kInf);
 }
+
+TEST_CASE("vector_norm: PyTorch 2.15's values and gradients (zero norms, ties of the inf norm), errors") {
+  using kiln::testing::error_of;
+  const Tensor x = T({3, -4}, {2});
+  CHECK(vector_norm(x).item() == 5.0);
+  CHECK(vector_norm(x, 1).item() == 7.0);
+  CHECK(vector_norm(x, kInf).item() == 4.0);
+  CHECK(vector_norm(x, -kInf).item() == 3.0);
+  CHECK(vector_norm(T({3, 0, -4}, {3}), 0).item() == 2.0);  // the count of nonzeros
+  CHECK(vector_norm(x, 3).item() == doctest::Approx(std::cbrt(91.0)).epsilon(1e-15));
+  CHECK(vector_norm(x, -1).item() == doctest::Approx(12.0 / 7.0).epsilon(1e-15));
+  check_values(vector_norm(T({3, 4, 0, 0, 6, 8}, {3, 2}), 2, {1}, true), {5, 0, 10}, 1e-15);
+  CHECK(vector_norm(T({1, 2, 3, 4}, {2, 2}), 1, {0, 1}).item() == 10.0);
+  CHECK(vector_norm(ones({2, 3}, {.dtype = DType::bfloat16})).dtype() == DType::bfloat16);
+  // gradients: 0 at a zero norm (PyTorch's subgradient), the inf norm's split among ties
+  auto grad_of = [](const Tensor& v, double ord) {
+    Tensor a = v.clone().requires_grad_(true);
+    vector_norm(a, ord).backward();
+    return a.grad().to_vector<double>();
+  };
+  for (double ord : {2.0, 3.0, 1.5, 0.5, kInf})
+    CHECK(grad_of(T({0, 0, 0}, {3}), ord) == std::vector<double>{0, 0, 0});
+  CHECK(grad_of(T({3, -3, 1}, {3}), kInf) == std::vector<double>{0.5, -0.5, 0});
+  CHECK(grad_of(T({3, -4}, {2}), 2) == std::vector<double>{3 * (1 / 5.0), -4 * (1 / 5.0)});  // x (g / norm)
+  CHECK(grad_of(T({2, 0}, {2}), 0.5) == std::vector<double>{1, 0});  // |x|^(p-1) taken as 0 at 0
+  CHECK(grad_of(T({3, 0, -4}, {3}), 0) == std::vector<double>{0, 0, 0});
+  manual_seed(41);
+  const Tensor r = randn({3, 4}, f64);
+  for (double ord : {1.0, 2.0, 3.0, 0.5, 1.5, -1.0, kInf, -kInf})
+    for (const Dims& d : {Dims{}, Dims{0}, Dims{-1}, Dims{0, 1}}) {
+      INFO("ord " << ord << " dims " << shape_str(d));
+      CHECK(gradcheck([&](auto& in) { return vector_norm(in[0], ord, d, true); }, {r}));
+    }
+  CHECK(gradgradcheck([](auto& in) { return vector_norm(in[0], 2.0, {1}); }, {r}));
+  CHECK(gradgradcheck([](auto& in) { return vector_norm(in[0], 3.0); }, {r}));
+  CHECK(error_of([] { vector_norm(T({}, {0}), kInf); }).find("empty reduction") != std::string::npos);
+  CHECK(error_of([] { vector_norm(T({}, {0}), -1); }).find("-1 norm") != std::string::npos);
+  CHECK(vector_norm(T({}, {0}), 2).item() == 0.0);
+  CHECK(error_of([] { vector_norm(from_vector<int64_t>({1, 2}, {2})); }).find("floating") != std::string::npos);
+}
+
+TEST_CASE("cumsum: values (int64 for integers, float32 accumulated in double), gradient, errors") {
+  using kiln::testing::error_of;
+  const Tensor a = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(vals(cumsum(a, 1)) == std::vector<double>{1, 3, 6, 4, 9, 15});
+  CHECK(vals(cumsum(a, 0)) == std::vector<double>{1, 2, 3, 5, 7, 9});
+  CHECK(vals(cumsum(a, -2)) == std::vector<double>{1, 2, 3, 5, 7, 9});
+  const Tensor b = cumsum(from_vector<int32_t>({1, -2, 3}, {3}), 0);
+  CHECK(b.dtype() == DType::int64);
+  CHECK(b.to_vector<int64_t>() == std::vector<int64_t>{1, -1, 2});
+  CHECK(cumsum(ones({3}, {.dtype = DType::bool_}), 0).to_vector<int64_t>() == std::vector<int64_t>{1, 2, 3});
+  CHECK(cumsum(scalar_tensor(2.5, {.dtype = DType::float64}), 0).item() == 2.5);
+  // 2^24 + 1 + 1: a float32 running sum would stay at 2^24; PyTorch's CPU kernel (double) reaches 2^24 + 2
+  const Tensor f = cumsum(from_vector<float>({16777216.f, 1.f, 1.f}, {3}), 0);
+  CHECK(f.to_vector<float>() == std::vector<float>{16777216.f, 16777216.f, 16777218.f});
+  CHECK(cumsum(ones({4}, {.dtype = DType::bfloat16}), 0).dtype() == DType::bfloat16);
+  // gradient: the reversed cumulative sum; a large (O, R, I) with I > 256 runs several column blocks
+  Tensor x = a.clone().requires_grad_(true);
+  cumsum(x, 1).backward(T({1, 1, 1, 1, 2, 3}, {2, 3}));
+  CHECK(vals(x.grad()) == std::vector<double>{3, 2, 1, 6, 5, 3});
+  manual_seed(43);
+  CHECK(gradcheck([](auto& in) { return cumsum(in[0], 1); }, {randn({2, 5, 3}, f64)}));
+  CHECK(gradgradcheck([](auto& in) { return cumsum(mul(in[0], in[0]), 0); }, {randn({4, 2}, f64)}));
+  const Tensor big = randn({3, 7, 300}, f64);
+  std::vector<double> bv = big.to_vector<double>(), want(bv.size());
+  for (int64_t o = 0; o < 3; ++o)
+    for (int64_t i = 0; i < 300; ++i) {
+      double s = 0;
+      for (int64_t r = 0; r < 7; ++r) want[size_t((o * 7 + r) * 300 + i)] = s += bv[size_t((o * 7 + r) * 300 + i)];
+    }
+  CHECK(cumsum(big, 1).to_vector<double>() == want);
+  CHECK(error_of([&] { cumsum(a, 2); }).find("out of range") != std::string::npos);
+}

@@ -129,3 +129,21 @@ TEST_CASE("topk of int64 values above 2^53: ranked exactly") {
   CHECK(v.to_vector<int64_t>() == std::vector<int64_t>{B + 3, B + 2, B + 1});  // the third was B
   CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{3, 4, 1});
 }
+
+TEST_CASE("sort and argsort: stable, NaN last ascending and first descending, 0-dim, gradient") {
+  const Tensor x = from_vector<double>({3, 1, NAN, 1, 2}, {5});
+  auto [v, i] = sort(x);
+  const auto vv = v.to_vector<double>();
+  CHECK(vv[0] == 1);
+  CHECK(vv[3] == 3);
+  CHECK(std::isnan(vv[4]));
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{1, 3, 4, 0, 2});
+  CHECK(argsort(x, 0, true).to_vector<int64_t>() == std::vector<int64_t>{2, 0, 4, 1, 3});
+  CHECK(argsort(from_vector<int64_t>({5, 2, 9, 1}, {2, 2}), 0).to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 1, 1, 0});
+  auto [sv, si] = sort(scalar_tensor(4.0));
+  CHECK(sv.dim() == 0);
+  CHECK(si.item() == 0);
+  CHECK(kiln::test::gradcheck([](auto& in) { return sort(in[0], 1, true).first; },
+                              {randn({3, 4}, {.dtype = DType::float64})}));
+}

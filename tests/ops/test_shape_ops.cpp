@@ -326,3 +326,70 @@ TEST_CASE("pad (constant) and one_hot: PyTorch 2.15's values, gradients, errors"
   CHECK(error_of([&] { one_hot(from_vector<int64_t>({-1}, {1}), 3); }).find("-1") != std::string::npos);
   CHECK(error_of([&] { one_hot(x); }).find("int64") != std::string::npos);
 }
+
+TEST_CASE("pad modes reflect, replicate, circular: PyTorch 2.15's values (cropping too), gradients, errors") {
+  using kiln::testing::error_of;
+  const Tensor x = T({0, 1, 2, 3, 4}, {1, 5});
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  using V = std::vector<double>;
+  CHECK(v(pad(x, {4, 4}, PadMode::reflect)) == V{4, 3, 2, 1, 0, 1, 2, 3, 4, 3, 2, 1, 0});
+  CHECK(v(pad(x, {-2, 3}, PadMode::reflect)) == V{2, 3, 4, 3, 2, 1});  // reflects the uncropped dim
+  CHECK(v(pad(x, {3, -2}, PadMode::reflect)) == V{3, 2, 1, 0, 1, 2});
+  CHECK(v(pad(x, {2, -1}, PadMode::replicate)) == V{0, 0, 0, 1, 2, 3});
+  CHECK(v(pad(x, {-4, 5}, PadMode::replicate)) == V{4, 4, 4, 4, 4, 4});
+  CHECK(v(pad(x, {5, 5}, PadMode::circular)) == V{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4});
+  CHECK(v(pad(x, {-2, 3}, PadMode::circular)) == V{2, 3, 4, 2, 3, 4});  // wraps the cropped dim
+  CHECK(v(pad(x, {3, -2}, PadMode::circular)) == V{0, 1, 2, 0, 1, 2});
+  const Tensor m = T({1, 2, 3, 4, 5, 6}, {1, 2, 3});
+  CHECK(v(pad(m, {1, 1, 1, 0}, PadMode::reflect)) == V{5, 4, 5, 6, 5, 2, 1, 2, 3, 2, 5, 4, 5, 6, 5});
+  CHECK(v(pad(m, {0, 1, 0, 1}, PadMode::replicate)) == V{1, 2, 3, 3, 4, 5, 6, 6, 4, 5, 6, 6});
+  CHECK(pad(from_vector<int64_t>({7, 8}, {1, 2}), {1, 1}, PadMode::circular).to_vector<int64_t>() ==
+        std::vector<int64_t>{8, 7, 8, 7});
+  CHECK(pad(x, {1, 1}, PadMode::constant, 2.0).to_vector<double>() == V{2, 0, 1, 2, 3, 4, 2});
+  for (PadMode mode : {PadMode::reflect, PadMode::replicate, PadMode::circular})
+    CHECK(gradcheck([mode](auto& in) { return pad(in[0], {2, -1, 1, 2}, mode); }, {kiln::randn({2, 3, 4}, f64)}));
+  CHECK(error_of([&] { pad(x, {5, 0}, PadMode::reflect); }).find("less than its size 5") != std::string::npos);
+  CHECK(error_of([&] { pad(x, {-3, -2}, PadMode::reflect); }).find("empty") != std::string::npos);
+  CHECK(error_of([&] { pad(T({}, {1, 0}), {1, 1}, PadMode::replicate); }).find("non-empty") != std::string::npos);
+  CHECK(error_of([&] { pad(x, {6, 0}, PadMode::circular); }).find("more than once") != std::string::npos);
+  CHECK(error_of([&] { pad(x, {4, -2}, PadMode::circular); }).find("size 3 after cropping") != std::string::npos);
+  CHECK(error_of([&] { pad(x, {1, 1}, PadMode::reflect, 1.0); }).find("no fill value") != std::string::npos);
+}
+
+TEST_CASE("tril, triu, flip, roll, repeat: PyTorch 2.15's values, gradients, errors") {
+  using kiln::testing::error_of;
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  using V = std::vector<double>;
+  const Tensor a = T({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4});
+  CHECK(v(tril(a)) == V{1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
+  CHECK(v(tril(a, 1)) == V{1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12});
+  CHECK(v(tril(a, -2)) == V{0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0});
+  CHECK(v(triu(a)) == V{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12});
+  CHECK(v(triu(a, 2)) == V{0, 0, 3, 4, 0, 0, 0, 8, 0, 0, 0, 0});
+  CHECK(v(triu(a, -1)) == V{1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12});
+  CHECK(tril(ones({2, 2, 2}, {.dtype = DType::bool_})).to_vector<double>() == V{1, 0, 1, 1, 1, 0, 1, 1});
+  CHECK(gradcheck([](auto& in) { return tril(in[0], -1); }, {kiln::randn({2, 3, 4}, f64)}));
+  CHECK(gradcheck([](auto& in) { return triu(in[0], 1); }, {kiln::randn({4, 3}, f64)}));
+  CHECK(error_of([] { tril(T({1, 2}, {2})); }).find("at least 2 dims") != std::string::npos);
+
+  CHECK(v(flip(a, {0})) == V{9, 10, 11, 12, 5, 6, 7, 8, 1, 2, 3, 4});
+  CHECK(v(flip(a, {-1, 0})) == V{12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1});
+  CHECK(v(flip(a, {})) == v(a));
+  CHECK(flip(scalar_tensor(3.0), {0}).item() == 3.0);
+  CHECK(gradcheck([](auto& in) { return flip(in[0], {0, 2}); }, {kiln::randn({2, 3, 4}, f64)}));
+  CHECK(error_of([&] { flip(a, {0, -2}); }).find("twice") != std::string::npos);
+
+  CHECK(v(roll(a, {1}, {1})) == V{4, 1, 2, 3, 8, 5, 6, 7, 12, 9, 10, 11});
+  CHECK(v(roll(a, {-1, 5}, {0, 1})) == V{8, 5, 6, 7, 12, 9, 10, 11, 4, 1, 2, 3});
+  CHECK(v(roll(a, {1})) == V{12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});  // flattened
+  CHECK(gradcheck([](auto& in) { return roll(in[0], {2, -1}, {2, 0}); }, {kiln::randn({2, 3, 4}, f64)}));
+  CHECK(error_of([&] { roll(a, {1, 2}, {0}); }).find("one shift per dim") != std::string::npos);
+
+  const Tensor r = T({1, 2, 3}, {3});
+  CHECK(v(repeat(r, {2})) == V{1, 2, 3, 1, 2, 3});
+  CHECK(repeat(r, {2, 2}).shape() == Shape{2, 6});
+  CHECK(v(repeat(T({1, 2}, {2, 1}), {1, 3})) == V{1, 1, 1, 2, 2, 2});
+  CHECK(repeat(r, {2, 0}).shape() == Shape{2, 0});
+  CHECK(gradcheck([](auto& in) { return repeat(in[0], {2, 1, 3}); }, {kiln::randn({3, 2}, f64)}));
+  CHECK(error_of([&] { repeat(a, {2}); }).find("at least as many repeats") != std::string::npos);
+}
