@@ -2,6 +2,7 @@
 // op's backward right next to its forward.
 #include "kiln/ops/elementwise.h"
 #include <cmath>
+#include <limits>
 #include "kiln/core/copy.h"
 #include "kiln/core/half.h"
 #include "kiln/ops/kernels/elementwise.h"
@@ -184,6 +185,19 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     case Op::hardswish:
       return where(le(s, -3.0), scalar_like(s, 0.0), where(lt(s, 3.0), add(div(s, 3.0), 0.5), scalar_like(s, 1.0)));
     case Op::pow_scalar: return p0 == 0 ? zeros_like(s) : mul(pow(s, p0 - 1), p0);
+    case Op::reciprocal: return neg(mul(s, s));
+    case Op::square: return mul(s, 2.0);
+    case Op::tan: return add(mul(s, s), 1.0);
+    case Op::atan: return div(scalar_like(s, 1.0), add(mul(s, s), 1.0));
+    case Op::asin: return rsqrt(sub(scalar_like(s, 1.0), mul(s, s)));
+    case Op::acos: return neg(rsqrt(sub(scalar_like(s, 1.0), mul(s, s))));
+    case Op::sinh: return cosh(s);
+    case Op::cosh: return sinh(s);
+    case Op::erf: return mul(exp(neg(mul(s, s))), 1.1283791670955126);
+    case Op::erfc: return mul(exp(neg(mul(s, s))), -1.1283791670955126);
+    case Op::exp2: return mul(s, 0.69314718055994531);
+    case Op::log2: return div(scalar_like(s, 1.0 / 0.69314718055994531), s);
+    case Op::log10: return div(scalar_like(s, 1.0 / 2.3025850929940457), s);
     case Op::abs:
     case Op::relu:
     case Op::leaky_relu:
@@ -204,7 +218,10 @@ bool has_recorded_derivative(Op op) {
     case Op::tanh: case Op::sigmoid: case Op::gelu: case Op::gelu_tanh: case Op::silu: case Op::softplus:
     case Op::log_sigmoid: case Op::log1p: case Op::expm1: case Op::elu: case Op::selu:
     case Op::hardtanh: case Op::hardsigmoid: case Op::hardswish: case Op::floor: case Op::ceil: case Op::trunc:
-    case Op::round: case Op::sign: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu: case Op::clamp: return true;
+    case Op::round: case Op::sign: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu:
+    case Op::clamp:
+    case Op::reciprocal: case Op::square: case Op::tan: case Op::atan: case Op::asin: case Op::acos: case Op::sinh:
+    case Op::cosh: case Op::erf: case Op::erfc: case Op::exp2: case Op::log2: case Op::log10: return true;
     default: return false;
   }
 }
@@ -490,6 +507,83 @@ Tensor& Tensor::mul_(double s) {
     copy_tensor(*this, mul(*this, s));
   }
   return *this;
+}
+
+// ---------------------------------------------------------------- tests, logic, lerp, nan_to_num
+
+namespace {
+/// x != 0 as bool (bool itself as it is: comparisons take no bool operand).
+Tensor truth(const Tensor& x) { return x.dtype() == DType::bool_ ? x : ne(x, 0.0); }
+/// The sum of two truth values, 0, 1 or 2, in uint8 (broadcast).
+Tensor truth_count(const Tensor& a, const Tensor& b) {
+  return add(truth(a).to(DType::uint8), truth(b).to(DType::uint8));
+}
+}  // namespace
+
+Tensor isnan(const Tensor& x) {
+  KILN_CHECK(x.defined(), "isnan: input is an undefined tensor");
+  return x.is_floating_point() ? ne(x, x) : zeros(x.shape(), {.dtype = DType::bool_, .device = x.device()});
+}
+Tensor isinf(const Tensor& x) {
+  KILN_CHECK(x.defined(), "isinf: input is an undefined tensor");
+  return x.is_floating_point() ? eq(abs(x), std::numeric_limits<double>::infinity())
+                               : zeros(x.shape(), {.dtype = DType::bool_, .device = x.device()});
+}
+Tensor isfinite(const Tensor& x) {
+  KILN_CHECK(x.defined(), "isfinite: input is an undefined tensor");
+  NoGradGuard ng;  // x - x is 0 exactly when x is finite
+  return x.is_floating_point() ? eq(sub(x, x), 0.0) : ones(x.shape(), {.dtype = DType::bool_, .device = x.device()});
+}
+Tensor logical_not(const Tensor& x) {
+  KILN_CHECK(x.defined(), "logical_not: input is an undefined tensor");
+  return eq(truth(x).to(DType::uint8), 0.0);
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "logical_and: an input is an undefined tensor");
+  return eq(truth_count(a, b), 2.0);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "logical_or: an input is an undefined tensor");
+  return gt(truth_count(a, b), 0.0);
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "logical_xor: an input is an undefined tensor");
+  return eq(truth_count(a, b), 1.0);
+}
+Tensor any(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  KILN_CHECK(x.defined(), "any: input is an undefined tensor");
+  return gt(sum(truth(x), dims, keepdim), 0.0);
+}
+Tensor all(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  KILN_CHECK(x.defined(), "all: input is an undefined tensor");
+  return eq(sum(logical_not(x), dims, keepdim), 0.0);
+}
+
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  KILN_CHECK(start.defined() && end.defined() && weight.defined(), "lerp: an input is an undefined tensor");
+  check_floating("lerp", start, "start");
+  const Tensor diff = sub(end, start);
+  return where(lt(abs(weight), 0.5), add(start, mul(weight, diff)), sub(end, mul(diff, 1.0 - weight)));
+}
+Tensor lerp(const Tensor& start, const Tensor& end, double weight) {
+  KILN_CHECK(start.defined() && end.defined(), "lerp: an input is an undefined tensor");
+  check_floating("lerp", start, "start");
+  const Tensor diff = sub(end, start);
+  return std::fabs(weight) < 0.5 ? add(start, mul(diff, weight)) : sub(end, mul(diff, 1.0 - weight));
+}
+
+Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf, std::optional<double> neginf) {
+  KILN_CHECK(x.defined(), "nan_to_num: input is an undefined tensor");
+  if (!x.is_floating_point()) return x.clone();
+  const double big = x.dtype() == DType::float64   ? std::numeric_limits<double>::max()
+                     : x.dtype() == DType::float32 ? double(std::numeric_limits<float>::max())
+                     : x.dtype() == DType::float16 ? 65504.0
+                                                   : 3.3895313892515355e38;  // bfloat16's largest
+  const Tensor pos = full({}, posinf.value_or(big), {.dtype = x.dtype(), .device = x.device()});
+  const Tensor neg_ = full({}, neginf.value_or(-big), {.dtype = x.dtype(), .device = x.device()});
+  const Tensor nan_ = full({}, nan, {.dtype = x.dtype(), .device = x.device()});
+  const double inf = std::numeric_limits<double>::infinity();
+  return where(ne(x, x), nan_, where(eq(x, inf), pos, where(eq(x, -inf), neg_, x)));
 }
 
 }  // namespace kiln

@@ -71,6 +71,22 @@ Tensor ceil(const Tensor& x);
 Tensor trunc(const Tensor& x);
 Tensor round(const Tensor& x);
 Tensor sign(const Tensor& x);
+/// PyTorch's math with its gradients (twice differentiable): 1 / x, x * x (integers too), tan,
+/// atan, asin, acos (their gradient is inf at +-1, NaN outside, as PyTorch's), sinh, cosh,
+/// erf, erfc, 2^x, log2, log10.
+Tensor reciprocal(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor tan(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor asin(const Tensor& x);
+Tensor acos(const Tensor& x);
+Tensor sinh(const Tensor& x);
+Tensor cosh(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor erfc(const Tensor& x);
+Tensor exp2(const Tensor& x);
+Tensor log2(const Tensor& x);
+Tensor log10(const Tensor& x);
 /// Clamps to [min, max]; either bound may be absent; min > max throws. The gradient is 1
 /// strictly inside the bounds and 0 at a bound, beyond it and at NaN (PyTorch 2.x's rule);
 /// a NaN bound makes every element NaN (gradient 0), as in PyTorch.
@@ -95,6 +111,29 @@ Tensor lt(const Tensor& a, double b);
 Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
+
+// ---- tests and logic (compositions of the comparisons; bool results) ----
+/// NaN, +-inf, finite entries (integers: never NaN or inf).
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+/// Entries read as truth values (nonzero, NaN included, is true), broadcasting as PyTorch's.
+Tensor logical_not(const Tensor& x);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+/// Whether any / all entries over dims (all when empty) are true (nonzero).
+Tensor any(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor all(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+
+/// start + weight (end - start), as PyTorch: from the end, end - (end - start)(1 - weight), where
+/// |weight| >= 0.5. Differentiable in all three.
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, double weight);
+/// NaN, +inf and -inf replaced by nan, posinf and neginf (by default 0 and the dtype's largest
+/// and lowest finite values); the gradient is 0 at the replaced entries. Integers as they are.
+Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
 
 // ---- operators ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

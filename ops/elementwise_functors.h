@@ -234,6 +234,58 @@ template <class T> struct TruncD : ZeroGradD<T> {};
 template <class T> struct RoundD : ZeroGradD<T> {};
 template <class T> struct SignD : ZeroGradD<T> {};
 
+// More of PyTorch's math, each backward in PyTorch's order (derivatives.yaml).
+/// 1 / x; the gradient -g y^2.
+template <class T> struct ReciprocalF { KILN_HD_INLINE T operator()(T x) const { return T(1) / x; } };
+template <class T> struct ReciprocalD {
+  KILN_HD_INLINE T operator()(T y) const { return -(y * y); }
+  KILN_HD_INLINE T grad(T g, T y) const { return -g * (y * y); }
+};
+/// x * x (integers too); the gradient g 2x.
+template <class T> struct SquareF { KILN_HD_INLINE T operator()(T x) const { return T(x * x); } };
+template <class T> struct SquareD { KILN_HD_INLINE T operator()(T x) const { return T(2) * x; } };
+template <class T> struct TanF { KILN_HD_INLINE T operator()(T x) const { return m_tan(x); } };
+template <class T> struct TanD { KILN_HD_INLINE T operator()(T y) const { return T(1) + y * y; } };
+template <class T> struct AtanF { KILN_HD_INLINE T operator()(T x) const { return m_atan(x); } };
+template <class T> struct AtanD {
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * x + T(1)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * x + T(1)); }
+};
+/// asin, acos: the gradient +-g / sqrt(1 - x^2) (inf at +-1, NaN outside, as PyTorch's).
+template <class T> struct AsinF { KILN_HD_INLINE T operator()(T x) const { return m_asin(x); } };
+template <class T> struct AsinD { KILN_HD_INLINE T operator()(T x) const { return T(1) / m_sqrt(-x * x + T(1)); } };
+template <class T> struct AcosF { KILN_HD_INLINE T operator()(T x) const { return m_acos(x); } };
+template <class T> struct AcosD { KILN_HD_INLINE T operator()(T x) const { return -(T(1) / m_sqrt(-x * x + T(1))); } };
+template <class T> struct SinhF { KILN_HD_INLINE T operator()(T x) const { return m_sinh(x); } };
+template <class T> struct SinhD { KILN_HD_INLINE T operator()(T x) const { return m_cosh(x); } };
+template <class T> struct CoshF { KILN_HD_INLINE T operator()(T x) const { return m_cosh(x); } };
+template <class T> struct CoshD { KILN_HD_INLINE T operator()(T x) const { return m_sinh(x); } };
+/// erf, erfc: the gradient +-(2 / sqrt(pi)) e^(-x^2) g.
+template <class T> struct ErfF { KILN_HD_INLINE T operator()(T x) const { return m_erf(x); } };
+template <class T> struct ErfD {
+  KILN_HD_INLINE T operator()(T x) const { return T(1.1283791670955126) * m_exp(-(x * x)); }
+};
+template <class T> struct ErfcF { KILN_HD_INLINE T operator()(T x) const { return m_erfc(x); } };
+template <class T> struct ErfcD {
+  KILN_HD_INLINE T operator()(T x) const { return T(-1.1283791670955126) * m_exp(-(x * x)); }
+};
+/// 2^x (the gradient g y ln 2); log2, log10 (g / (x ln b)).
+template <class T> struct Exp2F { KILN_HD_INLINE T operator()(T x) const { return m_exp2(x); } };
+template <class T> struct Exp2D {
+  KILN_HD_INLINE T operator()(T y) const { return y * T(0.69314718055994531); }
+  KILN_HD_INLINE T grad(T g, T y) const { return g * y * T(0.69314718055994531); }
+};
+template <class T> struct Log2F { KILN_HD_INLINE T operator()(T x) const { return m_log2(x); } };
+template <class T> struct Log2D {
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(0.69314718055994531)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(0.69314718055994531)); }
+};
+template <class T> struct Log10F { KILN_HD_INLINE T operator()(T x) const { return m_log10(x); } };
+template <class T> struct Log10D {
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(2.3025850929940457)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(2.3025850929940457)); }
+};
+
 template <class T> struct ClampF {
   T lo, hi;
   KILN_HD_INLINE T operator()(T x) const { return math::clamp(x, lo, hi); }

@@ -88,6 +88,26 @@ KILN_HD_INLINE float m_sin(float x) { return ::sinf(x); }
 KILN_HD_INLINE double m_sin(double x) { return ::sin(x); }
 KILN_HD_INLINE float m_cos(float x) { return ::cosf(x); }
 KILN_HD_INLINE double m_cos(double x) { return ::cos(x); }
+KILN_HD_INLINE float m_tan(float x) { return ::tanf(x); }
+KILN_HD_INLINE double m_tan(double x) { return ::tan(x); }
+KILN_HD_INLINE float m_atan(float x) { return ::atanf(x); }
+KILN_HD_INLINE double m_atan(double x) { return ::atan(x); }
+KILN_HD_INLINE float m_asin(float x) { return ::asinf(x); }
+KILN_HD_INLINE double m_asin(double x) { return ::asin(x); }
+KILN_HD_INLINE float m_acos(float x) { return ::acosf(x); }
+KILN_HD_INLINE double m_acos(double x) { return ::acos(x); }
+KILN_HD_INLINE float m_sinh(float x) { return ::sinhf(x); }
+KILN_HD_INLINE double m_sinh(double x) { return ::sinh(x); }
+KILN_HD_INLINE float m_cosh(float x) { return ::coshf(x); }
+KILN_HD_INLINE double m_cosh(double x) { return ::cosh(x); }
+KILN_HD_INLINE float m_erfc(float x) { return ::erfcf(x); }
+KILN_HD_INLINE double m_erfc(double x) { return ::erfc(x); }
+KILN_HD_INLINE float m_exp2(float x) { return ::exp2f(x); }
+KILN_HD_INLINE double m_exp2(double x) { return ::exp2(x); }
+KILN_HD_INLINE float m_log2(float x) { return ::log2f(x); }
+KILN_HD_INLINE double m_log2(double x) { return ::log2(x); }
+KILN_HD_INLINE float m_log10(float x) { return ::log10f(x); }
+KILN_HD_INLINE double m_log10(double x) { return ::log10(x); }
 KILN_HD_INLINE float m_pow(float x, float y) { return ::powf(x, y); }
 KILN_HD_INLINE double m_pow(double x, double y) { return ::pow(x, y); }
 KILN_HD_INLINE float m_fabs(float x) { return ::fabsf(x); }

@@ -254,10 +254,7 @@ Tensor vector_norm(const Tensor& x, double ord, const Dims& dims, bool keepdim) 
     if (ord == 0) {
       out = sum(ne(xd, 0.0), d, keepdim).to(x.dtype());
     } else if (std::isinf(ord)) {
-      out = abs(xd);
-      for (auto it = d.rbegin(); it != d.rend(); ++it)
-        out = ord > 0 ? max(out, *it, true).values : min(out, *it, true).values;
-      out = out.reshape(reduced_shape(xs, d, keepdim));
+      out = ord > 0 ? amax(abs(xd), d, keepdim) : amin(abs(xd), d, keepdim);
     } else if (ord == 1) {
       out = sum(abs(xd), d, keepdim);
     } else if (ord == 2) {
@@ -293,6 +290,37 @@ Tensor vector_norm(const Tensor& x, double ord, const Dims& dims, bool keepdim) 
   };
   return twice_differentiable(record(out, op, {x}, {x, yd}, backward));
 }
+
+// ---------------------------------------------------------------- amax / amin
+
+namespace {
+Tensor amax_amin(const char* op, bool is_max, const Tensor& x, const Dims& dims, bool keepdim) {
+  check_defined(op, x);
+  const auto d = checked_dims(op, x, dims);
+  const Shape xs = x.shape(), ks = reduced_shape(xs, d, true);
+  for (int64_t e : d)
+    KILN_CHECK(xs[size_t(e)] > 0, op, ": cannot reduce over dim ", e, " of size 0 (input shape ", shape_str(xs),
+               "): max and min have no identity");
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = x.detach();
+    for (auto it = d.rbegin(); it != d.rend(); ++it)
+      out = is_max ? max(out, *it, true).values : min(out, *it, true).values;
+    out = out.reshape(reduced_shape(xs, d, keepdim));
+  }
+  if (!x.is_floating_point()) return out;
+  const Tensor yd = out.detach();
+  auto backward = [x, yd, d, ks](const Tensor& g, const std::vector<bool>&) {  // PyTorch's scale_grad_by_count
+    const Tensor hit = eq(x, saved_output(yd).reshape(ks)).to(g.dtype());
+    return std::vector<Tensor>{mul(div(g.reshape(ks), sum(hit, d, true)), hit)};
+  };
+  return twice_differentiable(record(out, op, {x}, {x, yd}, backward));
+}
+}  // namespace
+
+Tensor amax(const Tensor& x, const Dims& dims, bool keepdim) { return amax_amin("amax", true, x, dims, keepdim); }
+Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) { return amax_amin("amin", false, x, dims, keepdim); }
 
 // ---------------------------------------------------------------- cumsum
 

@@ -50,6 +50,10 @@ ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 /// the result (all NaNs when it is NaN), as in PyTorch.
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
+/// Max / min over dims (all when empty), torch.amax / amin: NaN propagates; the gradient is
+/// split evenly among the entries equal to the result.
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 /// Index (int64) of the first max / min along dim.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);

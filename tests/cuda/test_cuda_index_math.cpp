@@ -104,6 +104,7 @@ EwArgs ew_args(const Tensor& out, const std::vector<Tensor>& ins) {
 }
 
 bool close(double a, double b, double rtol, double atol) {
+  if (a == b) return true;  // infinities too
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   return std::fabs(a - b) <= atol + rtol * std::fabs(b);
 }
@@ -415,6 +416,18 @@ void check_all_unary(double rtol) {
                  ClampF<C>{C(-0.5), C(0.7)}, ClampD<C>{C(-0.5), C(0.7)}, rtol);
   check_unary<T>("pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }, true, false, PowScalarF<C>{C(2.5)},
                  PowScalarD<C>{C(2.5)}, rtol);
+  check_unary<T>("reciprocal", [](const Tensor& x) { return reciprocal(x); }, true, true, ReciprocalF<C>{},
+                 ReciprocalD<C>{}, rtol);
+  check_unary<T>("square", [](const Tensor& x) { return square(x); }, false, false, SquareF<C>{}, SquareD<C>{}, rtol);
+  check_unary<T>("tan", [](const Tensor& x) { return tan(x); }, false, true, TanF<C>{}, TanD<C>{}, rtol);
+  check_unary<T>("atan", [](const Tensor& x) { return atan(x); }, false, false, AtanF<C>{}, AtanD<C>{}, rtol);
+  check_unary<T>("sinh", [](const Tensor& x) { return sinh(x); }, false, false, SinhF<C>{}, SinhD<C>{}, rtol);
+  check_unary<T>("cosh", [](const Tensor& x) { return cosh(x); }, false, false, CoshF<C>{}, CoshD<C>{}, rtol);
+  check_unary<T>("erf", [](const Tensor& x) { return erf(x); }, false, false, ErfF<C>{}, ErfD<C>{}, rtol);
+  check_unary<T>("erfc", [](const Tensor& x) { return erfc(x); }, false, false, ErfcF<C>{}, ErfcD<C>{}, rtol);
+  check_unary<T>("exp2", [](const Tensor& x) { return exp2(x); }, false, true, Exp2F<C>{}, Exp2D<C>{}, rtol);
+  check_unary<T>("log2", [](const Tensor& x) { return log2(x); }, true, false, Log2F<C>{}, Log2D<C>{}, rtol);
+  check_unary<T>("log10", [](const Tensor& x) { return log10(x); }, true, false, Log10F<C>{}, Log10D<C>{}, rtol);
 }
 }  // namespace
 

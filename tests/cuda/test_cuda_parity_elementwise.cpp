@@ -178,6 +178,28 @@ TEST_CASE("cuda parity: unary ops, forward and backward" * doctest::skip(kNoGpu)
   check_unary("scalar arithmetic", [](const Tensor& x) { return sub(mul(add(x, 2.0), 3.0), 1.0) / 4.0; }, false);
   check_unary("reciprocal", [](const Tensor& x) { return 1.0 / x; }, true);
   check_unary("x * x (gradients summed on two edges)", [](const Tensor& x) { return mul(x, x); }, false);
+  check_unary("log1p", [](const Tensor& x) { return log1p(x); }, true);
+  check_unary("expm1", [](const Tensor& x) { return expm1(x); }, false);
+  check_unary("softplus", [](const Tensor& x) { return softplus(x); }, false);
+  check_unary("log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); }, false);
+  check_unary("elu", [](const Tensor& x) { return elu(x, 0.7); }, false);
+  check_unary("selu", [](const Tensor& x) { return selu(x); }, false);
+  check_unary("hardtanh", [](const Tensor& x) { return hardtanh(x, -0.5, 0.8); }, false);
+  check_unary("hardswish", [](const Tensor& x) { return hardswish(mul(x, 3.0)); }, false);
+  check_unary("round", [](const Tensor& x) { return round(mul(x, 3.0)); }, false);
+  check_unary("reciprocal (row)", [](const Tensor& x) { return reciprocal(x); }, true);
+  check_unary("square", [](const Tensor& x) { return square(x); }, false);
+  check_unary("tan", [](const Tensor& x) { return kiln::tan(mul(x, 0.4)); }, false);
+  check_unary("atan", [](const Tensor& x) { return kiln::atan(x); }, false);
+  check_unary("asin", [](const Tensor& x) { return kiln::asin(mul(x, 0.2)); }, false);
+  check_unary("acos", [](const Tensor& x) { return kiln::acos(mul(x, 0.2)); }, false);
+  check_unary("sinh", [](const Tensor& x) { return kiln::sinh(x); }, false);
+  check_unary("cosh", [](const Tensor& x) { return kiln::cosh(x); }, false);
+  check_unary("erf", [](const Tensor& x) { return kiln::erf(x); }, false);
+  check_unary("erfc", [](const Tensor& x) { return kiln::erfc(x); }, false);
+  check_unary("exp2", [](const Tensor& x) { return kiln::exp2(x); }, false);
+  check_unary("log2", [](const Tensor& x) { return kiln::log2(x); }, true);
+  check_unary("log10", [](const Tensor& x) { return kiln::log10(x); }, true);
 }
 
 TEST_CASE("cuda parity: binary ops with broadcasting, forward and backward" * doctest::skip(kNoGpu)) {

@@ -838,3 +838,100 @@ TEST_CASE("a C++ scalar times or over a 16-bit tensor stays float32 (PyTorch's o
   mul(x, 0.1).backward(ones_like(x));
   CHECK(x.grad().to_vector<double>()[0] == full({}, 0.1f, {.dtype = DType::bfloat16}).item());
 }
+
+TEST_CASE("reciprocal, square, tan, atan, asin, acos, sinh, cosh, erf, erfc, exp2, log2, log10: values, "
+          "gradients twice, integers, 16 bits") {
+  using F = Tensor (*)(const Tensor&);
+  using D = double (*)(double);
+  struct Row {
+    const char* name;
+    F f;
+    D ref;
+    double lo, hi;  // the input range of the checks
+  };
+  const Row rows[] = {
+      {"reciprocal", F(reciprocal), [](double x) { return 1 / x; }, 0.3, 2},
+      {"square", F(square), [](double x) { return x * x; }, -2, 2},
+      {"tan", F(kiln::tan), [](double x) { return std::tan(x); }, -1.2, 1.2},
+      {"atan", F(kiln::atan), [](double x) { return std::atan(x); }, -3, 3},
+      {"asin", F(kiln::asin), [](double x) { return std::asin(x); }, -0.9, 0.9},
+      {"acos", F(kiln::acos), [](double x) { return std::acos(x); }, -0.9, 0.9},
+      {"sinh", F(kiln::sinh), [](double x) { return std::sinh(x); }, -3, 3},
+      {"cosh", F(kiln::cosh), [](double x) { return std::cosh(x); }, -3, 3},
+      {"erf", F(kiln::erf), [](double x) { return std::erf(x); }, -2, 2},
+      {"erfc", F(kiln::erfc), [](double x) { return std::erfc(x); }, -2, 2},
+      {"exp2", F(kiln::exp2), [](double x) { return std::exp2(x); }, -3, 3},
+      {"log2", F(kiln::log2), [](double x) { return std::log2(x); }, 0.2, 4},
+      {"log10", F(kiln::log10), [](double x) { return std::log10(x); }, 0.2, 4},
+  };
+  manual_seed(61);
+  for (const Row& r : rows) {
+    CAPTURE(r.name);
+    const Tensor x = add(mul(rand({3, 4}, f64), r.hi - r.lo), r.lo);
+    const auto xv = x.to_vector<double>(), yv = r.f(x).to_vector<double>();
+    for (size_t i = 0; i < xv.size(); ++i) CHECK(yv[i] == doctest::Approx(r.ref(xv[i])).epsilon(1e-15));
+    const auto y32 = r.f(x.to(DType::float32)).to_vector<float>();
+    for (size_t i = 0; i < xv.size(); ++i)
+      CHECK(y32[i] == doctest::Approx(r.ref(double(float(xv[i])))).epsilon(2e-6));
+    CHECK(gradcheck([&](auto& in) { return r.f(in[0]); }, {x}));
+    CHECK(kiln::test::gradgradcheck([&](auto& in) { return r.f(in[0]); }, {x}));
+    const Tensor h = r.f(x.to(DType::bfloat16));
+    CHECK(h.dtype() == DType::bfloat16);
+    CHECK(max_abs_diff(h.to(DType::float32), r.f(x.to(DType::bfloat16).to(DType::float32)).to(DType::bfloat16).to(
+                                                 DType::float32)) == 0);
+  }
+  // PyTorch's gradients at the edges: asin's is inf at 1 and NaN beyond; reciprocal's -1/x^2
+  Tensor a = T({1, 2}, {2}).requires_grad_(true);
+  sum(kiln::asin(a)).backward();
+  CHECK(std::isinf(a.grad().to_vector<double>()[0]));
+  CHECK(std::isnan(a.grad().to_vector<double>()[1]));
+  Tensor b = T({-2}, {1}).requires_grad_(true);
+  sum(reciprocal(b)).backward();
+  CHECK(b.grad().item() == -0.25);
+  CHECK(square(from_vector<int64_t>({-3, 4}, {2})).to_vector<int64_t>() == std::vector<int64_t>{9, 16});
+  CHECK(kiln::testing::error_of([] { kiln::tan(from_vector<int64_t>({1}, {1})); }).find("float") != std::string::npos);
+}
+
+TEST_CASE("isnan, isinf, isfinite, logical_*, any, all, lerp, nan_to_num: PyTorch's results") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = from_vector<double>({1, nan, inf, -inf, 0}, {5});
+  auto b = [](const Tensor& t) {
+    REQUIRE(t.dtype() == DType::bool_);
+    return t.to(DType::int64).to_vector<int64_t>();
+  };
+  using V = std::vector<int64_t>;
+  CHECK(b(isnan(x)) == V{0, 1, 0, 0, 0});
+  CHECK(b(isinf(x)) == V{0, 0, 1, 1, 0});
+  CHECK(b(isfinite(x)) == V{1, 0, 0, 0, 1});
+  CHECK(b(isfinite(from_vector<int64_t>({3}, {1}))) == V{1});
+  CHECK(b(isnan(from_vector<int64_t>({3}, {1}))) == V{0});
+  CHECK(b(logical_not(x)) == V{0, 0, 0, 0, 1});  // NaN is true
+  const Tensor p = from_vector<double>({0, 1, 2, 0}, {4}), q = from_vector<int64_t>({0, 0, 5, 3}, {4});
+  CHECK(b(logical_and(p, q)) == V{0, 0, 1, 0});
+  CHECK(b(logical_or(p, q)) == V{0, 1, 1, 1});
+  CHECK(b(logical_xor(p, q)) == V{0, 1, 0, 1});
+  CHECK(b(logical_and(gt(p, 0.5), ones({1}, {.dtype = DType::bool_}))) == V{0, 1, 1, 0});  // bool, broadcast
+  CHECK(b(logical_not(gt(p, 0.5))) == V{1, 0, 0, 1});
+  CHECK(b(any(p)) == V{1});
+  CHECK(b(all(p)) == V{0});
+  CHECK(b(all(x)) == V{0});
+  CHECK(b(any(T({0, 0, 0, 1}, {2, 2}), {1})) == V{0, 1});
+  CHECK(b(all(T({1, 2, 0, 1}, {2, 2}), {0}, true)) == V{0, 1});
+  CHECK(all(T({1, 2, 0, 1}, {2, 2}), {0}, true).shape() == Shape{1, 2});
+  // lerp: the start side below |w| = 0.5, the end side above (exact at w = 1)
+  CHECK(lerp(T({1}, {1}), T({3}, {1}), 0.7).item() == 3 - (3 - 1) * (1 - 0.7));
+  CHECK(lerp(T({1}, {1}), T({3}, {1}), 0.2).item() == 1 + (3 - 1) * 0.2);
+  CHECK(lerp(T({0.1}, {1}), T({0.7}, {1}), 1.0).item() == 0.7);
+  manual_seed(67);
+  CHECK(gradcheck([](auto& in) { return lerp(in[0], in[1], in[2]); },
+                  {randn({3}, f64), randn({2, 3}, f64), rand({2, 3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return lerp(in[0], in[1], 0.8); }, {randn({3}, f64), randn({3}, f64)}));
+  const Tensor n = nan_to_num(x);
+  CHECK(n.to_vector<double>() == std::vector<double>{1, 0, std::numeric_limits<double>::max(),
+                                                     std::numeric_limits<double>::lowest(), 0});
+  CHECK(nan_to_num(x.to(DType::float32), 9, 7, -7).to_vector<float>() == std::vector<float>{1, 9, 7, -7, 0});
+  CHECK(nan_to_num(x.to(DType::bfloat16)).to(DType::float32).to_vector<float>()[2] == 3.3895313892515355e38f);
+  Tensor g = x.clone().requires_grad_(true);
+  sum(nan_to_num(g)).backward();
+  CHECK(g.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 0, 1});
+}

@@ -743,3 +743,24 @@ TEST_CASE("cumsum: values (int64 for integers, float32 accumulated in double), g
   CHECK(cumsum(big, 1).to_vector<double>() == want);
   CHECK(error_of([&] { cumsum(a, 2); }).find("out of range") != std::string::npos);
 }
+
+TEST_CASE("amax, amin: over several dims, the gradient split among ties, NaN, empty dims") {
+  using kiln::testing::error_of;
+  const Tensor x = T({3, 1, 3, 2, -5, 0}, {2, 3});
+  CHECK(amax(x).item() == 3);
+  CHECK(amin(x).item() == -5);
+  CHECK(vals(amax(x, {1})) == std::vector<double>{3, 2});
+  CHECK(vals(amin(x, {0}, true)) == std::vector<double>{2, -5, 0});
+  CHECK(amin(x, {0}, true).shape() == Shape{1, 3});
+  CHECK(amax(from_vector<int64_t>({4, 9, 2}, {3})).item() == 9);
+  Tensor a = x.clone().requires_grad_(true);
+  amax(a).backward();
+  CHECK(vals(a.grad()) == std::vector<double>{0.5, 0, 0.5, 0, 0, 0});
+  CHECK(std::isnan(amax(from_vector<double>({1, kNaN}, {2})).item()));
+  manual_seed(71);
+  CHECK(gradcheck([](auto& in) { return amax(in[0], {0, 2}); }, {randn({2, 3, 4}, f64)}));
+  CHECK(gradcheck([](auto& in) { return amin(in[0], {-1}, true); }, {randn({2, 3, 4}, f64)}));
+  CHECK(amax(randn({2, 0}), {0}).shape() == Shape{0});
+  CHECK(error_of([] { amax(randn({2, 0}), {1}); }).find("dim 1 of size 0") != std::string::npos);
+  CHECK(error_of([] { amin(randn({0})); }).find("size 0") != std::string::npos);
+}
