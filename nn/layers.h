@@ -319,6 +319,35 @@ class GroupNorm : public Module {
   GroupNormOptions options;
 };
 
+struct InstanceNormOptions {
+  double eps = 1e-5;
+  bool affine = false;  ///< learnable per-channel weight (ones) and bias (zeros); PyTorch's default off
+};
+/// Normalises each channel of each sample over its positions (torch.nn.InstanceNorm1d/2d with
+/// their default track_running_stats=False: batch statistics in training and evaluation);
+/// group_norm with one channel per group. Input (N, C, L) or (C, L) for 1d, (N, C, H, W) or
+/// (C, H, W) for 2d.
+class InstanceNorm : public Module {
+ public:
+  InstanceNorm() = default;
+  InstanceNorm(int64_t spatial_dims, int64_t num_features, InstanceNormOptions o);
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;  // (num_features), or undefined
+  int64_t spatial_dims = 0, num_features = 0;
+  InstanceNormOptions options;
+};
+class InstanceNorm1d : public InstanceNorm {
+ public:
+  InstanceNorm1d(int64_t num_features, InstanceNormOptions o = {}) : InstanceNorm(1, num_features, o) {}
+};
+class InstanceNorm2d : public InstanceNorm {
+ public:
+  InstanceNorm2d(int64_t num_features, InstanceNormOptions o = {}) : InstanceNorm(2, num_features, o) {}
+};
+
 // ---------------------------------------------------------------- Embedding
 
 struct EmbeddingOptions {

@@ -625,3 +625,20 @@ TEST_CASE("GroupNorm, CosineSimilarity, PairwiseDistance modules") {
   CHECK(max_abs_diff(nn::CosineSimilarity()(a, b), cosine_similarity(a, b)) == 0);
   CHECK(max_abs_diff(nn::PairwiseDistance(1.0)(a, b), pairwise_distance(a, b, 1.0)) == 0);
 }
+
+TEST_CASE("InstanceNorm1d/2d: group_norm with a group per channel, unbatched inputs, affine, errors") {
+  manual_seed(73);
+  nn::InstanceNorm2d in2(3);
+  CHECK(in2.parameters().empty());  // PyTorch's default: affine=false
+  const Tensor x = randn({2, 3, 4, 5}, f64);
+  CHECK(max_abs_diff(in2(x), group_norm(x, 3)) == 0);
+  const Tensor y = in2(x);
+  CHECK(max_abs_diff(mean(y, {2, 3}), zeros({2, 3}, {.dtype = DType::float64})) < 1e-14);
+  CHECK(max_abs_diff(in2(x.select(0, 1)), y.select(0, 1)) == 0);  // unbatched (C, H, W)
+  nn::InstanceNorm1d in1(4, {.affine = true});
+  CHECK(in1.parameters().size() == 2);
+  CHECK(gradcheck([&](auto& in) { return nn::InstanceNorm1d(4, {.eps = 0.1})(in[0]); }, {randn({2, 4, 3}, f64)}));
+  CHECK(in1.extra_repr() == "4, eps=1e-05, affine=true");
+  CHECK(error_of([&] { in1(randn({2, 3, 5})); }).find("expected 4 channels") != std::string::npos);
+  CHECK(error_of([&] { in1(randn({2, 4, 5, 6})); }).find("2-D (unbatched) or 3-D") != std::string::npos);
+}
