@@ -459,21 +459,15 @@ std::string GroupNorm::extra_repr() const {
   return os.str();
 }
 
-InstanceNorm::InstanceNorm(int64_t sd, int64_t c, InstanceNormOptions o)
-    : spatial_dims(sd), num_features(c), options(o) {
+namespace {
+int64_t checked_features(int64_t sd, int64_t c) {
   KILN_CHECK(c > 0, "InstanceNorm", sd, "d: num_features must be positive, got ", c);
-  if (o.affine) {
-    weight = register_parameter("weight", empty({c}));
-    bias = register_parameter("bias", empty({c}));
-  }
-  reset_parameters();
+  return c;
 }
+}  // namespace
 
-void InstanceNorm::reset_parameters() {
-  NoGradGuard ng;
-  if (weight.defined()) init::ones_(weight);
-  if (bias.defined()) init::zeros_(bias);
-}
+InstanceNorm::InstanceNorm(int64_t sd, int64_t c, InstanceNormOptions o)
+    : GroupNorm(checked_features(sd, c), c, {.eps = o.eps, .affine = o.affine}), spatial_dims(sd) {}
 
 Tensor InstanceNorm::forward(const Tensor& x) {
   KILN_CHECK(spatial_dims > 0, "InstanceNorm: the module is empty (default-constructed); assign it from "
@@ -483,8 +477,8 @@ Tensor InstanceNorm::forward(const Tensor& x) {
   KILN_CHECK(batched || x.dim() == spatial_dims + 1, "InstanceNorm", spatial_dims, "d: expected a ", spatial_dims + 1,
              "-D (unbatched) or ", spatial_dims + 2, "-D input, got shape ", shape_str(x.shape()));
   const Tensor xb = batched ? x : x.unsqueeze(0);
-  KILN_CHECK(!options.affine || xb.size(1) == num_features, "InstanceNorm", spatial_dims, "d: expected ",
-             num_features, " channels (num_features) at dim ", batched ? 1 : 0, ", got input shape ",
+  KILN_CHECK(!options.affine || xb.size(1) == num_channels, "InstanceNorm", spatial_dims, "d: expected ",
+             num_channels, " channels (num_features) at dim ", batched ? 1 : 0, ", got input shape ",
              shape_str(x.shape()));
   const Tensor y = group_norm(xb, xb.size(1), weight, bias, options.eps);
   return batched ? y : y.squeeze(0);
@@ -492,7 +486,7 @@ Tensor InstanceNorm::forward(const Tensor& x) {
 
 std::string InstanceNorm::extra_repr() const {
   std::ostringstream os;
-  os << num_features << ", eps=" << options.eps << ", affine=" << bool_str(options.affine);
+  os << num_channels << ", eps=" << options.eps << ", affine=" << bool_str(options.affine);
   return os.str();
 }
 

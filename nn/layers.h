@@ -327,17 +327,14 @@ struct InstanceNormOptions {
 /// their default track_running_stats=False: batch statistics in training and evaluation);
 /// group_norm with one channel per group. Input (N, C, L) or (C, L) for 1d, (N, C, H, W) or
 /// (C, H, W) for 2d.
-class InstanceNorm : public Module {
+class InstanceNorm : public GroupNorm {
  public:
   InstanceNorm() = default;
   InstanceNorm(int64_t spatial_dims, int64_t num_features, InstanceNormOptions o);
   Tensor forward(const Tensor& x) override;
-  void reset_parameters() override;
   std::string extra_repr() const override;
 
-  Tensor weight, bias;  // (num_features), or undefined
-  int64_t spatial_dims = 0, num_features = 0;
-  InstanceNormOptions options;
+  int64_t spatial_dims = 0;  // num_features is num_channels (= num_groups)
 };
 class InstanceNorm1d : public InstanceNorm {
  public:
