@@ -436,6 +436,15 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   return twice_differentiable(record(out, "where", {a0, b0}, {cd}, backward));
 }
 
+Tensor where(const Tensor& cond, const Tensor& a, double b) {
+  KILN_CHECK(a.defined(), "where: undefined input tensor");
+  return where(cond, a, scalar_like(a, b));
+}
+Tensor where(const Tensor& cond, double a, const Tensor& b) {
+  KILN_CHECK(b.defined(), "where: undefined input tensor");
+  return where(cond, scalar_like(b, a), b);
+}
+
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   KILN_CHECK(x.defined() && mask.defined(), "masked_fill: undefined input tensor");
   KILN_CHECK(mask.dtype() == DType::bool_, "masked_fill: expected a bool mask, got ", dtype_name(mask.dtype()),

@@ -95,6 +95,10 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 // ---- selection ----
 /// cond ? a : b, broadcasting all three; cond must be bool (as in PyTorch).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// The same with a C++ number on one side, as the arithmetic ops' scalars: the tensor's dtype,
+/// or float32 for a fraction (or inf, NaN) beside an integer tensor (where(mask, x, 0.0)).
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+Tensor where(const Tensor& cond, double a, const Tensor& b);
 /// x with value where mask is true (a bool mask broadcast to x's shape, as in PyTorch).
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 

@@ -935,3 +935,18 @@ TEST_CASE("isnan, isinf, isfinite, logical_*, any, all, lerp, nan_to_num: PyTorc
   sum(nan_to_num(g)).backward();
   CHECK(g.grad().to_vector<double>() == std::vector<double>{1, 0, 0, 0, 1});
 }
+
+TEST_CASE("where with a C++ number on one side: PyTorch's dtypes (wrapped numbers), values, gradient") {
+  const Tensor c = gt(T({1, -1}, {2}), 0.0);
+  const Tensor i = from_vector<int64_t>({1, 2}, {2});
+  CHECK(where(c, i, 0.5).dtype() == DType::float32);
+  CHECK(where(c, i, 0.5).to_vector<float>() == std::vector<float>{1, 0.5f});
+  CHECK(where(c, i, 3.0).dtype() == DType::int64);
+  CHECK(where(c, 2.5, i).dtype() == DType::float32);
+  CHECK(where(c, 2.5, i).to_vector<float>() == std::vector<float>{2.5f, 2});
+  CHECK(where(c, 2.0, i).dtype() == DType::int64);  // a whole C++ number beside integers is one (as add's)
+  CHECK(where(c, T({1, 2}, {2}).to(DType::float16), 3.0).dtype() == DType::float16);
+  Tensor x = T({4, 5}, {2}).requires_grad_(true);
+  sum(where(c, x, -1.0)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0});
+}
