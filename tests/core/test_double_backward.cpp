@@ -103,6 +103,13 @@ TEST_CASE("double backward: every unary op and activation") {
   CHECK(gradgradcheck([&](auto& in) { return sq(clamp(in[0], -0.5, 0.5)); },
                       {T({-1.0, -0.3, 0.1, 0.4, 0.9}, {5})}));
   CHECK(gradgradcheck([&](auto& in) { return pow(in[0], 2.5) + pow(in[0], 3.0); }, {uni(s, 0.5, 2.0)}));
+  CHECK(gradgradcheck([&](auto& in) { return reciprocal(in[0]) + square(in[0]) * in[0]; }, {uni(s, 0.5, 2.0)}));
+  CHECK(gradgradcheck([&](auto& in) { return kiln::tan(in[0]) + kiln::atan(in[0]); }, {uni(s, -1.2, 1.2)}));
+  CHECK(gradgradcheck([&](auto& in) { return kiln::asin(in[0]) * kiln::acos(in[0]); }, {uni(s, -0.8, 0.8)}));
+  CHECK(gradgradcheck([&](auto& in) { return kiln::sinh(in[0]) * kiln::cosh(in[0]); }, {rnd(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return kiln::erf(in[0]) * kiln::erfc(in[0]); }, {rnd(s)}));
+  CHECK(gradgradcheck([&](auto& in) { return kiln::exp2(in[0]) * kiln::log2(in[0]) + kiln::log10(in[0]); },
+                      {uni(s, 0.5, 2.0)}));
 }
 
 TEST_CASE("double backward: reductions, softmax and log_softmax") {
@@ -115,6 +122,15 @@ TEST_CASE("double backward: reductions, softmax and log_softmax") {
   CHECK(gradgradcheck([](auto& in) { return min(in[0] * in[0]); }, {rnd({3, 4})}));
   CHECK(gradgradcheck([](auto& in) { return softmax(in[0], 1); }, {rnd({3, 4})}));
   CHECK(gradgradcheck([](auto& in) { return log_softmax(in[0], 0); }, {rnd({3, 4})}));
+  for (double ord : {2.0, 3.0, 1.5, 1.0, double(INFINITY)})
+    CHECK(gradgradcheck([ord](auto& in) { return vector_norm(in[0] * in[0], ord, {1}); }, {rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return amax(in[0] * in[0], {0, 1}) + amin(in[0] * in[0], {1}); }, {rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return cumsum(in[0] * in[0], 1); }, {rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return normalize(in[0], 2, 1) + normalize(in[0], 3, 0); }, {rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return cosine_similarity(in[0], in[1]) + pairwise_distance(in[0], in[1]); },
+                      {rnd({3, 4}), rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return lerp(in[0], in[1] * in[1], in[2]); }, {rnd({4}), rnd({4}), rnd({4})}));
+  CHECK(gradgradcheck([](auto& in) { return nan_to_num(in[0] * in[0]); }, {rnd({4})}));
 }
 
 TEST_CASE("double backward: matmul (1-D, 2-D, batched, broadcast) and linear") {
@@ -142,6 +158,9 @@ TEST_CASE("double backward: views, cat and stack") {
   CHECK(gradgradcheck([](auto& in) { return (in[0] * in[0]).select(0, 1); }, {rnd({3, 4})}));
   CHECK(gradgradcheck([](auto& in) { return cat({in[0] * in[1], in[1]}, 1); }, {rnd({2, 3}), rnd({2, 3})}));
   CHECK(gradgradcheck([](auto& in) { return stack({in[0] * in[0], in[1]}, 0).clone(); }, {rnd({2, 3}), rnd({2, 3})}));
+  CHECK(gradgradcheck([](auto& in) { return tril(in[0] * in[0], -1) + triu(in[0] * in[0], 1); }, {rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return roll(in[0] * in[0], {1, -2}, {0, 1}); }, {rnd({3, 4})}));
+  CHECK(gradgradcheck([](auto& in) { return repeat(in[0] * in[0], {2, 1, 3}); }, {rnd({3, 2})}));
   CHECK(gradgradcheck([](auto& in) { Tensor y = in[0].to(DType::float32).to(DType::float64); return y * y; },
                       {rnd({3})}, {.eps = 1e-3, .atol = 1e-4, .rtol = 1e-3}));
 }
