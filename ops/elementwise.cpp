@@ -193,11 +193,11 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     case Op::acos: return neg(rsqrt(sub(scalar_like(s, 1.0), mul(s, s))));
     case Op::sinh: return cosh(s);
     case Op::cosh: return sinh(s);
-    case Op::erf: return mul(exp(neg(mul(s, s))), 1.1283791670955126);
-    case Op::erfc: return mul(exp(neg(mul(s, s))), -1.1283791670955126);
-    case Op::exp2: return mul(s, 0.69314718055994531);
-    case Op::log2: return div(scalar_like(s, 1.0 / 0.69314718055994531), s);
-    case Op::log10: return div(scalar_like(s, 1.0 / 2.3025850929940457), s);
+    case Op::erf: return mul(exp(neg(mul(s, s))), math::kTwoOverSqrtPi);
+    case Op::erfc: return mul(exp(neg(mul(s, s))), -math::kTwoOverSqrtPi);
+    case Op::exp2: return mul(s, math::kLn2);
+    case Op::log2: return div(scalar_like(s, 1.0 / math::kLn2), s);
+    case Op::log10: return div(scalar_like(s, 1.0 / math::kLn10), s);
     case Op::abs:
     case Op::relu:
     case Op::leaky_relu:
@@ -545,7 +545,7 @@ Tensor isfinite(const Tensor& x) {
 }
 Tensor logical_not(const Tensor& x) {
   KILN_CHECK(x.defined(), "logical_not: input is an undefined tensor");
-  return eq(truth(x).to(DType::uint8), 0.0);
+  return eq(x.dtype() == DType::bool_ ? x.to(DType::uint8) : x, 0.0);  // NaN != 0: true, so not false
 }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.defined() && b.defined(), "logical_and: an input is an undefined tensor");

@@ -263,27 +263,27 @@ template <class T> struct CoshD { KILN_HD_INLINE T operator()(T x) const { retur
 /// erf, erfc: the gradient +-(2 / sqrt(pi)) e^(-x^2) g.
 template <class T> struct ErfF { KILN_HD_INLINE T operator()(T x) const { return m_erf(x); } };
 template <class T> struct ErfD {
-  KILN_HD_INLINE T operator()(T x) const { return T(1.1283791670955126) * m_exp(-(x * x)); }
+  KILN_HD_INLINE T operator()(T x) const { return T(kTwoOverSqrtPi) * m_exp(-(x * x)); }
 };
 template <class T> struct ErfcF { KILN_HD_INLINE T operator()(T x) const { return m_erfc(x); } };
 template <class T> struct ErfcD {
-  KILN_HD_INLINE T operator()(T x) const { return T(-1.1283791670955126) * m_exp(-(x * x)); }
+  KILN_HD_INLINE T operator()(T x) const { return T(-kTwoOverSqrtPi) * m_exp(-(x * x)); }
 };
 /// 2^x (the gradient g y ln 2); log2, log10 (g / (x ln b)).
 template <class T> struct Exp2F { KILN_HD_INLINE T operator()(T x) const { return m_exp2(x); } };
 template <class T> struct Exp2D {
-  KILN_HD_INLINE T operator()(T y) const { return y * T(0.69314718055994531); }
-  KILN_HD_INLINE T grad(T g, T y) const { return g * y * T(0.69314718055994531); }
+  KILN_HD_INLINE T operator()(T y) const { return y * T(kLn2); }
+  KILN_HD_INLINE T grad(T g, T y) const { return g * y * T(kLn2); }
 };
 template <class T> struct Log2F { KILN_HD_INLINE T operator()(T x) const { return m_log2(x); } };
 template <class T> struct Log2D {
-  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(0.69314718055994531)); }
-  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(0.69314718055994531)); }
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(kLn2)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(kLn2)); }
 };
 template <class T> struct Log10F { KILN_HD_INLINE T operator()(T x) const { return m_log10(x); } };
 template <class T> struct Log10D {
-  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(2.3025850929940457)); }
-  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(2.3025850929940457)); }
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(kLn10)); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(kLn10)); }
 };
 
 template <class T> struct ClampF {

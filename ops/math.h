@@ -116,6 +116,10 @@ KILN_HD_INLINE double m_fabs(double x) { return ::fabs(x); }
 /// selu's fixed alpha and scale (PyTorch's).
 inline constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 inline constexpr double kSeluScale = 1.0507009873554804934193349852946;
+/// ln 2, ln 10 and 2 / sqrt(pi) (erf's derivative at 0), for the elementwise rows' gradients.
+inline constexpr double kLn2 = 0.69314718055994530941723212145818;
+inline constexpr double kLn10 = 2.3025850929940456840179914546844;
+inline constexpr double kTwoOverSqrtPi = 1.1283791670955125738961589031215;
 
 /// relu propagates NaN (as PyTorch): only x <= 0 becomes 0. Its derivative passes the
 /// gradient everywhere but x <= 0 (PyTorch's threshold_backward), so it reads the same
