@@ -1,5 +1,7 @@
-// Learning-rate schedulers: closed-form lr per step, written into the optimizer's groups.
+// Learning-rate schedulers: the lr per step (closed form or PyTorch's chainable recurrence),
+// written into the optimizer's groups.
 #include "kiln/optim/lr_scheduler.h"
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -36,6 +38,15 @@ void LRScheduler::step() {
   apply_extra(e);
   for (size_t g = 0; g < lrs.size(); ++g) opt_.set_lr(g, lrs[g]);
   last_epoch_ = e;
+  last_lr_ = std::move(lrs);
+}
+
+void LRScheduler::restart() {
+  std::vector<double> lrs(base_lrs_.size());
+  for (size_t g = 0; g < lrs.size(); ++g) lrs[g] = restart_lr(g);
+  apply_extra(0);
+  for (size_t g = 0; g < lrs.size(); ++g) opt_.set_lr(g, lrs[g]);
+  last_epoch_ = 0;
   last_lr_ = std::move(lrs);
 }
 
@@ -120,6 +131,7 @@ double StepLR::lr_at(size_t group, int64_t epoch) const {
   const double lr = opt_.lr(group);
   return epoch > 0 && epoch % o_.step_size == 0 ? lr * o_.gamma : lr;
 }
+double StepLR::restart_lr(size_t group) const { return base_lrs_[group] * std::pow(o_.gamma, 0.0); }
 
 std::map<std::string, double> StepLR::settings() const {
   return {{"step_size", double(o_.step_size)}, {"gamma", o_.gamma}};
@@ -278,5 +290,619 @@ LambdaLR::LambdaLR(Optimizer& opt, std::function<double(int64_t)> f) : LRSchedul
 }
 
 double LambdaLR::lr_at(size_t group, int64_t epoch) const { return base_lrs_[group] * f_(epoch); }
+
+// The chainable schedulers below follow PyTorch 2.15's get_lr() expression by expression
+// (the same operations in the same order), so a run gives PyTorch's lrs to the last bit or
+// within an ulp where the compiler fuses a multiply-add. Epoch 0 is the constructor's step
+// (PyTorch's "initial" mode); restart_lr() is PyTorch's closed form at epoch 0.
+
+// ---------------------------------------------------------------- MultiplicativeLR
+
+MultiplicativeLR::MultiplicativeLR(Optimizer& opt, std::function<double(int64_t)> f)
+    : LRScheduler(opt, "MultiplicativeLR"), f_(std::move(f)) {
+  KILN_CHECK(bool(f_), "MultiplicativeLR: got an empty function");
+  initial_step();
+}
+
+double MultiplicativeLR::lr_at(size_t group, int64_t epoch) const {
+  return epoch == 0 ? opt_.lr(group) : opt_.lr(group) * f_(epoch);
+}
+double MultiplicativeLR::restart_lr(size_t group) const { return opt_.lr(group) * f_(0); }  // no closed form
+
+// ---------------------------------------------------------------- MultiStepLR
+
+MultiStepLR::MultiStepLR(Optimizer& opt, MultiStepLROptions o) : LRScheduler(opt, "MultiStepLR"), o_(std::move(o)) {
+  check_options();
+  initial_step();
+}
+
+void MultiStepLR::check_options() const {
+  for (int64_t m : o_.milestones) KILN_CHECK(m >= 0, "MultiStepLR: milestones must be >= 0, got ", m);
+  KILN_CHECK(std::isfinite(o_.gamma) && o_.gamma >= 0, "MultiStepLR: gamma must be finite and >= 0, got ", o_.gamma);
+}
+
+double MultiStepLR::lr_at(size_t group, int64_t epoch) const {
+  const auto n = std::count(o_.milestones.begin(), o_.milestones.end(), epoch);
+  return n == 0 ? opt_.lr(group) : opt_.lr(group) * std::pow(o_.gamma, double(n));
+}
+double MultiStepLR::restart_lr(size_t group) const {
+  const auto n = std::count_if(o_.milestones.begin(), o_.milestones.end(), [](int64_t m) { return m <= 0; });
+  return base_lrs_[group] * std::pow(o_.gamma, double(n));
+}
+
+std::map<std::string, double> MultiStepLR::settings() const {
+  std::map<std::string, double> s{{"gamma", o_.gamma}};
+  for (size_t i = 0; i < o_.milestones.size(); ++i) s["milestones." + std::to_string(i)] = double(o_.milestones[i]);
+  return s;
+}
+void MultiStepLR::set_settings(const std::map<std::string, double>& s) {
+  o_.gamma = s.at("gamma");
+  for (size_t i = 0; i < o_.milestones.size(); ++i) {
+    const std::string k = "milestones." + std::to_string(i);
+    o_.milestones[i] = whole(s.at(k), name_, "settings." + k);
+  }
+  check_options();
+}
+
+// ---------------------------------------------------------------- ExponentialLR
+
+ExponentialLR::ExponentialLR(Optimizer& opt, ExponentialLROptions o) : LRScheduler(opt, "ExponentialLR"), o_(o) {
+  check_options();
+  initial_step();
+}
+
+void ExponentialLR::check_options() const {
+  KILN_CHECK(std::isfinite(o_.gamma) && o_.gamma >= 0, "ExponentialLR: gamma must be finite and >= 0, got ",
+             o_.gamma);
+}
+
+double ExponentialLR::lr_at(size_t group, int64_t epoch) const {
+  return epoch == 0 ? opt_.lr(group) : opt_.lr(group) * o_.gamma;
+}
+double ExponentialLR::restart_lr(size_t group) const { return base_lrs_[group] * std::pow(o_.gamma, 0.0); }
+
+std::map<std::string, double> ExponentialLR::settings() const { return {{"gamma", o_.gamma}}; }
+void ExponentialLR::set_settings(const std::map<std::string, double>& s) {
+  o_.gamma = s.at("gamma");
+  check_options();
+}
+
+// ---------------------------------------------------------------- ConstantLR
+
+ConstantLR::ConstantLR(Optimizer& opt, ConstantLROptions o) : LRScheduler(opt, "ConstantLR"), o_(o) {
+  check_options();
+  initial_step();
+}
+
+void ConstantLR::check_options() const {
+  KILN_CHECK(o_.factor > 0 && o_.factor <= 1, "ConstantLR: factor must be in (0, 1], got ", o_.factor,
+             o_.factor == 0 ? " (PyTorch accepts 0 and then divides by it at total_iters)" : "");
+  KILN_CHECK(o_.total_iters >= 0, "ConstantLR: total_iters must be >= 0, got ", o_.total_iters);
+}
+
+double ConstantLR::lr_at(size_t group, int64_t epoch) const {
+  const double lr = opt_.lr(group);
+  if (epoch == 0) return lr * o_.factor;
+  if (epoch != o_.total_iters) return lr;
+  return lr * (1.0 / o_.factor);
+}
+double ConstantLR::restart_lr(size_t group) const {
+  return base_lrs_[group] * (o_.factor + (0 >= o_.total_iters ? 1 - o_.factor : 0.0));
+}
+
+std::map<std::string, double> ConstantLR::settings() const {
+  return {{"factor", o_.factor}, {"total_iters", double(o_.total_iters)}};
+}
+void ConstantLR::set_settings(const std::map<std::string, double>& s) {
+  o_.factor = s.at("factor");
+  o_.total_iters = whole(s.at("total_iters"), name_, "settings.total_iters");
+  check_options();
+}
+
+// ---------------------------------------------------------------- LinearLR
+
+LinearLR::LinearLR(Optimizer& opt, LinearLROptions o) : LRScheduler(opt, "LinearLR"), o_(o) {
+  check_options();
+  initial_step();
+}
+
+void LinearLR::check_options() const {
+  KILN_CHECK(o_.start_factor > 0 && o_.start_factor <= 1, "LinearLR: start_factor must be in (0, 1], got ",
+             o_.start_factor);
+  KILN_CHECK(o_.end_factor >= 0 && o_.end_factor <= 1, "LinearLR: end_factor must be in [0, 1], got ", o_.end_factor);
+  KILN_CHECK(o_.total_iters > 0, "LinearLR: total_iters must be > 0, got ", o_.total_iters);
+}
+
+double LinearLR::lr_at(size_t group, int64_t epoch) const {
+  const double lr = opt_.lr(group);
+  if (epoch == 0) return lr * o_.start_factor;
+  if (epoch > o_.total_iters) return lr;
+  const double d = o_.end_factor - o_.start_factor;
+  return lr * (1.0 + d / (double(o_.total_iters) * o_.start_factor + double(epoch - 1) * d));
+}
+double LinearLR::restart_lr(size_t group) const {
+  const double d = o_.end_factor - o_.start_factor;
+  return base_lrs_[group] * (o_.start_factor + d * double(std::min<int64_t>(o_.total_iters, 0)) / double(o_.total_iters));
+}
+
+std::map<std::string, double> LinearLR::settings() const {
+  return {{"start_factor", o_.start_factor}, {"end_factor", o_.end_factor}, {"total_iters", double(o_.total_iters)}};
+}
+void LinearLR::set_settings(const std::map<std::string, double>& s) {
+  o_.start_factor = s.at("start_factor");
+  o_.end_factor = s.at("end_factor");
+  o_.total_iters = whole(s.at("total_iters"), name_, "settings.total_iters");
+  check_options();
+}
+
+// ---------------------------------------------------------------- PolynomialLR
+
+PolynomialLR::PolynomialLR(Optimizer& opt, PolynomialLROptions o) : LRScheduler(opt, "PolynomialLR"), o_(o) {
+  check_options();
+  initial_step();
+}
+
+void PolynomialLR::check_options() const {
+  KILN_CHECK(o_.total_iters > 0, "PolynomialLR: total_iters must be > 0, got ", o_.total_iters);
+  KILN_CHECK(std::isfinite(o_.power) && o_.power >= 0, "PolynomialLR: power must be finite and >= 0, got ", o_.power);
+}
+
+double PolynomialLR::lr_at(size_t group, int64_t epoch) const {
+  const double lr = opt_.lr(group);
+  if (epoch == 0 || epoch > o_.total_iters) return lr;
+  const double T = double(o_.total_iters);
+  const double decay = std::pow((1.0 - double(epoch) / T) / (1.0 - double(epoch - 1) / T), o_.power);
+  return lr * decay;
+}
+double PolynomialLR::restart_lr(size_t group) const {
+  const double T = double(o_.total_iters);
+  return base_lrs_[group] * std::pow(1.0 - double(std::min<int64_t>(o_.total_iters, 0)) / T, o_.power);
+}
+
+std::map<std::string, double> PolynomialLR::settings() const {
+  return {{"total_iters", double(o_.total_iters)}, {"power", o_.power}};
+}
+void PolynomialLR::set_settings(const std::map<std::string, double>& s) {
+  o_.total_iters = whole(s.at("total_iters"), name_, "settings.total_iters");
+  o_.power = s.at("power");
+  check_options();
+}
+
+// ---------------------------------------------------------------- CosineAnnealingLR
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, CosineAnnealingLROptions o)
+    : LRScheduler(opt, "CosineAnnealingLR"), o_(o) {
+  check_options();
+  initial_step();
+}
+
+void CosineAnnealingLR::check_options() const {
+  KILN_CHECK(o_.T_max > 0, "CosineAnnealingLR: T_max must be > 0, got ", o_.T_max);
+  KILN_CHECK(std::isfinite(o_.eta_min), "CosineAnnealingLR: eta_min must be finite, got ", o_.eta_min);
+}
+
+// PyTorch's recurrence: each step scales (lr - eta_min) by the ratio of consecutive cosine
+// terms; at the bottom of each period (epoch - 1 - T_max a multiple of 2 T_max), where that
+// ratio would divide by zero, it adds the first step of the rise instead.
+double CosineAnnealingLR::lr_at(size_t group, int64_t epoch) const {
+  const double lr = opt_.lr(group), T = double(o_.T_max), pi = std::numbers::pi;
+  if (epoch == 0) return lr;
+  if ((epoch - 1 - o_.T_max) % (2 * o_.T_max) == 0)
+    return lr + (base_lrs_[group] - o_.eta_min) * (1 - std::cos(pi / T)) / 2;
+  return (1 + std::cos(pi * double(epoch) / T)) / (1 + std::cos(pi * double(epoch - 1) / T)) * (lr - o_.eta_min) +
+         o_.eta_min;
+}
+double CosineAnnealingLR::restart_lr(size_t group) const {
+  return o_.eta_min + (base_lrs_[group] - o_.eta_min) * (1 + std::cos(std::numbers::pi * 0.0 / double(o_.T_max))) / 2;
+}
+
+std::map<std::string, double> CosineAnnealingLR::settings() const {
+  return {{"T_max", double(o_.T_max)}, {"eta_min", o_.eta_min}};
+}
+void CosineAnnealingLR::set_settings(const std::map<std::string, double>& s) {
+  o_.T_max = whole(s.at("T_max"), name_, "settings.T_max");
+  o_.eta_min = s.at("eta_min");
+  check_options();
+}
+
+// ---------------------------------------------------------------- CosineAnnealingWarmRestarts
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& opt, CosineAnnealingWarmRestartsOptions o)
+    : LRScheduler(opt, "CosineAnnealingWarmRestarts"), o_(o) {
+  check_options();
+  initial_step();
+}
+
+void CosineAnnealingWarmRestarts::check_options() const {
+  KILN_CHECK(o_.T_0 > 0, "CosineAnnealingWarmRestarts: T_0 must be > 0, got ", o_.T_0);
+  KILN_CHECK(o_.T_mult >= 1, "CosineAnnealingWarmRestarts: T_mult must be >= 1, got ", o_.T_mult);
+  KILN_CHECK(std::isfinite(o_.eta_min), "CosineAnnealingWarmRestarts: eta_min must be finite, got ", o_.eta_min);
+}
+
+// {T_cur, T_i} after `epoch` steps: PyTorch adds 1 to T_cur per step and, when it reaches
+// T_i, starts a period T_mult times longer; the same, found directly.
+std::pair<int64_t, int64_t> CosineAnnealingWarmRestarts::position(int64_t epoch) const {
+  if (epoch <= 0) return {0, o_.T_0};
+  if (o_.T_mult == 1) return {epoch % o_.T_0, o_.T_0};
+  int64_t t_cur = epoch, t_i = o_.T_0;
+  while (t_cur >= t_i) {  // periods grow geometrically: a few dozen iterations at most
+    t_cur -= t_i;
+    KILN_CHECK(t_i <= std::numeric_limits<int64_t>::max() / o_.T_mult,
+               "CosineAnnealingWarmRestarts: the period T_0 * T_mult^k overflows at step ", epoch);
+    t_i *= o_.T_mult;
+  }
+  return {t_cur, t_i};
+}
+
+double CosineAnnealingWarmRestarts::lr_at(size_t group, int64_t epoch) const {
+  const auto [t_cur, t_i] = position(epoch);
+  return o_.eta_min + (base_lrs_[group] - o_.eta_min) *
+                          (1 + std::cos(std::numbers::pi * double(t_cur) / double(t_i))) / 2;
+}
+
+std::map<std::string, double> CosineAnnealingWarmRestarts::settings() const {
+  return {{"T_0", double(o_.T_0)}, {"T_mult", double(o_.T_mult)}, {"eta_min", o_.eta_min}};
+}
+void CosineAnnealingWarmRestarts::set_settings(const std::map<std::string, double>& s) {
+  o_.T_0 = whole(s.at("T_0"), name_, "settings.T_0");
+  o_.T_mult = whole(s.at("T_mult"), name_, "settings.T_mult");
+  o_.eta_min = s.at("eta_min");
+  check_options();
+}
+
+// ---------------------------------------------------------------- CyclicLR
+
+// PyTorch sets every group's lr to base_lr before its base class records initial_lr.
+Optimizer& CyclicLR::start_at_base(Optimizer& opt, const CyclicLROptions& o) {
+  for (size_t g = 0; g < opt.num_groups(); ++g)
+    if (!opt.initial_lr(g)) opt.set_lr(g, o.base_lr);
+  return opt;
+}
+
+CyclicLR::CyclicLR(Optimizer& opt, CyclicLROptions o) : LRScheduler(start_at_base(opt, o), "CyclicLR"), o_(std::move(o)) {
+  check_options();
+  for (auto& b : base_lrs_) b = o_.base_lr;
+  initial_step();
+}
+
+void CyclicLR::check_options() const {
+  KILN_CHECK(std::isfinite(o_.base_lr) && std::isfinite(o_.max_lr) && o_.base_lr >= 0 && o_.max_lr >= 0,
+             "CyclicLR: base_lr and max_lr must be finite and >= 0, got ", o_.base_lr, " and ", o_.max_lr);
+  KILN_CHECK(o_.step_size_up > 0 && o_.step_size_down >= 0, "CyclicLR: expected step_size_up > 0 and "
+             "step_size_down >= 0 (0: step_size_up), got ", o_.step_size_up, " and ", o_.step_size_down);
+  KILN_CHECK(std::isfinite(o_.gamma) && o_.gamma > 0, "CyclicLR: gamma must be finite and > 0, got ", o_.gamma);
+  KILN_CHECK(!o_.cycle_momentum || opt_.supports_momentum(), "CyclicLR: optimizer ", opt_.name(),
+             " has no momentum or beta1 to cycle; pass .cycle_momentum = false");
+}
+
+double CyclicLR::amplitude(double x) const {
+  if (o_.scale_fn) return o_.scale_fn(x);
+  switch (o_.mode) {
+    case CyclicMode::triangular: return 1.0;
+    case CyclicMode::triangular2: return 1 / std::pow(2.0, x - 1);
+    case CyclicMode::exp_range: return std::pow(o_.gamma, x);
+  }
+  return 1.0;
+}
+
+std::pair<double, double> CyclicLR::shape_at(int64_t epoch) const {
+  const double up = double(o_.step_size_up), down = o_.step_size_down > 0 ? double(o_.step_size_down) : up;
+  const double total = up + down, ratio = up / total, e = double(epoch);
+  const double cycle = std::floor(1 + e / total);
+  const double x = 1.0 + e / total - cycle;
+  const double scale = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+  // the built-in modes fix the argument: triangular(2) the cycle number, exp_range the step
+  const bool by_cycle = o_.scale_fn ? o_.scale_mode == CyclicScaleMode::cycle : o_.mode != CyclicMode::exp_range;
+  return {scale, amplitude(by_cycle ? cycle : e)};
+}
+
+double CyclicLR::lr_at(size_t group, int64_t epoch) const {
+  const auto [scale, amp] = shape_at(epoch);
+  const double base_height = (o_.max_lr - base_lrs_[group]) * scale;
+  return base_lrs_[group] + base_height * amp;
+}
+
+void CyclicLR::apply_extra(int64_t epoch) {
+  if (!o_.cycle_momentum) return;
+  const auto [scale, amp] = shape_at(epoch);
+  const double m = o_.max_momentum - (o_.max_momentum - o_.base_momentum) * scale * amp;
+  for (size_t g = 0; g < opt_.num_groups(); ++g) opt_.set_momentum(g, m);
+}
+
+std::vector<double> CyclicLR::get_last_momentum() const {
+  if (!o_.cycle_momentum || last_epoch_ < 0) return {};
+  const auto [scale, amp] = shape_at(last_epoch_);
+  return std::vector<double>(opt_.num_groups(), o_.max_momentum - (o_.max_momentum - o_.base_momentum) * scale * amp);
+}
+
+std::map<std::string, double> CyclicLR::settings() const {
+  return {{"base_lr", o_.base_lr}, {"max_lr", o_.max_lr}, {"step_size_up", double(o_.step_size_up)},
+          {"step_size_down", double(o_.step_size_down)}, {"mode", double(int(o_.mode))}, {"gamma", o_.gamma},
+          {"scale_mode", double(int(o_.scale_mode))}, {"cycle_momentum", o_.cycle_momentum ? 1.0 : 0.0},
+          {"base_momentum", o_.base_momentum}, {"max_momentum", o_.max_momentum}};
+}
+void CyclicLR::set_settings(const std::map<std::string, double>& s) {
+  const int64_t mode = whole(s.at("mode"), name_, "settings.mode");
+  const int64_t scale_mode = whole(s.at("scale_mode"), name_, "settings.scale_mode");
+  KILN_CHECK(mode >= 0 && mode <= 2, "CyclicLR: settings.mode must be 0, 1 or 2, got ", mode);
+  KILN_CHECK(scale_mode >= 0 && scale_mode <= 1, "CyclicLR: settings.scale_mode must be 0 or 1, got ", scale_mode);
+  o_.base_lr = s.at("base_lr");
+  o_.max_lr = s.at("max_lr");
+  o_.step_size_up = whole(s.at("step_size_up"), name_, "settings.step_size_up");
+  o_.step_size_down = whole(s.at("step_size_down"), name_, "settings.step_size_down");
+  o_.mode = CyclicMode(mode);
+  o_.gamma = s.at("gamma");
+  o_.scale_mode = CyclicScaleMode(scale_mode);
+  o_.cycle_momentum = s.at("cycle_momentum") != 0;
+  o_.base_momentum = s.at("base_momentum");
+  o_.max_momentum = s.at("max_momentum");
+  check_options();
+}
+
+// ---------------------------------------------------------------- composites
+
+namespace {
+// Splits "schedulers.<i>.<key>" entries off a state dict, by scheduler.
+StateDict split_children(const StateDict& sd, size_t n, const char* who, std::vector<StateDict>& kids) {
+  kids.assign(n, {});
+  StateDict own;
+  const std::string prefix = "schedulers.";
+  for (const auto& [k, v] : sd) {
+    if (k.rfind(prefix, 0) != 0) {
+      own[k] = v;
+      continue;
+    }
+    const size_t dot = k.find('.', prefix.size());
+    const std::string idx = k.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+    KILN_CHECK(dot != std::string::npos && !idx.empty() && idx.size() < 10 &&
+                   std::all_of(idx.begin(), idx.end(), [](char c) { return c >= '0' && c <= '9'; }),
+               who, ".load_state_dict: unexpected key '", k, "'");
+    const size_t i = std::stoul(idx);
+    KILN_CHECK(i < n, who, ".load_state_dict: '", k, "' names scheduler ", i, " but there are ", n);
+    kids[i][k.substr(dot + 1)] = v;
+  }
+  return own;
+}
+void add_children(StateDict& sd, const std::vector<std::reference_wrapper<LRScheduler>>& s) {
+  for (size_t i = 0; i < s.size(); ++i)
+    for (auto& [k, v] : s[i].get().state_dict()) sd["schedulers." + std::to_string(i) + "." + k] = v;
+}
+// Loads every child and then the composite's own keys (load_own), or none: on an error the
+// children's states from before are put back, and the composite's lrs into the optimizer.
+template <class LoadOwn>
+void load_all(const std::vector<std::reference_wrapper<LRScheduler>>& s, const std::vector<StateDict>& kids,
+              Optimizer& opt, const std::vector<double>& last_lr, LoadOwn&& load_own) {
+  std::vector<StateDict> before;
+  for (const auto& c : s) before.push_back(c.get().state_dict());
+  try {
+    for (size_t i = 0; i < s.size(); ++i) s[i].get().load_state_dict(kids[i]);
+    load_own();
+  } catch (...) {
+    for (size_t i = 0; i < s.size(); ++i) s[i].get().load_state_dict(before[i]);
+    for (size_t g = 0; g < last_lr.size(); ++g) opt.set_lr(g, last_lr[g]);
+    throw;
+  }
+}
+}  // namespace
+
+SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::reference_wrapper<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(opt, "SequentialLR"), scheds_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  KILN_CHECK(!scheds_.empty(), "SequentialLR: expects at least one scheduler");
+  KILN_CHECK(milestones_.size() + 1 == scheds_.size(), "SequentialLR: expects one milestone fewer than schedulers, "
+             "got ", scheds_.size(), " scheduler(s) and ", milestones_.size(), " milestone(s)");
+  for (size_t i = 0; i < milestones_.size(); ++i)
+    KILN_CHECK(milestones_[i] > (i == 0 ? 0 : milestones_[i - 1]), "SequentialLR: milestones must be > 0 and "
+               "increasing, got ", milestones_[i], " at index ", i);
+  for (size_t i = 0; i < scheds_.size(); ++i) {
+    const LRScheduler& s = scheds_[i].get();
+    const std::string n = s.name_;
+    KILN_CHECK(n != "SequentialLR" && n != "ChainedScheduler" && n != "ReduceLROnPlateau", "SequentialLR: scheduler ",
+               i, " is a ", n, ", which cannot be restarted at a milestone (PyTorch refuses ReduceLROnPlateau and "
+               "fails on the others)");
+    KILN_CHECK(&s.optimizer() == &opt, "SequentialLR: scheduler ", i, " (", n, ") belongs to another optimizer");
+  }
+  for (size_t g = 0; g < opt.num_groups(); ++g) opt.set_lr(g, base_lrs_[g]);  // PyTorch: back to initial_lr
+  scheds_.front().get().initial_step();
+  last_epoch_ = 0;
+  last_lr_ = scheds_.front().get().get_last_lr();
+}
+
+void SequentialLR::step() {
+  const int64_t e = last_epoch_ + 1;
+  const size_t idx = size_t(std::upper_bound(milestones_.begin(), milestones_.end(), e) - milestones_.begin());
+  LRScheduler& s = scheds_[idx].get();
+  if (idx > 0 && milestones_[idx - 1] == e) s.restart();
+  else s.step();
+  last_epoch_ = e;
+  last_lr_ = s.get_last_lr();
+}
+
+double SequentialLR::lr_at(size_t group, int64_t) const { return opt_.lr(group); }
+
+std::map<std::string, double> SequentialLR::settings() const {
+  std::map<std::string, double> s;
+  for (size_t i = 0; i < milestones_.size(); ++i) s["milestones." + std::to_string(i)] = double(milestones_[i]);
+  return s;
+}
+void SequentialLR::set_settings(const std::map<std::string, double>& s) {
+  std::vector<int64_t> m(milestones_.size());
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string k = "milestones." + std::to_string(i);
+    m[i] = whole(s.at(k), name_, "settings." + k);
+    KILN_CHECK(m[i] > (i == 0 ? 0 : m[i - 1]), "SequentialLR: milestones must be > 0 and increasing, got ", m[i],
+               " at index ", i);
+  }
+  milestones_ = std::move(m);
+}
+
+StateDict SequentialLR::state_dict() const {
+  StateDict sd = LRScheduler::state_dict();
+  add_children(sd, scheds_);
+  return sd;
+}
+void SequentialLR::load_state_dict(const StateDict& sd) {
+  std::vector<StateDict> kids;
+  const StateDict own = split_children(sd, scheds_.size(), name_, kids);
+  load_all(scheds_, kids, opt_, last_lr_, [&] { LRScheduler::load_state_dict(own); });
+}
+
+Optimizer& ChainedScheduler::optimizer_of(const std::vector<std::reference_wrapper<LRScheduler>>& s) {
+  KILN_CHECK(!s.empty(), "ChainedScheduler: expects at least one scheduler");
+  return s.front().get().optimizer();
+}
+
+ChainedScheduler::ChainedScheduler(std::vector<std::reference_wrapper<LRScheduler>> schedulers)
+    : LRScheduler(optimizer_of(schedulers), "ChainedScheduler"), scheds_(std::move(schedulers)) {
+  for (size_t i = 0; i < scheds_.size(); ++i) {
+    const LRScheduler& s = scheds_[i].get();
+    KILN_CHECK(dynamic_cast<const ReduceLROnPlateau*>(&s) == nullptr, "ChainedScheduler: scheduler ", i,
+               " is a ReduceLROnPlateau, whose step needs a metric");
+    KILN_CHECK(&s.optimizer() == &opt_, "ChainedScheduler: scheduler ", i, " belongs to another optimizer than "
+               "scheduler 0");
+  }
+  last_epoch_ = 0;
+  for (size_t g = 0; g < base_lrs_.size(); ++g) last_lr_.push_back(opt_.lr(g));
+}
+
+void ChainedScheduler::step() {
+  for (auto& s : scheds_) s.get().step();
+  ++last_epoch_;
+  for (size_t g = 0; g < last_lr_.size(); ++g) last_lr_[g] = opt_.lr(g);
+}
+
+double ChainedScheduler::lr_at(size_t group, int64_t) const { return opt_.lr(group); }
+
+StateDict ChainedScheduler::state_dict() const {
+  StateDict sd = LRScheduler::state_dict();
+  add_children(sd, scheds_);
+  return sd;
+}
+void ChainedScheduler::load_state_dict(const StateDict& sd) {
+  std::vector<StateDict> kids;
+  const StateDict own = split_children(sd, scheds_.size(), name_, kids);
+  load_all(scheds_, kids, opt_, last_lr_, [&] { LRScheduler::load_state_dict(own); });
+}
+
+// ---------------------------------------------------------------- ReduceLROnPlateau
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, ReduceLROnPlateauOptions o)
+    : LRScheduler(opt, "ReduceLROnPlateau"), o_(std::move(o)) {
+  check_options();
+  best_ = o_.mode == PlateauMode::min ? INFINITY : -INFINITY;
+  last_epoch_ = 0;
+  for (size_t g = 0; g < opt.num_groups(); ++g) last_lr_.push_back(opt.lr(g));
+}
+
+void ReduceLROnPlateau::check_options() const {
+  KILN_CHECK(o_.factor >= 0 && o_.factor < 1, "ReduceLROnPlateau: factor must be in [0, 1), got ", o_.factor);
+  KILN_CHECK(o_.patience >= 0 && o_.cooldown >= 0, "ReduceLROnPlateau: patience and cooldown must be >= 0, got ",
+             o_.patience, " and ", o_.cooldown);
+  KILN_CHECK(std::isfinite(o_.threshold) && o_.threshold >= 0, "ReduceLROnPlateau: threshold must be finite and "
+             ">= 0, got ", o_.threshold);
+  KILN_CHECK(std::isfinite(o_.eps) && o_.eps >= 0, "ReduceLROnPlateau: eps must be finite and >= 0, got ", o_.eps);
+  KILN_CHECK(o_.min_lrs.empty() || o_.min_lrs.size() == opt_.num_groups(), "ReduceLROnPlateau: expected ",
+             opt_.num_groups(), " min_lrs (one per parameter group), got ", o_.min_lrs.size());
+  KILN_CHECK(o_.min_lr >= 0 && std::all_of(o_.min_lrs.begin(), o_.min_lrs.end(), [](double v) { return v >= 0; }),
+             "ReduceLROnPlateau: min_lr and min_lrs must be >= 0");
+}
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  if (o_.mode == PlateauMode::min)
+    return o_.threshold_mode == ThresholdMode::rel ? a < best_ * (1.0 - o_.threshold) : a < best_ - o_.threshold;
+  return o_.threshold_mode == ThresholdMode::rel ? a > best_ * (o_.threshold + 1.0) : a > best_ + o_.threshold;
+}
+
+void ReduceLROnPlateau::step() {
+  KILN_FAIL("ReduceLROnPlateau: step() needs the monitored metric: call step(metric), e.g. step(validation_loss)");
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  const size_t G = opt_.num_groups();
+  KILN_CHECK(o_.min_lrs.empty() || o_.min_lrs.size() == G, "ReduceLROnPlateau: the optimizer has ", G,
+             " parameter group(s) but min_lrs has ", o_.min_lrs.size(), " (a group was added after the scheduler was "
+             "made; give one min_lr for all groups instead)");
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_ = 0;
+  } else {
+    ++num_bad_;
+  }
+  if (in_cooldown()) {
+    --cooldown_counter_;
+    num_bad_ = 0;  // bad steps in cooldown do not count
+  }
+  if (num_bad_ > o_.patience) {
+    for (size_t g = 0; g < G; ++g) {
+      const double old_lr = opt_.lr(g);
+      const double new_lr = std::max(old_lr * o_.factor, o_.min_lrs.empty() ? o_.min_lr : o_.min_lrs[g]);
+      if (old_lr - new_lr > o_.eps) opt_.set_lr(g, new_lr);
+    }
+    cooldown_counter_ = o_.cooldown;
+    num_bad_ = 0;
+  }
+  last_lr_.assign(G, 0.0);
+  for (size_t g = 0; g < G; ++g) last_lr_[g] = opt_.lr(g);
+}
+
+double ReduceLROnPlateau::lr_at(size_t group, int64_t) const { return opt_.lr(group); }
+
+std::map<std::string, double> ReduceLROnPlateau::settings() const {
+  std::map<std::string, double> s{{"mode_max", o_.mode == PlateauMode::max ? 1.0 : 0.0},
+                                  {"factor", o_.factor},
+                                  {"patience", double(o_.patience)},
+                                  {"threshold", o_.threshold},
+                                  {"threshold_abs", o_.threshold_mode == ThresholdMode::abs ? 1.0 : 0.0},
+                                  {"cooldown", double(o_.cooldown)},
+                                  {"min_lr", o_.min_lr},
+                                  {"eps", o_.eps},
+                                  {"num_bad_epochs", double(num_bad_)},
+                                  {"cooldown_counter", double(cooldown_counter_)}};
+  for (size_t g = 0; g < o_.min_lrs.size(); ++g) s["min_lrs." + std::to_string(g)] = o_.min_lrs[g];
+  return s;
+}
+void ReduceLROnPlateau::set_settings(const std::map<std::string, double>& s) {
+  ReduceLROnPlateauOptions o = o_;
+  o.mode = s.at("mode_max") != 0 ? PlateauMode::max : PlateauMode::min;
+  o.factor = s.at("factor");
+  o.patience = whole(s.at("patience"), name_, "settings.patience");
+  o.threshold = s.at("threshold");
+  o.threshold_mode = s.at("threshold_abs") != 0 ? ThresholdMode::abs : ThresholdMode::rel;
+  o.cooldown = whole(s.at("cooldown"), name_, "settings.cooldown");
+  o.min_lr = s.at("min_lr");
+  o.eps = s.at("eps");
+  for (size_t g = 0; g < o.min_lrs.size(); ++g) o.min_lrs[g] = s.at("min_lrs." + std::to_string(g));
+  const int64_t bad = whole(s.at("num_bad_epochs"), name_, "settings.num_bad_epochs");
+  const int64_t cool = whole(s.at("cooldown_counter"), name_, "settings.cooldown_counter");
+  KILN_CHECK(bad >= 0 && cool >= 0, "ReduceLROnPlateau: num_bad_epochs and cooldown_counter must be >= 0, got ", bad,
+             " and ", cool);
+  std::swap(o, o_);
+  try {
+    check_options();
+  } catch (...) {
+    std::swap(o, o_);
+    throw;
+  }
+  num_bad_ = bad;
+  cooldown_counter_ = cool;
+}
+
+StateDict ReduceLROnPlateau::state_dict() const {
+  StateDict sd = LRScheduler::state_dict();
+  sd["best"] = scalar_tensor(best_, {.dtype = DType::float64});
+  return sd;
+}
+void ReduceLROnPlateau::load_state_dict(const StateDict& sd) {
+  StateDict rest = sd;
+  auto it = rest.find("best");
+  KILN_CHECK(it != rest.end() && it->second.defined() && it->second.numel() == 1,
+             "ReduceLROnPlateau.load_state_dict: missing key 'best' (a one-element tensor)");
+  const double best = it->second.item();
+  KILN_CHECK(!std::isnan(best), "ReduceLROnPlateau.load_state_dict: 'best' is NaN");
+  rest.erase(it);
+  LRScheduler::load_state_dict(rest);
+  best_ = best;
+}
 
 }  // namespace kiln::optim

@@ -1,12 +1,18 @@
-// Learning-rate schedulers: StepLR, WarmupCosineLR (linear warmup then cosine decay),
-// OneCycleLR (PyTorch's, with optional momentum cycling) and LambdaLR. Each sets the
-// optimizer's per-group lr on construction (epoch 0) and on every step(). As in PyTorch,
-// StepLR is chainable (it scales the optimizer's current lr, so a hand-set lr carries on and
-// two StepLRs compose) while the others compute the lr from the base lr; with several
-// schedulers on one optimizer, each step() writes its own value and the last one stepped wins.
+// Learning-rate schedulers, PyTorch's (torch.optim.lr_scheduler) with their rules: StepLR,
+// MultiStepLR, ExponentialLR, MultiplicativeLR, ConstantLR, LinearLR, PolynomialLR and
+// CosineAnnealingLR are chainable (each step scales the optimizer's current lr, so a hand-set
+// lr carries on and two of them compose); WarmupCosineLR (kiln's linear warm-up then cosine),
+// OneCycleLR, CyclicLR, CosineAnnealingWarmRestarts and LambdaLR compute the lr from the
+// base lr (with several on one optimizer, the last one stepped wins). SequentialLR switches
+// between schedulers at milestones, ChainedScheduler steps several at once, and
+// ReduceLROnPlateau lowers the lr when a metric stops improving. Each scheduler sets the
+// optimizer's per-group lr on construction (epoch 0) and on every step().
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 #include "kiln/optim/optimizer.h"
 
@@ -25,7 +31,7 @@ class LRScheduler {
   LRScheduler& operator=(const LRScheduler&) = delete;
 
   /// Advances one step and writes the new lrs into the optimizer.
-  void step();
+  virtual void step();
   /// The lrs (one per group) the scheduler set last.
   const std::vector<double>& get_last_lr() const { return last_lr_; }
   int64_t last_epoch() const { return last_epoch_; }
@@ -42,9 +48,16 @@ class LRScheduler {
   LRScheduler(Optimizer& opt, const char* name);
   /// Must be called at the end of a derived constructor: sets epoch 0's lrs.
   void initial_step();
-  /// The lr of `group` at step `epoch`: closed form from base_lrs_, or (StepLR) from the
-  /// optimizer's current lr.
+  /// The lr of `group` at step `epoch`: closed form from base_lrs_, or (the chainable
+  /// schedulers) from the optimizer's current lr. Epoch 0 is the constructor's step.
   virtual double lr_at(size_t group, int64_t epoch) const = 0;
+  /// The lr of `group` when SequentialLR starts this scheduler at its milestone (PyTorch's
+  /// _update_lr(0)): the closed form at epoch 0 where the scheduler has one (the chainable
+  /// ones: from the base lr), else lr_at(group, 0).
+  virtual double restart_lr(size_t group) const { return lr_at(group, 0); }
+  /// Sets epoch 0 again with restart_lr (SequentialLR at a milestone).
+  void restart();
+  friend class SequentialLR;
   /// Hook for schedulers that also set other hyperparameters (OneCycle's momentum).
   virtual void apply_extra(int64_t /*epoch*/) {}
   /// Settings saved in the state dict (restored by set_settings()).
@@ -70,6 +83,7 @@ class StepLR : public LRScheduler {
 
  protected:
   double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
   std::map<std::string, double> settings() const override;
   void set_settings(const std::map<std::string, double>& s) override;
   /// Throws kiln::Error unless the options are valid (the constructor and a restore).
@@ -161,6 +175,304 @@ class LambdaLR : public LRScheduler {
 
  private:
   std::function<double(int64_t)> f_;
+};
+
+
+/// lr = lr * f(epoch) each step (torch's MultiplicativeLR, chainable); f is not saved.
+class MultiplicativeLR : public LRScheduler {
+ public:
+  MultiplicativeLR(Optimizer& opt, std::function<double(int64_t)> f);
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+
+ private:
+  std::function<double(int64_t)> f_;
+};
+
+struct MultiStepLROptions {
+  std::vector<int64_t> milestones = {};  ///< steps (>= 0) at which lr *= gamma; a repeated one applies twice
+  double gamma = 0.1;
+};
+/// lr times gamma at each milestone (torch's MultiStepLR, chainable): alone,
+/// base_lr * gamma^(number of milestones <= epoch).
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& opt, MultiStepLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  MultiStepLROptions o_;
+};
+
+struct ExponentialLROptions {
+  double gamma = 0.1;
+};
+/// lr times gamma every step (torch's ExponentialLR, chainable): base_lr * gamma^epoch.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& opt, ExponentialLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  ExponentialLROptions o_;
+};
+
+struct ConstantLROptions {
+  double factor = 1.0 / 3;  ///< in (0, 1]
+  int64_t total_iters = 5;
+};
+/// base_lr * factor for the first total_iters steps, then base_lr (torch's ConstantLR,
+/// chainable). factor 0 is refused: PyTorch divides by it at total_iters.
+class ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& opt, ConstantLROptions options = {});
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  ConstantLROptions o_;
+};
+
+struct LinearLROptions {
+  double start_factor = 1.0 / 3;  ///< in (0, 1]
+  double end_factor = 1.0;        ///< in [0, 1]
+  int64_t total_iters = 5;        ///< > 0
+};
+/// The factor of base_lr moves linearly from start_factor to end_factor over total_iters
+/// steps, then stays (torch's LinearLR, chainable: the usual warm-up).
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& opt, LinearLROptions options = {});
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  LinearLROptions o_;
+};
+
+struct PolynomialLROptions {
+  int64_t total_iters = 5;  ///< > 0
+  double power = 1.0;       ///< >= 0
+};
+/// base_lr * (1 - min(epoch, total_iters) / total_iters)^power (torch's PolynomialLR,
+/// chainable): 0 from total_iters on.
+class PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& opt, PolynomialLROptions options = {});
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  PolynomialLROptions o_;
+};
+
+struct CosineAnnealingLROptions {
+  int64_t T_max = 1;    ///< half period in steps (> 0)
+  double eta_min = 0.0;
+};
+/// torch's CosineAnnealingLR in its chainable (recursive) form, which alone gives
+/// eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 and, past T_max, rises
+/// again (a period of 2 T_max).
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& opt, CosineAnnealingLROptions options);
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  double restart_lr(size_t group) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  CosineAnnealingLROptions o_;
+};
+
+struct CosineAnnealingWarmRestartsOptions {
+  int64_t T_0 = 1;      ///< steps until the first restart (> 0)
+  int64_t T_mult = 1;   ///< each period is T_mult times the last (>= 1)
+  double eta_min = 0.0;
+};
+/// SGDR (torch's CosineAnnealingWarmRestarts): eta_min + (base_lr - eta_min) *
+/// (1 + cos(pi * T_cur / T_i)) / 2, T_cur counting steps since the last restart and T_i the
+/// current period (T_0, T_0 * T_mult, ...).
+class CosineAnnealingWarmRestarts : public LRScheduler {
+ public:
+  CosineAnnealingWarmRestarts(Optimizer& opt, CosineAnnealingWarmRestartsOptions options);
+  /// T_cur and T_i at the last step.
+  std::pair<int64_t, int64_t> period_position() const { return position(last_epoch_); }
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  std::pair<int64_t, int64_t> position(int64_t epoch) const;
+  CosineAnnealingWarmRestartsOptions o_;
+};
+
+enum class CyclicMode { triangular, triangular2, exp_range };
+enum class CyclicScaleMode { cycle, iterations };
+
+struct CyclicLROptions {
+  double base_lr = 1e-3;       ///< lower bound of the cycle (every group; also its start)
+  double max_lr = 6e-3;        ///< upper bound (every group)
+  int64_t step_size_up = 2000;
+  int64_t step_size_down = 0;  ///< 0: step_size_up
+  CyclicMode mode = CyclicMode::triangular;
+  double gamma = 1.0;          ///< exp_range: amplitude * gamma^step
+  /// Replaces the mode's amplitude scale: f(cycle number) or f(step) by scale_mode.
+  std::function<double(double)> scale_fn = {};
+  CyclicScaleMode scale_mode = CyclicScaleMode::cycle;
+  bool cycle_momentum = true;  ///< momentum (Adam-like: beta1) moves against the lr
+  double base_momentum = 0.8;
+  double max_momentum = 0.9;
+};
+/// torch's CyclicLR: the lr goes from base_lr to max_lr in step_size_up steps and back in
+/// step_size_down, the amplitude scaled by 1 (triangular), 1/2^(cycle-1) (triangular2),
+/// gamma^step (exp_range) or scale_fn; it sets the groups' lr to base_lr on construction.
+/// A custom scale_fn is not saved by state_dict().
+class CyclicLR : public LRScheduler {
+ public:
+  CyclicLR(Optimizer& opt, CyclicLROptions options);
+  /// Momentum (or beta1) set last, per group (empty without cycle_momentum).
+  std::vector<double> get_last_momentum() const;
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  void apply_extra(int64_t epoch) override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  static Optimizer& start_at_base(Optimizer& opt, const CyclicLROptions& o);
+  /// {scale factor within the cycle, amplitude scale} at a step.
+  std::pair<double, double> shape_at(int64_t epoch) const;
+  double amplitude(double x) const;
+  CyclicLROptions o_;
+};
+
+/// Runs one scheduler until the first milestone, the next until the second, and so on
+/// (torch's SequentialLR). At a milestone the next scheduler starts again from epoch 0
+/// (closed form from the base lr). The schedulers must be this optimizer's and outlive
+/// this object; SequentialLR, ChainedScheduler and ReduceLROnPlateau cannot be among them.
+///   optim::LinearLR warm(opt, {.start_factor = 0.1, .total_iters = 5});
+///   optim::CosineAnnealingLR cos(opt, {.T_max = 95});
+///   optim::SequentialLR sched(opt, {warm, cos}, {5});
+class SequentialLR : public LRScheduler {
+ public:
+  SequentialLR(Optimizer& opt, std::vector<std::reference_wrapper<LRScheduler>> schedulers,
+               std::vector<int64_t> milestones);
+  void step() override;
+  /// Its own epoch count and the schedulers' states under "schedulers.<i>.".
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& sd) override;
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+
+ private:
+  std::vector<std::reference_wrapper<LRScheduler>> scheds_;
+  std::vector<int64_t> milestones_;
+};
+
+/// Steps every scheduler, in order, at each step() (torch's ChainedScheduler): chainable
+/// schedulers multiply their factors. It sets no lr on construction. The schedulers must
+/// share one optimizer and outlive this object; ReduceLROnPlateau cannot be among them.
+class ChainedScheduler : public LRScheduler {
+ public:
+  explicit ChainedScheduler(std::vector<std::reference_wrapper<LRScheduler>> schedulers);
+  void step() override;
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& sd) override;
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+
+ private:
+  static Optimizer& optimizer_of(const std::vector<std::reference_wrapper<LRScheduler>>& s);
+  std::vector<std::reference_wrapper<LRScheduler>> scheds_;
+};
+
+enum class PlateauMode { min, max };
+enum class ThresholdMode { rel, abs };
+
+struct ReduceLROnPlateauOptions {
+  PlateauMode mode = PlateauMode::min;  ///< min: a lower metric is better (a loss); max: higher
+  double factor = 0.1;                  ///< new lr = lr * factor, in [0, 1)
+  int64_t patience = 10;                ///< steps without improvement tolerated
+  double threshold = 1e-4;              ///< what counts as an improvement (see threshold_mode)
+  ThresholdMode threshold_mode = ThresholdMode::rel;  ///< rel: best * (1 -+ threshold); abs: best -+ threshold
+  int64_t cooldown = 0;                 ///< steps after a reduction before counting again
+  double min_lr = 0.0;                  ///< every group's floor ...
+  std::vector<double> min_lrs = {};     ///< ... or one per group
+  double eps = 1e-8;                    ///< a reduction smaller than eps is not applied
+};
+/// torch's ReduceLROnPlateau: step(metric) once per evaluation; after more than `patience`
+/// steps without an improvement of the best metric, every group's lr becomes
+/// max(lr * factor, min_lr). A NaN metric is never an improvement. step() without a metric
+/// is an error.
+///   optim::ReduceLROnPlateau plateau(opt, {.patience = 2});
+///   for (...) { train_one_epoch(); plateau.step(validation_loss); }
+class ReduceLROnPlateau : public LRScheduler {
+ public:
+  ReduceLROnPlateau(Optimizer& opt, ReduceLROnPlateauOptions options = {});
+  void step(double metric);
+  /// Throws kiln::Error: ReduceLROnPlateau needs the metric.
+  void step() override;
+  double best() const { return best_; }
+  int64_t num_bad_epochs() const { return num_bad_; }
+  bool in_cooldown() const { return cooldown_counter_ > 0; }
+  /// The base keys, the options, "best" (may be infinite) and the counters.
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& sd) override;
+
+ protected:
+  double lr_at(size_t group, int64_t epoch) const override;
+  std::map<std::string, double> settings() const override;
+  void set_settings(const std::map<std::string, double>& s) override;
+  void check_options() const;
+
+ private:
+  bool is_better(double a) const;
+  ReduceLROnPlateauOptions o_;
+  double best_;
+  int64_t num_bad_ = 0;
+  int64_t cooldown_counter_ = 0;
 };
 
 }  // namespace kiln::optim
