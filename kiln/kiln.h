@@ -23,6 +23,7 @@
 #include "kiln/ops/shape_ops.h"
 #include "kiln/core/autocast.h"
 #include "kiln/optim/adam.h"
+#include "kiln/optim/adaptive.h"
 #include "kiln/optim/batch_finder.h"
 #include "kiln/optim/clip_grad.h"
 #include "kiln/optim/divergence_guard.h"

@@ -1,6 +1,7 @@
 // Optimizer base: parameter-group bookkeeping, step() driver, zero_grad and the flat
 // state_dict()/load_state_dict() format shared by every optimizer.
 #include "kiln/optim/optimizer.h"
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include "kiln/core/autograd.h"
@@ -237,6 +238,7 @@ StateDict Optimizer::state_dict() const {
       const std::string sp = "state." + std::to_string(k) + ".";
       sd[sp + "step"] = scalar_tensor(double(step), {.dtype = DType::int64});
       for (const auto& [n, b] : st.buffers) sd[sp + n] = b.detach().clone();
+      for (const auto& [n, v] : st.scalars) sd[sp + n] = scalar_tensor(v, {.dtype = DType::float64});
     }
   }
   const int64_t skipped_steps = skipped_steps_.defined() ? int64_t(skipped_steps_.item()) : 0;
@@ -257,6 +259,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t g = 0; g < G; ++g) fresh.emplace_back(groups_[g].size());
   int64_t count = step_count_;
   const auto names = buffer_names();
+  const auto numbers = scalar_names();
   auto scalar_of = [&](const std::string& key, const Tensor& t) {
     KILN_CHECK(t.defined() && t.numel() == 1, name_, ".load_state_dict: '", key,
                "' must be a one-element tensor, got ", t.defined() ? describe(t) : std::string("undefined"));
@@ -292,6 +295,10 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     ParamState& st = fresh[g][i];
     if (parts[2] == "step") {
       st.step = checked_whole(scalar_of(key, t), name_ + ".load_state_dict", key);
+      continue;
+    }
+    if (std::find(numbers.begin(), numbers.end(), parts[2]) != numbers.end()) {
+      st.scalars[parts[2]] = scalar_of(key, t);
       continue;
     }
     bool known = false;

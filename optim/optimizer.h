@@ -20,6 +20,7 @@ namespace kiln::optim {
 ///   "param_groups.<g>.<hparam>"  float64 0-dim: lr, weight_decay, momentum, beta1, ...
 ///   "state.<i>.step"             int64 0-dim: updates applied to parameter i
 ///   "state.<i>.<buffer>"         tensor shaped like parameter i (momentum_buffer, exp_avg, ...)
+///   "state.<i>.<number>"         float64 0-dim: a per-parameter number (NAdam's mu_product)
 ///   "step_count"                 int64 0-dim: number of step() calls
 using StateDict = std::map<std::string, Tensor>;
 using OptimizerState = StateDict;
@@ -105,6 +106,10 @@ class Optimizer {
 
   /// Number of step() calls so far.
   int64_t step_count() const { return step_count_; }
+  /// Names of the per-parameter numbers this optimizer may keep beside "step" (NAdam's
+  /// "mu_product"), saved as float64 0-dim tensors; a wrapper (ZeRO-1) copies them per
+  /// parameter instead of sharding them.
+  virtual std::vector<std::string> scalar_names() const { return {}; }
 
   /// Snapshot (copies) of the hyperparameters and per-parameter state.
   virtual StateDict state_dict() const;
@@ -114,10 +119,12 @@ class Optimizer {
   virtual void load_state_dict(const StateDict& sd);
 
  protected:
-  /// Per-parameter state: number of updates applied and named buffers.
+  /// Per-parameter state: number of updates applied, named buffers (shaped like the
+  /// parameter) and named numbers (NAdam's mu_product).
   struct ParamState {
     int64_t step = 0;
     std::map<std::string, Tensor> buffers;
+    std::map<std::string, double> scalars;
   };
 
   Optimizer(std::string name, const std::vector<ParamGroup>& groups);
@@ -176,6 +183,7 @@ class Optimizer {
   virtual void set_group_hparams(size_t group, const std::map<std::string, double>& h) = 0;
   /// Names of the per-parameter buffers this optimizer may keep.
   virtual std::vector<std::string> buffer_names() const = 0;
+
   /// Throws kiln::Error when a group's options are invalid (called by constructors and step()).
   virtual void check_options(size_t group) const = 0;
 

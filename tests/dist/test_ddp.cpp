@@ -43,11 +43,12 @@ double max_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return m;
 }
 
-enum class Opt { sgd, adamw };
+enum class Opt { sgd, adamw, nadam };
 enum class Mode { ddp, ddp_checkpointed, zero1 };
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const std::vector<optim::ParamGroup>& groups, Opt which) {
   if (which == Opt::sgd) return std::make_unique<optim::SGD>(groups, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  if (which == Opt::nadam) return std::make_unique<optim::NAdam>(groups, optim::NAdamOptions{.lr = 0.01, .weight_decay = 0.1});
   return std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
 }
 
@@ -180,9 +181,10 @@ TEST_CASE("DDP with activation checkpointing equals full-batch training") {
   CHECK(ddp_vs_full_batch(DType::float64, Opt::sgd, 2, false, 3, Mode::ddp_checkpointed) < 1e-12);
 }
 
-TEST_CASE("ZeRO-1 equals full-batch training: SGD, AdamW, accumulation, GradScaler; its state is the plain one") {
+TEST_CASE("ZeRO-1 equals full-batch training: SGD, AdamW, NAdam, accumulation, GradScaler; its state is the plain one") {
   CHECK(ddp_vs_full_batch(DType::float64, Opt::sgd, 1, false, 4, Mode::zero1) < 1e-12);
   CHECK(ddp_vs_full_batch(DType::float64, Opt::adamw, 1, false, 4, Mode::zero1) < 1e-12);
+  CHECK(ddp_vs_full_batch(DType::float64, Opt::nadam, 1, false, 4, Mode::zero1) < 1e-12);  // per-parameter mu_product
   CHECK(ddp_vs_full_batch(DType::float64, Opt::adamw, 3, true, 4, Mode::zero1) < 1e-12);
   CHECK(ddp_vs_full_batch(DType::float32, Opt::adamw, 2, true, 4, Mode::zero1) < 1e-5);
 }

@@ -1,5 +1,5 @@
-// Optimizers (SGD, Adam, AdamW, RMSprop) against plain-loop references of PyTorch's
-// formulas, parameter groups, skipped parameters, zero_grad, the generic (tensor-op) path,
+// Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam) against
+// plain-loop references of PyTorch's formulas and values PyTorch printed, parameter groups, skipped parameters, zero_grad, the generic (tensor-op) path,
 // state_dict resume (bitwise) and argument errors.
 #include <doctest/doctest.h>
 #include <cmath>
@@ -100,6 +100,110 @@ struct RmspropRef {
           p[i] -= lr * g / avg;
         }
       }
+    return p;
+  }
+};
+
+// Twelve steps of exactly representable gradients, long enough for RAdam's rectified
+// branch (rho_t > 5 from step 6 with beta2 = 0.9).
+std::vector<Vec> long_grads() {
+  std::vector<Vec> g(12, Vec(4));
+  for (int t = 0; t < 12; ++t)
+    for (int i = 0; i < 4; ++i) g[size_t(t)][size_t(i)] = double((t * 7 + i * 3) % 11 - 5) / 4.0;
+  return g;
+}
+struct AdagradRef {
+  double lr, lr_decay = 0, wd = 0, init = 0, eps = 1e-10;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec sum(p.size(), init);
+    for (size_t t = 0; t < grads.size(); ++t)
+      for (size_t i = 0; i < p.size(); ++i) {
+        const double g = grads[t][i] + wd * p[i];
+        sum[i] += g * g;
+        p[i] -= lr / (1 + double(t) * lr_decay) * g / (std::sqrt(sum[i]) + eps);
+      }
+    return p;
+  }
+};
+struct AdadeltaRef {
+  double lr = 1, rho = 0.9, eps = 1e-6, wd = 0;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec sq(p.size(), 0.0), acc(p.size(), 0.0);
+    for (const Vec& gs : grads)
+      for (size_t i = 0; i < p.size(); ++i) {
+        const double g = gs[i] + wd * p[i];
+        sq[i] = rho * sq[i] + (1 - rho) * g * g;
+        const double delta = std::sqrt(acc[i] + eps) / std::sqrt(sq[i] + eps) * g;
+        acc[i] = rho * acc[i] + (1 - rho) * delta * delta;
+        p[i] -= lr * delta;
+      }
+    return p;
+  }
+};
+struct AdamaxRef {
+  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec m(p.size(), 0.0), u(p.size(), 0.0);
+    for (size_t t = 0; t < grads.size(); ++t)
+      for (size_t i = 0; i < p.size(); ++i) {
+        const double g = grads[t][i] + wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        u[i] = std::max(b2 * u[i], std::fabs(g) + eps);
+        p[i] -= lr / (1 - std::pow(b1, double(t + 1))) * m[i] / u[i];
+      }
+    return p;
+  }
+};
+// NAdam and RAdam from their papers' notation (Dozat 2016; Liu et al. 2019) as PyTorch
+// documents them.
+struct NAdamRef {
+  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0, psi = 4e-3;
+  bool decoupled = false;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec m(p.size(), 0.0), v(p.size(), 0.0);
+    double prod = 1;
+    for (size_t s = 0; s < grads.size(); ++s) {
+      const double t = double(s + 1);
+      const double mu = b1 * (1 - 0.5 * std::pow(0.96, t * psi)), mu1 = b1 * (1 - 0.5 * std::pow(0.96, (t + 1) * psi));
+      prod *= mu;
+      for (size_t i = 0; i < p.size(); ++i) {
+        double g = grads[s][i];
+        if (decoupled) p[i] *= 1 - lr * wd;
+        else g += wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const double mhat = mu1 * m[i] / (1 - prod * mu1) + (1 - mu) * g / (1 - prod);
+        p[i] -= lr * mhat / (std::sqrt(v[i] / (1 - std::pow(b2, t))) + eps);
+      }
+    }
+    return p;
+  }
+};
+struct RAdamRef {
+  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0;
+  bool decoupled = false;
+  Vec run(Vec p, const std::vector<Vec>& grads) const {
+    Vec m(p.size(), 0.0), v(p.size(), 0.0);
+    const double rho_inf = 2 / (1 - b2) - 1;
+    for (size_t s = 0; s < grads.size(); ++s) {
+      const double t = double(s + 1);
+      const double rho = rho_inf - 2 * t * std::pow(b2, t) / (1 - std::pow(b2, t));
+      for (size_t i = 0; i < p.size(); ++i) {
+        double g = grads[s][i];
+        if (decoupled) p[i] *= 1 - lr * wd;
+        else g += wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g;
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const double mhat = m[i] / (1 - std::pow(b1, t));
+        if (rho > 5) {
+          const double l = std::sqrt(1 - std::pow(b2, t)) / (std::sqrt(v[i]) + eps);
+          const double r = std::sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho));
+          p[i] -= lr * mhat * l * r;
+        } else {
+          p[i] -= lr * mhat;
+        }
+      }
+    }
     return p;
   }
 };
@@ -216,6 +320,79 @@ TEST_CASE("RMSprop matches the reference formula (plain, centered, momentum, wei
       check_close(p, ref.run(kP0, kGrads), dt == DType::float64 ? 1e-12 : 2e-6, c.name);
     }
   }
+}
+
+TEST_CASE("Adagrad, Adadelta, Adamax, NAdam and RAdam match the reference formulas") {
+  const std::vector<Vec> grads = long_grads();
+  for (DType dt : {DType::float64, DType::float32}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == DType::float64 ? 1e-12 : 3e-6;
+    auto check = [&](const char* name, auto make, const Vec& ref) {
+      Tensor p = param(kP0, dt);
+      auto opt = make(p);
+      for (const Vec& g : grads) {
+        set_grad(p, g);
+        opt.step();
+      }
+      check_close(p, ref, tol, name);
+    };
+    check("adagrad", [](Tensor p) { return optim::Adagrad({p}, {.lr = 0.1}); }, AdagradRef{.lr = 0.1}.run(kP0, grads));
+    check("adagrad all", [](Tensor p) {
+      return optim::Adagrad({p}, {.lr = 0.1, .lr_decay = 0.05, .weight_decay = 0.1, .initial_accumulator_value = 0.2,
+                                  .eps = 1e-6});
+    }, AdagradRef{.lr = 0.1, .lr_decay = 0.05, .wd = 0.1, .init = 0.2, .eps = 1e-6}.run(kP0, grads));
+    check("adadelta", [](Tensor p) { return optim::Adadelta({p}); }, AdadeltaRef{}.run(kP0, grads));
+    check("adadelta all", [](Tensor p) {
+      return optim::Adadelta({p}, {.lr = 0.5, .rho = 0.8, .eps = 1e-5, .weight_decay = 0.1});
+    }, AdadeltaRef{.lr = 0.5, .rho = 0.8, .eps = 1e-5, .wd = 0.1}.run(kP0, grads));
+    check("adamax", [](Tensor p) { return optim::Adamax({p}, {.lr = 0.05, .betas = {0.8, 0.95}, .weight_decay = 0.1}); },
+          AdamaxRef{.lr = 0.05, .b1 = 0.8, .b2 = 0.95, .wd = 0.1}.run(kP0, grads));
+    check("nadam", [](Tensor p) {
+      return optim::NAdam({p}, {.lr = 0.05, .betas = {0.8, 0.95}, .weight_decay = 0.1, .momentum_decay = 0.05});
+    }, NAdamRef{.lr = 0.05, .b1 = 0.8, .b2 = 0.95, .wd = 0.1, .psi = 0.05}.run(kP0, grads));
+    check("nadamw", [](Tensor p) {
+      return optim::NAdam({p}, {.lr = 0.05, .weight_decay = 0.1, .decoupled_weight_decay = true});
+    }, NAdamRef{.lr = 0.05, .wd = 0.1, .decoupled = true}.run(kP0, grads));
+    check("radam", [](Tensor p) { return optim::RAdam({p}, {.lr = 0.05, .betas = {0.9, 0.9}, .weight_decay = 0.1}); },
+          RAdamRef{.lr = 0.05, .b2 = 0.9, .wd = 0.1}.run(kP0, grads));
+    check("radamw", [](Tensor p) {
+      return optim::RAdam({p}, {.lr = 0.05, .betas = {0.9, 0.9}, .weight_decay = 0.1, .decoupled_weight_decay = true});
+    }, RAdamRef{.lr = 0.05, .b2 = 0.9, .wd = 0.1, .decoupled = true}.run(kP0, grads));
+  }
+}
+
+// Printed by torch.optim (PyTorch 2.15, float64, the same twelve gradients and options).
+TEST_CASE("Adagrad, Adadelta, Adamax, NAdam and RAdam give PyTorch's parameters") {
+  const std::vector<Vec> grads = long_grads();
+  auto run = [&](const char* name, auto make, const Vec& torch_values) {
+    Tensor p = param(kP0, DType::float64);
+    auto opt = make(p);
+    for (const Vec& g : grads) {
+      set_grad(p, g);
+      opt.step();
+    }
+    check_close(p, torch_values, 1e-15, name);
+    return opt.state_dict();
+  };
+  run("Adagrad", [](Tensor p) {
+    return optim::Adagrad({p}, {.lr = 0.1, .lr_decay = 0.05, .weight_decay = 0.1, .initial_accumulator_value = 0.2});
+  }, {0.540383895234498, -1.1720113248886457, 1.8874804050524991, 0.04178912547800928});
+  run("Adadelta", [](Tensor p) { return optim::Adadelta({p}, {.lr = 0.5, .rho = 0.8, .weight_decay = 0.1}); },
+      {0.5007453062529991, -1.2470484157571387, 1.9960758235641305, 0.09862107259740556});
+  run("Adamax", [](Tensor p) { return optim::Adamax({p}, {.lr = 0.05, .betas = {0.8, 0.95}, .weight_decay = 0.1}); },
+      {0.5336580463225671, -1.1863359978787307, 1.8852139196348512, 0.02891669585696996});
+  const optim::StateDict sd = run("NAdam", [](Tensor p) {
+    return optim::NAdam({p}, {.lr = 0.05, .betas = {0.8, 0.95}, .weight_decay = 0.1, .momentum_decay = 0.05});
+  }, {0.5334614397221482, -1.1303894308681957, 1.855758001131382, 0.04183706734558523});
+  CHECK(sd.at("state.0.mu_product").item() == doctest::Approx(1.9620407376410873e-05).epsilon(1e-15));
+  CHECK(sd.at("state.0.mu_product").dtype() == DType::float64);
+  run("NAdamW", [](Tensor p) { return optim::NAdam({p}, {.lr = 0.05, .weight_decay = 0.1, .decoupled_weight_decay = true}); },
+      {0.5295594454053314, -1.1334208519998312, 1.8561632200912428, 0.04313167187618336});
+  run("RAdam", [](Tensor p) { return optim::RAdam({p}, {.lr = 0.05, .betas = {0.9, 0.9}, .weight_decay = 0.1}); },
+      {0.5642310697199033, -1.2226152866785036, 1.9143834264536161, 0.01597522418221929});
+  run("RAdamW", [](Tensor p) {
+    return optim::RAdam({p}, {.lr = 0.05, .betas = {0.9, 0.9}, .weight_decay = 0.1, .decoupled_weight_decay = true});
+  }, {0.554447176894923, -1.2027857108228641, 1.8849456469392063, 0.016254446124422228});
 }
 
 TEST_CASE("parameter groups: per-group lr and weight decay overrides") {
@@ -514,6 +691,22 @@ TEST_CASE("state_dict / load_state_dict resume training bitwise") {
   check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
     return std::make_unique<optim::RMSprop>(ps, optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
   }, 6, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Adagrad>(ps, optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.1,
+                                                                      .initial_accumulator_value = 0.5});
+  }, 6, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Adadelta>(ps, optim::AdadeltaOptions{.weight_decay = 0.01});
+  }, 6, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Adamax>(ps, optim::AdamaxOptions{.lr = 0.01});
+  }, 6, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {  // mu_product restored
+    return std::make_unique<optim::NAdam>(ps, optim::NAdamOptions{.lr = 0.01, .momentum_decay = 0.1});
+  }, 7, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {  // through rho_t > 5
+    return std::make_unique<optim::RAdam>(ps, optim::RAdamOptions{.lr = 0.01, .betas = {0.9, 0.9}});
+  }, 9, 4);
 }
 
 TEST_CASE("state_dict layout: flat names, 0-dim scalars, hyperparameters restored") {
@@ -598,6 +791,24 @@ TEST_CASE("optimizer argument errors") {
   CHECK_THROWS_AS(optim::AdamW({p}, {.eps = -1.0}), kiln::Error);
   CHECK_THROWS_AS(optim::RMSprop({p}, {.alpha = -0.5}), kiln::Error);
   CHECK_THROWS_AS(optim::RMSprop({p}, {.momentum = -0.5}), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adagrad({p}, {.lr_decay = -1.0}), doctest::Contains("lr_decay"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adagrad({p}, {.initial_accumulator_value = -1.0}),
+                       doctest::Contains("initial_accumulator_value"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adadelta({p}, {.rho = 1.5}), doctest::Contains("rho"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adamax({p}, {.betas = {0.9, 1.0}}), doctest::Contains("beta2"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::NAdam({p}, {.momentum_decay = -1.0}), doctest::Contains("momentum_decay"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::RAdam({p}, {.eps = -1.0}), doctest::Contains("eps"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::NAdam({{.params = {p}, .options = {{"momentum", 0.9}}}}, {}),
+                       doctest::Contains("momentum_decay"), kiln::Error);  // the known names are listed
+  CHECK(!optim::Adagrad({p}).supports_momentum());
+  CHECK(optim::RAdam({p}).supports_momentum());
+  {  // a scheduler that cycles momentum cycles NAdam's beta1; Adadelta has none to cycle
+    optim::NAdam nadam({p}, {.lr = 0.01});
+    optim::OneCycleLR one(nadam, {.max_lr = 0.1, .total_steps = 10});
+    CHECK(nadam.options().betas.first == 0.95);
+    optim::Adadelta adadelta({p});
+    CHECK_THROWS_WITH_AS(optim::CyclicLR(adadelta, {}), doctest::Contains("momentum"), kiln::Error);
+  }
   CHECK_THROWS_WITH_AS(optim::SGD(std::vector<Tensor>{}, {}), doctest::Contains("empty parameter list"), kiln::Error);
   CHECK_THROWS_WITH_AS(optim::SGD({p, p}, {}), doctest::Contains("more than once"), kiln::Error);
   CHECK_THROWS_AS(optim::SGD({Tensor()}, {}), kiln::Error);

@@ -1,0 +1,138 @@
+// PyTorch's other adaptive optimizers: Adagrad, Adadelta, Adamax, NAdam and RAdam
+// (torch.optim, the single-tensor form PyTorch runs on the CPU), each from tensor ops, so
+// they run on every device with elementwise kernels. They take parameter groups, overrides
+// by state_dict name, state_dict()/load_state_dict() and schedulers as SGD and Adam do.
+#pragma once
+#include <utility>
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::optim {
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0.0;  ///< the step's lr is lr / (1 + (step - 1) * lr_decay)
+  double weight_decay = 0.0;  ///< L2: g += wd*p
+  double initial_accumulator_value = 0.0;
+  double eps = 1e-10;
+};
+/// torch.optim.Adagrad: sum += g^2; p -= clr * g / (sqrt(sum) + eps). State: "step", "sum"
+/// (starting at initial_accumulator_value).
+class Adagrad : public OptimizerWith<AdagradOptions> {
+ public:
+  using Options = AdagradOptions;
+  Adagrad(const std::vector<Tensor>& params, AdagradOptions options = {});
+  Adagrad(const std::vector<ParamGroup>& groups, AdagradOptions options = {});
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"sum"}; }
+  void check_options(size_t group) const override;
+};
+
+struct AdadeltaOptions {
+  double lr = 1.0;
+  double rho = 0.9;
+  double eps = 1e-6;
+  double weight_decay = 0.0;  ///< L2
+};
+/// torch.optim.Adadelta: sq = rho*sq + (1-rho)*g^2; delta = sqrt(acc + eps) / sqrt(sq + eps) * g;
+/// acc = rho*acc + (1-rho)*delta^2; p -= lr*delta. State: "step", "square_avg", "acc_delta".
+class Adadelta : public OptimizerWith<AdadeltaOptions> {
+ public:
+  using Options = AdadeltaOptions;
+  Adadelta(const std::vector<Tensor>& params, AdadeltaOptions options = {});
+  Adadelta(const std::vector<ParamGroup>& groups, AdadeltaOptions options = {});
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"square_avg", "acc_delta"}; }
+  void check_options(size_t group) const override;
+};
+
+struct AdamaxOptions {
+  double lr = 2e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;  ///< L2
+};
+/// torch.optim.Adamax (Adam with the infinity norm): m = lerp(m, g, 1-b1);
+/// u = max(b2*u, |g| + eps); p -= lr/(1-b1^t) * m/u. State: "step", "exp_avg", "exp_inf".
+class Adamax : public OptimizerWith<AdamaxOptions> {
+ public:
+  using Options = AdamaxOptions;
+  Adamax(const std::vector<Tensor>& params, AdamaxOptions options = {});
+  Adamax(const std::vector<ParamGroup>& groups, AdamaxOptions options = {});
+  bool supports_momentum() const override { return true; }  // beta1
+  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
+  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_inf"}; }
+  void check_options(size_t group) const override;
+};
+
+struct NAdamOptions {
+  double lr = 2e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum_decay = 4e-3;
+  bool decoupled_weight_decay = false;  ///< true: p *= 1 - lr*wd (NAdamW), else L2
+};
+/// torch.optim.NAdam (Adam with Nesterov momentum, Dozat 2016): the momentum coefficient
+/// mu_t = b1 * (1 - 0.5 * 0.96^(t * momentum_decay)) and its running product set the weights
+/// of the gradient and of the momentum in the step. State: "step", "exp_avg", "exp_avg_sq" and
+/// the number "mu_product".
+class NAdam : public OptimizerWith<NAdamOptions> {
+ public:
+  using Options = NAdamOptions;
+  NAdam(const std::vector<Tensor>& params, NAdamOptions options = {});
+  NAdam(const std::vector<ParamGroup>& groups, NAdamOptions options = {});
+  std::vector<std::string> scalar_names() const override { return {"mu_product"}; }
+  bool supports_momentum() const override { return true; }  // beta1
+  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
+  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  void check_options(size_t group) const override;
+};
+
+struct RAdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  ///< true: p *= 1 - lr*wd (RAdamW), else L2
+};
+/// torch.optim.RAdam (rectified Adam, Liu et al. 2019): while the variance estimate is too
+/// young (rho_t <= 5) a momentum-SGD step lr * m / (1-b1^t); after, Adam's step times the
+/// rectification term. State: "step", "exp_avg", "exp_avg_sq".
+class RAdam : public OptimizerWith<RAdamOptions> {
+ public:
+  using Options = RAdamOptions;
+  RAdam(const std::vector<Tensor>& params, RAdamOptions options = {});
+  RAdam(const std::vector<ParamGroup>& groups, RAdamOptions options = {});
+  bool supports_momentum() const override { return true; }  // beta1
+  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
+  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  void check_options(size_t group) const override;
+};
+
+}  // namespace kiln::optim
