@@ -49,7 +49,10 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   KILN_CHECK(a0.defined() && b0.defined(), name, ": undefined input tensor");
   check_same_device(name, {a0, b0});
   DType dt = result_type(a0, b0);
-  if (op == Op::div && !is_floating(dt)) dt = DType::float32;       // true division
+  if ((op == Op::div || op == Op::atan2) && !is_floating(dt)) dt = DType::float32;  // true division, angles
+  const bool rounding_division = op == Op::fmod || op == Op::remainder || op == Op::floor_divide;
+  KILN_CHECK(!(rounding_division && dt == DType::bool_), name, ": not defined for bool tensors (", describe(a0),
+             ", ", describe(b0), "), as in PyTorch; convert them to an integer dtype first");
   DType out_dt = is_comparison(op) ? DType::bool_ : dt;
   DType compute = a0.is_cpu() ? cpu_compute_dtype(dt) : dt;
   // Every operand is first converted to the result dtype, as PyTorch does: a 16-bit result on
@@ -63,6 +66,10 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   };
   Tensor a = operand(a0), b = operand(b0);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  // an integer division by zero (PyTorch's ZeroDivisionError) is refused before any kernel runs
+  if (rounding_division && !is_floating(dt) && b.numel() > 0)
+    KILN_CHECK(any(eq(b, 0.0)).item() == 0, name, ": integer division by zero (the divisor ", describe(b0),
+               " has a zero)");
   Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::bool_ : compute, a.device());
   if (out.numel() > 0) kernel<BinaryKernelFn>(op, out.device())(op, compute, make_args(shape, {&out, &a, &b}, name));
   if (out.dtype() != out_dt) out = out.to(out_dt);
@@ -336,6 +343,46 @@ static Tensor max_min(Op op, const Tensor& a, const Tensor& b) {
 }
 Tensor maximum(const Tensor& a, const Tensor& b) { return max_min(Op::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return max_min(Op::minimum, a, b); }
+
+// fmod and remainder: a - b * q with q = trunc(a / b) or floor_divide(a, b), so d/da = 1 and
+// d/db = -q (PyTorch's derivatives; q is piecewise constant, so twice differentiable with 0).
+static Tensor rounded_remainder(Op op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(op, a, b);
+  if (!any_requires_grad({a, b})) return out;
+  const Tensor ad = a.detach(), bd = b.detach();  // q's inputs: constants of the backward
+  auto backward = [op, ad, bd](const Tensor& g, const std::vector<bool>& n) {
+    Tensor ga, gb;
+    if (n[0]) ga = sum_to(g, ad.shape());
+    if (n[1]) {
+      const Tensor q = op == Op::fmod ? trunc(div(ad, bd)) : floor_divide(ad, bd);
+      gb = sum_to(neg(g) * q.to(g.dtype()), bd.shape());
+    }
+    return std::vector<Tensor>{ga, gb};
+  };
+  return twice_differentiable(record(out, op_name(op), {a, b}, {ad, bd}, backward));
+}
+Tensor fmod(const Tensor& a, const Tensor& b) { return rounded_remainder(Op::fmod, a, b); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return rounded_remainder(Op::remainder, a, b); }
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return binary_raw(Op::floor_divide, a, b); }
+Tensor fmod(const Tensor& a, double b) { return fmod(a, scalar_like(a, b)); }
+Tensor remainder(const Tensor& a, double b) { return remainder(a, scalar_like(a, b)); }
+Tensor floor_divide(const Tensor& a, double b) { return floor_divide(a, scalar_like(a, b)); }
+
+Tensor atan2(const Tensor& y, const Tensor& x) {
+  Tensor out = binary_raw(Op::atan2, y, x);
+  if (!any_requires_grad({y, x})) return out;
+  auto backward = [y, x](const Tensor& g, const std::vector<bool>& n) {
+    // PyTorch's: 1 / (y^2 + x^2), taken as 0 at the origin (where it would be inf)
+    const Tensor denom = add(mul(y, y), mul(x, x));
+    const Tensor z = zeros({}, {.dtype = denom.dtype(), .device = denom.device()});
+    const Tensor recip = where(eq(denom, 0.0), z, reciprocal(denom));
+    Tensor gy, gx;
+    if (n[0]) gy = sum_to(mul(mul(g, x), recip), y.shape());
+    if (n[1]) gx = sum_to(mul(mul(g, neg(y)), recip), x.shape());
+    return std::vector<Tensor>{gy, gx};
+  };
+  return twice_differentiable(record(out, "atan2", {y, x}, {y, x}, backward));
+}
 
 Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
 Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }

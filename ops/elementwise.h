@@ -15,6 +15,19 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
+/// fmod: remainder of truncated division, the sign of a (C's fmod, torch.fmod); remainder:
+/// Python's %, the sign of b (torch.remainder, `a % b`); floor_divide: division rounded toward
+/// -inf (torch.floor_divide, Python's //). Integers stay integers, and an integer division by
+/// zero is a kiln::Error (PyTorch: ZeroDivisionError; a check that reads back from a GPU);
+/// floating-point ones give NaN or inf as PyTorch's do. Gradients, as PyTorch's: fmod and
+/// remainder pass g to a and give b -g * trunc(a / b) and -g * floor_divide(a, b);
+/// floor_divide is not differentiable (its result is a constant; PyTorch raises at backward).
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+/// atan2(y, x): the angle of (x, y) in (-pi, pi] (integers become float32); the gradient is
+/// g * x / (x^2 + y^2) for y and -g * y / (x^2 + y^2) for x, 0 at the origin (PyTorch's).
+Tensor atan2(const Tensor& y, const Tensor& x);
 // scalar forms, PyTorch's wrapped numbers: beside a float tensor the scalar takes its dtype;
 // beside an integer tensor a whole number is an integer (converted, wrapping, to the
 // computation's dtype: uint8 + -3 wraps like PyTorch's, uint8 / -3 is -1), anything else
@@ -28,6 +41,9 @@ Tensor div(const Tensor& a, double b);
 /// fractional exponent makes it float32.
 Tensor pow(const Tensor& a, double exponent);
 Tensor pow(double base, const Tensor& exponent);
+Tensor fmod(const Tensor& a, double b);
+Tensor remainder(const Tensor& a, double b);
+Tensor floor_divide(const Tensor& a, double b);
 
 // ---- unary ----
 Tensor neg(const Tensor& x);
@@ -149,6 +165,8 @@ inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }  // Python's %
+inline Tensor operator%(const Tensor& a, double b) { return remainder(a, b); }
 inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 Tensor operator-(double a, const Tensor& b);
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }

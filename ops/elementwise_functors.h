@@ -376,6 +376,68 @@ template <class T> struct MaximumF {
 template <class T> struct MinimumF {
   KILN_HD_INLINE T operator()(T x, T y) const { return (x != x || x <= y) ? x : y; }
 };
+/// fmod: the remainder of truncated division, with x's sign (C's fmod); integers x % y.
+/// Integer division by zero never reaches a kernel (kiln::fmod refuses it first); it is
+/// defined here as 0, as is min % -1 (which overflows in C++).
+template <class T> struct FmodF {
+  KILN_HD_INLINE T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (y == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>)
+        if (y == T(-1)) return T(0);
+      return T(x % y);
+    } else {
+      return m_fmod(x, y);
+    }
+  }
+};
+/// remainder: Python's %, with y's sign: fmod, plus y where the remainder and y differ in
+/// sign (PyTorch's order: remainder(-5.0, inf) is inf).
+template <class T> struct RemainderF {
+  KILN_HD_INLINE T operator()(T x, T y) const {
+    T r = FmodF<T>{}(x, y);
+    if constexpr (!std::is_unsigned_v<T>)
+      if (r != T(0) && ((r < T(0)) != (y < T(0)))) r = T(r + y);
+    return r;
+  }
+};
+/// floor_divide: division rounded toward -inf (Python's //). Floating point as PyTorch's
+/// div_floor: (x - fmod(x, y)) / y, corrected by one where the signs differ, then rounded to
+/// the nearest whole number (so 5.1 // 0.1 is 50, not floor(51.0...)); x / y for y == 0;
+/// zero keeps the sign of x / y. Integers: truncated quotient, minus one where the signs
+/// differ and the remainder is not 0; min // -1 wraps.
+template <class T> struct FloorDivideF {
+  KILN_HD_INLINE T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (y == T(0)) return T(0);
+      if constexpr (std::is_signed_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        if (y == T(-1)) return T(U(0) - U(x));
+        const T q = T(x / y);
+        return (x % y != T(0) && ((x < T(0)) != (y < T(0)))) ? T(q - T(1)) : q;
+      } else {
+        return T(x / y);
+      }
+    } else {
+      if (y == T(0)) return x / y;
+      const T mod = m_fmod(x, y);
+      T div = (x - mod) / y;
+      if (mod != T(0) && ((y < T(0)) != (mod < T(0)))) div -= T(1);
+      if (div == T(0)) return m_copysign(T(0), x / y);
+      T fl = m_floor(div);
+      if (div - fl > T(0.5)) fl += T(1);
+      return fl;
+    }
+  }
+};
+/// atan2(y, x): the angle of the point (x, y), in (-pi, pi]; integers are promoted to float32
+/// before a kernel runs (kiln::atan2), so the integral branch is never reached.
+template <class T> struct Atan2F {
+  KILN_HD_INLINE T operator()(T y, T x) const {
+    if constexpr (std::is_integral_v<T>) return T(m_atan2(double(y), double(x)));
+    else return m_atan2(y, x);
+  }
+};
 template <class T> struct EqF { KILN_HD_INLINE bool operator()(T x, T y) const { return x == y; } };
 template <class T> struct NeF { KILN_HD_INLINE bool operator()(T x, T y) const { return x != y; } };
 template <class T> struct LtF { KILN_HD_INLINE bool operator()(T x, T y) const { return x < y; } };

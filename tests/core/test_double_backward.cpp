@@ -131,6 +131,11 @@ TEST_CASE("double backward: reductions, softmax and log_softmax") {
                       {rnd({3, 4}), rnd({3, 4})}));
   CHECK(gradgradcheck([](auto& in) { return lerp(in[0], in[1] * in[1], in[2]); }, {rnd({4}), rnd({4}), rnd({4})}));
   CHECK(gradgradcheck([](auto& in) { return nan_to_num(in[0] * in[0]); }, {rnd({4})}));
+  {  // away from fmod's and remainder's jumps (a / b and a^2 / b not near whole numbers)
+    const Tensor a = from_vector<double>({2.3, -2.3, 4.6, -0.4}, {4}), b = from_vector<double>({0.9, -1.3, 1.7, 0.7}, {4});
+    CHECK(gradgradcheck([](auto& in) { return fmod(in[0] * in[0], in[1]) + remainder(in[0], in[1] * in[1]); }, {a, b}));
+  }
+  CHECK(gradgradcheck([](auto& in) { return atan2(in[0], in[1] * in[1] + 0.1); }, {rnd({4}), rnd({4})}));
 }
 
 TEST_CASE("double backward: matmul (1-D, 2-D, batched, broadcast) and linear") {

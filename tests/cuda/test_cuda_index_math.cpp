@@ -495,6 +495,12 @@ void check_all_binary() {
                   false);
   check_binary<T>("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, MinimumF<C>{}, false,
                   false);
+  check_binary<T>("fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, b); }, FmodF<C>{}, false, false);
+  check_binary<T>("remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, RemainderF<C>{},
+                  false, false);
+  check_binary<T>("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); },
+                  FloorDivideF<C>{}, false, false);
+  check_binary<T>("atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, Atan2F<C>{}, false, false);
   check_binary<T>("eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, EqF<C>{}, false, true);
   check_binary<T>("ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, NeF<C>{}, false, true);
   check_binary<T>("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, LtF<C>{}, false, true);
@@ -515,6 +521,11 @@ TEST_CASE("binary loops over broadcast and non-contiguous operands match the CPU
   Tensor out = Tensor::empty({5, 4}, DType::int64);
   check_strided<ElementwiseLoop<int64_t, int64_t, int64_t>>(out, {a, b}, AddF<int64_t>{}, add(a, b));
   check_strided<ElementwiseLoop<int64_t, int64_t, int64_t>>(out, {a, b}, MaximumF<int64_t>{}, maximum(a, b));
+  Tensor c = randint(-9, 9, {4});  // negative divisors too (no zero: refused before a kernel)
+  c = add(c, mul(eq(c, 0.0).to(DType::int64), 5.0));
+  check_strided<ElementwiseLoop<int64_t, int64_t, int64_t>>(out, {a, c}, FmodF<int64_t>{}, fmod(a, c));
+  check_strided<ElementwiseLoop<int64_t, int64_t, int64_t>>(out, {a, c}, RemainderF<int64_t>{}, remainder(a, c));
+  check_strided<ElementwiseLoop<int64_t, int64_t, int64_t>>(out, {a, c}, FloorDivideF<int64_t>{}, floor_divide(a, c));
 }
 
 TEST_CASE("where over four broadcast operands, and dtype casts over strided sources, match the CPU") {

@@ -213,6 +213,10 @@ TEST_CASE("cuda parity: binary ops with broadcasting, forward and backward" * do
   check_binary("pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, true);
   check_binary("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }, false);
   check_binary("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }, false);
+  check_binary("fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, add(abs(b), 0.5)); }, false);
+  check_binary("remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, false);
+  check_binary("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, false);
+  check_binary("atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, false);
   check_binary("where(a > b, a, b)", [](const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }, false);
   check_binary("masked_fill", [](const Tensor& a, const Tensor& b) { return masked_fill(add(a, b), lt(b, 0.0), -2.0); },
                false);
@@ -235,6 +239,9 @@ TEST_CASE("cuda parity: integer and bool elementwise ops" * doctest::skip(kNoGpu
   CHECK(compare(mul(ag, bg), mul(a, b), {0, 0}) == "");
   CHECK(compare(div(ag, bg), div(a, b), {0, 0}) == "");  // true division, in float32
   CHECK(compare(maximum(ag, bg), maximum(a, b), {0, 0}) == "");
+  CHECK(compare(fmod(ag, bg), fmod(a, b), {0, 0}) == "");
+  CHECK(compare(remainder(neg(ag), bg), remainder(neg(a), b), {0, 0}) == "");
+  CHECK(compare(floor_divide(neg(ag), bg), floor_divide(neg(a), b), {0, 0}) == "");
   CHECK(compare(neg(ag), neg(a), {0, 0}) == "");
   CHECK(compare(abs(ag), abs(a), {0, 0}) == "");
   CHECK(compare(lt(ag, bg), lt(a, b), {0, 0}) == "");

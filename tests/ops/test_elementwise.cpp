@@ -950,3 +950,86 @@ TEST_CASE("where with a C++ number on one side: PyTorch's dtypes (wrapped number
   sum(where(c, x, -1.0)).backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 0});
 }
+
+// The expected values are PyTorch 2.15's (torch.fmod, remainder, floor_divide, atan2 on the
+// same inputs), printed by a script.
+TEST_CASE("fmod, remainder, floor_divide, atan2: PyTorch's values, signs of zero, inf and NaN, integers") {
+  const double inf = INFINITY;
+  auto same = [](const Tensor& t, const std::vector<double>& want) {
+    const std::vector<double> got = t.to(DType::float64).to_vector<double>();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CAPTURE(got[i]);
+      CHECK(((std::isnan(got[i]) && std::isnan(want[i])) ||
+             (got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]))));
+    }
+  };
+  const Tensor a = T({5.5, -5.5, 5.5, -5.5, 0.0, -0.0, 7.0, -7.0, 1.0, -1.0, inf, 5.1, 3.0}, {13});
+  const Tensor b = T({2.0, 2.0, -2.0, -2.0, -3.0, 3.0, inf, inf, 0.0, 0.0, 2.0, 0.1, -0.0}, {13});
+  same(fmod(a, b), {1.5, -1.5, 1.5, -1.5, 0.0, -0.0, 7.0, -7.0, NAN, NAN, NAN, 0.09999999999999937, NAN});
+  same(remainder(a, b), {1.5, 0.5, -0.5, -1.5, 0.0, -0.0, 7.0, inf, NAN, NAN, NAN, 0.09999999999999937, NAN});
+  same(a % b, {1.5, 0.5, -0.5, -1.5, 0.0, -0.0, 7.0, inf, NAN, NAN, NAN, 0.09999999999999937, NAN});
+  same(floor_divide(a, b), {2.0, -3.0, -3.0, 2.0, -0.0, -0.0, 0.0, -1.0, inf, -inf, NAN, 50.0, -inf});
+  same(fmod(a.to(DType::float32), b.to(DType::float32)).to(DType::float64),
+       {1.5, -1.5, 1.5, -1.5, 0.0, -0.0, 7.0, -7.0, NAN, NAN, NAN, double(std::fmod(5.1f, 0.1f)), NAN});
+  const Tensor y = T({1.0, -1.0, 0.0, -0.0, 0.0, 1.0, -2.0}, {7}), x = T({0.0, 0.0, -1.0, -1.0, 0.0, inf, -3.0}, {7});
+  const std::vector<double> angles{1.5707963267948966, -1.5707963267948966, 3.141592653589793, -3.141592653589793,
+                                   0.0, 0.0, -2.5535900500422257};
+  const std::vector<double> got = atan2(y, x).to_vector<double>();
+  for (size_t i = 0; i < angles.size(); ++i) CHECK(got[i] == doctest::Approx(angles[i]).epsilon(1e-15));
+
+  // integers stay integers (uint8 too); a C++ number beside them follows the wrapped-number rule
+  const Tensor ia = from_vector<int64_t>({7, -7, 7, -7, 0, -9, 9}, {7}), ib = from_vector<int64_t>({3, 3, -3, -3, 5, -1, -4}, {7});
+  using I = std::vector<int64_t>;
+  CHECK(fmod(ia, ib).to_vector<int64_t>() == I{1, -1, 1, -1, 0, 0, 1});
+  CHECK(remainder(ia, ib).to_vector<int64_t>() == I{1, 2, -2, -1, 0, 0, -3});
+  CHECK(floor_divide(ia, ib).to_vector<int64_t>() == I{2, -3, -3, 2, 0, 9, -3});
+  CHECK(floor_divide(ia.to(DType::int32), ib.to(DType::int32)).dtype() == DType::int32);
+  CHECK(remainder(ia, -3.0).to_vector<int64_t>() == I{-2, -1, -2, -1, 0, 0, 0});
+  CHECK(fmod(ia, 2.5).dtype() == DType::float32);
+  CHECK(fmod(ia, 2.5).to_vector<float>() == std::vector<float>{2, -2, 2, -2, 0, -1.5, 1.5});
+  CHECK(atan2(ia, ib).dtype() == DType::float32);
+  const Tensor u = from_vector<int64_t>({200, 7, 0, 255}, {4}).to(DType::uint8);
+  const Tensor v = from_vector<int64_t>({7, 200, 3, 16}, {4}).to(DType::uint8);
+  CHECK(remainder(u, v).to(DType::int64).to_vector<int64_t>() == I{4, 7, 0, 15});
+  CHECK(floor_divide(u, v).to(DType::int64).to_vector<int64_t>() == I{28, 0, 0, 15});
+  const Tensor imin = from_vector<int64_t>({std::numeric_limits<int64_t>::min()}, {1});
+  CHECK(fmod(imin, -1.0).to_vector<int64_t>() == I{0});  // C++'s min % -1 overflows; 0, as the result is
+  CHECK(floor_divide(imin, -1.0).to_vector<int64_t>() == I{std::numeric_limits<int64_t>::min()});  // wraps
+  // 16-bit: float32 math rounded once
+  const Tensor h = T({5.5, -7.25, 100.0}, {3}).to(DType::bfloat16), hd = T({2.0, 2.0, -3.0}, {3}).to(DType::bfloat16);
+  CHECK(remainder(h, hd).dtype() == DType::bfloat16);
+  same(remainder(h, hd), {1.5, 0.75, -2.0});
+  same(floor_divide(h, hd), {2.0, -4.0, -34.0});
+}
+
+TEST_CASE("fmod, remainder, atan2: gradients (float64 finite differences, PyTorch's at the origin); errors") {
+  manual_seed(71);
+  // away from the jumps of fmod and remainder (a / b not near a whole number)
+  const Tensor a = T({2.3, -2.3, 4.6, -0.4, 0.7, 3.3}, {2, 3}), b = T({0.9, -1.3, 1.7}, {3});
+  CHECK(gradcheck([](auto& in) { return fmod(in[0], in[1]); }, {a, b}));
+  CHECK(gradcheck([](auto& in) { return remainder(in[0], in[1]); }, {a, b}));
+  CHECK(gradcheck([](auto& in) { return in[0] % 0.75; }, {a}));
+  CHECK(kiln::test::gradgradcheck([](auto& in) { return remainder(in[0] * in[0], in[1]); }, {a, b}));
+  CHECK(gradcheck([](auto& in) { return atan2(in[0], in[1]); }, {randn({2, 3}, f64), randn({3}, f64)}));
+  CHECK(kiln::test::gradgradcheck([](auto& in) { return atan2(in[0], in[1]); }, {randn({3}, f64), randn({3}, f64)}));
+  {  // at the origin PyTorch's 1 / (y^2 + x^2) is taken as 0: gradients 0 and -0, not NaN
+    Tensor y0 = T({0.0}, {1}).requires_grad_(true), x0 = T({0.0}, {1}).requires_grad_(true);
+    sum(atan2(y0, x0)).backward();
+    CHECK(y0.grad().item() == 0);
+    CHECK(x0.grad().item() == 0);
+    CHECK(std::signbit(x0.grad().item()));
+  }
+  {  // floor_divide is not differentiable: a constant, as its derivative is 0 wherever it exists
+    Tensor p = T({3.5}, {1}).requires_grad_(true);
+    CHECK_FALSE(floor_divide(p, 2.0).requires_grad());
+  }
+  const Tensor ia = from_vector<int64_t>({7, 8}, {2}), zero = from_vector<int64_t>({3, 0}, {2});
+  CHECK(kiln::testing::error_of([&] { fmod(ia, zero); }).find("division by zero") != std::string::npos);
+  CHECK(kiln::testing::error_of([&] { remainder(ia, 0.0); }).find("division by zero") != std::string::npos);
+  CHECK(kiln::testing::error_of([&] { floor_divide(ia, zero); }).find("remainder") == std::string::npos);
+  CHECK_THROWS_AS(floor_divide(ia, zero), kiln::Error);
+  CHECK(kiln::testing::error_of([&] { remainder(gt(ia, 7.0), gt(ia, 6.0)); }).find("bool") != std::string::npos);
+  CHECK(fmod(T({1.0}, {1}), 0.0).to_vector<double>()[0] != fmod(T({1.0}, {1}), 0.0).to_vector<double>()[0]);  // NaN
+}
