@@ -50,4 +50,47 @@ std::string KLDivLoss::extra_repr() const {
   return std::string("reduction=") + reduction_str(args.reduction) + ", log_target=" + (args.log_target ? "true" : "false");
 }
 
+std::string HingeEmbeddingLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "margin=" << args.margin << ", reduction=" << reduction_str(args.reduction);
+  return os.str();
+}
+std::string SoftMarginLoss::extra_repr() const { return std::string("reduction=") + reduction_str(args.reduction); }
+std::string MultiLabelSoftMarginLoss::extra_repr() const {
+  return std::string("reduction=") + reduction_str(args.reduction) + (args.weight.defined() ? ", weight" : "");
+}
+std::string MultiMarginLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "p=" << args.p << ", margin=" << args.margin << ", reduction=" << reduction_str(args.reduction)
+     << (args.weight.defined() ? ", weight" : "");
+  return os.str();
+}
+std::string PoissonNLLLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "log_input=" << (args.log_input ? "true" : "false") << ", full=" << (args.full ? "true" : "false")
+     << ", eps=" << args.eps << ", reduction=" << reduction_str(args.reduction);
+  return os.str();
+}
+std::string MarginRankingLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "margin=" << args.margin << ", reduction=" << reduction_str(args.reduction);
+  return os.str();
+}
+std::string CosineEmbeddingLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "margin=" << args.margin << ", reduction=" << reduction_str(args.reduction);
+  return os.str();
+}
+std::string TripletMarginLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "margin=" << args.margin << ", p=" << args.p << ", eps=" << args.eps << ", swap=" << (args.swap ? "true" : "false")
+     << ", reduction=" << reduction_str(args.reduction);
+  return os.str();
+}
+std::string GaussianNLLLoss::extra_repr() const {
+  std::ostringstream os;
+  os << "full=" << (args.full ? "true" : "false") << ", eps=" << args.eps << ", reduction=" << reduction_str(args.reduction);
+  return os.str();
+}
+
 }  // namespace kiln::nn

@@ -1,17 +1,22 @@
 // Losses: cross_entropy (fused log-softmax + pick + label smoothing), nll_loss and mse_loss:
 // argument and target checks, reductions, the call through dispatch and the fused backward;
 // then the pointwise losses, compositions of recorded elementwise ops (l1, smooth_l1,
-// huber, binary_cross_entropy with its own backward, bce with logits, kl_div).
+// huber, binary_cross_entropy with its own backward, bce with logits, kl_div), and the margin
+// and likelihood losses (margin ranking, hinge embedding, soft margin, multilabel soft
+// margin, cosine embedding, triplet margin, multi margin, Poisson and Gaussian NLL), each
+// PyTorch's ATen or Python expression in recorded ops.
 #include "kiln/ops/loss.h"
 #include "kiln/core/autocast.h"
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include "kiln/core/autograd.h"
 #include "kiln/core/cuda.h"
 #include "kiln/ops/kernels/loss.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/nn_functional.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 
@@ -514,4 +519,252 @@ Tensor kl_div(const Tensor& input, const Tensor& target, const KlDivArgs& args) 
   return reduce_pointwise(l, args.reduction, input);
 }
 
+
+// ---------------------------------------------------------------- margin and likelihood losses
+
+namespace {
+
+/// Checks of a loss's floating inputs (and targets of any number dtype, converted) and the
+/// dtype it computes in: the promoted one, float32 for 16-bit.
+DType loss_dtype(const char* op, std::initializer_list<std::pair<const char*, Tensor>> inputs,
+                 std::initializer_list<std::pair<const char*, Tensor>> targets = {}) {
+  DType dt = DType::float32;
+  bool first = true;
+  std::vector<Tensor> all;
+  for (const auto& [name, t] : inputs) {
+    check_floating(op, t, name);
+    dt = first ? t.dtype() : promote_types(dt, t.dtype());
+    first = false;
+    all.push_back(t);
+  }
+  for (const auto& [name, t] : targets) {
+    KILN_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
+    KILN_CHECK(t.dtype() != DType::bool_, op, ": expected a number ", name, ", got ", describe(t));
+    if (t.is_floating_point()) dt = promote_types(dt, t.dtype());
+    all.push_back(t);
+  }
+  for (const Tensor& t : all) check_same_device(op, {all.front(), t});
+  return cpu_compute_dtype(dt);
+}
+
+void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  KILN_CHECK(a.shape() == b.shape(), op, ": ", an, " shape ", shape_str(a.shape()), " and ", bn, " shape ",
+             shape_str(b.shape()), " must match (got ", describe(a), " and ", describe(b), ")");
+}
+
+Tensor zero_like_scalar(DType dt, Device dev) { return zeros({}, {.dtype = dt, .device = dev}); }
+
+}  // namespace
+
+Tensor margin_ranking_loss(const Tensor& x1, const Tensor& x2, const Tensor& target, double margin,
+                           Reduction reduction) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b, const Tensor& t) {
+            return margin_ranking_loss(a, b, t, margin, reduction);
+          }, x1, x2, target))
+    return *r;
+  const char* op = "margin_ranking_loss";
+  check_reduction(op, reduction);
+  const DType dt = loss_dtype(op, {{"input1", x1}, {"input2", x2}}, {{"target", target}});
+  KILN_CHECK(x1.dim() == x2.dim() && x1.dim() == target.dim(), op, ": input1, input2 and target must have the same "
+             "number of dims (they broadcast), got ", describe(x1), ", ", describe(x2), ", ", describe(target));
+  // PyTorch's (-target * (input1 - input2) + margin).clamp_min_(0)
+  const Tensor l = clamp(add(mul(neg(target.to(dt)), sub(x1.to(dt), x2.to(dt))), margin), 0.0, std::nullopt);
+  return reduce_pointwise(l, reduction, x1);
+}
+
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin, Reduction reduction) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& t) { return hinge_embedding_loss(a, t, margin, reduction); },
+          input, target))
+    return *r;
+  const char* op = "hinge_embedding_loss";
+  check_reduction(op, reduction);
+  const DType dt = loss_dtype(op, {{"input", input}}, {{"target", target}});
+  const Tensor x = input.to(dt), t = target.to(dt), z = zero_like_scalar(dt, x.device());
+  // PyTorch's: where(t != 1, max(margin - x, 0), 0) + where(t != -1, x, 0) (a target other
+  // than 1 or -1 gets both terms)
+  const Tensor l = add(where(ne(t, 1.0), clamp(margin - x, 0.0, std::nullopt), z), where(ne(t, -1.0), x, z));
+  return reduce_pointwise(l, reduction, input);
+}
+
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& t) { return soft_margin_loss(a, t, reduction); }, input,
+          target))
+    return *r;
+  const char* op = "soft_margin_loss";
+  check_reduction(op, reduction);
+  const DType dt = loss_dtype(op, {{"input", input}}, {{"target", target}});
+  check_same_shape(op, input, "input", target, "target");
+  const Tensor l = log1p(exp(mul(neg(input.to(dt)), target.to(dt))));  // PyTorch's log1p(exp(-input * target))
+  return reduce_pointwise(l, reduction, input);
+}
+
+Tensor multilabel_soft_margin_loss(const Tensor& input, const Tensor& target, const MultilabelSoftMarginArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& t) { return multilabel_soft_margin_loss(a, t, args); },
+          input, target))
+    return *r;
+  const char* op = "multilabel_soft_margin_loss";
+  check_reduction(op, args.reduction);
+  const DType dt = loss_dtype(op, {{"input", input}}, {{"target", target}});
+  check_same_shape(op, input, "input", target, "target");
+  KILN_CHECK(input.dim() >= 1, op, ": expected an input of shape (C) or (N, C), got ", describe(input));
+  const Tensor x = input.to(dt), t = target.to(dt);
+  // -(t log_sigmoid(x) + (1 - t) log_sigmoid(-x)), weighted, summed over the classes / C
+  Tensor l = neg(add(mul(t, log_sigmoid(x)), mul(1.0 - t, log_sigmoid(neg(x)))));
+  if (args.weight.defined()) {
+    check_floating(op, args.weight, "weight");
+    check_same_device(op, {input, args.weight});
+    l = mul(l, args.weight.to(dt));
+  }
+  const int64_t C = input.size(-1);
+  l = div(sum(l, {-1}), double(C));
+  return reduce_pointwise(l, args.reduction, l);
+}
+
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& target, double margin,
+                             Reduction reduction) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& b, const Tensor& t) {
+            return cosine_embedding_loss(a, b, t, margin, reduction);
+          }, x1, x2, target))
+    return *r;
+  const char* op = "cosine_embedding_loss";
+  check_reduction(op, reduction);
+  const DType dt = loss_dtype(op, {{"input1", x1}, {"input2", x2}}, {{"target", target}});
+  KILN_CHECK((x1.dim() == 1 || x1.dim() == 2) && x1.shape() == x2.shape() && target.dim() == x1.dim() - 1 &&
+                 (x1.dim() == 1 || target.size(0) == x1.size(0)), op,
+             ": expected inputs (D) with a 0-dim target or (N, D) with a target (N), got ", describe(x1), ", ",
+             describe(x2), " and target ", describe(target));
+  const int64_t d = x1.dim() - 1;
+  const Tensor a = x1.to(dt), b = x2.to(dt), t = target.to(dt);
+  constexpr double kEps = double(1e-12f);  // PyTorch's EPSILON, a float constant
+  const Tensor prod_sum = sum(mul(a, b), {d});
+  const Tensor mag1 = add(sum(mul(a, a), {d}), kEps), mag2 = add(sum(mul(b, b), {d}), kEps);
+  const Tensor cos = div(prod_sum, sqrt(mul(mag1, mag2)));
+  const Tensor z = zero_like_scalar(dt, a.device());
+  const Tensor l = add(where(eq(t, 1.0), 1.0 - cos, z), where(eq(t, -1.0), clamp(sub(cos, margin), 0.0, std::nullopt), z));
+  return reduce_pointwise(l, reduction, l);
+}
+
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& p, const Tensor& n) {
+            return triplet_margin_loss(a, p, n, args);
+          }, anchor, positive, negative))
+    return *r;
+  const char* op = "triplet_margin_loss";
+  check_reduction(op, args.reduction);
+  KILN_CHECK(args.margin > 0, op, ": margin must be > 0, got ", args.margin);
+  const DType dt = loss_dtype(op, {{"anchor", anchor}, {"positive", positive}, {"negative", negative}});
+  KILN_CHECK(anchor.dim() == positive.dim() && anchor.dim() == negative.dim() && anchor.dim() >= 1, op,
+             ": anchor, positive and negative must have the same number of dims (1 or more), got ", describe(anchor),
+             ", ", describe(positive), ", ", describe(negative));
+  const Tensor a = anchor.to(dt), p = positive.to(dt), n = negative.to(dt);
+  const Tensor d_pos = pairwise_distance(a, p, args.p, args.eps);
+  Tensor d_neg = pairwise_distance(a, n, args.p, args.eps);
+  if (args.swap) d_neg = minimum(d_neg, pairwise_distance(p, n, args.p, args.eps));
+  const Tensor l = clamp(sub(add(d_pos, args.margin), d_neg), 0.0, std::nullopt);
+  return reduce_pointwise(l, args.reduction, l);
+}
+
+Tensor multi_margin_loss(const Tensor& input, const Tensor& target, const MultiMarginArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a) { return multi_margin_loss(a, target, args); }, input))
+    return *r;
+  const char* op = "multi_margin_loss";
+  check_reduction(op, args.reduction);
+  KILN_CHECK(args.p == 1 || args.p == 2, op, ": only p == 1 and p == 2 are supported, got ", args.p);
+  check_floating(op, input, "input");
+  KILN_CHECK(input.dim() == 1 || input.dim() == 2, op, ": expected input of shape (C) or (N, C), got ",
+             describe(input));
+  const Tensor tgt = class_targets(op, target);
+  const Tensor x = input.dim() == 1 ? input.unsqueeze(0) : input;
+  const int64_t C = x.size(1);
+  KILN_CHECK(tgt.dim() == input.dim() - 1 && (tgt.dim() == 0 || tgt.size(0) == x.size(0)), op, ": expected a target ",
+             input.dim() == 1 ? "0-dim" : "(N)", " for input ", describe(input), ", got ", describe(target));
+  KILN_CHECK(C > 0, op, ": the input has no classes (", describe(input), ")");
+  check_same_device(op, {input, tgt});
+  const DType dt = cpu_compute_dtype(input.dtype());
+  const int64_t none = std::numeric_limits<int64_t>::min();  // no target is ignored
+  Targets T = check_targets(op, tgt.reshape({-1}), C, none, Reduction::sum, dt);
+  Tensor t = T.tgt;
+  if (!t.is_cpu()) t = where(eq(t, double(none)), zeros({}, {.dtype = DType::int64, .device = t.device()}), t);
+  const Tensor xf = x.to(dt), idx = t.unsqueeze(1);
+  // z_d = (margin - x_t) + x_d, summed over d != t where z > 0 (z or z^2), times weight[t], / C
+  const Tensor z = add(args.margin - gather(xf, 1, idx), xf);
+  Tensor h = relu(z);
+  if (args.p == 2) h = mul(h, h);
+  const Tensor is_target = eq(arange(C, {.dtype = DType::int64, .device = t.device()}).unsqueeze(0), idx);
+  h = where(is_target, zero_like_scalar(dt, xf.device()), h);
+  if (args.weight.defined()) {
+    check_floating(op, args.weight, "weight");
+    check_same_device(op, {input, args.weight});
+    KILN_CHECK(args.weight.dim() == 1 && args.weight.size(0) == C, op, ": weight must be a vector of ", C,
+               " class weights, got ", describe(args.weight));
+    h = mul(h, index_select(args.weight.to(dt), 0, t).unsqueeze(1));
+  }
+  Tensor l = div(sum(h, {1}), double(C));
+  if (input.dim() == 1) l = l.reshape({});
+  return reduce_pointwise(l, args.reduction, l);
+}
+
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, const PoissonNllArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& t) { return poisson_nll_loss(a, t, args); }, input, target))
+    return *r;
+  const char* op = "poisson_nll_loss";
+  check_reduction(op, args.reduction);
+  const DType dt = loss_dtype(op, {{"input", input}}, {{"target", target}});
+  check_same_shape(op, input, "input", target, "target");
+  const Tensor x = input.to(dt), t = target.to(dt);
+  Tensor l = args.log_input ? sub(exp(x), mul(t, x)) : sub(x, mul(t, log(add(x, args.eps))));
+  if (args.full) {  // Stirling's approximation of log(t!), for t > 1
+    const Tensor stirling = add(sub(mul(t, log(t)), t), mul(log(mul(t, 2 * std::numbers::pi)), 0.5));
+    l = add(l, masked_fill(stirling, le(t, 1.0), 0.0));
+  }
+  return reduce_pointwise(l, args.reduction, input);
+}
+
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var, const GaussianNllArgs& args) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a, const Tensor& t, const Tensor& v) {
+            return gaussian_nll_loss(a, t, v, args);
+          }, input, target, var))
+    return *r;
+  const char* op = "gaussian_nll_loss";
+  check_reduction(op, args.reduction);
+  const DType dt = loss_dtype(op, {{"input", input}, {"target", target}, {"var", var}});
+  Tensor v = var;
+  if (v.shape() != input.shape()) {
+    const Shape& is = input.shape();
+    const Shape& vs = v.shape();
+    int64_t differing = 0;
+    if (is.size() == vs.size())
+      for (size_t i = 0; i < is.size(); ++i)
+        if (is[i] != vs[i]) differing += vs[i];
+    if (input.dim() >= 1 && Shape(is.begin(), is.end() - 1) == vs) v = v.unsqueeze(-1);  // one var per sample
+    else KILN_CHECK(is.size() == vs.size() && differing == 1, op, ": var of shape ", shape_str(vs), " does not fit "
+                    "input of shape ", shape_str(is), " (expected the input's shape, that shape without its last dim, "
+                    "or it with one dim of size 1)");
+  }
+  KILN_CHECK(any(lt(v, 0.0)).item() == 0, op, ": var has negative entries (", describe(var), ")");
+  const Tensor x = input.to(dt), t = target.to(dt), vf = v.to(dt);
+  // PyTorch clamps var to eps under no_grad: the value is clamped, the gradient is var's own
+  const Tensor vc = add(vf, sub(clamp(vf.detach(), args.eps, std::nullopt), vf.detach()));
+  const Tensor d = sub(x, t);
+  Tensor l = mul(add(log(vc), div(mul(d, d), vc)), 0.5);
+  if (args.full) l = add(l, 0.5 * std::log(2 * std::numbers::pi));
+  return reduce_pointwise(l, args.reduction, l);
+}
+
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, double var, const GaussianNllArgs& args) {
+  KILN_CHECK(var >= 0, "gaussian_nll_loss: var must be >= 0, got ", var);
+  check_floating("gaussian_nll_loss", input, "input");
+  return gaussian_nll_loss(input, target, full(input.shape(), var, {.dtype = input.dtype(), .device = input.device()}),
+                           args);
+}
 }  // namespace kiln

@@ -1,6 +1,8 @@
-// Losses: cross_entropy (from logits, stable), nll_loss, mse_loss (own kernels), and the
-// pointwise losses l1, smooth_l1, huber, binary_cross_entropy (with logits) and kl_div
-// (compositions of elementwise ops with PyTorch's formulas).
+// Losses: cross_entropy (from logits, stable), nll_loss, mse_loss (own kernels), the
+// pointwise losses l1, smooth_l1, huber, binary_cross_entropy (with logits) and kl_div, and
+// the margin and likelihood losses (margin ranking, hinge embedding, soft margin, multilabel
+// soft margin, cosine embedding, triplet margin, multi margin, Poisson NLL, Gaussian NLL):
+// compositions of elementwise ops with PyTorch's formulas.
 // 16-bit float inputs are computed in float32 and the loss is float32 (autocast keeps
 // losses in fp32); gradients flow back to the 16-bit input in its own dtype.
 #pragma once
@@ -88,4 +90,73 @@ struct KlDivArgs {
 /// target that requires grad gets -input g (the t log t term left out; PyTorch gives NaN).
 Tensor kl_div(const Tensor& input, const Tensor& target, const KlDivArgs& args = {});
 
+
+// Margin and likelihood losses (PyTorch's, in recorded ops: every input differentiable,
+// targets too where PyTorch's are; 16-bit inputs computed in float32, and float32 under
+// autocast). Targets may be floating or integer tensors (converted); reductions none, mean
+// (over the elements of the per-element or per-sample loss) and sum.
+
+/// max(0, -target * (x1 - x2) + margin), target 1 where x1 should rank higher and -1 where
+/// lower (torch.nn.functional.margin_ranking_loss); the three broadcast, with one number of dims.
+Tensor margin_ranking_loss(const Tensor& x1, const Tensor& x2, const Tensor& target, double margin = 0.0,
+                           Reduction reduction = Reduction::mean);
+/// x where target is 1, max(0, margin - x) where it is -1 (both terms for another value, as
+/// PyTorch's): for distances x of similar (1) and dissimilar (-1) pairs; target broadcasts.
+Tensor hinge_embedding_loss(const Tensor& input, const Tensor& target, double margin = 1.0,
+                            Reduction reduction = Reduction::mean);
+/// log(1 + exp(-target * input)), target 1 or -1, same shapes (two-class logistic loss).
+Tensor soft_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+struct MultilabelSoftMarginArgs {
+  Tensor weight = {};  ///< per class (C), broadcast
+  Reduction reduction = Reduction::mean;
+};
+/// Per sample, the mean over the C classes of -(t log sigmoid(x) + (1 - t) log sigmoid(-x)),
+/// input and 0/1 target (N, C) or (C): multi-label classification.
+Tensor multilabel_soft_margin_loss(const Tensor& input, const Tensor& target, const MultilabelSoftMarginArgs& args = {});
+/// 1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1; inputs
+/// (N, D) with target (N), or (D) with a 0-dim target; cos with PyTorch's float 1e-12 in each
+/// squared norm.
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& target, double margin = 0.0,
+                             Reduction reduction = Reduction::mean);
+struct TripletMarginArgs {
+  double margin = 1.0;  ///< > 0
+  double p = 2.0;       ///< the norm of pairwise_distance
+  double eps = 1e-6;    ///< added to the difference, as pairwise_distance
+  bool swap = false;    ///< the negative's distance is the smaller of anchor's and positive's
+  Reduction reduction = Reduction::mean;
+};
+/// max(0, margin + d(anchor, positive) - d(anchor, negative)), d = pairwise_distance over the
+/// last dim (torch.nn.functional.triplet_margin_loss).
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginArgs& args = {});
+struct MultiMarginArgs {
+  int p = 1;            ///< 1 or 2
+  double margin = 1.0;
+  Tensor weight = {};   ///< per class (C): sample i's terms times weight[target_i]
+  Reduction reduction = Reduction::mean;
+};
+/// The multi-class hinge loss: per sample, the sum over classes d != target of
+/// max(0, margin - x[target] + x[d])^p, times weight[target], over C; input (N, C) with int64
+/// targets (N), or (C) with a 0-dim target; a target outside [0, C) is an error naming it.
+Tensor multi_margin_loss(const Tensor& input, const Tensor& target, const MultiMarginArgs& args = {});
+struct PoissonNllArgs {
+  bool log_input = true;  ///< input is log(rate): exp(x) - t x; else x - t log(x + eps)
+  bool full = false;      ///< add Stirling's t log t - t + log(2 pi t) / 2 where t > 1
+  double eps = 1e-8;
+  Reduction reduction = Reduction::mean;
+};
+/// The negative log-likelihood of counts `target` under a Poisson of rate given by `input`
+/// (same shapes), without the constant log(t!) unless full.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, const PoissonNllArgs& args = {});
+struct GaussianNllArgs {
+  bool full = false;  ///< add log(2 pi) / 2
+  double eps = 1e-6;  ///< var is clamped to eps in value (not in the gradient, as PyTorch's)
+  Reduction reduction = Reduction::mean;
+};
+/// (log(var) + (input - target)^2 / var) / 2: the negative log-likelihood of target under a
+/// Gaussian of mean input and variance var; var has the input's shape, that shape without its
+/// last dim (one var per sample) or with one dim of size 1, and no negative entry (checked: a
+/// read back from a GPU). A number for var is the same everywhere.
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var, const GaussianNllArgs& args = {});
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, double var, const GaussianNllArgs& args = {});
 }  // namespace kiln

@@ -136,6 +136,12 @@ TEST_CASE("double backward: reductions, softmax and log_softmax") {
     CHECK(gradgradcheck([](auto& in) { return fmod(in[0] * in[0], in[1]) + remainder(in[0], in[1] * in[1]); }, {a, b}));
   }
   CHECK(gradgradcheck([](auto& in) { return atan2(in[0], in[1] * in[1] + 0.1); }, {rnd({4}), rnd({4})}));
+  CHECK(gradgradcheck([](auto& in) { return soft_margin_loss(in[0], in[1]) + poisson_nll_loss(in[0], in[1] * in[1]); },
+                      {rnd({2, 3}), rnd({2, 3})}));
+  CHECK(gradgradcheck([](auto& in) { return triplet_margin_loss(in[0], in[1], in[2], {.margin = 5.0}); },
+                      {rnd({2, 3}), rnd({2, 3}), rnd({2, 3})}));
+  CHECK(gradgradcheck([](auto& in) { return gaussian_nll_loss(in[0], in[1], in[2] * in[2] + 0.5); },
+                      {rnd({2, 3}), rnd({2, 3}), rnd({2, 3})}));
 }
 
 TEST_CASE("double backward: matmul (1-D, 2-D, batched, broadcast) and linear") {

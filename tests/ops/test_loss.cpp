@@ -466,3 +466,111 @@ TEST_CASE("errors: targets out of range, shape mismatches, dtypes") {
   CHECK_THROWS_AS(mse_loss(I64({1}, {1}), I64({1}, {1})), kiln::Error);
   CHECK_THROWS_AS(mse_loss(randn({3}, f64), Tensor()), kiln::Error);
 }
+
+namespace {
+// Small inputs shared by the margin and likelihood loss tests (float64).
+struct MarginInputs {
+  Tensor x = from_vector<double>({0.5, -1.2, 2.0, 0.3, 0.9, -0.4}, {2, 3});
+  Tensor y = from_vector<double>({1, -1, 1, -1, -1, 1}, {2, 3});
+  Tensor t01 = from_vector<double>({1, 0, 1, 0, 0, 1}, {2, 3});
+  Tensor w = from_vector<double>({0.5, 1.0, 2.0}, {3});
+  Tensor a = from_vector<double>({0.5, -1.2, 2.0}, {3}), b = from_vector<double>({0.4, 0.1, -0.7}, {3});
+  Tensor r = from_vector<double>({1, -1, -1}, {3});
+  Tensor e1 = from_vector<double>({1, 2, 0.5, 0.3, -0.2, 0.9}, {2, 3});
+  Tensor e2 = from_vector<double>({0.8, 2.1, 0.2, 0.5, 0.4, -0.3}, {2, 3});
+  Tensor ey = from_vector<double>({1, -1}, {2});
+  Tensor n = from_vector<double>({0.1, 0.1, 0.3, 1.0, -1.0, 0.2}, {2, 3});
+  Tensor cls = from_vector<int64_t>({2, 0}, {2});
+  Tensor cnt = from_vector<double>({0, 1, 3, 2, 5, 1}, {2, 3});
+  Tensor rate = from_vector<double>({0.5, 1.5, 2.0, 2.5, 4.0, 0.7}, {2, 3});
+  Tensor var = from_vector<double>({0.5, 1.0, 2.0, 0.1, 1e-9, 0.3}, {2, 3});
+  Tensor vs = from_vector<double>({0.5, 2.0}, {2});
+};
+}  // namespace
+
+// The expected values are PyTorch 2.15's (torch.nn.functional on the same inputs, float64).
+TEST_CASE("margin and likelihood losses: PyTorch's values") {
+  MarginInputs m;
+  auto same = [](const Tensor& got, double want) { CHECK(got.item() == doctest::Approx(want).epsilon(1e-14)); };
+  same(margin_ranking_loss(m.a, m.b, m.r, 0.3), 1.0666666666666667);
+  same(hinge_embedding_loss(m.x, m.y, 1.5), 1.1);
+  same(soft_margin_loss(m.x, m.y), 0.6454686390269463);
+  same(multilabel_soft_margin_loss(m.x, m.t01, {.weight = m.w}), 0.7080898305467144);
+  same(cosine_embedding_loss(m.e1, m.e2, m.ey, 0.2), 0.0067107654991346855);
+  same(triplet_margin_loss(m.e1, m.e2, m.n, {.margin = 1.0}), 0.5418367284169348);
+  same(triplet_margin_loss(m.e1, m.e2, m.n, {.margin = 0.5, .p = 1, .swap = true}), 0.149999);
+  same(multi_margin_loss(m.x, m.cls), 0.31666666666666665);
+  same(multi_margin_loss(m.x, m.cls, {.p = 2, .margin = 0.7, .weight = m.w}), 0.14083333333333334);
+  same(poisson_nll_loss(m.x, m.cnt), 0.7197922577185955);
+  same(poisson_nll_loss(m.rate, m.cnt, {.log_input = false, .full = true}), 1.2490750080150674);
+  same(gaussian_nll_loss(m.x, m.rate, m.var), 800836.8667720733);  // var 1e-9 clamped to 1e-6
+  same(gaussian_nll_loss(m.x, m.rate, m.vs, {.full = true, .reduction = Reduction::sum}), 16.71863119922804);
+  // reductions and shapes: per element, per sample, and a single sample
+  CHECK(hinge_embedding_loss(m.x, m.y, 1.5, Reduction::none).shape() == Shape{2, 3});
+  CHECK(multi_margin_loss(m.x, m.cls, {.reduction = Reduction::none}).shape() == Shape{2});
+  CHECK(cosine_embedding_loss(m.e1, m.e2, m.ey, 0.0, Reduction::none).shape() == Shape{2});
+  CHECK(multi_margin_loss(m.x.select(0, 0), m.cls.select(0, 0)).item() ==
+        doctest::Approx(multi_margin_loss(m.x.narrow(0, 0, 1), m.cls.narrow(0, 0, 1)).item()));
+  CHECK(sum(multilabel_soft_margin_loss(m.x, m.t01, {.reduction = Reduction::none})).item() ==
+        doctest::Approx(multilabel_soft_margin_loss(m.x, m.t01, {.reduction = Reduction::sum}).item()));
+  CHECK(gaussian_nll_loss(m.x, m.rate, 2.0).item() ==
+        doctest::Approx(gaussian_nll_loss(m.x, m.rate, full({2, 3}, 2.0, {.dtype = DType::float64})).item()));
+  // 16-bit inputs compute in float32
+  CHECK(soft_margin_loss(m.x.to(DType::bfloat16), m.y.to(DType::bfloat16)).dtype() == DType::float32);
+  // modules
+  CHECK(nn::MarginRankingLoss({.margin = 0.3})(m.a, m.b, m.r).item() == doctest::Approx(1.0666666666666667));
+  CHECK(nn::TripletMarginLoss({.margin = 1.0})(m.e1, m.e2, m.n).item() == doctest::Approx(0.5418367284169348));
+  CHECK(nn::GaussianNLLLoss()(m.x, m.rate, m.var).item() == doctest::Approx(800836.8667720733));
+  CHECK(nn::MultiMarginLoss()(m.x, m.cls).item() == doctest::Approx(0.31666666666666665));
+  CHECK(nn::PoissonNLLLoss({.log_input = false, .full = true})(m.rate, m.cnt).item() ==
+        doctest::Approx(1.2490750080150674));
+  CHECK(nn::HingeEmbeddingLoss({.margin = 1.5}).extra_repr() == "margin=1.5, reduction=mean");
+}
+
+TEST_CASE("margin and likelihood losses: float64 gradchecks of every differentiable input") {
+  MarginInputs m;
+  CHECK(gradcheck([&](auto& in) { return margin_ranking_loss(in[0], in[1], in[2], 0.3); }, {m.a, m.b, m.r}));
+  CHECK(gradcheck([&](auto& in) { return hinge_embedding_loss(in[0], m.y, 1.5); }, {m.x}));
+  CHECK(gradcheck([&](auto& in) { return soft_margin_loss(in[0], m.y); }, {m.x}));
+  CHECK(gradcheck([&](auto& in) { return multilabel_soft_margin_loss(in[0], in[1], {.weight = in[2]}); },
+                  {m.x, m.t01 * 0.8 + 0.1, m.w}));
+  CHECK(gradcheck([&](auto& in) { return cosine_embedding_loss(in[0], in[1], m.ey, 0.0, Reduction::sum); },
+                  {m.e1, m.e2}));
+  CHECK(gradcheck([&](auto& in) { return triplet_margin_loss(in[0], in[1], in[2], {.margin = 2.0}); },
+                  {m.e1, m.e2, m.n}));
+  CHECK(gradcheck([&](auto& in) { return triplet_margin_loss(in[0], in[1], in[2], {.margin = 2.0, .p = 3, .swap = true}); },
+                  {m.e1, m.e2, m.n}));
+  CHECK(gradcheck([&](auto& in) { return multi_margin_loss(in[0], m.cls); }, {m.x}));
+  CHECK(gradcheck([&](auto& in) { return multi_margin_loss(in[0], m.cls, {.p = 2, .margin = 0.7, .weight = m.w}); },
+                  {m.x}));
+  CHECK(gradcheck([&](auto& in) { return poisson_nll_loss(in[0], in[1]); }, {m.x, m.cnt + 0.5}));
+  CHECK(gradcheck([&](auto& in) { return poisson_nll_loss(in[0], in[1], {.log_input = false, .full = true}); },
+                  {m.rate, m.cnt + 0.5}));
+  CHECK(gradcheck([&](auto& in) { return gaussian_nll_loss(in[0], in[1], in[2]); }, {m.x, m.rate, m.var + 0.2}));
+  CHECK(gradcheck([&](auto& in) { return gaussian_nll_loss(in[0], in[1], in[2], {.full = true}); },
+                  {m.x, m.rate, m.vs + 0.1}));
+  {  // a var below eps: the value uses eps, the gradient is the unclamped formula's (PyTorch's)
+    Tensor v = from_vector<double>({1e-9}, {1}).requires_grad_(true);
+    Tensor x = from_vector<double>({0.5}, {1}), t = from_vector<double>({0.0}, {1});
+    gaussian_nll_loss(x, t, v).backward();
+    CHECK(v.grad().item() == doctest::Approx(0.5 * (1 / 1e-6 - 0.25 / (1e-6 * 1e-6))));
+  }
+}
+
+TEST_CASE("margin and likelihood losses: errors name the op and what was expected") {
+  MarginInputs m;
+  auto err = [](auto f) { return kiln::testing::error_of(f); };
+  CHECK(err([&] { multi_margin_loss(m.x, from_vector<int64_t>({3, 0}, {2})); }).find("target value 3") != std::string::npos);
+  CHECK(err([&] { multi_margin_loss(m.x, m.cls, {.p = 3}); }).find("p == 1 and p == 2") != std::string::npos);
+  CHECK(err([&] { multi_margin_loss(m.x, m.cls.to(DType::float64)); }).find("integer class indices") != std::string::npos);
+  CHECK(err([&] { multi_margin_loss(m.x, m.cls, {.weight = m.a.narrow(0, 0, 2)}); }).find("class weights") != std::string::npos);
+  CHECK(err([&] { triplet_margin_loss(m.e1, m.e2, m.n, {.margin = 0.0}); }).find("margin must be > 0") != std::string::npos);
+  CHECK(err([&] { gaussian_nll_loss(m.x, m.rate, neg(m.var)); }).find("negative") != std::string::npos);
+  CHECK(err([&] { gaussian_nll_loss(m.x, m.rate, m.a); }).find("does not fit") != std::string::npos);
+  CHECK(err([&] { gaussian_nll_loss(m.x, m.rate, -1.0); }).find("var must be >= 0") != std::string::npos);
+  CHECK(err([&] { soft_margin_loss(m.x, m.a); }).find("must match") != std::string::npos);
+  CHECK(err([&] { cosine_embedding_loss(m.e1, m.e2, m.a); }).find("(N, D)") != std::string::npos);
+  CHECK(err([&] { margin_ranking_loss(m.a, m.b, m.x); }).find("same number of dims") != std::string::npos);
+  CHECK(err([&] { hinge_embedding_loss(m.cls, m.y); }).find("hinge_embedding_loss") != std::string::npos);
+  CHECK(err([&] { soft_margin_loss(m.x, m.y, Reduction::batchmean); }).find("batchmean") != std::string::npos);
+}
