@@ -556,4 +556,50 @@ std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
 }
 
+
+PReLU::PReLU(int64_t n, double init_) : num_parameters(n), init(init_) {
+  KILN_CHECK(n >= 1, "PReLU: num_parameters must be >= 1, got ", n);
+  weight = register_parameter("weight", empty({n}));
+  reset_parameters();
+}
+void PReLU::reset_parameters() {
+  NoGradGuard ng;
+  weight.fill_(init);
+}
+
+std::string Threshold::extra_repr() const {
+  std::ostringstream os;
+  os << "threshold=" << threshold << ", value=" << value;
+  return os.str();
+}
+
+Tensor Unflatten::forward(const Tensor& x) {
+  check_input(x, "Unflatten");
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  KILN_CHECK(d >= 0 && d < x.dim(), "Unflatten: dim ", dim, " is out of range for shape ", shape_str(x.shape()));
+  Shape s(x.shape().begin(), x.shape().begin() + d);
+  int64_t known = 1, free = -1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      KILN_CHECK(free < 0, "Unflatten: sizes ", shape_str(sizes), " have more than one -1");
+      free = int64_t(i);
+    } else {
+      KILN_CHECK(sizes[i] >= 0, "Unflatten: sizes ", shape_str(sizes), " must be >= 0 or one -1");
+      known *= sizes[i];
+    }
+  }
+  Shape inner = sizes;
+  if (free >= 0) {
+    KILN_CHECK(known > 0 && x.size(d) % known == 0, "Unflatten: dim ", dim, " of size ", x.size(d),
+               " cannot be split into ", shape_str(sizes));
+    inner[size_t(free)] = x.size(d) / known;
+  }
+  KILN_CHECK(free >= 0 || known == x.size(d), "Unflatten: sizes ", shape_str(sizes), " multiply to ", known,
+             ", not the size ", x.size(d), " of dim ", dim, " of shape ", shape_str(x.shape()));
+  s.insert(s.end(), inner.begin(), inner.end());
+  s.insert(s.end(), x.shape().begin() + d + 1, x.shape().end());
+  return x.reshape(s);
+}
+std::string Unflatten::extra_repr() const { return "dim=" + std::to_string(dim) + ", unflattened_size=" + shape_str(sizes); }
+
 }  // namespace kiln::nn

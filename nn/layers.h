@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include "kiln/nn/module.h"
 #include "kiln/ops/conv.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/nn_functional.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln::nn {
 
@@ -499,5 +501,158 @@ class Flatten : public Module {
   std::string extra_repr() const override;
   int64_t start_dim, end_dim;
 };
+
+
+// ---- PyTorch's smaller activations, channel dropout, pixel shuffle, unflatten, padding ----
+
+/// x where x > 0, a learned slope times x elsewhere: one slope (num_parameters = 1) or one per
+/// channel (input dim 1), initialised to `init` (torch.nn.PReLU).
+class PReLU : public Module {
+ public:
+  explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
+  Tensor forward(const Tensor& x) override { return prelu(x, weight); }
+  void reset_parameters() override;
+  std::string extra_repr() const override { return "num_parameters=" + std::to_string(num_parameters); }
+  Tensor weight;
+  int64_t num_parameters;
+  double init;
+};
+class GLU : public Module {
+ public:
+  explicit GLU(int64_t dim = -1) : dim(dim) {}
+  Tensor forward(const Tensor& x) override { return glu(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
+  int64_t dim;
+};
+class CELU : public Module {
+ public:
+  explicit CELU(double alpha = 1.0) : alpha(alpha) {}
+  Tensor forward(const Tensor& x) override { return celu(x, alpha); }
+  std::string extra_repr() const override { return "alpha=" + std::to_string(alpha); }
+  double alpha;
+};
+class Softsign : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return softsign(x); }
+};
+class Tanhshrink : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return tanhshrink(x); }
+};
+class Softmin : public Module {
+ public:
+  explicit Softmin(int64_t dim) : dim(dim) {}
+  Tensor forward(const Tensor& x) override { return softmin(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
+  int64_t dim;
+};
+class Hardshrink : public Module {
+ public:
+  explicit Hardshrink(double lambd = 0.5) : lambd(lambd) {}
+  Tensor forward(const Tensor& x) override { return hardshrink(x, lambd); }
+  std::string extra_repr() const override { return "lambd=" + std::to_string(lambd); }
+  double lambd;
+};
+class Softshrink : public Module {
+ public:
+  explicit Softshrink(double lambd = 0.5) : lambd(lambd) {}
+  Tensor forward(const Tensor& x) override { return softshrink(x, lambd); }
+  std::string extra_repr() const override { return "lambd=" + std::to_string(lambd); }
+  double lambd;
+};
+class Threshold : public Module {
+ public:
+  Threshold(double threshold, double value) : threshold(threshold), value(value) {}
+  Tensor forward(const Tensor& x) override { return kiln::threshold(x, threshold, value); }
+  std::string extra_repr() const override;
+  double threshold, value;
+};
+
+/// Zeroes whole channels with probability p in training (torch.nn.Dropout1d/2d/3d):
+/// input (N, C, *spatial) or (C, *spatial) with D = 1, 2 or 3 spatial dims.
+template <int D>
+class FeatureDropout : public Module {
+ public:
+  explicit FeatureDropout(double p = 0.5) : p(p) {
+    KILN_CHECK(p >= 0 && p <= 1, "Dropout", D, "d: p must be in [0, 1], got ", p);
+  }
+  Tensor forward(const Tensor& x) override { return feature_dropout(x, p, is_training(), D); }
+  std::string extra_repr() const override { return "p=" + std::to_string(p); }
+  double p;
+};
+using Dropout1d = FeatureDropout<1>;
+using Dropout2d = FeatureDropout<2>;
+using Dropout3d = FeatureDropout<3>;
+
+class PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor) : upscale_factor(upscale_factor) {}
+  Tensor forward(const Tensor& x) override { return pixel_shuffle(x, upscale_factor); }
+  std::string extra_repr() const override { return "upscale_factor=" + std::to_string(upscale_factor); }
+  int64_t upscale_factor;
+};
+class PixelUnshuffle : public Module {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor) : downscale_factor(downscale_factor) {}
+  Tensor forward(const Tensor& x) override { return pixel_unshuffle(x, downscale_factor); }
+  std::string extra_repr() const override { return "downscale_factor=" + std::to_string(downscale_factor); }
+  int64_t downscale_factor;
+};
+
+/// Splits dim into `sizes` (one of them may be -1), the inverse of Flatten (torch.nn.Unflatten).
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, Shape sizes) : dim(dim), sizes(std::move(sizes)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  int64_t dim;
+  Shape sizes;
+};
+
+/// Pads the last D dims of (N, C, *spatial) or (C, *spatial) input (torch.nn's ZeroPad, ConstantPad,
+/// ReflectionPad, ReplicationPad and CircularPad 1d/2d/3d): `padding` is one amount for every
+/// side or 2 D of them in PyTorch's order, (left, right[, top, bottom[, front, back]]).
+template <int D, PadMode M>
+class PadNd : public Module {
+ public:
+  explicit PadNd(std::vector<int64_t> padding, double value = 0.0) : value(value) {
+    KILN_CHECK(padding.size() == 1 || padding.size() == size_t(2 * D), "Pad", D, "d: expected 1 or ", 2 * D,
+               " padding amounts, got ", padding.size());
+    pads = padding.size() == 1 ? std::vector<int64_t>(size_t(2 * D), padding[0]) : std::move(padding);
+  }
+  Tensor forward(const Tensor& x) override {
+    KILN_CHECK(x.defined() && (x.dim() == D + 1 || x.dim() == D + 2), "Pad", D, "d: expected an input of ", D + 1,
+               " or ", D + 2, " dims, got shape ", x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+    return pad(x, pads, M, value);
+  }
+  std::string extra_repr() const override {
+    std::string s = "padding=(";
+    for (size_t i = 0; i < pads.size(); ++i) s += (i ? ", " : "") + std::to_string(pads[i]);
+    return s + ")";
+  }
+  std::vector<int64_t> pads;
+  double value;
+};
+/// Zero padding: the constant 0.
+template <int D>
+class ZeroPadNd : public PadNd<D, PadMode::constant> {
+ public:
+  explicit ZeroPadNd(std::vector<int64_t> padding) : PadNd<D, PadMode::constant>(std::move(padding), 0.0) {}
+};
+using ZeroPad1d = ZeroPadNd<1>;
+using ZeroPad2d = ZeroPadNd<2>;
+using ZeroPad3d = ZeroPadNd<3>;
+using ConstantPad1d = PadNd<1, PadMode::constant>;  ///< ConstantPad1d({2, 1}, 3.5)
+using ConstantPad2d = PadNd<2, PadMode::constant>;
+using ConstantPad3d = PadNd<3, PadMode::constant>;
+using ReflectionPad1d = PadNd<1, PadMode::reflect>;
+using ReflectionPad2d = PadNd<2, PadMode::reflect>;
+using ReflectionPad3d = PadNd<3, PadMode::reflect>;
+using ReplicationPad1d = PadNd<1, PadMode::replicate>;
+using ReplicationPad2d = PadNd<2, PadMode::replicate>;
+using ReplicationPad3d = PadNd<3, PadMode::replicate>;
+using CircularPad1d = PadNd<1, PadMode::circular>;
+using CircularPad2d = PadNd<2, PadMode::circular>;
+using CircularPad3d = PadNd<3, PadMode::circular>;
 
 }  // namespace kiln::nn

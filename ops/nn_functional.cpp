@@ -334,4 +334,130 @@ Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double ep
   return vector_norm(add(sub(x1, x2), eps), p, {-1}, keepdim);
 }
 
+// ---------------------------------------------------------------- channel dropout, pixel shuffle
+
+Tensor feature_dropout(const Tensor& x, double p, bool training, int64_t spatial_dims) {
+  const char* op = spatial_dims == 1 ? "dropout1d" : spatial_dims == 2 ? "dropout2d" : "dropout3d";
+  KILN_CHECK(x.defined(), op, ": input is undefined");
+  KILN_CHECK(spatial_dims >= 1 && spatial_dims <= 3, "feature_dropout: spatial_dims must be 1, 2 or 3, got ",
+             spatial_dims);
+  KILN_CHECK(x.dim() == spatial_dims + 1 || x.dim() == spatial_dims + 2, op, ": expected an input of ",
+             spatial_dims + 2, " dims (N, C, ...) or ", spatial_dims + 1, " (C, ...), got ", describe(x));
+  KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  check_floating(op, x);
+  // one number per (sample, channel): dropout of ones gives 0 or 1 / (1 - p), broadcast over space
+  Shape ms(x.shape().begin(), x.shape().end() - spatial_dims);
+  for (int64_t i = 0; i < spatial_dims; ++i) ms.push_back(1);
+  const Tensor mask = dropout(ones(ms, {.dtype = x.dtype(), .device = x.device()}), p, true);
+  return mul(x, mask);
+}
+
+Tensor pixel_shuffle(const Tensor& x, int64_t r) {
+  KILN_CHECK(x.defined() && x.dim() >= 3, "pixel_shuffle: expected an input of 3 or more dims (..., C r^2, H, W), got ",
+             x.defined() ? describe(x) : std::string("undefined"));
+  KILN_CHECK(r > 0, "pixel_shuffle: upscale_factor must be > 0, got ", r);
+  const int64_t c = x.size(-3), h = x.size(-2), w = x.size(-1);
+  KILN_CHECK(c % (r * r) == 0, "pixel_shuffle: the channels ", c, " of ", describe(x),
+             " are not divisible by upscale_factor^2 = ", r * r);
+  Shape lead(x.shape().begin(), x.shape().end() - 3);
+  const int64_t n = int64_t(lead.size());
+  Shape s = lead;
+  for (int64_t v : {c / (r * r), r, r, h, w}) s.push_back(v);
+  Shape perm;
+  for (int64_t i = 0; i < n; ++i) perm.push_back(i);
+  for (int64_t i : {0, 3, 1, 4, 2}) perm.push_back(n + i);  // (c, h, r, w, r)
+  Shape out = lead;
+  for (int64_t v : {c / (r * r), h * r, w * r}) out.push_back(v);
+  return x.reshape(s).permute(perm).reshape(out);
+}
+
+Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
+  KILN_CHECK(x.defined() && x.dim() >= 3, "pixel_unshuffle: expected an input of 3 or more dims (..., C, H r, W r), "
+             "got ", x.defined() ? describe(x) : std::string("undefined"));
+  KILN_CHECK(r > 0, "pixel_unshuffle: downscale_factor must be > 0, got ", r);
+  const int64_t c = x.size(-3), h = x.size(-2), w = x.size(-1);
+  KILN_CHECK(h % r == 0 && w % r == 0, "pixel_unshuffle: the height ", h, " and width ", w, " of ", describe(x),
+             " must be divisible by downscale_factor ", r);
+  Shape lead(x.shape().begin(), x.shape().end() - 3);
+  const int64_t n = int64_t(lead.size());
+  Shape s = lead;
+  for (int64_t v : {c, h / r, r, w / r, r}) s.push_back(v);
+  Shape perm;
+  for (int64_t i = 0; i < n; ++i) perm.push_back(i);
+  for (int64_t i : {0, 2, 4, 1, 3}) perm.push_back(n + i);  // (c, r, r, h, w)
+  Shape out = lead;
+  for (int64_t v : {c * r * r, h / r, w / r}) out.push_back(v);
+  return x.reshape(s).permute(perm).reshape(out);
+}
+
+// ---------------------------------------------------------------- smaller activations
+
+Tensor prelu(const Tensor& x, const Tensor& weight) {
+  check_floating("prelu", x);
+  check_floating("prelu", weight, "weight");
+  check_same_device("prelu", {x, weight});
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  KILN_CHECK(weight.numel() == 1 || (weight.dim() == 1 && weight.numel() == channels), "prelu: weight ",
+             describe(weight), " must have 1 element or one per channel (", channels, " for input ", describe(x), ")");
+  Tensor w = weight.numel() == 1 ? weight.reshape({}) : weight;
+  if (weight.numel() != 1) {  // (C) -> (C, 1, ..., 1) against (N, C, ...)
+    Shape ws{channels};
+    for (int64_t d = 2; d < x.dim(); ++d) ws.push_back(1);
+    w = w.reshape(ws);
+  }
+  // PyTorch's x > 0 ? x : w x, so at 0 the input gets w g and the weight x g = 0
+  return where(gt(x, 0.0), x, mul(w, x));
+}
+
+Tensor glu(const Tensor& x, int64_t dim) {
+  check_floating("glu", x);
+  KILN_CHECK(x.dim() >= 1, "glu: expected an input of at least one dim, got ", describe(x));
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  KILN_CHECK(d >= 0 && d < x.dim(), "glu: dim ", dim, " is out of range for ", describe(x));
+  KILN_CHECK(x.size(d) % 2 == 0, "glu: halving dim ", dim, " of ", describe(x), " needs an even size");
+  const int64_t h = x.size(d) / 2;
+  return mul(x.narrow(d, 0, h), sigmoid(x.narrow(d, h, h)));
+}
+
+Tensor celu(const Tensor& x, double alpha) {
+  check_floating("celu", x);
+  KILN_CHECK(alpha != 0, "celu: alpha must not be 0 (it divides x)");
+  return where(gt(x, 0.0), x, mul(expm1(div(x, alpha)), alpha));
+}
+
+Tensor softsign(const Tensor& x) {
+  check_floating("softsign", x);
+  return div(x, add(abs(x), 1.0));
+}
+
+Tensor tanhshrink(const Tensor& x) {
+  check_floating("tanhshrink", x);
+  return sub(x, tanh(x));
+}
+
+Tensor softmin(const Tensor& x, int64_t dim) { return softmax(neg(x), dim); }
+
+namespace {
+// x * 0 + 0 where a shrink gives 0: +0 as PyTorch's, NaN stays NaN, and no gradient passes
+// there (PyTorch's backward masks NaN out too, as neither x < -lambd nor x > lambd holds).
+Tensor zero_keeping_nan(const Tensor& x) { return add(mul(x, 0.0), 0.0); }
+}  // namespace
+
+Tensor hardshrink(const Tensor& x, double lambd) {
+  check_floating("hardshrink", x);
+  return where(logical_or(lt(x, -lambd), gt(x, lambd)), x, zero_keeping_nan(x));
+}
+
+Tensor softshrink(const Tensor& x, double lambd) {
+  check_floating("softshrink", x);
+  KILN_CHECK(lambd >= 0, "softshrink: lambd must be >= 0, got ", lambd);
+  return where(gt(x, lambd), sub(x, lambd), where(lt(x, -lambd), add(x, lambd), zero_keeping_nan(x)));
+}
+
+Tensor threshold(const Tensor& x, double th, double value) {
+  KILN_CHECK(x.defined(), "threshold: input is undefined");
+  return where(le(x, th), full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);  // NaN passes, as PyTorch's
+}
+
 }  // namespace kiln

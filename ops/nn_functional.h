@@ -1,5 +1,7 @@
-// Neural-network functions: dropout, embedding lookup, scaled dot-product attention,
-// interpolation (upsampling), normalize and the distances (cosine, pairwise).
+// Neural-network functions: dropout (elementwise and per channel), embedding lookup, scaled
+// dot-product attention, interpolation (upsampling), pixel (un)shuffle, normalize, the
+// distances (cosine, pairwise) and PyTorch's smaller activations (prelu, glu, celu,
+// softsign, tanhshrink, softmin, hard/soft shrink, threshold), compositions of recorded ops.
 #pragma once
 #include <array>
 #include <optional>
@@ -59,5 +61,35 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 
 /// ||x1 - x2 + eps||_p over the last dim (torch.nn.functional.pairwise_distance).
 Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
+
+/// Zeroes whole channels with probability p and scales the rest by 1/(1-p) when training
+/// (PyTorch's dropout1d/2d/3d): x is (N, C, *spatial) or unbatched (C, *spatial) with
+/// `spatial_dims` spatial dims (1, 2 or 3); the mask is drawn per (sample, channel).
+Tensor feature_dropout(const Tensor& x, double p, bool training, int64_t spatial_dims);
+
+/// (N, C r^2, H, W) -> (N, C, H r, W r): channels rearranged into r x r blocks (PyTorch's
+/// pixel_shuffle, the sub-pixel upsampling of ESPCN); any number of leading dims. And back.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+
+/// x where x > 0, weight * x elsewhere (PyTorch's prelu): weight has 1 element or one per
+/// channel (x.size(1)); inputs of fewer than 2 dims have one channel.
+Tensor prelu(const Tensor& x, const Tensor& weight);
+/// a * sigmoid(b) with a, b the two halves of x along dim (PyTorch's glu); that size must be even.
+Tensor glu(const Tensor& x, int64_t dim = -1);
+/// x where x > 0, alpha (exp(x / alpha) - 1) elsewhere (PyTorch's celu; alpha != 0).
+Tensor celu(const Tensor& x, double alpha = 1.0);
+/// x / (1 + |x|).
+Tensor softsign(const Tensor& x);
+/// x - tanh(x).
+Tensor tanhshrink(const Tensor& x);
+/// softmax(-x, dim).
+Tensor softmin(const Tensor& x, int64_t dim);
+/// 0 where -lambd <= x <= lambd, x elsewhere (NaN stays NaN).
+Tensor hardshrink(const Tensor& x, double lambd = 0.5);
+/// x - lambd above lambd, x + lambd below -lambd, 0 between (lambd >= 0).
+Tensor softshrink(const Tensor& x, double lambd = 0.5);
+/// x where x > threshold, value elsewhere (PyTorch's threshold).
+Tensor threshold(const Tensor& x, double threshold, double value);
 
 }  // namespace kiln

@@ -142,6 +142,10 @@ TEST_CASE("double backward: reductions, softmax and log_softmax") {
                       {rnd({2, 3}), rnd({2, 3}), rnd({2, 3})}));
   CHECK(gradgradcheck([](auto& in) { return gaussian_nll_loss(in[0], in[1], in[2] * in[2] + 0.5); },
                       {rnd({2, 3}), rnd({2, 3}), rnd({2, 3})}));
+  CHECK(gradgradcheck([](auto& in) {
+    return prelu(in[0] * in[0] - 0.3, in[1]) + sum(glu(in[0], 1)) + celu(in[0], 0.7) + softsign(in[0]) +
+           tanhshrink(in[0]) + softmin(in[0], 1) + softshrink(in[0] * 3.0, 0.5);
+  }, {rnd({2, 4}), from_vector<double>({0.2}, {1})}));
 }
 
 TEST_CASE("double backward: matmul (1-D, 2-D, batched, broadcast) and linear") {

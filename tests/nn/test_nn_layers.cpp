@@ -642,3 +642,46 @@ TEST_CASE("InstanceNorm1d/2d: group_norm with a group per channel, unbatched inp
   CHECK(error_of([&] { in1(randn({2, 3, 5})); }).find("expected 4 channels") != std::string::npos);
   CHECK(error_of([&] { in1(randn({2, 4, 5, 6})); }).find("2-D (unbatched) or 3-D") != std::string::npos);
 }
+
+TEST_CASE("PReLU, GLU, CELU, shrinks, Threshold, Softmin, Dropout2d, PixelShuffle, Unflatten and the padding modules") {
+  manual_seed(83);
+  nn::PReLU prelu_m(3, 0.1);
+  CHECK(prelu_m.parameters().size() == 1);
+  CHECK(prelu_m.weight.to_vector<float>() == std::vector<float>{0.1f, 0.1f, 0.1f});
+  CHECK(check_layer(prelu_m, randn({2, 3, 4}, {.dtype = DType::float64}) + 0.05));
+  nn::PReLU one;
+  CHECK(one.weight.numel() == 1);
+  CHECK(one.weight.item() == doctest::Approx(0.25));
+  const Tensor x = randn({2, 4, 6});
+  CHECK(allclose(nn::GLU(1)(x), glu(x, 1)));
+  CHECK(allclose(nn::CELU(0.5)(x), celu(x, 0.5)));
+  CHECK(allclose(nn::Softsign()(x), softsign(x)));
+  CHECK(allclose(nn::Tanhshrink()(x), tanhshrink(x)));
+  CHECK(allclose(nn::Softmin(2)(x), softmin(x, 2)));
+  CHECK(allclose(nn::Hardshrink(0.3)(x), hardshrink(x, 0.3)));
+  CHECK(allclose(nn::Softshrink(0.3)(x), softshrink(x, 0.3)));
+  CHECK(allclose(nn::Threshold(0.1, 20)(x), threshold(x, 0.1, 20)));
+  nn::Dropout2d drop(0.5);
+  drop.eval();
+  const Tensor img = randn({2, 3, 4, 4});
+  CHECK(allclose(drop(img), img));
+  drop.train();
+  CHECK(drop(img).shape() == img.shape());
+  CHECK(nn::PixelShuffle(2)(randn({1, 8, 3, 3})).shape() == Shape{1, 2, 6, 6});
+  CHECK(nn::PixelUnshuffle(3)(randn({1, 2, 6, 3})).shape() == Shape{1, 18, 2, 1});
+  CHECK(nn::Unflatten(1, {2, -1})(randn({5, 12, 3})).shape() == Shape{5, 2, 6, 3});
+  CHECK(nn::Unflatten(-1, {3, 4})(randn({12})).shape() == Shape{3, 4});
+  CHECK_THROWS_AS(nn::Unflatten(1, {5, -1})(randn({2, 12})), kiln::Error);
+  CHECK_THROWS_AS(nn::Unflatten(1, {2, 5})(randn({2, 12})), kiln::Error);
+  // padding modules are kiln::pad with PyTorch's argument order
+  const Tensor im = randn({1, 2, 4, 5});
+  CHECK(allclose(nn::ZeroPad2d({1})(im), pad(im, {1, 1, 1, 1})));
+  CHECK(allclose(nn::ConstantPad2d({1, 2, 0, 3}, 0.5)(im), pad(im, {1, 2, 0, 3}, 0.5)));
+  CHECK(allclose(nn::ReflectionPad2d({2, 1, 1, 3})(im), pad(im, {2, 1, 1, 3}, PadMode::reflect)));
+  CHECK(allclose(nn::ReplicationPad1d({3, 0})(im.select(0, 0)), pad(im.select(0, 0), {3, 0}, PadMode::replicate)));
+  CHECK(allclose(nn::CircularPad2d({1, 1, 2, 2})(im), pad(im, {1, 1, 2, 2}, PadMode::circular)));
+  CHECK(nn::ReflectionPad3d({1})(randn({1, 2, 3, 3, 3})).shape() == Shape{1, 2, 5, 5, 5});
+  CHECK(nn::ReflectionPad2d({1, 2, 3, 4}).extra_repr() == "padding=(1, 2, 3, 4)");
+  CHECK_THROWS_AS(nn::ZeroPad2d({1, 2, 3}), kiln::Error);
+  CHECK_THROWS_AS(nn::ZeroPad2d({1})(randn({4})), kiln::Error);
+}

@@ -500,3 +500,94 @@ TEST_CASE("normalize, cosine_similarity, pairwise_distance: PyTorch 2.15's value
   CHECK(gradcheck([](auto& in) { return pairwise_distance(in[0], in[1], 3); },
                   {randn({3, 2}, f64), randn({3, 2}, f64)}));
 }
+
+// Expected values from PyTorch 2.15 where stated (torch.nn.functional, same inputs).
+TEST_CASE("prelu, glu, celu, softsign, tanhshrink, softmin, hard/soft shrink, threshold: values and gradients") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = T({0.0, -0.0, 0.5, -0.5, 0.2, -0.7, 1.3, -2.2, nan}, {9});
+  auto v = [](const Tensor& t) { return t.to_vector<double>(); };
+  // PyTorch's zeros are +0 and NaN passes through the shrinks and threshold
+  const std::vector<double> hs = v(hardshrink(x, 0.5)), ss = v(softshrink(x, 0.5)), th = v(threshold(x, 0.2, -1.5));
+  for (int i : {0, 1, 2, 3, 4}) CHECK((hs[size_t(i)] == 0 && !std::signbit(hs[size_t(i)])));
+  CHECK(hs[5] == -0.7);
+  CHECK((ss[3] == 0 && !std::signbit(ss[3])));
+  CHECK(ss[5] == doctest::Approx(-0.2));
+  CHECK(ss[6] == doctest::Approx(0.8));
+  CHECK(std::isnan(hs[8]));
+  CHECK(std::isnan(ss[8]));
+  CHECK(std::isnan(th[8]));
+  CHECK(std::vector<double>(th.begin(), th.end() - 1) == std::vector<double>{-1.5, -1.5, 0.5, -1.5, -1.5, -1.5, 1.3, -1.5});
+  {  // no gradient through a shrink at NaN (PyTorch's mask), but threshold passes it
+    Tensor a = x.clone().requires_grad_(true);
+    sum(hardshrink(a, 0.5) + softshrink(a, 0.5)).backward();
+    CHECK(v(a.grad()) == std::vector<double>{0, 0, 0, 0, 0, 2, 2, 2, 0});
+    Tensor b = x.clone().requires_grad_(true);
+    sum(threshold(b, 0.2, -1.5)).backward();
+    CHECK(v(b.grad()) == std::vector<double>{0, 0, 1, 0, 0, 0, 1, 0, 1});
+  }
+  CHECK(v(softsign(T({-3.0, 1.0}, {2}))) == std::vector<double>{-0.75, 0.5});
+  CHECK(celu(T({-1.0}, {1}), 0.7).item() == doctest::Approx(0.7 * std::expm1(-1.0 / 0.7)));
+  CHECK(tanhshrink(T({0.5}, {1})).item() == doctest::Approx(0.03788284273999021).epsilon(1e-14));  // PyTorch's
+  manual_seed(81);
+  const Tensor x4 = randn({2, 3, 4}, f64);
+  CHECK(allclose(softmin(x4, 1), softmax(neg(x4), 1)));
+  CHECK(allclose(glu(x4, 2), mul(x4.narrow(2, 0, 2), sigmoid(x4.narrow(2, 2, 2)))));
+  const Tensor w = T({0.1, -0.3, 0.7}, {3});
+  const Tensor p = prelu(x4, w);
+  CHECK(p.to_vector<double>()[4] == (x4.to_vector<double>()[4] > 0 ? x4.to_vector<double>()[4] : -0.3 * x4.to_vector<double>()[4]));
+  auto away = [](Shape s) {  // |x| in [0.2, 1.7], away from the kinks at 0 and +-0.5
+    Tensor r = rand(s, f64) * 1.5 + 0.2;
+    r = where(lt(abs(r - 0.5), 0.05), r + 0.2, r);
+    return where(gt(rand(s, f64), 0.5), r, neg(r));
+  };
+  CHECK(gradcheck([](auto& in) { return prelu(in[0], in[1]); }, {away({2, 3, 4}), T({0.1, -0.3, 0.7}, {3})}));
+  CHECK(gradcheck([](auto& in) { return prelu(in[0], in[1]); }, {away({5}), T({0.25}, {1})}));
+  CHECK(gradcheck([](auto& in) { return glu(in[0], 1) + glu(in[0].transpose(0, 1), 0).transpose(0, 1); }, {away({3, 4})}));
+  CHECK(gradcheck([](auto& in) { return celu(in[0], 0.7) + softsign(in[0]) + tanhshrink(in[0]); }, {away({6})}));
+  CHECK(gradcheck([](auto& in) { return softmin(in[0], 0); }, {away({4, 3})}));
+  CHECK(gradcheck([](auto& in) { return hardshrink(in[0], 0.5) + softshrink(in[0], 0.5) + threshold(in[0], 0.1, 2.0); },
+                  {away({8})}));
+  CHECK_THROWS_AS(prelu(x4, T({0.1, 0.2}, {2})), kiln::Error);
+  CHECK_THROWS_AS(glu(x4, 1), kiln::Error);  // odd size
+  CHECK_THROWS_AS(celu(x4, 0.0), kiln::Error);
+  CHECK_THROWS_AS(softshrink(x4, -1.0), kiln::Error);
+}
+
+TEST_CASE("pixel_shuffle / pixel_unshuffle and channel dropout") {
+  manual_seed(82);
+  const Tensor x = randn({2, 8, 3, 2}, f64);
+  const Tensor y = pixel_shuffle(x, 2);
+  CHECK(y.shape() == Shape{2, 2, 6, 4});
+  // PyTorch's layout: out[n, c, h r + i, w r + j] = in[n, c r^2 + i r + j, h, w]
+  CHECK(y.select(0, 1).select(0, 1).select(0, 3).select(0, 2).item() ==
+        x.select(0, 1).select(0, 4 + 1 * 2 + 0).select(0, 1).select(0, 1).item());
+  CHECK(allclose(pixel_unshuffle(y, 2), x));
+  CHECK(pixel_shuffle(randn({5, 2, 9, 1, 1}), 3).shape() == Shape{5, 2, 1, 3, 3});  // leading dims kept
+  CHECK(gradcheck([](auto& in) { return pixel_shuffle(in[0], 2); }, {randn({1, 4, 2, 3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return pixel_unshuffle(in[0], 2); }, {randn({1, 1, 4, 2}, f64)}));
+  CHECK_THROWS_AS(pixel_shuffle(randn({1, 6, 2, 2}), 2), kiln::Error);
+  CHECK_THROWS_AS(pixel_unshuffle(randn({1, 1, 3, 2}), 2), kiln::Error);
+
+  // feature dropout: each (sample, channel) kept whole (scaled by 1 / (1 - p)) or zeroed
+  const Tensor ones4 = ones({16, 8, 3, 3}, {.dtype = DType::float64});
+  const Tensor d = feature_dropout(ones4, 0.25, true, 2);
+  const std::vector<double> dv = d.to_vector<double>();
+  int64_t kept = 0;
+  for (int64_t c = 0; c < 16 * 8; ++c) {
+    const double first = dv[size_t(c * 9)];
+    CHECK((first == 0.0 || first == doctest::Approx(1.0 / 0.75)));
+    for (int k = 1; k < 9; ++k) CHECK(dv[size_t(c * 9 + k)] == first);
+    kept += first != 0.0;
+  }
+  CHECK(kept > 128 / 2);
+  CHECK(kept < 128);
+  CHECK(allclose(feature_dropout(ones4, 0.5, false, 2), ones4));
+  CHECK(max(abs(feature_dropout(ones4, 1.0, true, 2))).item() == 0);
+  CHECK(feature_dropout(ones({3, 5}), 0.5, true, 1).shape() == Shape{3, 5});  // unbatched (C, L)
+  CHECK_THROWS_AS(feature_dropout(ones({2, 3, 4, 5, 6}), 0.5, true, 2), kiln::Error);
+  Tensor a = ones({2, 3, 4}, {.dtype = DType::float64}).requires_grad_(true);
+  manual_seed(5);
+  Tensor out = feature_dropout(a, 0.5, true, 1);
+  sum(out).backward();
+  CHECK(allclose(a.grad(), out.detach()));  // the gradient is the mask
+}
