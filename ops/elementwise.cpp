@@ -49,7 +49,7 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   KILN_CHECK(a0.defined() && b0.defined(), name, ": undefined input tensor");
   check_same_device(name, {a0, b0});
   DType dt = result_type(a0, b0);
-  if ((op == Op::div || op == Op::atan2) && !is_floating(dt)) dt = DType::float32;  // true division, angles
+  if ((op == Op::div || op == Op::atan2 || op == Op::hypot) && !is_floating(dt)) dt = DType::float32;  // true division, angles
   const bool rounding_division = op == Op::fmod || op == Op::remainder || op == Op::floor_divide;
   KILN_CHECK(!(rounding_division && dt == DType::bool_), name, ": not defined for bool tensors (", describe(a0),
              ", ", describe(b0), "), as in PyTorch; convert them to an integer dtype first");
@@ -367,6 +367,55 @@ Tensor floor_divide(const Tensor& a, const Tensor& b) { return binary_raw(Op::fl
 Tensor fmod(const Tensor& a, double b) { return fmod(a, scalar_like(a, b)); }
 Tensor remainder(const Tensor& a, double b) { return remainder(a, scalar_like(a, b)); }
 Tensor floor_divide(const Tensor& a, double b) { return floor_divide(a, scalar_like(a, b)); }
+
+Tensor hypot(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(Op::hypot, a, b);
+  if (!any_requires_grad({a, b})) return out;
+  const Tensor yd = out.detach();
+  auto backward = [a, b, yd](const Tensor& g, const std::vector<bool>& n) {  // PyTorch's g * a / hypot(a, b)
+    const Tensor y = saved_output(yd);
+    Tensor ga, gb;
+    if (n[0]) ga = sum_to(div(mul(g, a), y), a.shape());
+    if (n[1]) gb = sum_to(div(mul(g, b), y), b.shape());
+    return std::vector<Tensor>{ga, gb};
+  };
+  return twice_differentiable(record(out, "hypot", {a, b}, {a, b, yd}, backward));
+}
+
+Tensor logaddexp(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "logaddexp: an input is undefined");
+  check_floating("logaddexp", a, "a");
+  check_floating("logaddexp", b, "b");
+  // PyTorch's: max(a, b) + log1p(exp(-|a - b|)), and a itself where a == b is infinite
+  const Tensor m = maximum(a, b);
+  const Tensor r = add(m, log1p(exp(neg(abs(sub(a, b))))));
+  return where(logical_and(isinf(a), eq(a, b)), a, r);
+}
+
+Tensor xlogy(const Tensor& x, const Tensor& y) {
+  KILN_CHECK(x.defined() && y.defined(), "xlogy: an input is undefined");
+  // PyTorch's value: 0 where x == 0 (unless y is NaN), else x log y; log of 1 in the masked
+  // places keeps 0 * -inf out
+  Tensor out;
+  {
+    NoGradGuard ng;
+    const Tensor zero_x = logical_and(eq(x, 0.0), logical_not(isnan(y)));
+    Tensor yf = y;
+    if (!yf.is_floating_point()) yf = yf.to(x.is_floating_point() ? x.dtype() : DType::float32);
+    const Tensor r = mul(x, log(where(zero_x, ones({}, {.dtype = yf.dtype(), .device = yf.device()}), yf)));
+    out = where(zero_x, zeros({}, {.dtype = r.dtype(), .device = r.device()}), r);
+  }
+  if (!any_requires_grad({x, y})) return out;
+  // PyTorch's derivatives: d/dx = log(y), also where x == 0, except 0 where x and y are both
+  // 0; d/dy = x / y (NaN at 0 / 0)
+  auto backward = [x, y](const Tensor& g, const std::vector<bool>& n) {
+    Tensor gx, gy;
+    if (n[0]) gx = sum_to(mul(g, xlogy(logical_or(ne(x, 0.0), ne(y, 0.0)).to(g.dtype()), y)), x.shape());
+    if (n[1]) gy = sum_to(div(mul(g, x), y), y.shape());
+    return std::vector<Tensor>{gx, gy};
+  };
+  return twice_differentiable(record(out, "xlogy", {x, y}, {x, y}, backward));
+}
 
 Tensor atan2(const Tensor& y, const Tensor& x) {
   Tensor out = binary_raw(Op::atan2, y, x);

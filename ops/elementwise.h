@@ -28,6 +28,15 @@ Tensor floor_divide(const Tensor& a, const Tensor& b);
 /// atan2(y, x): the angle of (x, y) in (-pi, pi] (integers become float32); the gradient is
 /// g * x / (x^2 + y^2) for y and -g * y / (x^2 + y^2) for x, 0 at the origin (PyTorch's).
 Tensor atan2(const Tensor& y, const Tensor& x);
+/// sqrt(a^2 + b^2) without intermediate overflow (C's hypot; integers become float32); the
+/// gradient g a / hypot and g b / hypot (NaN at the origin, as PyTorch's).
+Tensor hypot(const Tensor& a, const Tensor& b);
+/// log(exp(a) + exp(b)) without overflow (PyTorch's formula; inf where both are the same inf).
+Tensor logaddexp(const Tensor& a, const Tensor& b);
+/// x log(y), 0 where x == 0 (even at y = 0 or inf; NaN where y is NaN), as torch.xlogy; its
+/// gradients are PyTorch's: log(y) for x (also at x == 0; 0 where x and y are both 0) and
+/// x / y for y.
+Tensor xlogy(const Tensor& x, const Tensor& y);
 // scalar forms, PyTorch's wrapped numbers: beside a float tensor the scalar takes its dtype;
 // beside an integer tensor a whole number is an integer (converted, wrapping, to the
 // computation's dtype: uint8 + -3 wraps like PyTorch's, uint8 / -3 is -1), anything else

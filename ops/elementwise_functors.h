@@ -438,6 +438,14 @@ template <class T> struct Atan2F {
     else return m_atan2(y, x);
   }
 };
+/// hypot: sqrt(x^2 + y^2) without overflow or underflow on the way (C's hypot); integers are
+/// promoted to float32 first (kiln::hypot).
+template <class T> struct HypotF {
+  KILN_HD_INLINE T operator()(T x, T y) const {
+    if constexpr (std::is_integral_v<T>) return T(m_hypot(double(x), double(y)));
+    else return m_hypot(x, y);
+  }
+};
 template <class T> struct EqF { KILN_HD_INLINE bool operator()(T x, T y) const { return x == y; } };
 template <class T> struct NeF { KILN_HD_INLINE bool operator()(T x, T y) const { return x != y; } };
 template <class T> struct LtF { KILN_HD_INLINE bool operator()(T x, T y) const { return x < y; } };

@@ -12,6 +12,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 
@@ -359,4 +360,61 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return twice_differentiable(out);
 }
 
+
+// ---------------------------------------------------------------- compositions of matmul
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2, "mm: expected two 2-D tensors, got ",
+             a.defined() ? describe(a) : "undefined", " and ", b.defined() ? describe(b) : "undefined");
+  return matmul(a, b);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined() && a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0),
+             "bmm: expected two 3-D tensors with the same batch size, got ", a.defined() ? describe(a) : "undefined",
+             " and ", b.defined() ? describe(b) : "undefined");
+  return matmul(a, b);
+}
+
+namespace {
+Tensor add_scaled_product(const Tensor& input, const Tensor& product, double beta, double alpha) {
+  const Tensor p = alpha == 1.0 ? product : mul(product, alpha);
+  if (beta == 0.0) return p;  // input ignored, as PyTorch's (its NaN and inf too)
+  KILN_CHECK(input.defined(), "addmm/baddbmm: input is undefined");
+  return add(beta == 1.0 ? input : mul(input, beta), p);
+}
+}  // namespace
+
+Tensor addmm(const Tensor& input, const Tensor& m1, const Tensor& m2, double beta, double alpha) {
+  const Tensor p = mm(m1, m2);
+  KILN_CHECK(!input.defined() || broadcast_shapes(input.shape(), p.shape(), "addmm") == p.shape(), "addmm: input ",
+             describe(input), " does not broadcast to the product's shape ", shape_str(p.shape()));
+  return add_scaled_product(input, p, beta, alpha);
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta, double alpha) {
+  const Tensor p = bmm(b1, b2);
+  KILN_CHECK(!input.defined() || broadcast_shapes(input.shape(), p.shape(), "baddbmm") == p.shape(), "baddbmm: input ",
+             describe(input), " does not broadcast to the product's shape ", shape_str(p.shape()));
+  return add_scaled_product(input, p, beta, alpha);
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined() && a.dim() == 1 && b.dim() == 1, "outer: expected two 1-D tensors, got ",
+             a.defined() ? describe(a) : "undefined", " and ", b.defined() ? describe(b) : "undefined");
+  return mul(a.unsqueeze(1), b.unsqueeze(0));
+}
+
+Tensor trace(const Tensor& x) {
+  KILN_CHECK(x.defined() && x.dim() == 2, "trace: expected a 2-D tensor, got ", x.defined() ? describe(x) : "undefined");
+  return sum(diag(x));
+}
+
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
+  KILN_CHECK(x1.defined() && x2.defined() && x1.dim() >= 2 && x2.dim() >= 2 && x1.size(-1) == x2.size(-1),
+             "cdist: expected x1 (..., P, M) and x2 (..., R, M) with the same M, got ",
+             x1.defined() ? describe(x1) : "undefined", " and ", x2.defined() ? describe(x2) : "undefined");
+  KILN_CHECK(p >= 0, "cdist: p must be >= 0, got ", p);
+  return vector_norm(sub(x1.unsqueeze(-2), x2.unsqueeze(-3)), p, {-1});
+}
 }  // namespace kiln

@@ -14,6 +14,21 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// y = x W^T + b for x (..., in), W (out, in), b (out) or undefined. Integer tensors on the
 /// CPU as matmul's.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// PyTorch's stricter products, compositions of matmul: mm (2-D x 2-D), bmm (3-D x 3-D, the
+/// same batch), addmm / baddbmm: beta * input + alpha * (m1 @ m2) with input broadcast to the
+/// product (beta 0 ignores input, NaN included, as PyTorch), outer (1-D x 1-D -> 2-D).
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& input, const Tensor& m1, const Tensor& m2, double beta = 1.0, double alpha = 1.0);
+Tensor baddbmm(const Tensor& input, const Tensor& b1, const Tensor& b2, double beta = 1.0, double alpha = 1.0);
+Tensor outer(const Tensor& a, const Tensor& b);
+/// The sum of the diagonal of a 2-D tensor.
+Tensor trace(const Tensor& x);
+/// p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R)
+/// (torch.cdist, computed directly as vector_norm(x1_i - x2_j), never through the
+/// matrix-product shortcut PyTorch takes for p = 2 above 25 rows; its gradient is 0 at a
+/// zero distance).
+Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
 
 /// How float32 matmul/linear may compute on CUDA (torch.set_float32_matmul_precision):
 ///   "highest": strict float32 GEMMs (the default);

@@ -114,6 +114,8 @@ KILN_HD_INLINE float m_fmod(float x, float y) { return ::fmodf(x, y); }
 KILN_HD_INLINE double m_fmod(double x, double y) { return ::fmod(x, y); }
 KILN_HD_INLINE float m_atan2(float y, float x) { return ::atan2f(y, x); }
 KILN_HD_INLINE double m_atan2(double y, double x) { return ::atan2(y, x); }
+KILN_HD_INLINE float m_hypot(float x, float y) { return ::hypotf(x, y); }
+KILN_HD_INLINE double m_hypot(double x, double y) { return ::hypot(x, y); }
 KILN_HD_INLINE float m_copysign(float x, float y) { return ::copysignf(x, y); }
 KILN_HD_INLINE double m_copysign(double x, double y) { return ::copysign(x, y); }
 KILN_HD_INLINE float m_fabs(float x) { return ::fabsf(x); }

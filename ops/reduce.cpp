@@ -542,4 +542,11 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   return sum(g, dims, true).reshape(shape);
 }
 
+
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
+  return {var(x, dims, unbiased, keepdim), mean(x, dims, keepdim)};
+}
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, const Dims& dims, bool unbiased, bool keepdim) {
+  return {std(x, dims, unbiased, keepdim), mean(x, dims, keepdim)};
+}
 }  // namespace kiln

@@ -3,6 +3,7 @@
 // return the input dtype (rounded once), as PyTorch's do; under autocast softmax/log_softmax
 // run on float32 inputs and return float32. Every floating op is differentiable. Negative dims count from the end.
 #pragma once
+#include <utility>
 #include <vector>
 #include "kiln/core/tensor.h"
 
@@ -23,6 +24,9 @@ Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 /// A single element with unbiased=true gives NaN, like PyTorch.
 Tensor var(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
 Tensor std(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+/// {var, mean} and {std, mean} over dims (torch.var_mean, std_mean).
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, const Dims& dims = {}, bool unbiased = true, bool keepdim = false);
 /// The vector p-norm over dims (all when empty), torch.linalg.vector_norm: sum(|x|^ord)^(1/ord);
 /// ord = inf: max |x|, -inf: min |x| (an empty reduction is an error), 0: the count of nonzero
 /// entries (no gradient). Floating inputs; 16-bit computed in float32 and returned in their dtype.

@@ -430,4 +430,107 @@ Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
   return x.reshape(pairs).expand(tiled).reshape(out);
 }
 
+
+// ---------------------------------------------------------------- movedim, unbind, diag, meshgrid, diff
+
+Tensor movedim(const Tensor& x, const std::vector<int64_t>& source, const std::vector<int64_t>& destination) {
+  KILN_CHECK(x.defined(), "movedim: input is undefined");
+  KILN_CHECK(source.size() == destination.size(), "movedim: source and destination must have the same length, got ",
+             source.size(), " and ", destination.size());
+  const int64_t n = x.dim();
+  auto wrap = [&](int64_t d, const char* what) {
+    const int64_t w = d < 0 ? d + n : d;
+    KILN_CHECK(w >= 0 && w < n, "movedim: ", what, " dim ", d, " is out of range for ", describe(x));
+    return w;
+  };
+  std::vector<int64_t> perm(size_t(n), -1);
+  std::vector<bool> used(size_t(n), false);
+  for (size_t i = 0; i < source.size(); ++i) {
+    const int64_t s = wrap(source[i], "source"), d = wrap(destination[i], "destination");
+    KILN_CHECK(perm[size_t(d)] < 0 && !used[size_t(s)], "movedim: repeated dim in source or destination");
+    perm[size_t(d)] = s;
+    used[size_t(s)] = true;
+  }
+  int64_t next = 0;
+  for (auto& p : perm) {
+    if (p >= 0) continue;
+    while (used[size_t(next)]) ++next;
+    p = next;
+    used[size_t(next)] = true;
+  }
+  return x.permute(Shape(perm.begin(), perm.end()));
+}
+Tensor movedim(const Tensor& x, int64_t source, int64_t destination) {
+  return movedim(x, std::vector<int64_t>{source}, std::vector<int64_t>{destination});
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  KILN_CHECK(x.defined() && x.dim() >= 1, "unbind: expected a tensor of at least one dim, got ",
+             x.defined() ? describe(x) : "undefined");
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  KILN_CHECK(d >= 0 && d < x.dim(), "unbind: dim ", dim, " is out of range for ", describe(x));
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < x.size(d); ++i) out.push_back(x.select(d, i));
+  return out;
+}
+
+Tensor diag(const Tensor& x, int64_t k) {
+  KILN_CHECK(x.defined() && (x.dim() == 1 || x.dim() == 2), "diag: expected a 1-D or 2-D tensor, got ",
+             x.defined() ? describe(x) : "undefined");
+  const int64_t r0 = std::max<int64_t>(0, -k), c0 = std::max<int64_t>(0, k);
+  const TensorOptions io{.dtype = DType::int64, .device = x.device()};
+  const Tensor zero = zeros({}, {.dtype = x.dtype(), .device = x.device()});
+  if (x.dim() == 2) {  // x[r0 + j, c0 + j]: each row's element where column - row == k, summed
+    // over the row (a where and a sum: twice differentiable, and a NaN off the diagonal stays out)
+    const int64_t n = x.size(0), m = x.size(1);
+    const int64_t len = std::max<int64_t>(0, std::min(n - r0, m - c0));
+    const Tensor on = eq(sub(arange(double(m), io).unsqueeze(0), arange(double(n), io).unsqueeze(1)), double(k));
+    return sum(where(on, x, zero), {1}).narrow(0, std::min(r0, n), len);
+  }
+  // row i of the (n + |k|) square holds x[i - r0] at column i + k: x padded to a value per
+  // row, placed where column - row == k
+  const int64_t n = x.size(0), N = n + std::abs(k);
+  const Tensor rows = pad(x, {r0, c0});
+  const Tensor on = eq(sub(arange(double(N), io).unsqueeze(0), arange(double(N), io).unsqueeze(1)), double(k));
+  return where(on, rows.unsqueeze(1), zero);
+}
+
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, MeshIndexing indexing) {
+  KILN_CHECK(!tensors.empty(), "meshgrid: expects at least one tensor");
+  Shape shape;
+  for (const Tensor& t : tensors) {
+    KILN_CHECK(t.defined() && t.dim() <= 1, "meshgrid: expects 0-D or 1-D tensors, got ",
+               t.defined() ? describe(t) : "undefined");
+    shape.push_back(t.numel());
+  }
+  const bool xy = indexing == MeshIndexing::xy && tensors.size() >= 2;
+  if (xy) std::swap(shape[0], shape[1]);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t pos = xy && i < 2 ? 1 - i : i;  // the dim tensor i varies along
+    Shape view(shape.size(), 1);
+    view[pos] = tensors[i].numel();
+    out.push_back(tensors[i].reshape(view).expand(shape));
+  }
+  return out;
+}
+
+Tensor diff(const Tensor& x0, int64_t n, int64_t dim, const Tensor& prepend, const Tensor& append) {
+  KILN_CHECK(x0.defined() && x0.dim() >= 1, "diff: expected a tensor of at least one dim, got ",
+             x0.defined() ? describe(x0) : "undefined");
+  KILN_CHECK(n >= 0, "diff: order n must be >= 0, got ", n);
+  const int64_t d = dim < 0 ? dim + x0.dim() : dim;
+  KILN_CHECK(d >= 0 && d < x0.dim(), "diff: dim ", dim, " is out of range for ", describe(x0));
+  std::vector<Tensor> parts;
+  if (prepend.defined()) parts.push_back(prepend);
+  parts.push_back(x0);
+  if (append.defined()) parts.push_back(append);
+  Tensor x = parts.size() > 1 ? cat(parts, d) : x0;
+  for (int64_t i = 0; i < n && x.size(d) > 0; ++i) {
+    const int64_t len = x.size(d) - 1;
+    x = x.dtype() == DType::bool_ ? ne(x.narrow(d, 1, len), x.narrow(d, 0, len))  // PyTorch: xor for bool
+                                  : sub(x.narrow(d, 1, len), x.narrow(d, 0, len));
+  }
+  return x;
+}
 }  // namespace kiln

@@ -50,5 +50,20 @@ Tensor roll(const Tensor& x, const std::vector<int64_t>& shifts, const std::vect
 /// x tiled repeats[i] times along each dim (torch.Tensor.repeat); repeats may have more
 /// entries than x has dims (leading dims of size 1 are added).
 Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats);
+/// Moves dims `source` to positions `destination`, the others keeping their order (torch.movedim).
+Tensor movedim(const Tensor& x, const std::vector<int64_t>& source, const std::vector<int64_t>& destination);
+Tensor movedim(const Tensor& x, int64_t source, int64_t destination);
+/// The slices of x along dim, each without that dim (torch.unbind): views.
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+/// 2-D x: its k-th diagonal (1-D; k > 0 above, k < 0 below the main one). 1-D x: the square
+/// matrix with x on its k-th diagonal and zeros elsewhere (torch.diag).
+Tensor diag(const Tensor& x, int64_t k = 0);
+enum class MeshIndexing { ij, xy };
+/// Coordinate grids from 1-D tensors (torch.meshgrid): with ij, output i varies along dim i;
+/// with xy (NumPy's), the first two dims swap. Expanded views: write to a clone.
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, MeshIndexing indexing = MeshIndexing::ij);
+/// The n-th forward difference along dim, x[1:] - x[:-1] repeated n times, with optional
+/// tensors joined before and after along dim first (torch.diff).
+Tensor diff(const Tensor& x, int64_t n = 1, int64_t dim = -1, const Tensor& prepend = {}, const Tensor& append = {});
 
 }  // namespace kiln

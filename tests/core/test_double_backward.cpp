@@ -146,6 +146,10 @@ TEST_CASE("double backward: reductions, softmax and log_softmax") {
     return prelu(in[0] * in[0] - 0.3, in[1]) + sum(glu(in[0], 1)) + celu(in[0], 0.7) + softsign(in[0]) +
            tanhshrink(in[0]) + softmin(in[0], 1) + softshrink(in[0] * 3.0, 0.5);
   }, {rnd({2, 4}), from_vector<double>({0.2}, {1})}));
+  CHECK(gradgradcheck([](auto& in) {
+    return addmm(in[0], in[1], in[1].t(), 0.5, 2.0) + outer(diag(in[1]), diag(in[1])) * trace(in[1] * in[1]) +
+           cdist(in[1], in[1] * 2.0 + 1.0) + logaddexp(in[0], in[1] * in[1]) + sum(diff(in[1] * in[1], 1, 1), {1}, true);
+  }, {rnd({3, 3}), rnd({3, 3})}));
 }
 
 TEST_CASE("double backward: matmul (1-D, 2-D, batched, broadcast) and linear") {

@@ -501,6 +501,7 @@ void check_all_binary() {
   check_binary<T>("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); },
                   FloorDivideF<C>{}, false, false);
   check_binary<T>("atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, Atan2F<C>{}, false, false);
+  check_binary<T>("hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }, HypotF<C>{}, false, false);
   check_binary<T>("eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, EqF<C>{}, false, true);
   check_binary<T>("ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, NeF<C>{}, false, true);
   check_binary<T>("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, LtF<C>{}, false, true);

@@ -217,6 +217,9 @@ TEST_CASE("cuda parity: binary ops with broadcasting, forward and backward" * do
   check_binary("remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, false);
   check_binary("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, false);
   check_binary("atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, false);
+  check_binary("hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }, false);
+  check_binary("logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }, false);
+  check_binary("xlogy", [](const Tensor& a, const Tensor& b) { return xlogy(a, add(abs(b), 0.5)); }, false);
   check_binary("where(a > b, a, b)", [](const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }, false);
   check_binary("masked_fill", [](const Tensor& a, const Tensor& b) { return masked_fill(add(a, b), lt(b, 0.0), -2.0); },
                false);

@@ -1033,3 +1033,46 @@ TEST_CASE("fmod, remainder, atan2: gradients (float64 finite differences, PyTorc
   CHECK(kiln::testing::error_of([&] { remainder(gt(ia, 7.0), gt(ia, 6.0)); }).find("bool") != std::string::npos);
   CHECK(fmod(T({1.0}, {1}), 0.0).to_vector<double>()[0] != fmod(T({1.0}, {1}), 0.0).to_vector<double>()[0]);  // NaN
 }
+
+// The special values are PyTorch 2.15's (torch.hypot, logaddexp, xlogy and their gradients).
+TEST_CASE("hypot, logaddexp, xlogy: PyTorch's values at the extremes and its gradients") {
+  const double inf = INFINITY, nan = std::nan("");
+  const std::vector<double> h = hypot(T({3, 1e200, -1e200, 0, 1e-200}, {5}), T({4, 1e200, 1e199, 5, 1e-200}, {5})).to_vector<double>();
+  CHECK(h[0] == 5);
+  CHECK(h[1] == doctest::Approx(std::sqrt(2.0) * 1e200));  // no overflow on the way
+  CHECK(h[3] == 5);
+  CHECK(h[4] == doctest::Approx(std::sqrt(2.0) * 1e-200));
+  CHECK(hypot(from_vector<int64_t>({3}, {1}), from_vector<int64_t>({4}, {1})).dtype() == DType::float32);
+  const std::vector<double> l =
+      logaddexp(T({1, -2, inf, -inf, inf, 3, 1e300}, {7}), T({1, 5, inf, -inf, 1, -1e10, 1e300}, {7})).to_vector<double>();
+  CHECK(l[0] == doctest::Approx(1 + std::log(2.0)));
+  CHECK(l[1] == doctest::Approx(5 + std::log1p(std::exp(-7.0))));
+  CHECK(l[2] == inf);
+  CHECK(l[3] == -inf);
+  CHECK(l[4] == inf);
+  CHECK(l[5] == 3);
+  CHECK(l[6] == doctest::Approx(1e300));
+  const std::vector<double> xl = xlogy(T({0, 0, 0, 2, 3}, {5}), T({0, inf, nan, 0.5, 0}, {5})).to_vector<double>();
+  CHECK(xl[0] == 0);
+  CHECK(xl[1] == 0);
+  CHECK(std::isnan(xl[2]));
+  CHECK(xl[3] == doctest::Approx(2 * std::log(0.5)));
+  CHECK(xl[4] == -inf);
+  {  // d/dx is log(y) even at x == 0, 0 where both are 0; d/dy = x / y
+    Tensor x = T({0, 0, 3}, {3}).requires_grad_(true), y = T({0, 3, 2}, {3}).requires_grad_(true);
+    sum(xlogy(x, y)).backward();
+    const std::vector<double> gx = x.grad().to_vector<double>(), gy = y.grad().to_vector<double>();
+    CHECK(gx[0] == 0);
+    CHECK(gx[1] == doctest::Approx(std::log(3.0)));
+    CHECK(gx[2] == doctest::Approx(std::log(2.0)));
+    CHECK(std::isnan(gy[0]));
+    CHECK(gy[1] == 0);
+    CHECK(gy[2] == 1.5);
+  }
+  manual_seed(93);
+  CHECK(gradcheck([](auto& in) { return hypot(in[0], in[1]); }, {randn({2, 3}, f64), randn({3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return logaddexp(in[0], in[1]); }, {randn({2, 3}, f64), randn({3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return xlogy(in[0], in[1]); }, {randn({4}, f64), rand({4}, f64) + 0.5}));
+  CHECK(kiln::test::gradgradcheck([](auto& in) { return hypot(in[0], in[1]) + xlogy(in[0], in[1] * in[1] + 0.5); },
+                                  {randn({3}, f64), randn({3}, f64)}));
+}

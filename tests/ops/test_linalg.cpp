@@ -326,3 +326,44 @@ TEST_CASE("linear: errors") {
   CHECK_THROWS_AS(linear(ones({2, 3}), ones({4, 3}), ones({4}, f64)), Error);
   CHECK_THROWS_AS(linear(scalar_tensor(1.0), ones({4, 1})), Error);
 }
+
+TEST_CASE("mm, bmm, addmm, baddbmm, outer, trace, cdist: values, gradients, errors") {
+  manual_seed(91);
+  const Tensor a = randn({3, 4}, f64), b = randn({4, 5}, f64), in = randn({5}, f64);
+  CHECK(allclose(mm(a, b), matmul(a, b)));
+  CHECK(allclose(addmm(in, a, b, 0.5, 2.0), add(mul(in, 0.5), mul(matmul(a, b), 2.0))));
+  // beta == 0 ignores the input, NaN included (PyTorch's rule)
+  const Tensor nan_in = full({3, 5}, std::nan(""), {.dtype = DType::float64});
+  CHECK(allclose(addmm(nan_in, a, b, 0.0, 1.0), matmul(a, b)));
+  const Tensor ba = randn({2, 3, 4}, f64), bb = randn({2, 4, 2}, f64), bi = randn({3, 2}, f64);
+  CHECK(allclose(bmm(ba, bb), matmul(ba, bb)));
+  CHECK(allclose(baddbmm(bi, ba, bb, 0.3, -1.0), sub(mul(bi, 0.3), matmul(ba, bb))));
+  CHECK(gradcheck([](auto& x) { return addmm(x[0], x[1], x[2], 0.5, 2.0); }, {in, a, b}));
+  CHECK(gradcheck([](auto& x) { return baddbmm(x[0], x[1], x[2], 0.3, -1.0); }, {bi, ba, bb}));
+  const Tensor v = T({1, 2, 3}, {3}), w = T({4, 5}, {2});
+  CHECK(outer(v, w).to_vector<double>() == std::vector<double>{4, 5, 8, 10, 12, 15});
+  CHECK(gradcheck([](auto& x) { return outer(x[0], x[1]); }, {v, w}));
+  const Tensor s = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(trace(s).item() == 6);  // 1 + 5
+  CHECK(gradcheck([](auto& x) { return trace(x[0]); }, {randn({4, 3}, f64)}));
+  // cdist against the pairwise definition; rows that coincide give 0 and a 0 gradient
+  Tensor x1 = randn({2, 5, 3}, f64), x2 = randn({2, 4, 3}, f64);
+  x2 = cat({x2.narrow(1, 0, 1), x1.narrow(1, 2, 1), x2.narrow(1, 2, 2)}, 1);
+  for (double p : {2.0, 1.0, 3.0, double(INFINITY)}) {
+    CAPTURE(p);
+    const Tensor d = cdist(x1, x2, p);
+    CHECK(d.shape() == Shape{2, 5, 4});
+    CHECK(d.to_vector<double>()[2 * 4 + 1] == 0.0);
+    CHECK(d.select(0, 1).select(0, 3).select(0, 2).item() ==
+          doctest::Approx(vector_norm(sub(x1.select(0, 1).select(0, 3), x2.select(0, 1).select(0, 2)), p).item()));
+  }
+  CHECK(gradcheck([](auto& x) { return cdist(x[0], x[1]); }, {randn({4, 3}, f64), randn({2, 3}, f64)}));
+  CHECK(gradcheck([](auto& x) { return cdist(x[0], x[1], 1.5); }, {randn({4, 3}, f64), randn({2, 3}, f64)}));
+  CHECK_THROWS_AS(mm(ba, b), kiln::Error);
+  CHECK_THROWS_AS(bmm(a, b), kiln::Error);
+  CHECK_THROWS_AS(bmm(ba, randn({3, 4, 2})), kiln::Error);
+  CHECK_THROWS_AS(addmm(randn({4}), a, b), kiln::Error);
+  CHECK_THROWS_AS(outer(a, v), kiln::Error);
+  CHECK_THROWS_AS(trace(v), kiln::Error);
+  CHECK_THROWS_AS(cdist(randn({4, 3}), randn({4, 2})), kiln::Error);
+}

@@ -764,3 +764,15 @@ TEST_CASE("amax, amin: over several dims, the gradient split among ties, NaN, em
   CHECK(error_of([] { amax(randn({2, 0}), {1}); }).find("dim 1 of size 0") != std::string::npos);
   CHECK(error_of([] { amin(randn({0})); }).find("size 0") != std::string::npos);
 }
+
+TEST_CASE("var_mean and std_mean are var / std and mean together") {
+  manual_seed(94);
+  const Tensor x = randn({4, 5}, {.dtype = DType::float64});
+  const auto [v, m] = var_mean(x, {1});
+  CHECK(kiln::test::max_abs_diff(v, var(x, {1})) == 0);
+  CHECK(kiln::test::max_abs_diff(m, mean(x, {1})) == 0);
+  const auto [s, m0] = std_mean(x, {0}, false, true);
+  CHECK(s.shape() == Shape{1, 5});
+  CHECK(kiln::test::max_abs_diff(s, kiln::std(x, {0}, false, true)) == 0);
+  CHECK(kiln::test::max_abs_diff(m0, mean(x, {0}, true)) == 0);
+}

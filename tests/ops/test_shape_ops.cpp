@@ -393,3 +393,54 @@ TEST_CASE("tril, triu, flip, roll, repeat: PyTorch 2.15's values, gradients, err
   CHECK(gradcheck([](auto& in) { return repeat(in[0], {2, 1, 3}); }, {kiln::randn({3, 2}, f64)}));
   CHECK(error_of([&] { repeat(a, {2}); }).find("at least as many repeats") != std::string::npos);
 }
+
+TEST_CASE("movedim, unbind, diag, meshgrid, diff: PyTorch's layouts, gradients, errors") {
+  manual_seed(92);
+  const Tensor x = randn({2, 3, 4}, f64);
+  CHECK(movedim(x, {0, 2}, {2, 0}).shape() == Shape{4, 3, 2});
+  CHECK(movedim(x, 0, -1).shape() == Shape{3, 4, 2});
+  CHECK(movedim(x, 0, -1).select(2, 1).select(0, 2).select(0, 3).item() == x.select(0, 1).select(0, 2).select(0, 3).item());
+  CHECK(movedim(x, {1}, {0}).shape() == Shape{3, 2, 4});
+  CHECK_THROWS_AS(movedim(x, {0, 0}, {1, 2}), kiln::Error);
+  const std::vector<Tensor> parts = unbind(x, 1);
+  REQUIRE(parts.size() == 3);
+  CHECK(parts[2].shape() == Shape{2, 4});
+  CHECK(max_abs_diff(stack(parts, 1), x) == 0);
+  // diag: a matrix's k-th diagonal, and a vector placed on one
+  const Tensor m = T({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4});
+  CHECK(diag(m).to_vector<double>() == std::vector<double>{1, 6, 11});
+  CHECK(diag(m, 1).to_vector<double>() == std::vector<double>{2, 7, 12});
+  CHECK(diag(m, 3).to_vector<double>() == std::vector<double>{4});
+  CHECK(diag(m, -2).to_vector<double>() == std::vector<double>{9});
+  CHECK(diag(m, 5).numel() == 0);
+  const Tensor v = T({1, 2}, {2});
+  CHECK(diag(v).to_vector<double>() == std::vector<double>{1, 0, 0, 2});
+  CHECK(diag(v, 1).to_vector<double>() == std::vector<double>{0, 1, 0, 0, 0, 2, 0, 0, 0});
+  CHECK(diag(v, -1).to_vector<double>() == std::vector<double>{0, 0, 0, 1, 0, 0, 0, 2, 0});
+  CHECK(diag(T({std::nan("")}, {1}), 1).to_vector<double>()[0] == 0);  // zeros stay zeros beside a NaN
+  CHECK(gradcheck([](auto& in) { return diag(in[0], -1); }, {randn({4, 3}, f64)}));
+  CHECK(gradcheck([](auto& in) { return diag(in[0], 2); }, {randn({3}, f64)}));
+  CHECK_THROWS_AS(diag(x), kiln::Error);
+  // meshgrid
+  const Tensor a = T({1, 2, 3}, {3}), b = T({10, 20}, {2});
+  const auto ij = meshgrid({a, b});
+  CHECK(ij[0].shape() == Shape{3, 2});
+  CHECK(ij[0].contiguous().to_vector<double>() == std::vector<double>{1, 1, 2, 2, 3, 3});
+  CHECK(ij[1].contiguous().to_vector<double>() == std::vector<double>{10, 20, 10, 20, 10, 20});
+  const auto xy = meshgrid({a, b}, MeshIndexing::xy);
+  CHECK(xy[0].shape() == Shape{2, 3});
+  CHECK(xy[0].contiguous().to_vector<double>() == std::vector<double>{1, 2, 3, 1, 2, 3});
+  CHECK(xy[1].contiguous().to_vector<double>() == std::vector<double>{10, 10, 10, 20, 20, 20});
+  CHECK(gradcheck([](auto& in) { return meshgrid({in[0], in[1]})[1] * meshgrid({in[0], in[1]})[0]; },
+                  {randn({3}, f64), randn({2}, f64)}));
+  // diff
+  const Tensor s = T({1, 4, 9, 16, 25}, {5});
+  CHECK(diff(s).to_vector<double>() == std::vector<double>{3, 5, 7, 9});
+  CHECK(diff(s, 2).to_vector<double>() == std::vector<double>{2, 2, 2});
+  CHECK(diff(s, 1, 0, T({0}, {1}), T({36}, {1})).to_vector<double>() == std::vector<double>{1, 3, 5, 7, 9, 11});
+  CHECK(diff(s, 9).numel() == 0);
+  CHECK(diff(from_vector<int64_t>({1, 1, 0}, {3}).to(DType::bool_)).to(DType::int64).to_vector<int64_t>() ==
+        std::vector<int64_t>{0, 1});  // bool: xor, as PyTorch
+  CHECK(gradcheck([](auto& in) { return diff(in[0], 2, 0); }, {randn({5, 3}, f64)}));
+  CHECK_THROWS_AS(diff(s, -1), kiln::Error);
+}
