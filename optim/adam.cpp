@@ -14,7 +14,7 @@ AdamOptions from_adamw(const AdamWOptions& o) {
 }  // namespace
 
 AdamBase::AdamBase(std::string name, bool decoupled, const std::vector<ParamGroup>& groups, const AdamOptions& o)
-    : OptimizerWith(std::move(name), groups, o), decoupled_(decoupled) {
+    : OptimizerWithBetas(std::move(name), groups, o), decoupled_(decoupled) {
   check_all_options();
 }
 

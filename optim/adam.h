@@ -26,13 +26,7 @@ struct AdamWOptions {
 /// "exp_avg_sq" and, with amsgrad, "max_exp_avg_sq".
 ///   m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2; vmax = max(vmax, v) (amsgrad)
 ///   p -= lr/(1-b1^t) * m / (sqrt(v or vmax)/sqrt(1-b2^t) + eps)
-class AdamBase : public OptimizerWith<AdamOptions> {
- public:
-  /// Adam's momentum is beta1 (what OneCycleLR cycles).
-  bool supports_momentum() const override { return true; }
-  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
-  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
-
+class AdamBase : public OptimizerWithBetas<AdamOptions> {
  protected:
   AdamBase(std::string name, bool decoupled, const std::vector<ParamGroup>& groups, const AdamOptions& o);
   void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;

@@ -108,7 +108,7 @@ void Adadelta::set_group_hparams(size_t group, const std::map<std::string, doubl
 // ---------------------------------------------------------------- Adamax
 
 Adamax::Adamax(const std::vector<Tensor>& params, AdamaxOptions o) : Adamax(single_group(params), o) {}
-Adamax::Adamax(const std::vector<ParamGroup>& groups, AdamaxOptions o) : OptimizerWith("Adamax", groups, o) {
+Adamax::Adamax(const std::vector<ParamGroup>& groups, AdamaxOptions o) : OptimizerWithBetas("Adamax", groups, o) {
   check_all_options();
 }
 
@@ -146,7 +146,7 @@ void Adamax::set_group_hparams(size_t group, const std::map<std::string, double>
 // ---------------------------------------------------------------- NAdam
 
 NAdam::NAdam(const std::vector<Tensor>& params, NAdamOptions o) : NAdam(single_group(params), o) {}
-NAdam::NAdam(const std::vector<ParamGroup>& groups, NAdamOptions o) : OptimizerWith("NAdam", groups, o) {
+NAdam::NAdam(const std::vector<ParamGroup>& groups, NAdamOptions o) : OptimizerWithBetas("NAdam", groups, o) {
   check_all_options();
 }
 
@@ -201,7 +201,7 @@ void NAdam::set_group_hparams(size_t group, const std::map<std::string, double>&
 // ---------------------------------------------------------------- RAdam
 
 RAdam::RAdam(const std::vector<Tensor>& params, RAdamOptions o) : RAdam(single_group(params), o) {}
-RAdam::RAdam(const std::vector<ParamGroup>& groups, RAdamOptions o) : OptimizerWith("RAdam", groups, o) {
+RAdam::RAdam(const std::vector<ParamGroup>& groups, RAdamOptions o) : OptimizerWithBetas("RAdam", groups, o) {
   check_all_options();
 }
 

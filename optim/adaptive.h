@@ -61,14 +61,11 @@ struct AdamaxOptions {
 };
 /// torch.optim.Adamax (Adam with the infinity norm): m = lerp(m, g, 1-b1);
 /// u = max(b2*u, |g| + eps); p -= lr/(1-b1^t) * m/u. State: "step", "exp_avg", "exp_inf".
-class Adamax : public OptimizerWith<AdamaxOptions> {
+class Adamax : public OptimizerWithBetas<AdamaxOptions> {
  public:
   using Options = AdamaxOptions;
   Adamax(const std::vector<Tensor>& params, AdamaxOptions options = {});
   Adamax(const std::vector<ParamGroup>& groups, AdamaxOptions options = {});
-  bool supports_momentum() const override { return true; }  // beta1
-  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
-  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
 
  protected:
   void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
@@ -90,15 +87,12 @@ struct NAdamOptions {
 /// mu_t = b1 * (1 - 0.5 * 0.96^(t * momentum_decay)) and its running product set the weights
 /// of the gradient and of the momentum in the step. State: "step", "exp_avg", "exp_avg_sq" and
 /// the number "mu_product".
-class NAdam : public OptimizerWith<NAdamOptions> {
+class NAdam : public OptimizerWithBetas<NAdamOptions> {
  public:
   using Options = NAdamOptions;
   NAdam(const std::vector<Tensor>& params, NAdamOptions options = {});
   NAdam(const std::vector<ParamGroup>& groups, NAdamOptions options = {});
   std::vector<std::string> scalar_names() const override { return {"mu_product"}; }
-  bool supports_momentum() const override { return true; }  // beta1
-  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
-  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
 
  protected:
   void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
@@ -118,14 +112,11 @@ struct RAdamOptions {
 /// torch.optim.RAdam (rectified Adam, Liu et al. 2019): while the variance estimate is too
 /// young (rho_t <= 5) a momentum-SGD step lr * m / (1-b1^t); after, Adam's step times the
 /// rectification term. State: "step", "exp_avg", "exp_avg_sq".
-class RAdam : public OptimizerWith<RAdamOptions> {
+class RAdam : public OptimizerWithBetas<RAdamOptions> {
  public:
   using Options = RAdamOptions;
   RAdam(const std::vector<Tensor>& params, RAdamOptions options = {});
   RAdam(const std::vector<ParamGroup>& groups, RAdamOptions options = {});
-  bool supports_momentum() const override { return true; }  // beta1
-  double momentum(size_t group) const override { return opts_.at(group).betas.first; }
-  void set_momentum(size_t group, double m) override { opts_.at(group).betas.first = m; }
 
  protected:
   void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;

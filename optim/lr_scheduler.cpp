@@ -641,10 +641,30 @@ void CyclicLR::set_settings(const std::map<std::string, double>& s) {
 
 // ---------------------------------------------------------------- composites
 
-namespace {
-// Splits "schedulers.<i>.<key>" entries off a state dict, by scheduler.
-StateDict split_children(const StateDict& sd, size_t n, const char* who, std::vector<StateDict>& kids) {
-  kids.assign(n, {});
+CompositeScheduler::CompositeScheduler(Optimizer& opt, const char* name,
+                                       const std::vector<std::reference_wrapper<LRScheduler>>& schedulers)
+    : LRScheduler(opt, name), scheds_(schedulers) {
+  KILN_CHECK(!scheds_.empty(), name, ": expects at least one scheduler");
+  for (size_t i = 0; i < scheds_.size(); ++i) {
+    const LRScheduler& c = scheds_[i].get();
+    KILN_CHECK(dynamic_cast<const ReduceLROnPlateau*>(&c) == nullptr, name, ": scheduler ", i,
+               " is a ReduceLROnPlateau, whose step needs a metric");
+    KILN_CHECK(&c.optimizer() == &opt, name, ": scheduler ", i, " (", c.name_, ") belongs to another optimizer");
+  }
+}
+
+double CompositeScheduler::lr_at(size_t group, int64_t) const { return opt_.lr(group); }
+
+StateDict CompositeScheduler::state_dict() const {
+  StateDict sd = LRScheduler::state_dict();
+  for (size_t i = 0; i < scheds_.size(); ++i)
+    for (auto& [k, v] : scheds_[i].get().state_dict()) sd["schedulers." + std::to_string(i) + "." + k] = v;
+  return sd;
+}
+
+void CompositeScheduler::load_state_dict(const StateDict& sd) {
+  // split "schedulers.<i>.<key>" off, by scheduler
+  std::vector<StateDict> kids(scheds_.size());
   StateDict own;
   const std::string prefix = "schedulers.";
   for (const auto& [k, v] : sd) {
@@ -656,51 +676,38 @@ StateDict split_children(const StateDict& sd, size_t n, const char* who, std::ve
     const std::string idx = k.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
     KILN_CHECK(dot != std::string::npos && !idx.empty() && idx.size() < 10 &&
                    std::all_of(idx.begin(), idx.end(), [](char c) { return c >= '0' && c <= '9'; }),
-               who, ".load_state_dict: unexpected key '", k, "'");
+               name_, ".load_state_dict: unexpected key '", k, "'");
     const size_t i = std::stoul(idx);
-    KILN_CHECK(i < n, who, ".load_state_dict: '", k, "' names scheduler ", i, " but there are ", n);
+    KILN_CHECK(i < scheds_.size(), name_, ".load_state_dict: '", k, "' names scheduler ", i, " but there are ",
+               scheds_.size());
     kids[i][k.substr(dot + 1)] = v;
   }
-  return own;
-}
-void add_children(StateDict& sd, const std::vector<std::reference_wrapper<LRScheduler>>& s) {
-  for (size_t i = 0; i < s.size(); ++i)
-    for (auto& [k, v] : s[i].get().state_dict()) sd["schedulers." + std::to_string(i) + "." + k] = v;
-}
-// Loads every child and then the composite's own keys (load_own), or none: on an error the
-// children's states from before are put back, and the composite's lrs into the optimizer.
-template <class LoadOwn>
-void load_all(const std::vector<std::reference_wrapper<LRScheduler>>& s, const std::vector<StateDict>& kids,
-              Optimizer& opt, const std::vector<double>& last_lr, LoadOwn&& load_own) {
+  // all or nothing: on an error the schedulers' states from before are put back, and this
+  // composite's lrs into the optimizer
   std::vector<StateDict> before;
-  for (const auto& c : s) before.push_back(c.get().state_dict());
+  for (const auto& c : scheds_) before.push_back(c.get().state_dict());
   try {
-    for (size_t i = 0; i < s.size(); ++i) s[i].get().load_state_dict(kids[i]);
-    load_own();
+    for (size_t i = 0; i < scheds_.size(); ++i) scheds_[i].get().load_state_dict(kids[i]);
+    LRScheduler::load_state_dict(own);
   } catch (...) {
-    for (size_t i = 0; i < s.size(); ++i) s[i].get().load_state_dict(before[i]);
-    for (size_t g = 0; g < last_lr.size(); ++g) opt.set_lr(g, last_lr[g]);
+    for (size_t i = 0; i < scheds_.size(); ++i) scheds_[i].get().load_state_dict(before[i]);
+    for (size_t g = 0; g < last_lr_.size(); ++g) opt_.set_lr(g, last_lr_[g]);
     throw;
   }
 }
-}  // namespace
 
 SequentialLR::SequentialLR(Optimizer& opt, std::vector<std::reference_wrapper<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
-    : LRScheduler(opt, "SequentialLR"), scheds_(std::move(schedulers)), milestones_(std::move(milestones)) {
-  KILN_CHECK(!scheds_.empty(), "SequentialLR: expects at least one scheduler");
+    : CompositeScheduler(opt, "SequentialLR", schedulers), milestones_(std::move(milestones)) {
   KILN_CHECK(milestones_.size() + 1 == scheds_.size(), "SequentialLR: expects one milestone fewer than schedulers, "
              "got ", scheds_.size(), " scheduler(s) and ", milestones_.size(), " milestone(s)");
   for (size_t i = 0; i < milestones_.size(); ++i)
     KILN_CHECK(milestones_[i] > (i == 0 ? 0 : milestones_[i - 1]), "SequentialLR: milestones must be > 0 and "
                "increasing, got ", milestones_[i], " at index ", i);
   for (size_t i = 0; i < scheds_.size(); ++i) {
-    const LRScheduler& s = scheds_[i].get();
-    const std::string n = s.name_;
-    KILN_CHECK(n != "SequentialLR" && n != "ChainedScheduler" && n != "ReduceLROnPlateau", "SequentialLR: scheduler ",
-               i, " is a ", n, ", which cannot be restarted at a milestone (PyTorch refuses ReduceLROnPlateau and "
-               "fails on the others)");
-    KILN_CHECK(&s.optimizer() == &opt, "SequentialLR: scheduler ", i, " (", n, ") belongs to another optimizer");
+    const std::string n = scheds_[i].get().name_;
+    KILN_CHECK(n != "SequentialLR" && n != "ChainedScheduler", "SequentialLR: scheduler ", i, " is a ", n,
+               ", which cannot be restarted at a milestone (PyTorch fails on it there)");
   }
   for (size_t g = 0; g < opt.num_groups(); ++g) opt.set_lr(g, base_lrs_[g]);  // PyTorch: back to initial_lr
   scheds_.front().get().initial_step();
@@ -718,8 +725,6 @@ void SequentialLR::step() {
   last_lr_ = s.get_last_lr();
 }
 
-double SequentialLR::lr_at(size_t group, int64_t) const { return opt_.lr(group); }
-
 std::map<std::string, double> SequentialLR::settings() const {
   std::map<std::string, double> s;
   for (size_t i = 0; i < milestones_.size(); ++i) s["milestones." + std::to_string(i)] = double(milestones_[i]);
@@ -736,31 +741,13 @@ void SequentialLR::set_settings(const std::map<std::string, double>& s) {
   milestones_ = std::move(m);
 }
 
-StateDict SequentialLR::state_dict() const {
-  StateDict sd = LRScheduler::state_dict();
-  add_children(sd, scheds_);
-  return sd;
-}
-void SequentialLR::load_state_dict(const StateDict& sd) {
-  std::vector<StateDict> kids;
-  const StateDict own = split_children(sd, scheds_.size(), name_, kids);
-  load_all(scheds_, kids, opt_, last_lr_, [&] { LRScheduler::load_state_dict(own); });
-}
-
 Optimizer& ChainedScheduler::optimizer_of(const std::vector<std::reference_wrapper<LRScheduler>>& s) {
   KILN_CHECK(!s.empty(), "ChainedScheduler: expects at least one scheduler");
   return s.front().get().optimizer();
 }
 
 ChainedScheduler::ChainedScheduler(std::vector<std::reference_wrapper<LRScheduler>> schedulers)
-    : LRScheduler(optimizer_of(schedulers), "ChainedScheduler"), scheds_(std::move(schedulers)) {
-  for (size_t i = 0; i < scheds_.size(); ++i) {
-    const LRScheduler& s = scheds_[i].get();
-    KILN_CHECK(dynamic_cast<const ReduceLROnPlateau*>(&s) == nullptr, "ChainedScheduler: scheduler ", i,
-               " is a ReduceLROnPlateau, whose step needs a metric");
-    KILN_CHECK(&s.optimizer() == &opt_, "ChainedScheduler: scheduler ", i, " belongs to another optimizer than "
-               "scheduler 0");
-  }
+    : CompositeScheduler(optimizer_of(schedulers), "ChainedScheduler", schedulers) {
   last_epoch_ = 0;
   for (size_t g = 0; g < base_lrs_.size(); ++g) last_lr_.push_back(opt_.lr(g));
 }
@@ -769,19 +756,6 @@ void ChainedScheduler::step() {
   for (auto& s : scheds_) s.get().step();
   ++last_epoch_;
   for (size_t g = 0; g < last_lr_.size(); ++g) last_lr_[g] = opt_.lr(g);
-}
-
-double ChainedScheduler::lr_at(size_t group, int64_t) const { return opt_.lr(group); }
-
-StateDict ChainedScheduler::state_dict() const {
-  StateDict sd = LRScheduler::state_dict();
-  add_children(sd, scheds_);
-  return sd;
-}
-void ChainedScheduler::load_state_dict(const StateDict& sd) {
-  std::vector<StateDict> kids;
-  const StateDict own = split_children(sd, scheds_.size(), name_, kids);
-  load_all(scheds_, kids, opt_, last_lr_, [&] { LRScheduler::load_state_dict(own); });
 }
 
 // ---------------------------------------------------------------- ReduceLROnPlateau

@@ -57,6 +57,7 @@ class LRScheduler {
   virtual double restart_lr(size_t group) const { return lr_at(group, 0); }
   /// Sets epoch 0 again with restart_lr (SequentialLR at a milestone).
   void restart();
+  friend class CompositeScheduler;
   friend class SequentialLR;
   /// Hook for schedulers that also set other hyperparameters (OneCycle's momentum).
   virtual void apply_extra(int64_t /*epoch*/) {}
@@ -384,48 +385,51 @@ class CyclicLR : public LRScheduler {
   CyclicLROptions o_;
 };
 
+/// What SequentialLR and ChainedScheduler share: the schedulers they drive (this optimizer's,
+/// outliving the composite) and a state dict that carries theirs under "schedulers.<i>.".
+class CompositeScheduler : public LRScheduler {
+ public:
+  StateDict state_dict() const override;
+  /// Loads every scheduler's state and the composite's own, or none of them.
+  void load_state_dict(const StateDict& sd) override;
+
+ protected:
+  CompositeScheduler(Optimizer& opt, const char* name, const std::vector<std::reference_wrapper<LRScheduler>>& schedulers);
+  double lr_at(size_t group, int64_t epoch) const override;
+  std::vector<std::reference_wrapper<LRScheduler>> scheds_;
+};
+
 /// Runs one scheduler until the first milestone, the next until the second, and so on
 /// (torch's SequentialLR). At a milestone the next scheduler starts again from epoch 0
-/// (closed form from the base lr). The schedulers must be this optimizer's and outlive
-/// this object; SequentialLR, ChainedScheduler and ReduceLROnPlateau cannot be among them.
+/// (closed form from the base lr). SequentialLR, ChainedScheduler and ReduceLROnPlateau
+/// cannot be among the schedulers.
 ///   optim::LinearLR warm(opt, {.start_factor = 0.1, .total_iters = 5});
 ///   optim::CosineAnnealingLR cos(opt, {.T_max = 95});
 ///   optim::SequentialLR sched(opt, {warm, cos}, {5});
-class SequentialLR : public LRScheduler {
+class SequentialLR : public CompositeScheduler {
  public:
   SequentialLR(Optimizer& opt, std::vector<std::reference_wrapper<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   void step() override;
-  /// Its own epoch count and the schedulers' states under "schedulers.<i>.".
-  StateDict state_dict() const override;
-  void load_state_dict(const StateDict& sd) override;
 
  protected:
-  double lr_at(size_t group, int64_t epoch) const override;
   std::map<std::string, double> settings() const override;
   void set_settings(const std::map<std::string, double>& s) override;
 
  private:
-  std::vector<std::reference_wrapper<LRScheduler>> scheds_;
   std::vector<int64_t> milestones_;
 };
 
 /// Steps every scheduler, in order, at each step() (torch's ChainedScheduler): chainable
-/// schedulers multiply their factors. It sets no lr on construction. The schedulers must
-/// share one optimizer and outlive this object; ReduceLROnPlateau cannot be among them.
-class ChainedScheduler : public LRScheduler {
+/// schedulers multiply their factors. It sets no lr on construction. The schedulers share one
+/// optimizer; ReduceLROnPlateau cannot be among them.
+class ChainedScheduler : public CompositeScheduler {
  public:
   explicit ChainedScheduler(std::vector<std::reference_wrapper<LRScheduler>> schedulers);
   void step() override;
-  StateDict state_dict() const override;
-  void load_state_dict(const StateDict& sd) override;
-
- protected:
-  double lr_at(size_t group, int64_t epoch) const override;
 
  private:
   static Optimizer& optimizer_of(const std::vector<std::reference_wrapper<LRScheduler>>& s);
-  std::vector<std::reference_wrapper<LRScheduler>> scheds_;
 };
 
 enum class PlateauMode { min, max };

@@ -279,4 +279,17 @@ class OptimizerWith : public Optimizer {
   std::vector<ParamGroup> groups_given_;  // until check_all_options() applies their overrides
 };
 
+/// An OptimizerWith whose momentum is beta1 (Adam and its relatives): what OneCycleLR and
+/// CyclicLR cycle.
+template <class Opts>
+class OptimizerWithBetas : public OptimizerWith<Opts> {
+ public:
+  bool supports_momentum() const override { return true; }
+  double momentum(size_t group) const override { return this->opts_.at(group).betas.first; }
+  void set_momentum(size_t group, double m) override { this->opts_.at(group).betas.first = m; }
+
+ protected:
+  using OptimizerWith<Opts>::OptimizerWith;
+};
+
 }  // namespace kiln::optim
