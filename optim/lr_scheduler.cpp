@@ -552,28 +552,33 @@ void CosineAnnealingWarmRestarts::set_settings(const std::map<std::string, doubl
 
 // ---------------------------------------------------------------- CyclicLR
 
-// PyTorch sets every group's lr to base_lr before its base class records initial_lr.
+namespace {
+void check_cyclic(const Optimizer& opt, const CyclicLROptions& o) {
+  KILN_CHECK(std::isfinite(o.base_lr) && std::isfinite(o.max_lr) && o.base_lr >= 0 && o.max_lr >= 0,
+             "CyclicLR: base_lr and max_lr must be finite and >= 0, got ", o.base_lr, " and ", o.max_lr);
+  KILN_CHECK(o.step_size_up > 0 && o.step_size_down >= 0, "CyclicLR: expected step_size_up > 0 and "
+             "step_size_down >= 0 (0: step_size_up), got ", o.step_size_up, " and ", o.step_size_down);
+  KILN_CHECK(std::isfinite(o.gamma) && o.gamma > 0, "CyclicLR: gamma must be finite and > 0, got ", o.gamma);
+  KILN_CHECK(!o.cycle_momentum || opt.supports_momentum(), "CyclicLR: optimizer ", opt.name(),
+             " has no momentum or beta1 to cycle; pass .cycle_momentum = false");
+}
+}  // namespace
+
+// PyTorch sets every group's lr to base_lr before its base class records initial_lr; the
+// options are checked first, so refused ones leave the optimizer as it was.
 Optimizer& CyclicLR::start_at_base(Optimizer& opt, const CyclicLROptions& o) {
+  check_cyclic(opt, o);
   for (size_t g = 0; g < opt.num_groups(); ++g)
     if (!opt.initial_lr(g)) opt.set_lr(g, o.base_lr);
   return opt;
 }
 
 CyclicLR::CyclicLR(Optimizer& opt, CyclicLROptions o) : LRScheduler(start_at_base(opt, o), "CyclicLR"), o_(std::move(o)) {
-  check_options();
   for (auto& b : base_lrs_) b = o_.base_lr;
   initial_step();
 }
 
-void CyclicLR::check_options() const {
-  KILN_CHECK(std::isfinite(o_.base_lr) && std::isfinite(o_.max_lr) && o_.base_lr >= 0 && o_.max_lr >= 0,
-             "CyclicLR: base_lr and max_lr must be finite and >= 0, got ", o_.base_lr, " and ", o_.max_lr);
-  KILN_CHECK(o_.step_size_up > 0 && o_.step_size_down >= 0, "CyclicLR: expected step_size_up > 0 and "
-             "step_size_down >= 0 (0: step_size_up), got ", o_.step_size_up, " and ", o_.step_size_down);
-  KILN_CHECK(std::isfinite(o_.gamma) && o_.gamma > 0, "CyclicLR: gamma must be finite and > 0, got ", o_.gamma);
-  KILN_CHECK(!o_.cycle_momentum || opt_.supports_momentum(), "CyclicLR: optimizer ", opt_.name(),
-             " has no momentum or beta1 to cycle; pass .cycle_momentum = false");
-}
+void CyclicLR::check_options() const { check_cyclic(opt_, o_); }
 
 double CyclicLR::amplitude(double x) const {
   if (o_.scale_fn) return o_.scale_fn(x);

@@ -585,7 +585,11 @@ TEST_CASE("the new schedulers' argument errors") {
   CHECK_THROWS_AS(optim::PolynomialLR(t.opt, {.total_iters = 0}), kiln::Error);
   CHECK_THROWS_AS(optim::CosineAnnealingLR(t.opt, {.T_max = 0}), kiln::Error);
   CHECK_THROWS_AS(optim::CosineAnnealingWarmRestarts(t.opt, {.T_0 = 2, .T_mult = 0}), kiln::Error);
-  CHECK_THROWS_AS(optim::CyclicLR(t.opt, {.step_size_up = 0}), kiln::Error);
+  {
+    TwoGroups fresh;  // a refused CyclicLR leaves the lrs alone (it sets them to base_lr only when accepted)
+    CHECK_THROWS_AS(optim::CyclicLR(fresh.opt, {.step_size_up = 0}), kiln::Error);
+    CHECK(fresh.opt.lr(1) == 0.7);
+  }
   CHECK_THROWS_AS(optim::ReduceLROnPlateau(t.opt, {.factor = 1.0}), kiln::Error);
   CHECK(error_of([&] { optim::ReduceLROnPlateau(t.opt, {.min_lrs = {0.1}}); }).find("min_lrs") != std::string::npos);
   optim::ReduceLROnPlateau plateau(t.opt);
