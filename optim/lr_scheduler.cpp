@@ -21,12 +21,16 @@ int64_t whole(double v, const std::string& who, const std::string& key) {
 
 LRScheduler::LRScheduler(Optimizer& opt, const char* name) : opt_(opt), name_(name) {
   for (size_t g = 0; g < opt.num_groups(); ++g) {
-    if (!opt.initial_lr(g)) opt.set_initial_lr(g, opt.lr(g));  // the first scheduler attached
-    base_lrs_.push_back(*opt.initial_lr(g));
+    attach_lrs_.push_back(opt.lr(g));
+    base_lrs_.push_back(opt.initial_lr(g).value_or(opt.lr(g)));  // the first scheduler's lr, or this one's
   }
 }
 
 void LRScheduler::initial_step() {
+  // the derived constructor has accepted its options: only now does the optimizer learn its
+  // groups' initial_lr (a refused scheduler leaves it as it was)
+  for (size_t g = 0; g < attach_lrs_.size(); ++g)
+    if (!opt_.initial_lr(g)) opt_.set_initial_lr(g, attach_lrs_[g]);
   last_epoch_ = -1;
   step();
 }

@@ -46,7 +46,8 @@ class LRScheduler {
 
  protected:
   LRScheduler(Optimizer& opt, const char* name);
-  /// Must be called at the end of a derived constructor: sets epoch 0's lrs.
+  /// Must be called at the end of a derived constructor, after its checks: records the
+  /// groups' initial_lr where no scheduler has yet and sets epoch 0's lrs.
   void initial_step();
   /// The lr of `group` at step `epoch`: closed form from base_lrs_, or (the chainable
   /// schedulers) from the optimizer's current lr. Epoch 0 is the constructor's step.
@@ -69,6 +70,7 @@ class LRScheduler {
   const char* name_;
   std::vector<double> base_lrs_;
   std::vector<double> last_lr_;
+  std::vector<double> attach_lrs_;  // the groups' lrs when this scheduler was made
   int64_t last_epoch_ = -1;
 };
 

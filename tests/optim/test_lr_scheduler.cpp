@@ -576,6 +576,8 @@ TEST_CASE("the new schedulers' state_dict round trips continue the same sequence
 
 TEST_CASE("the new schedulers' argument errors") {
   TwoGroups t;
+  CHECK_THROWS_AS(optim::StepLR(t.opt, {.step_size = 0}), kiln::Error);
+  CHECK_FALSE(t.opt.initial_lr(0).has_value());  // a refused scheduler does not attach
   CHECK_THROWS_AS(optim::MultiStepLR(t.opt, {.milestones = {-1}}), kiln::Error);
   CHECK_THROWS_AS(optim::ExponentialLR(t.opt, {.gamma = -0.5}), kiln::Error);
   CHECK(error_of([&] { optim::ConstantLR(t.opt, {.factor = 0.0}); }).find("divides") != std::string::npos);
