@@ -126,10 +126,6 @@ optim::StateDict ZeroRedundancyOptimizer::state_dict() const {
   NoGradGuard ng;
   const optim::StateDict in = inner_->state_dict();
   optim::StateDict out;
-  const std::vector<std::string> number_names = inner_->scalar_names();
-  auto is_number = [&](const std::string& n) {
-    return std::find(number_names.begin(), number_names.end(), n) != number_names.end();
-  };
   std::vector<size_t> first(groups_.size() + 1, 0);  // global index of each group's first parameter
   for (size_t g = 0; g < groups_.size(); ++g) first[g + 1] = first[g] + groups_[g].size();
   for (const auto& [key, t] : in) {
@@ -153,7 +149,7 @@ optim::StateDict ZeroRedundancyOptimizer::state_dict() const {
     }
     KILN_CHECK(parts[0] == "state" && idx < flats_.size(), name_, ".state_dict: unexpected key '", key, "'");
     const Flat& f = flats_[idx];
-    if (parts[2] == "step" || is_number(parts[2])) {  // every parameter of the flat vector took the same steps
+    if (parts[2] == "step" || inner_->is_scalar_state(parts[2])) {  // every parameter of the flat vector took the same steps
       for (size_t p : f.params) out["state." + std::to_string(first[f.group] + p) + "." + parts[2]] = t.clone();
       continue;
     }
@@ -184,10 +180,6 @@ void ZeroRedundancyOptimizer::load_state_dict(const optim::StateDict& sd) {
   std::vector<std::map<std::string, std::vector<Tensor>>> bufs(flats_.size());  // flat -> name -> per parameter
   std::vector<std::vector<int64_t>> steps(flats_.size());
   std::vector<std::map<std::string, double>> numbers(flats_.size());  // flat -> name -> value (NAdam's mu_product)
-  const std::vector<std::string> number_names = inner_->scalar_names();
-  auto is_number = [&](const std::string& n) {
-    return std::find(number_names.begin(), number_names.end(), n) != number_names.end();
-  };
   for (size_t fi = 0; fi < flats_.size(); ++fi) steps[fi].assign(flats_[fi].params.size(), -1);
   for (const auto& [key, t] : sd) {
     const auto parts = optim::split_state_key(key);
@@ -221,7 +213,7 @@ void ZeroRedundancyOptimizer::load_state_dict(const optim::StateDict& sd) {
       steps[fi][k] = int64_t(t.item());
       continue;
     }
-    if (is_number(parts[2])) {  // one number per flat vector: its parameters must agree, as on their steps
+    if (inner_->is_scalar_state(parts[2])) {  // one number per flat vector: its parameters must agree, as on their steps
       KILN_CHECK(t.numel() == 1, name_, ".load_state_dict: '", key, "' must be a one-element tensor, got ", describe(t));
       auto [it, fresh] = numbers[fi].try_emplace(parts[2], t.item());
       KILN_CHECK(fresh || it->second == t.item(), name_, ".load_state_dict: '", key, "' is ", t.item(), " but another "

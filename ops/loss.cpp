@@ -372,6 +372,11 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 namespace {
 
+void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  KILN_CHECK(a.shape() == b.shape(), op, ": ", an, " shape ", shape_str(a.shape()), " and ", bn, " shape ",
+             shape_str(b.shape()), " must match (got ", describe(a), " and ", describe(b), ")");
+}
+
 /// Checks of a pointwise loss's input and target (and optional weights broadcastable to
 /// the input) and the dtype it computes in: the promoted one, float32 for 16-bit.
 DType pointwise_dtype(const char* op, const Tensor& input, const Tensor& target,
@@ -379,8 +384,7 @@ DType pointwise_dtype(const char* op, const Tensor& input, const Tensor& target,
   check_floating(op, input, "input");
   check_floating(op, target, "target");
   check_same_device(op, {input, target});
-  KILN_CHECK(input.shape() == target.shape(), op, ": input shape ", shape_str(input.shape()), " and target shape ",
-             shape_str(target.shape()), " must match (got ", describe(input), " and ", describe(target), ")");
+  check_same_shape(op, input, "input", target, "target");
   DType dt = promote_types(input.dtype(), target.dtype());
   for (const auto& [name, w] : weights) {
     if (!w.defined()) continue;
@@ -545,11 +549,6 @@ DType loss_dtype(const char* op, std::initializer_list<std::pair<const char*, Te
   }
   for (const Tensor& t : all) check_same_device(op, {all.front(), t});
   return cpu_compute_dtype(dt);
-}
-
-void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
-  KILN_CHECK(a.shape() == b.shape(), op, ": ", an, " shape ", shape_str(a.shape()), " and ", bn, " shape ",
-             shape_str(b.shape()), " must match (got ", describe(a), " and ", describe(b), ")");
 }
 
 Tensor zero_like_scalar(DType dt, Device dev) { return zeros({}, {.dtype = dt, .device = dev}); }

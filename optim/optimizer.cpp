@@ -162,6 +162,11 @@ float* Optimizer::skip_counter(size_t group, size_t i, bool create) {
   return static_cast<float*>(t.raw_data()) + i;
 }
 
+bool Optimizer::is_scalar_state(const std::string& name) const {
+  const std::vector<std::string> names = scalar_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 void Optimizer::zero_grad(bool set_to_none) { clear_grads(all_params(), set_to_none); }
 
 Tensor& Optimizer::buffer(ParamState& st, const std::string& name, const Tensor& p, bool* created) {
@@ -259,7 +264,6 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t g = 0; g < G; ++g) fresh.emplace_back(groups_[g].size());
   int64_t count = step_count_;
   const auto names = buffer_names();
-  const auto numbers = scalar_names();
   auto scalar_of = [&](const std::string& key, const Tensor& t) {
     KILN_CHECK(t.defined() && t.numel() == 1, name_, ".load_state_dict: '", key,
                "' must be a one-element tensor, got ", t.defined() ? describe(t) : std::string("undefined"));
@@ -297,7 +301,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       st.step = checked_whole(scalar_of(key, t), name_ + ".load_state_dict", key);
       continue;
     }
-    if (std::find(numbers.begin(), numbers.end(), parts[2]) != numbers.end()) {
+    if (is_scalar_state(parts[2])) {
       st.scalars[parts[2]] = scalar_of(key, t);
       continue;
     }

@@ -110,6 +110,8 @@ class Optimizer {
   /// "mu_product"), saved as float64 0-dim tensors; a wrapper (ZeRO-1) copies them per
   /// parameter instead of sharding them.
   virtual std::vector<std::string> scalar_names() const { return {}; }
+  /// Whether `name` is one of scalar_names().
+  bool is_scalar_state(const std::string& name) const;
 
   /// Snapshot (copies) of the hyperparameters and per-parameter state.
   virtual StateDict state_dict() const;
