@@ -417,4 +417,331 @@ Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
   KILN_CHECK(p >= 0, "cdist: p must be >= 0, got ", p);
   return vector_norm(sub(x1.unsqueeze(-2), x2.unsqueeze(-3)), p, {-1});
 }
+
+// ---------------------------------------------------------------- einsum, tensordot, kron
+//
+// einsum works on "labels": each letter of the equation, and one label per broadcast
+// dim of "..." (numbered 52, 53, ... so they sort before nothing and print as "...").
+// Every operand is first brought to distinct labels (a repeated letter takes the
+// diagonal), then the operands are contracted left to right, two at a time: labels that
+// no later operand and not the output need are summed, by one batched matmul where both
+// operands have them (PyTorch's sumproduct_pair), by a sum where only one does.
+
+namespace {
+
+constexpr int kEllipsisLabel = 52;  // 'A'-'Z' are 0-25, 'a'-'z' 26-51
+
+int label_of(char c) { return c >= 'A' && c <= 'Z' ? c - 'A' : 26 + (c - 'a'); }
+
+/// An operand with one label per dim.
+struct Labeled {
+  Tensor t;
+  std::vector<int> labels;
+};
+
+/// Takes the diagonal of the two dims d1 < d2 (the same size): they become one dim, the last.
+Labeled take_diagonal(const Labeled& x, size_t d1, size_t d2) {
+  const int64_t n = x.t.size(int64_t(d1));
+  std::vector<int64_t> perm;
+  std::vector<int> labels;
+  for (size_t d = 0; d < x.labels.size(); ++d)
+    if (d != d1 && d != d2) {
+      perm.push_back(int64_t(d));
+      labels.push_back(x.labels[d]);
+    }
+  perm.push_back(int64_t(d1));
+  perm.push_back(int64_t(d2));
+  labels.push_back(x.labels[d1]);
+  Tensor t = x.t.permute(perm);
+  Shape s(t.shape().begin(), t.shape().end() - 2);
+  s.push_back(n * n);
+  const Tensor idx = arange(0.0, double(n * n), double(n + 1), {.dtype = DType::int64, .device = x.t.device()});
+  return {index_select(t.reshape(s), -1, idx), labels};
+}
+
+/// Sums the dims of x whose labels are in `drop` (no dim left when all are).
+Labeled sum_labels(const Labeled& x, const std::vector<bool>& drop) {
+  Dims dims;
+  Labeled r;
+  for (size_t d = 0; d < x.labels.size(); ++d) {
+    if (drop[size_t(x.labels[d])]) dims.push_back(int64_t(d));
+    else r.labels.push_back(x.labels[d]);
+  }
+  r.t = dims.empty() ? x.t : sum(x.t, dims);
+  return r;
+}
+
+/// Contracts a and b over the labels in `drop`, keeping the rest (labels in a's order, then
+/// b's new ones). Dims of size 1 broadcast against the other operand.
+Labeled contract_pair(const Labeled& a, const Labeled& b, const std::vector<bool>& drop) {
+  auto pos = [](const Labeled& x, int l) {
+    const auto it = std::find(x.labels.begin(), x.labels.end(), l);
+    return it == x.labels.end() ? int64_t(-1) : int64_t(it - x.labels.begin());
+  };
+  auto size_of = [&](const Labeled& x, int l) {
+    const int64_t p = pos(x, l);
+    return p < 0 ? int64_t(1) : x.t.size(p);
+  };
+  std::vector<int> all = a.labels;
+  for (int l : b.labels)
+    if (pos(a, l) < 0) all.push_back(l);
+  // a dim summed while only one side has it (size > 1) is summed on that side first
+  std::vector<bool> only(drop.size(), false);
+  for (int l : all)
+    if (drop[size_t(l)] && (size_of(a, l) == 1 || size_of(b, l) == 1)) only[size_t(l)] = true;
+  const Labeled a1 = sum_labels(a, only), b1 = sum_labels(b, only);
+  std::vector<int> batch, left, right, red;
+  for (int l : all) {
+    if (only[size_t(l)]) continue;
+    const int64_t sa = size_of(a1, l), sb = size_of(b1, l);
+    if (drop[size_t(l)]) red.push_back(l);
+    else if (sa > 1 && sb > 1) batch.push_back(l);
+    else if (sb == 1 && pos(a1, l) >= 0) left.push_back(l);  // size 1 on both sides: kept on a's side
+    else right.push_back(l);
+  }
+  // a -> (batch, left, red), b -> (batch, red, right); labels a side lacks are size-1 dims
+  auto arrange = [&](const Labeled& x, const std::vector<std::vector<int>*>& groups) {
+    auto in_groups = [&](int l) {
+      for (const auto* g : groups)
+        if (std::find(g->begin(), g->end(), l) != g->end()) return true;
+      return false;
+    };
+    // dims of size 1 that belong to the other side go; labels this side lacks come as size 1
+    Labeled y;
+    Shape s;
+    for (size_t d = 0; d < x.labels.size(); ++d)
+      if (in_groups(x.labels[d])) {
+        y.labels.push_back(x.labels[d]);
+        s.push_back(x.t.size(int64_t(d)));
+      }
+    for (const auto* g : groups)
+      for (int l : *g)
+        if (pos(y, l) < 0) {
+          y.labels.push_back(l);
+          s.push_back(1);
+        }
+    y.t = x.t.reshape(s);
+    std::vector<int64_t> perm;
+    for (const auto* g : groups)
+      for (int l : *g) perm.push_back(pos(y, l));
+    return y.t.permute(perm);
+  };
+  const Tensor ta = arrange(a1, {&batch, &left, &red}), tb = arrange(b1, {&batch, &red, &right});
+  auto prod = [](const Tensor& t, size_t from, size_t n) {
+    int64_t p = 1;
+    for (size_t i = from; i < from + n; ++i) p *= t.size(int64_t(i));
+    return p;
+  };
+  const size_t nb = batch.size(), nl = left.size(), nr = red.size(), nq = right.size();
+  Shape out_shape;
+  for (size_t i = 0; i < nb + nl; ++i) out_shape.push_back(ta.size(int64_t(i)));
+  for (size_t i = 0; i < nq; ++i) out_shape.push_back(tb.size(int64_t(nb + nr + i)));
+  const int64_t B = prod(ta, 0, nb), L = prod(ta, nb, nl), K = prod(ta, nb + nl, nr), R = prod(tb, nb + nr, nq);
+  Tensor y = matmul(ta.reshape({B, L, K}), tb.reshape({B, K, R})).reshape(out_shape);
+  Labeled r{y, batch};
+  r.labels.insert(r.labels.end(), left.begin(), left.end());
+  r.labels.insert(r.labels.end(), right.begin(), right.end());
+  return r;
+}
+
+}  // namespace
+
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
+  const char* op = "einsum";
+  KILN_CHECK(!operands.empty(), "einsum: expected at least one operand for equation \"", equation, "\"");
+  for (const Tensor& t : operands) {
+    KILN_CHECK(t.defined(), "einsum: an operand is undefined");
+    check_same_device(op, {operands[0], t});
+  }
+  std::string eq;
+  for (char c : equation)
+    if (c != ' ') eq += c;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  // the subscripts of each operand: labels, with -1 standing for "..."
+  std::vector<std::vector<int>> subs(1);
+  auto parse_term = [&](const std::string& s, std::vector<int>& out, const char* where) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      const char c = s[i];
+      if (c == '.') {
+        KILN_CHECK(s.compare(i, 3, "...") == 0 && std::find(out.begin(), out.end(), -1) == out.end(), "einsum: ",
+                   where, " of \"", equation, "\" has a '.' that is not part of a single \"...\"");
+        out.push_back(-1);
+        i += 2;
+      } else {
+        KILN_CHECK((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'), "einsum: invalid subscript '", c, "' in ",
+                   where, " of \"", equation, "\" (expected letters a-z, A-Z and \"...\")");
+        out.push_back(label_of(c));
+      }
+    }
+  };
+  {
+    std::string term;
+    for (char c : lhs) {
+      if (c == ',') {
+        parse_term(term, subs.back(), "the inputs");
+        subs.emplace_back();
+        term.clear();
+      } else {
+        term += c;
+      }
+    }
+    parse_term(term, subs.back(), "the inputs");
+  }
+  KILN_CHECK(subs.size() == operands.size(), "einsum: equation \"", equation, "\" names ", subs.size(),
+             " operands but ", operands.size(), " were given");
+  // the number of "..." dims: the most any operand has
+  int64_t n_ell = 0;
+  for (size_t i = 0; i < subs.size(); ++i) {
+    const bool ell = std::find(subs[i].begin(), subs[i].end(), -1) != subs[i].end();
+    const int64_t letters = int64_t(subs[i].size()) - (ell ? 1 : 0), nd = operands[i].dim();
+    KILN_CHECK(ell ? nd >= letters : nd == letters, "einsum: operand ", i, " (", describe(operands[i]),
+               ") has ", nd, " dims but its subscripts \"", lhs, "\" give it ", letters, ell ? " or more" : "");
+    if (ell) n_ell = std::max(n_ell, nd - letters);
+  }
+  // labels of each operand's dims; "..." dims right-aligned onto labels 52 .. 52 + n_ell - 1
+  std::vector<Labeled> ops;
+  std::vector<int> count(size_t(kEllipsisLabel + n_ell), 0);
+  std::vector<int64_t> label_size(count.size(), 1);
+  for (size_t i = 0; i < subs.size(); ++i) {
+    Labeled x{operands[i], {}};
+    const int64_t letters = int64_t(subs[i].size()) - 1;
+    for (int l : subs[i]) {
+      if (l >= 0) {
+        x.labels.push_back(l);
+        ++count[size_t(l)];  // counted as written: "ii" has i twice, so its implicit output is ""
+        continue;
+      }
+      const int64_t k = operands[i].dim() - letters;
+      for (int64_t e = 0; e < k; ++e) x.labels.push_back(int(kEllipsisLabel + n_ell - k + e));
+    }
+    // a repeated label takes the diagonal
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t d1 = 0; d1 < x.labels.size() && !again; ++d1)
+        for (size_t d2 = d1 + 1; d2 < x.labels.size() && !again; ++d2)
+          if (x.labels[d1] == x.labels[d2]) {
+            KILN_CHECK(x.t.size(int64_t(d1)) == x.t.size(int64_t(d2)), "einsum: subscript repeated in operand ", i,
+                       " (", describe(operands[i]), ") of \"", equation, "\" names dims ", d1, " and ", d2,
+                       " of different sizes");
+            x = take_diagonal(x, d1, d2);
+            again = true;
+          }
+    }
+    for (size_t d = 0; d < x.labels.size(); ++d) {
+      const size_t l = size_t(x.labels[d]);
+      const int64_t s = x.t.size(int64_t(d));
+      KILN_CHECK(s == label_size[l] || s == 1 || label_size[l] == 1, "einsum: operands of \"", equation,
+                 "\" do not broadcast: a subscript has size ", label_size[l], " in one operand and ", s,
+                 " in operand ", i, " (", describe(operands[i]), ")");
+      if (s != 1) label_size[l] = s;
+    }
+    ops.push_back(std::move(x));
+  }
+  // the output's labels: explicit after "->", else "..." then the letters used once, sorted
+  std::vector<int> out;
+  if (arrow != std::string::npos) {
+    std::vector<int> o;
+    parse_term(eq.substr(arrow + 2), o, "the output");
+    for (int l : o) {
+      if (l < 0) {
+        for (int64_t e = 0; e < n_ell; ++e) out.push_back(int(kEllipsisLabel + e));
+        continue;
+      }
+      KILN_CHECK(count[size_t(l)] > 0 && std::find(out.begin(), out.end(), l) == out.end(), "einsum: output subscript ",
+                 char(l < 26 ? 'A' + l : 'a' + l - 26), " of \"", equation,
+                 "\" must appear in an input and only once in the output");
+      out.push_back(l);
+    }
+    // "..." dims left out of an explicit output are summed, as PyTorch's
+  } else {
+    for (int64_t e = 0; e < n_ell; ++e) out.push_back(int(kEllipsisLabel + e));
+    for (int l = 0; l < kEllipsisLabel; ++l)
+      if (count[size_t(l)] == 1) out.push_back(l);
+  }
+  // contract left to right; a label is summed once no later operand and not the output has it
+  std::vector<int> later(count.size(), 0);
+  for (size_t i = 1; i < ops.size(); ++i)
+    for (int l : ops[i].labels) ++later[size_t(l)];
+  auto dropped = [&]() {
+    std::vector<bool> drop(count.size());
+    for (size_t l = 0; l < count.size(); ++l)
+      drop[l] = later[l] == 0 && std::find(out.begin(), out.end(), int(l)) == out.end();
+    return drop;
+  };
+  Labeled acc = ops[0];
+  if (ops.size() == 1) acc = sum_labels(acc, dropped());
+  for (size_t i = 1; i < ops.size(); ++i) {
+    for (int l : ops[i].labels) --later[size_t(l)];
+    acc = contract_pair(acc, ops[i], dropped());
+  }
+  // to the output's order (every output label is still there: only dropped labels are summed)
+  std::vector<int64_t> perm;
+  for (int l : out) perm.push_back(int64_t(std::find(acc.labels.begin(), acc.labels.end(), l) - acc.labels.begin()));
+  return acc.t.permute(perm);
+}
+
+Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& dims_a,
+                 const std::vector<int64_t>& dims_b) {
+  KILN_CHECK(a.defined() && b.defined(), "tensordot: an operand is undefined");
+  KILN_CHECK(dims_a.size() == dims_b.size(), "tensordot: dims_a and dims_b must have the same length, got ",
+             dims_a.size(), " and ", dims_b.size());
+  std::vector<bool> ca(size_t(a.dim()), false), cb(size_t(b.dim()), false);
+  std::vector<int64_t> pa, pb;
+  int64_t K = 1;
+  for (size_t i = 0; i < dims_a.size(); ++i) {
+    const int64_t da = wrap_dim(dims_a[i], a.dim(), "tensordot"), db = wrap_dim(dims_b[i], b.dim(), "tensordot");
+    KILN_CHECK(!ca[size_t(da)] && !cb[size_t(db)], "tensordot: a dim is contracted twice");
+    KILN_CHECK(a.size(da) == b.size(db), "tensordot: contracted dim ", da, " of ", describe(a), " and dim ", db,
+               " of ", describe(b), " differ in size");
+    ca[size_t(da)] = cb[size_t(db)] = true;
+    pa.push_back(da);
+    pb.push_back(db);
+    K *= a.size(da);
+  }
+  std::vector<int64_t> free_a, free_b;
+  Shape out;
+  int64_t M = 1, N = 1;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (!ca[size_t(d)]) {
+      free_a.push_back(d);
+      out.push_back(a.size(d));
+      M *= a.size(d);
+    }
+  for (int64_t d = 0; d < b.dim(); ++d)
+    if (!cb[size_t(d)]) {
+      free_b.push_back(d);
+      out.push_back(b.size(d));
+      N *= b.size(d);
+    }
+  free_a.insert(free_a.end(), pa.begin(), pa.end());
+  pb.insert(pb.end(), free_b.begin(), free_b.end());
+  return matmul(a.permute(free_a).reshape({M, K}), b.permute(pb).reshape({K, N})).reshape(out);
+}
+
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims) {
+  KILN_CHECK(a.defined() && b.defined(), "tensordot: an operand is undefined");
+  KILN_CHECK(dims >= 0 && dims <= a.dim() && dims <= b.dim(), "tensordot: dims must be in [0, min(", a.dim(), ", ",
+             b.dim(), ")], got ", dims);
+  std::vector<int64_t> da, db;
+  for (int64_t i = 0; i < dims; ++i) {
+    da.push_back(a.dim() - dims + i);
+    db.push_back(i);
+  }
+  return tensordot(a, b, da, db);
+}
+
+Tensor kron(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "kron: an operand is undefined");
+  const int64_t n = std::max(a.dim(), b.dim());
+  Shape sa, sb, out;
+  for (int64_t d = 0; d < n; ++d) {
+    const int64_t x = d < n - a.dim() ? 1 : a.size(d - (n - a.dim()));
+    const int64_t y = d < n - b.dim() ? 1 : b.size(d - (n - b.dim()));
+    sa.insert(sa.end(), {x, 1});
+    sb.insert(sb.end(), {1, y});
+    out.push_back(x * y);
+  }
+  return mul(a.reshape(sa), b.reshape(sb)).reshape(out);
+}
 }  // namespace kiln

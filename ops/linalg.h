@@ -29,6 +29,21 @@ Tensor trace(const Tensor& x);
 /// matrix-product shortcut PyTorch takes for p = 2 above 25 rows; its gradient is 0 at a
 /// zero distance).
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2.0);
+/// torch.einsum: "ij,jk->ik", "bij,bjk->bik", "...ij->...ji", "ii->i" (a repeated subscript
+/// takes the diagonal), "i,i" (no "->": the output is "..." then the subscripts used once,
+/// in alphabetical order, capitals first). Spaces are ignored; dims of size 1 broadcast. The
+/// operands are contracted left to right, two at a time, each pair by one batched matmul
+/// over the subscripts summed there (PyTorch's order without opt_einsum); subscripts found in
+/// one operand only are summed first. Differentiable through its parts.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
+/// Sums a's dims dims_a against b's dims_b (the same sizes): the result has a's other dims,
+/// then b's (torch.tensordot). The int form contracts a's last `dims` dims with b's first.
+Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<int64_t>& dims_a,
+                 const std::vector<int64_t>& dims_b);
+Tensor tensordot(const Tensor& a, const Tensor& b, int64_t dims = 2);
+/// The Kronecker product (torch.kron): the lower-rank operand gets leading size-1 dims, and
+/// out[i * b.size + j] = a[i] * b[j] in every dim.
+Tensor kron(const Tensor& a, const Tensor& b);
 
 /// How float32 matmul/linear may compute on CUDA (torch.set_float32_matmul_precision):
 ///   "highest": strict float32 GEMMs (the default);

@@ -367,3 +367,132 @@ TEST_CASE("mm, bmm, addmm, baddbmm, outer, trace, cdist: values, gradients, erro
   CHECK_THROWS_AS(trace(v), kiln::Error);
   CHECK_THROWS_AS(cdist(randn({4, 3}), randn({4, 2})), kiln::Error);
 }
+
+namespace {
+
+/// A naive einsum over letters only, with an explicit output: loops over every assignment
+/// of the subscripts and adds the product of the operands' entries to the output's.
+Tensor ref_einsum(const std::string& lhs, const std::string& out, const std::vector<Tensor>& ops) {
+  std::vector<std::string> terms(1);
+  for (char c : lhs) {
+    if (c == ',') terms.emplace_back();
+    else terms.back().push_back(c);
+  }
+  std::string letters;
+  std::vector<int64_t> size(128, 0);
+  for (size_t i = 0; i < terms.size(); ++i)
+    for (size_t d = 0; d < terms[i].size(); ++d) {
+      const char c = terms[i][d];
+      if (letters.find(c) == std::string::npos) letters += c;
+      size[size_t(c)] = std::max(size[size_t(c)], ops[i].size(int64_t(d)));
+    }
+  Shape os;
+  for (char c : out) os.push_back(size[size_t(c)]);
+  std::vector<double> y(size_t(shape_numel(os)), 0.0);
+  std::vector<std::vector<double>> v;
+  for (const Tensor& t : ops) v.push_back(t.contiguous().to_vector<double>());
+  std::vector<int64_t> at(128, 0);
+  for (;;) {
+    double p = 1;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      int64_t off = 0;
+      for (size_t d = 0; d < terms[i].size(); ++d) {
+        const int64_t s = ops[i].size(int64_t(d));
+        off = off * s + (s == 1 ? 0 : at[size_t(terms[i][d])]);  // size-1 dims broadcast
+      }
+      p *= v[i][size_t(off)];
+    }
+    int64_t o = 0;
+    for (char c : out) o = o * size[size_t(c)] + at[size_t(c)];
+    y[size_t(o)] += p;
+    size_t k = 0;
+    for (; k < letters.size(); ++k) {
+      const size_t c = size_t(letters[letters.size() - 1 - k]);
+      if (++at[c] < size[c]) break;
+      at[c] = 0;
+    }
+    if (k == letters.size()) break;
+  }
+  return from_vector(y, os);
+}
+
+}  // namespace
+
+TEST_CASE("einsum: against the naive loop, implicit outputs, ellipsis, diagonals, gradients, errors") {
+  manual_seed(92);
+  struct Case {
+    std::string lhs, out;
+    std::vector<Shape> shapes;
+  };
+  const std::vector<Case> cases = {
+      {"ij,jk", "ik", {{3, 4}, {4, 5}}},          {"bij,bjk", "bik", {{2, 3, 4}, {2, 4, 5}}},
+      {"ij", "ji", {{3, 4}}},                     {"ii", "i", {{4, 4}}},
+      {"ii", "", {{4, 4}}},                       {"iij", "j", {{3, 3, 2}}},
+      {"i,j", "ij", {{3}, {4}}},                  {"bhqd,bhkd", "bhqk", {{2, 3, 4, 5}, {2, 3, 6, 5}}},
+      {"ij,jk,kl", "il", {{2, 3}, {3, 4}, {4, 5}}}, {"ijk,ikl", "jl", {{3, 2, 4}, {3, 4, 5}}},
+      {"ab,ab", "a", {{3, 4}, {3, 4}}},           {"a,b,c", "cab", {{2}, {3}, {4}}},
+      {"ij,ij,ij", "ij", {{2, 3}, {2, 3}, {1, 3}}}, {"bn,anm,bm", "ba", {{2, 3}, {4, 3, 5}, {2, 5}}},
+      {"bi,bi", "b", {{3, 1}, {1, 4}}},           {"Ab,bC", "AC", {{2, 3}, {3, 4}}},
+      {"ij,jk", "ik", {{3, 1}, {4, 5}}},          {"ijk", "", {{2, 3, 4}}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.lhs);
+    std::vector<Tensor> ops;
+    for (const Shape& s : c.shapes) ops.push_back(randn(s, f64));
+    const Tensor y = einsum(c.lhs + "->" + c.out, ops);
+    CHECK(close_to_ref(y, ref_einsum(c.lhs, c.out, ops), 1e-12));
+    CHECK(gradcheck([&](auto& x) { return einsum(c.lhs + "->" + c.out, x); }, ops));
+  }
+  const Tensor a = randn({3, 4}, f64), b = randn({4, 5}, f64), sq = randn({4, 4}, f64), v = randn({4}, f64);
+  // no "->": "..." then the subscripts used once, alphabetically (capitals first); spaces ignored
+  CHECK(allclose(einsum("ij,jk", {a, b}), matmul(a, b)));
+  CHECK(allclose(einsum("ba", {a}), a.t()));
+  CHECK(allclose(einsum("ii", {sq}), trace(sq)));
+  CHECK(allclose(einsum("i,i", {v, v}), sum(mul(v, v))));
+  CHECK(allclose(einsum(" i j , j k -> i k ", {a, b}), matmul(a, b)));
+  CHECK(allclose(einsum("bA", {b}), b.t()));  // "Ab": capitals sort first
+  // "...": broadcast batch dims, right-aligned; left out of an explicit output, summed
+  const Tensor x = randn({2, 1, 3, 4}, f64), w = randn({5, 4, 2}, f64);
+  CHECK(allclose(einsum("...ij,...jk", {x, w}), matmul(x, w)));
+  CHECK(allclose(einsum("...ij->...ji", {x}), x.transpose(-1, -2)));
+  CHECK(allclose(einsum("ij...->ij", {x.permute({2, 3, 0, 1})}), sum(x, {0, 1})));
+  CHECK(allclose(einsum("...,...->...", {a, v}), mul(a, v)));
+  CHECK(gradcheck([](auto& t) { return einsum("...ij,...jk", t); }, {x, w}));
+  // 0-dim operands and empty dims
+  CHECK(einsum(",->", {T({2.0}, {}), T({3.0}, {})}).item() == 6.0);
+  CHECK(einsum("i,i->", {randn({0}, f64), randn({0}, f64)}).item() == 0.0);
+  CHECK(einsum("ij,jk", {randn({0, 3}, f64), randn({3, 2}, f64)}).shape() == Shape{0, 2});
+  // integer operands multiply exactly (on the CPU)
+  const Tensor ia = T({1, 2, 3, 4}, {2, 2}).to(DType::int64);
+  CHECK(einsum("ij,jk->ik", {ia, ia}).to_vector<double>() == std::vector<double>{7, 10, 15, 22});
+  auto err = [](const std::string& eq, const std::vector<Tensor>& ops) { return error_of([&] { einsum(eq, ops); }); };
+  CHECK(err("ij,jk->ik", {a, a}).find("do not broadcast") != std::string::npos);
+  CHECK(err("ij,jk->ik", {a}).find("names 2 operands but 1 were given") != std::string::npos);
+  CHECK(err("ijk->i", {a}).find("has 2 dims") != std::string::npos);
+  CHECK(err("i1->i", {v}).find("invalid subscript '1'") != std::string::npos);
+  CHECK(err("ij->ii", {a}).find("only once in the output") != std::string::npos);
+  CHECK(err("ij->k", {a}).find("must appear in an input") != std::string::npos);
+  CHECK(err("ii->i", {a}).find("different sizes") != std::string::npos);
+  CHECK(err("i..j->", {v}).find("\"...\"") != std::string::npos);
+  CHECK_THROWS_AS(einsum("ij", {}), kiln::Error);
+}
+
+TEST_CASE("tensordot and kron: values, gradients, errors") {
+  manual_seed(93);
+  const Tensor a = randn({2, 3, 4}, f64), b = randn({3, 4, 5}, f64);
+  CHECK(allclose(tensordot(a, b, 2), einsum("ijk,jkl->il", {a, b})));
+  CHECK(allclose(tensordot(a, b, {2, 1}, {1, 0}), einsum("ijk,jkl->il", {a, b})));
+  CHECK(allclose(tensordot(a, b, 0), einsum("ijk,lmn->ijklmn", {a, b})));
+  CHECK(gradcheck([](auto& x) { return tensordot(x[0], x[1], {1}, {0}); }, {a, b}));
+  CHECK_THROWS_AS(tensordot(a, b, {0}, {0}), kiln::Error);       // sizes 2 and 3
+  CHECK_THROWS_AS(tensordot(a, b, {1, 1}, {0, 1}), kiln::Error);  // dim 1 twice
+  CHECK_THROWS_AS(tensordot(a, b, {1}, {0, 1}), kiln::Error);
+  CHECK_THROWS_AS(tensordot(a, b, 4), kiln::Error);
+  // kron: [[1,2],[3,4]] (x) [[0,1],[1,0]] by hand, then a lower-rank operand
+  const Tensor m = T({1, 2, 3, 4}, {2, 2}), p = T({0, 1, 1, 0}, {2, 2});
+  CHECK(kron(m, p).to_vector<double>() ==
+        std::vector<double>{0, 1, 0, 2, 1, 0, 2, 0, 0, 3, 0, 4, 3, 0, 4, 0});
+  CHECK(kron(T({1, 2}, {2}), m).shape() == Shape{2, 4});
+  CHECK(kron(T({1, 2}, {2}), m).to_vector<double>() == std::vector<double>{1, 2, 2, 4, 3, 4, 6, 8});
+  CHECK(gradcheck([](auto& x) { return kron(x[0], x[1]); }, {randn({2, 3}, f64), randn({3, 1, 2}, f64)}));
+}
