@@ -272,6 +272,201 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   });
 }
 
+// ---------------------------------------------------------------- scatter, index_add and friends
+//
+// Out of place, as torch.scatter / Tensor.index_add: the result is a fresh copy of x (in
+// the compute dtype: float32 for 16-bit floats on the CPU) that the kernel writes into.
+
+namespace {
+
+/// A fresh contiguous copy of x's data in dtype dt (detached).
+Tensor fresh_copy(const Tensor& x, DType dt) {
+  NoGradGuard ng;
+  return dt == x.dtype() ? x.detach().clone() : x.detach().to(dt);
+}
+
+/// PyTorch's checks of scatter / scatter_add: an index with as many dims as x (and src),
+/// no larger than src anywhere and than x off dim; returns the wrapped dim.
+int64_t check_scatter(const char* op, const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  KILN_CHECK(x.defined() && index.defined(), op, ": input or index is undefined");
+  check_same_device(op, {x, index});
+  if (src.defined()) {
+    check_same_device(op, {x, src});
+    KILN_CHECK(src.dtype() == x.dtype(), op, ": src must have the input's dtype, got ", describe(x), " and ",
+               describe(src));
+  }
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), op);
+  bool ok = index.dim() == x.dim() && (!src.defined() || src.dim() == x.dim());
+  for (int64_t e = 0; ok && e < index.dim(); ++e)
+    ok = (e == d || index.size(e) <= x.size(e)) && (!src.defined() || index.size(e) <= src.size(e));
+  KILN_CHECK(ok, op, ": index must have as many dims as the input", src.defined() ? " and src" : "",
+             ", and be no larger than ", src.defined() ? "src in every dim and " : "", "the input in every dim but ",
+             d, ", got input ", describe(x), ", index ", describe(index), src.defined() ? ", src " : "",
+             src.defined() ? describe(src) : "");
+  return d;
+}
+
+/// The gradient of scatter's source: g gathered at the index, zero beyond the index's extent.
+Tensor source_grad(const Tensor& g, int64_t d, const Tensor& idx, const Shape& src_shape) {
+  Tensor gs = gather(g, d, idx);
+  if (gs.shape() == src_shape) return gs;
+  std::vector<int64_t> pads;
+  for (int64_t e = gs.dim() - 1; e >= 0; --e) pads.insert(pads.end(), {0, src_shape[size_t(e)] - gs.size(e)});
+  return pad(gs, pads);
+}
+
+/// out = x with src written (add: added) at index along d; src undefined for a filled value.
+Tensor scatter_impl(const char* op, const Tensor& x, int64_t d, const Tensor& index, const Tensor& src, bool add) {
+  const Tensor idx = checked_index(index, x.dim() == 0 ? 1 : x.size(d), d, op, x);
+  const DType xdt = x.dtype(), dt = add ? compute_dtype(x) : xdt;
+  Tensor out = fresh_copy(x, dt);
+  if (idx.numel() > 0) {
+    NoGradGuard ng;
+    const Tensor s = src.to(dt);
+    const Tensor xo = x.dim() == 0 ? out.reshape({1}) : out, so = x.dim() == 0 ? s.reshape({1}) : s;
+    const Tensor io = x.dim() == 0 ? idx.reshape({1}) : idx;
+    const int64_t nd = xo.dim();
+    const auto* k = kernel<GatherKernels>(Op::gather, x.device());
+    if (add)
+      k->backward(dt, so.raw_data(), io.data<int64_t>(), xo.raw_data(), nd, io.shape().data(), so.strides().data(),
+                  io.strides().data(), xo.strides().data(), d);
+    else
+      k->scatter(xo.element_size(), so.raw_data(), io.data<int64_t>(), xo.raw_data(), nd, io.shape().data(),
+                 so.strides().data(), io.strides().data(), xo.strides().data(), d);
+  }
+  out = cast_back(out, xdt);
+  if (!x.is_floating_point()) return out;
+  const Tensor idx_d = idx.detach();
+  const Shape ss = src.shape();
+  const bool src_grad = src.requires_grad();
+  return record(out, op, {x, src}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    // add: x's gradient passes through; copy: zero where x was overwritten
+    Tensor gx = add ? g : scatter(g, d, idx_d, 0.0);
+    return {gx, src_grad ? source_grad(g, d, idx_d, ss) : Tensor()};
+  });
+}
+
+/// A 1-D index along d, expanded to `shape` (its entries along d, repeated elsewhere).
+Tensor expand_index(const char* op, const Tensor& index, int64_t d, Shape shape, const Tensor& x) {
+  KILN_CHECK(index.defined() && index.dim() <= 1, op, ": index must be 0-D or 1-D, got ",
+             index.defined() ? describe(index) : "undefined", " (input ", describe(x), ")");
+  const int64_t n = index.numel();
+  if (shape.empty()) return index.reshape({});
+  Shape v(shape.size(), 1);
+  v[size_t(d)] = n;
+  shape[size_t(d)] = n;
+  return index.reshape(v).expand(shape);
+}
+
+}  // namespace
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  KILN_CHECK(src.defined(), "scatter: src is undefined");
+  const int64_t d = check_scatter("scatter", x, dim, index, src);
+  return scatter_impl("scatter", x, d, index, src, false);
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value) {
+  const int64_t d = check_scatter("scatter", x, dim, index, Tensor());
+  return scatter_impl("scatter", x, d, index, full(index.shape(), value, {.dtype = x.dtype(), .device = x.device()}),
+                      false);
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  KILN_CHECK(src.defined(), "scatter_add: src is undefined");
+  const int64_t d = check_scatter("scatter_add", x, dim, index, src);
+  return scatter_impl("scatter_add", x, d, index, src, true);
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha) {
+  const char* op = "index_add";
+  KILN_CHECK(x.defined() && index.defined() && source.defined(), "index_add: an argument is undefined");
+  check_same_device(op, {x, index, source});
+  KILN_CHECK(source.dtype() == x.dtype(), "index_add: source must have the input's dtype, got ", describe(x),
+             " and ", describe(source));
+  KILN_CHECK(index.dim() <= 1, "index_add: index must be 0-D or 1-D, got ", describe(index));
+  const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x, s1 = source.dim() == 0 ? source.reshape({1}) : source;
+  const int64_t d = wrap_dim(dim, x1.dim(), op);
+  Shape want = x1.shape();
+  want[size_t(d)] = index.numel();
+  KILN_CHECK(s1.shape() == want, "index_add: source must have the input's shape with ", index.numel(),
+             " entries along dim ", d, ", got input ", describe(x), ", index ", describe(index), ", source ",
+             describe(source));
+  KILN_CHECK(x.is_floating_point() || alpha == std::trunc(alpha), "index_add: alpha ", alpha,
+             " must be an integer for an integer input ", describe(x));
+  const Tensor idx = checked_index(index.reshape({index.numel()}), x1.size(d), d, op, x);
+  const DType xdt = x.dtype(), dt = compute_dtype(x);
+  Tensor out = fresh_copy(x1, dt);
+  int64_t outer = 1, inner = 1;
+  for (int64_t e = 0; e < d; ++e) outer *= x1.size(e);
+  for (int64_t e = d + 1; e < x1.dim(); ++e) inner *= x1.size(e);
+  {
+    NoGradGuard ng;
+    Tensor s = s1.to(dt);
+    if (alpha != 1.0) s = mul(s, scalar_tensor(alpha, {.dtype = dt, .device = x.device()}));
+    s = s.contiguous();
+    kernel<IndexSelectKernels>(Op::index_select, x.device())
+        ->backward(dt, s.raw_data(), idx.data<int64_t>(), out.raw_data(), outer, x1.size(d), idx.numel(), inner);
+  }
+  out = cast_back(out, xdt).reshape(x.shape());
+  if (!x.is_floating_point()) return out;
+  const Tensor idx_d = idx.detach();
+  const Shape ss = source.shape();
+  return record(out, op, {x, source}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
+    Tensor gs = index_select(g.dim() == 0 ? g.reshape({1}) : g, d, idx_d);
+    if (alpha != 1.0) gs = mul(gs, alpha);
+    return {g, gs.reshape(ss)};
+  });
+}
+
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  KILN_CHECK(x.defined() && source.defined(), "index_copy: an argument is undefined");
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "index_copy");
+  Shape want = x.shape();
+  if (!want.empty()) want[size_t(d)] = index.defined() ? index.numel() : 0;
+  KILN_CHECK(source.shape() == want, "index_copy: source must have the input's shape with ",
+             index.defined() ? index.numel() : 0, " entries along dim ", d, ", got input ", describe(x), ", source ",
+             describe(source));
+  const Tensor ie = expand_index("index_copy", index, d, x.shape(), x);
+  check_scatter("index_copy", x, d, ie, source);
+  return scatter_impl("index_copy", x, d, ie, source, false);
+}
+
+Tensor index_fill(const Tensor& x, int64_t dim, const Tensor& index, double value) {
+  KILN_CHECK(x.defined(), "index_fill: input is undefined");
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "index_fill");
+  const Tensor ie = expand_index("index_fill", index, d, x.shape(), x);
+  check_scatter("index_fill", x, d, ie, Tensor());
+  return scatter_impl("index_fill", x, d, ie, full(ie.shape(), value, {.dtype = x.dtype(), .device = x.device()}),
+                      false);
+}
+
+Tensor nonzero(const Tensor& x) {
+  KILN_CHECK(x.defined(), "nonzero: input is undefined");
+  // the count decides the output's shape: read back to the host (a sync on a GPU, as PyTorch's)
+  const Tensor nz = ne(x.detach(), 0.0).to(Device::cpu()).contiguous();
+  const bool* p = nz.data<bool>();
+  const int64_t nd = x.dim(), n = x.numel();
+  std::vector<int64_t> out;
+  Shape pos(size_t(nd), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (p[i]) out.insert(out.end(), pos.begin(), pos.end());
+    for (int64_t e = nd - 1; e >= 0 && ++pos[size_t(e)] == x.size(e); --e) pos[size_t(e)] = 0;
+  }
+  const int64_t rows = nd == 0 ? (n > 0 && p[0] ? 1 : 0) : int64_t(out.size()) / nd;
+  return from_vector(out, {rows, nd}, {.dtype = DType::int64}).to(x.device());
+}
+
+Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  KILN_CHECK(x.defined() && mask.defined(), "masked_select: input or mask is undefined");
+  KILN_CHECK(mask.dtype() == DType::bool_, "masked_select: mask must be bool, got ", describe(mask));
+  check_same_device("masked_select", {x, mask});
+  const Shape s = broadcast_shapes(x.shape(), mask.shape(), "masked_select");
+  const int64_t n = shape_numel(s);
+  const Tensor at = nonzero(mask.expand(s).reshape({n})).flatten();
+  return index_select(x.expand(s).reshape({n}), 0, at);
+}
+
 // ---------------------------------------------------------------- pad, one_hot
 
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, double value) {

@@ -21,6 +21,28 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 /// out[i][j][k] = x[i][index[i][j][k]][k] for dim = 1 (torch.gather).
 /// A 0-dim input or index counts as 1-D (torch.gather(scalar, 0, index) repeats it).
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+/// Out-of-place scatters (torch.scatter, Tensor.index_add and friends): each returns a copy
+/// of x with src's entries written at the index. scatter: out[p with p[dim] = index[p]] =
+/// src[p] for every position p of the index (as many dims as x and src, no larger than src,
+/// nor than x off dim); of duplicate positions the last one along dim wins (PyTorch leaves it
+/// unspecified). The value form writes one number. scatter_add adds instead (duplicates
+/// summed in order, deterministic). index_add: out.select(dim, index[k]) += alpha *
+/// source.select(dim, k); index_copy writes and index_fill fills those slices (a 0-D or 1-D
+/// index). Differentiable in x and the source (PyTorch's gradients: zero where x was
+/// overwritten; the source's gathered at the index). 16-bit sums run in float32 on the CPU.
+/// Integer tensors are scattered and added exactly (wrapping on overflow).
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1.0);
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+Tensor index_fill(const Tensor& x, int64_t dim, const Tensor& index, double value);
+/// The positions of x's nonzero entries, (count, x.dim()) int64 in row-major order
+/// (torch.nonzero / argwhere). The count sets the shape, so a GPU tensor is read back.
+Tensor nonzero(const Tensor& x);
+/// x's entries where the bool mask (broadcast with x) is true, 1-D in row-major order
+/// (torch.masked_select; differentiable in x). Reads the mask back, as nonzero.
+Tensor masked_select(const Tensor& x, const Tensor& mask);
 /// Constant padding (PyTorch's F.pad, mode "constant"): pads = {left, right} for the last
 /// dim, then {top, bottom} for the one before, and so on (at most x.dim() pairs); a
 /// negative amount crops. Differentiable (cat of the input with filled blocks).

@@ -84,7 +84,7 @@ void index_add_t(const T* g, const int64_t* idx, T* dx, int64_t outer, int64_t S
 
 void index_select_backward(DType dt, const void* g, const int64_t* idx, void* dx, int64_t outer, int64_t S,
                            int64_t n, int64_t inner) {
-  KILN_DISPATCH_FLOATING(dt, "index_select_backward", [&]<class T>() {
+  KILN_DISPATCH_NUMERIC(dt, "index_add", [&]<class T>() {
     index_add_t<T>(static_cast<const T*>(g), idx, static_cast<T*>(dx), outer, S, n, inner);
   });
 }
@@ -147,14 +147,31 @@ void gather_backward(DType dt, const void* g, const int64_t* idx, void* dx, int6
                      const int64_t* gs, const int64_t* is, const int64_t* dxs, int64_t dim) {
   GatherLayout L = gather_layout(ndim, shape, dxs, is, gs, dim, 0);
   const int64_t sdim = dxs[dim];
-  KILN_DISPATCH_FLOATING(dt, "gather_backward", [&]<class T>() {
+  KILN_DISPATCH_NUMERIC(dt, "scatter_add", [&]<class T>() {
     scatter_add_t<T>(static_cast<const T*>(g), idx, static_cast<T*>(dx), L, sdim);
+  });
+}
+
+void scatter_copy(size_t es, const void* src, const int64_t* idx, void* dx, int64_t ndim, const int64_t* shape,
+                  const int64_t* ss, const int64_t* is, const int64_t* dxs, int64_t dim) {
+  GatherLayout L = gather_layout(ndim, shape, dxs, is, ss, dim, 0);
+  const int64_t sdim = dxs[dim];
+  dispatch_bytes(es, [&]<class U>() {  // rows along dim, one thread each, in order: the last duplicate wins
+    const U* sp = static_cast<const U*>(src);
+    U* dp = static_cast<U*>(dx);
+    for_each_row<3>(L.shape, L.strides,
+                    [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+                      U* d = dp + off[0];
+                      const int64_t* ip = idx + off[1];
+                      const U* sr = sp + off[2];
+                      for (int64_t i = 0; i < n; ++i) d[i * st[0] + ip[i * st[1]] * sdim] = sr[i * st[2]];
+                    });
   });
 }
 
 const CatKernels kCatCpu{&cat_forward};
 const IndexSelectKernels kIndexSelectCpu{&index_select_forward, &index_select_backward};
-const GatherKernels kGatherCpu{&gather_forward, &gather_backward};
+const GatherKernels kGatherCpu{&gather_forward, &gather_backward, &scatter_copy};
 
 }  // namespace
 

@@ -66,6 +66,13 @@ __global__ void scatter_add_kernel(const __grid_constant__ GatherGeom g, const T
     cuda::scatter_add_row<T, A>(g, r, dout, idx, dx);
 }
 
+template <class U>
+__global__ void scatter_copy_kernel(const __grid_constant__ GatherGeom g, const U* src, const int64_t* idx, U* dx,
+                                    int64_t rows) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x)
+    cuda::scatter_copy_row<U>(g, r, src, idx, dx);
+}
+
 // ================================================================ launchers
 
 void cat_forward(size_t es, const void* const* ins, const int64_t* inner, int64_t n_in, void* out, int64_t outer) {
@@ -101,7 +108,7 @@ void index_select_forward(size_t es, const void* x, const int64_t* idx, void* ou
 
 void index_select_backward(DType dt, const void* g, const int64_t* idx, void* dx, int64_t outer, int64_t S,
                            int64_t n, int64_t inner) {
-  cuda::index_add_sorted(dt, "index_select_backward", g, idx, dx, outer, S, n, inner, -1);
+  cuda::index_add_sorted(dt, "index_add", g, idx, dx, outer, S, n, inner, -1);
 }
 
 GatherGeom gather_geom(int64_t ndim, const int64_t* shape, const int64_t* s0, const int64_t* s1, const int64_t* s2,
@@ -142,16 +149,31 @@ void gather_backward(DType dt, const void* dout, const int64_t* idx, void* dx, i
   if (items == 0) return;
   const int64_t rows = cuda::scatter_rows(g);
   cudaStream_t s = cuda::current_raw_stream();
-  cuda::dispatch_float(dt, "gather_backward", [&]<class T>() {
+  cuda::dispatch_numeric(dt, "scatter_add", [&]<class T>() {
     scatter_add_kernel<T><<<cuda::grid_for(rows), cuda::kLoopBlock, 0, s>>>(g, static_cast<const T*>(dout), idx,
                                                                              static_cast<T*>(dx), rows);
     KILN_CUDA_CHECK_LAUNCH();
   });
 }
 
+void scatter_copy(size_t es, const void* src, const int64_t* idx, void* dx, int64_t ndim, const int64_t* shape,
+                  const int64_t* ss, const int64_t* is, const int64_t* dxs, int64_t dim) {
+  const GatherGeom g = gather_geom(ndim, shape, ss, is, dxs, dim, "scatter");
+  int64_t items = 1;
+  for (int64_t d = 0; d < ndim; ++d) items *= shape[d];
+  if (items == 0) return;
+  const int64_t rows = cuda::scatter_rows(g);
+  cudaStream_t s = cuda::current_raw_stream();
+  dispatch_bytes(es, "scatter", [&]<class U>() {
+    scatter_copy_kernel<U><<<cuda::grid_for(rows), cuda::kLoopBlock, 0, s>>>(g, static_cast<const U*>(src), idx,
+                                                                              static_cast<U*>(dx), rows);
+    KILN_CUDA_CHECK_LAUNCH();
+  });
+}
+
 const CatKernels kCatCuda{&cat_forward};
 const IndexSelectKernels kIndexSelectCuda{&index_select_forward, &index_select_backward};
-const GatherKernels kGatherCuda{&gather_forward, &gather_backward};
+const GatherKernels kGatherCuda{&gather_forward, &gather_backward, &scatter_copy};
 
 }  // namespace
 
@@ -209,7 +231,7 @@ void index_add_sorted(DType dt, const char* op, const void* src, const int64_t* 
   KILN_CUDA_CHECK(
       cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, idx, keys, pos_in, pos, int(n), 0, end_bit, s));
   const int64_t items = outer * n * inner;
-  dispatch_float(dt, op, [&]<class T>() {
+  dispatch_numeric(dt, op, [&]<class T>() {
     index_add_run_kernel<T><<<grid_for(items), kLoopBlock, 0, s>>>(keys, pos, static_cast<const T*>(src),
                                                                    static_cast<T*>(dst), items, S, n, inner, skip_key);
     KILN_CUDA_CHECK_LAUNCH();

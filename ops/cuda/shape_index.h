@@ -97,7 +97,8 @@ KILN_HD_INLINE void index_add_run(int64_t t, const int64_t* keys, const int64_t*
   if (key == skip_key) return;
   A acc = A(0);
   for (int64_t j = p.i; j < n && keys[j] == key; ++j) acc += A(src[(p.o * n + pos[j]) * inner + p.c]);
-  dst[(p.o * S + key) * inner + p.c] = T(acc);
+  T& d = dst[(p.o * S + key) * inner + p.c];
+  d = T(A(d) + acc);  // added to what is there: index_add onto a copy of its input
 }
 
 // ---------------------------------------------------------------- gather / scatter_add
@@ -148,11 +149,12 @@ KILN_HD_INLINE int64_t scatter_rows(const GatherGeom& g) {
   return r;
 }
 
-/// scatter_add, row r (every coordinate but the gathered dim): walks the gathered dim in
-/// order, dx[p with p[dim] = idx[p]] += dout[p]. Colliding updates all fall in one row, so
-/// one thread per row is deterministic. A is the accumulator type.
-template <class T, class A>
-KILN_HD_INLINE void scatter_add_row(const GatherGeom& g, int64_t r, const T* dout, const int64_t* idx, T* dx) {
+/// Row r of a scatter (every coordinate but the gathered dim): calls f(src_offset,
+/// dx_offset) for the positions along the gathered dim, in order. Colliding updates all
+/// fall in one row, so one thread per row is deterministic. Operand 0 is the source, 1 the
+/// index, 2 dx.
+template <class F>
+KILN_HD_INLINE void scatter_row(const GatherGeom& g, int64_t r, const int64_t* idx, const F& f) {
   int64_t o0 = 0, o1 = 0, o2 = 0;
   for (int d = g.ndim - 1; d >= 0; --d) {
     if (d == g.dim) continue;
@@ -164,10 +166,19 @@ KILN_HD_INLINE void scatter_add_row(const GatherGeom& g, int64_t r, const T* dou
     o2 += rem * g.stride[2][d];
   }
   const int64_t n = g.shape[g.dim], s0 = g.stride[0][g.dim], s1 = g.stride[1][g.dim], s2 = g.stride[2][g.dim];
-  for (int64_t i = 0; i < n; ++i) {
-    T& d = dx[o2 + idx[o1 + i * s1] * s2];
-    d = T(A(d) + A(dout[o0 + i * s0]));
-  }
+  for (int64_t i = 0; i < n; ++i) f(o0 + i * s0, o2 + idx[o1 + i * s1] * s2);
+}
+
+/// scatter_add, row r: dx[p with p[dim] = idx[p]] += dout[p]. A is the accumulator type.
+template <class T, class A>
+KILN_HD_INLINE void scatter_add_row(const GatherGeom& g, int64_t r, const T* dout, const int64_t* idx, T* dx) {
+  scatter_row(g, r, idx, [&](int64_t s, int64_t d) { dx[d] = T(A(dx[d]) + A(dout[s])); });
+}
+
+/// scatter (copy), row r: dx[p with p[dim] = idx[p]] = src[p]; the last duplicate wins.
+template <class U>
+KILN_HD_INLINE void scatter_copy_row(const GatherGeom& g, int64_t r, const U* src, const int64_t* idx, U* dx) {
+  scatter_row(g, r, idx, [&](int64_t s, int64_t d) { dx[d] = src[s]; });
 }
 
 }  // namespace kiln::cuda

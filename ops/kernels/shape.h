@@ -2,7 +2,8 @@
 // entry per op holds a struct of kernel pointers, registered per device type:
 //   kernel<CatKernels>(Op::cat, out.device())->forward(...)
 // Copy kernels move elements of any dtype by size (elem_size bytes); the scatter-add
-// backward kernels compute in `dt` (float32 or float64 on the CPU). Indices are int64 and
+// backward kernels (also index_add and scatter_add themselves) compute in `dt` (float32,
+// float64 or an integer type on the CPU; 16-bit floats too on CUDA). Indices are int64 and
 // already checked to be in range.
 #pragma once
 #include <cstddef>
@@ -22,8 +23,8 @@ struct IndexSelectKernels {
   /// out[o, k, :] = x[o, idx[k], :].
   void (*forward)(size_t elem_size, const void* x /* (outer, S, inner) */, const int64_t* idx /* (n) */,
                   void* out /* (outer, n, inner) */, int64_t outer, int64_t S, int64_t n, int64_t inner);
-  /// index_add: dx[o, idx[k], :] += dout[o, k, :] in k order (deterministic); dx zeroed
-  /// by the caller.
+  /// index_add: dx[o, idx[k], :] += dout[o, k, :] in k order (deterministic), added to
+  /// what dx holds.
   void (*backward)(DType dt, const void* dout /* (outer, n, inner) */, const int64_t* idx /* (n) */,
                    void* dx /* (outer, S, inner) */, int64_t outer, int64_t S, int64_t n, int64_t inner);
 };
@@ -35,11 +36,17 @@ struct GatherKernels {
                   const int64_t* shape /* index shape */, const int64_t* x_strides, const int64_t* idx_strides,
                   const int64_t* out_strides, int64_t dim);
   /// scatter_add: dx[p with p[dim] = idx[p]] += dout[p]; positions that may collide (same
-  /// coordinates except along dim) are summed by one thread in order (deterministic).
-  /// dx zeroed by the caller.
+  /// coordinates except along dim) are summed by one thread in order (deterministic),
+  /// added to what dx holds.
   void (*backward)(DType dt, const void* dout, const int64_t* idx, void* dx, int64_t ndim,
                    const int64_t* shape /* index shape */, const int64_t* dout_strides, const int64_t* idx_strides,
                    const int64_t* dx_strides, int64_t dim);
+  /// scatter (torch.scatter): dx[p with p[dim] = idx[p]] = src[p], copied by size. Each
+  /// row along dim is written by one thread in order, so of colliding positions the last
+  /// one wins (deterministic; PyTorch leaves it unspecified).
+  void (*scatter)(size_t elem_size, const void* src, const int64_t* idx, void* dx, int64_t ndim,
+                  const int64_t* shape /* index shape */, const int64_t* src_strides, const int64_t* idx_strides,
+                  const int64_t* dx_strides, int64_t dim);
 };
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // CUDA against CPU for the shape kernels (ops/cuda/shape.cu): cat, stack, split,
 // index_select and gather (and the ops composed of them: pad modes, tril/triu, flip, roll,
-// repeat, sort), forward and backward through autograd, with non-contiguous
+// repeat, sort) and the scatters (scatter, scatter_add, index_add/copy/fill, masked_select,
+// nonzero), forward and backward through autograd, with non-contiguous
 // inputs and indices, several dtypes (copies move any dtype; the scatter-add backward runs
 // in float32/float64/bfloat16). Skipped (visibly) without a GPU.
 #include <doctest/doctest.h>
@@ -141,6 +142,46 @@ TEST_CASE("cuda parity: gather forward and scatter-add backward, strided operand
         }
       }
     }
+  }
+}
+
+TEST_CASE("cuda parity: scatter, scatter_add, index_add, index_copy, index_fill, masked_select, nonzero" *
+          doctest::skip(kNoGpu)) {
+  manual_seed(24);
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::int64, DType::int32}) {
+    INFO(dtype_name(dt));
+    const bool fl = is_floating(dt);
+    const Tensor x = make({5, 6}, dt, true), src = make({7, 4}, dt, true);
+    const Tensor idx = randint(0, 5, {7, 4});               // colliding positions along dim 0
+    const Tensor perm = argsort(randn({5, 4}), 0).narrow(0, 0, 3);  // distinct along dim 0
+    const Tensor ii = randint(0, 6, {9}), src1 = make({5, 9}, dt, false);
+    const Tensor iu = argsort(randn({6})).narrow(0, 0, 4), src2 = make({5, 4}, dt, true);
+    for (int which = 0; which < 6; ++which) {
+      INFO("case " << which);
+      auto f = [&](const Tensor& a, const Tensor& s, Device dev) {
+        switch (which) {
+          case 0: return scatter_add(a, 0, idx.to(dev), s);
+          case 1: return scatter(a, 0, perm.to(dev), s.narrow(0, 0, 3));
+          case 2: return scatter(a, 1, perm.t().contiguous().to(dev), 2.0);
+          case 3: return index_add(a, 1, ii.to(dev), src1.to(dev), fl ? -0.5 : 3.0);
+          case 4: return index_copy(a, 1, iu.to(dev), src2.to(dev));
+          default: return index_fill(a, 1, iu.to(dev), -1.0);
+        }
+      };
+      Tensor xa = fl ? x.clone().requires_grad_() : x, sa = fl ? src.clone().requires_grad_() : src;
+      Tensor xb = fl ? x.to(kGpu).requires_grad_() : x.to(kGpu), sb = fl ? src.to(kGpu).requires_grad_() : src.to(kGpu);
+      Tensor ya = f(xa, sa, Device::cpu()), yb = f(xb, sb, kGpu);
+      CHECK(compare(yb, ya, fl ? tol_for(dt) : 0) == "");
+      if (!fl) continue;
+      Tensor up = make(ya.shape(), dt, true);
+      ya.backward(up);
+      yb.backward(up.to(kGpu));
+      CHECK(compare(xb.grad(), xa.grad(), tol_for(dt)) == "");
+      if (sa.grad().defined()) CHECK(compare(sb.grad(), sa.grad(), tol_for(dt)) == "");
+    }
+    const Tensor mask = gt(randn({5, 1}), 0.0);
+    CHECK(compare(masked_select(x.to(kGpu), mask.to(kGpu)), masked_select(x, mask), 0) == "");
+    CHECK(compare(nonzero(x.to(kGpu)), nonzero(x), 0) == "");
   }
 }
 

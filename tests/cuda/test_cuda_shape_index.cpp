@@ -116,13 +116,14 @@ TEST_CASE("cuda shape index: index_select and its sorted-run index_add equal the
       out[size_t(t)] = xp[src];
     });
     CHECK(out == ref.to_vector<double>());
-    // backward: dx (outer, S, inner) from g (outer, n, inner), exactly the CPU's sums
+    // backward / index_add: g (outer, n, inner) added into dx (outer, S, inner), which holds
+    // values already (index_add onto a copy of its input); exactly the CPU's sums
     Tensor g = randn({outer, n, inner}, {.dtype = DType::float64});
-    Tensor dref = zeros({outer, S, inner}, {.dtype = DType::float64});
+    Tensor dref = randn({outer, S, inner}, {.dtype = DType::float64});
+    std::vector<double> dx = dref.to_vector<double>();
     cpu->backward(DType::float64, g.raw_data(), iv.data(), dref.raw_data(), outer, S, n, inner);
     std::vector<int64_t> keys, pos;
     sort_runs(iv, keys, pos);
-    std::vector<double> dx(size_t(outer * S * inner), 0.0);
     emulate(outer * n * inner, 2, [&](int64_t t) {
       index_add_run<double, double>(t, keys.data(), pos.data(), g.data<double>(), dx.data(), S, n, inner, -1);
     });
@@ -202,6 +203,16 @@ TEST_CASE("cuda shape index: gather and scatter-add over strided operands equal 
                                         dx.data<double>());
       });
       CHECK(dx.to_vector<double>() == dref.to_vector<double>());
+      // scatter (copy) onto values already there: duplicates resolved as the CPU's (the last wins)
+      Tensor sref = randn(x.shape(), {.dtype = DType::float64});
+      Tensor sx = sref.clone();
+      cpu->scatter(8, dout.raw_data(), ix.data<int64_t>(), sref.raw_data(), 3, ix.shape().data(),
+                   dout.strides().data(), ix.strides().data(), sref.strides().data(), dim);
+      emulate(scatter_rows(bg), 2, [&](int64_t r) {
+        scatter_copy_row<double>(bg, r, static_cast<const double*>(dout.raw_data()), ix.data<int64_t>(),
+                                 sx.data<double>());
+      });
+      CHECK(sx.to_vector<double>() == sref.to_vector<double>());
     }
   }
 }

@@ -1,6 +1,7 @@
 // Shape ops: cat, stack, split (by size and by sizes), chunk, index_select and gather:
 // values by hand (float and integer dtypes), views, gradchecks (including non-contiguous
-// inputs) and errors for bad shapes, dims and indices.
+// inputs) and errors for bad shapes, dims and indices; the rest of the family below (pad,
+// tril/triu, ..., the scatters, nonzero and masked_select).
 #include <doctest/doctest.h>
 #include <limits>
 #include "gradcheck.h"
@@ -443,4 +444,87 @@ TEST_CASE("movedim, unbind, diag, meshgrid, diff: PyTorch's layouts, gradients, 
         std::vector<int64_t>{0, 1});  // bool: xor, as PyTorch
   CHECK(gradcheck([](auto& in) { return diff(in[0], 2, 0); }, {randn({5, 3}, f64)}));
   CHECK_THROWS_AS(diff(s, -1), kiln::Error);
+}
+
+TEST_CASE("scatter, scatter_add, index_add, index_copy, index_fill: values by hand, duplicates, gradients, errors") {
+  const auto I = [](std::vector<int64_t> v, Shape s) { return from_vector(v, s, {.dtype = DType::int64}); };
+  const Tensor x = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor src = T({10, 20, 30, 40}, {2, 2});
+  // scatter_add along dim 1: row 0 gets 10 at col 2 and 20 at col 0; row 1 gets 30 + 40 at col 1
+  const Tensor ia = I({2, 0, 1, 1}, {2, 2});
+  CHECK(scatter_add(x, 1, ia, src).to_vector<double>() == std::vector<double>{21, 2, 13, 4, 75, 6});
+  // scatter: of two writes to one position the last along dim wins
+  CHECK(scatter(x, 1, ia, src).to_vector<double>() == std::vector<double>{20, 2, 10, 4, 40, 6});
+  CHECK(scatter(x, 0, I({1, 0}, {1, 2}), 9.0).to_vector<double>() == std::vector<double>{1, 9, 3, 9, 5, 6});
+  // an index smaller than src: only its extent is read
+  CHECK(scatter_add(x, 0, I({1}, {1, 1}), src).to_vector<double>() == std::vector<double>{1, 2, 3, 14, 5, 6});
+  // x itself is untouched (out of place)
+  CHECK(x.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6});
+  // index_add with duplicates and alpha; index_copy; index_fill
+  CHECK(index_add(x, 1, I({2, 2}, {2}), src, 0.5).to_vector<double>() == std::vector<double>{1, 2, 18, 4, 5, 41});
+  CHECK(index_copy(x, 0, I({1}, {1}), T({7, 8, 9}, {1, 3})).to_vector<double>() ==
+        std::vector<double>{1, 2, 3, 7, 8, 9});
+  CHECK(index_fill(x, 1, I({0, 2}, {2}), -1.0).to_vector<double>() == std::vector<double>{-1, 2, -1, -1, 5, -1});
+  CHECK(index_fill(x, 0, I({1}, {}), 0.0).to_vector<double>() == std::vector<double>{1, 2, 3, 0, 0, 0});
+  // integers stay integers, exactly
+  const Tensor xi = x.to(DType::int64), si = src.to(DType::int64);
+  const Tensor yi = scatter_add(xi, 1, ia, si);
+  CHECK(yi.dtype() == DType::int64);
+  CHECK(yi.to_vector<int64_t>() == std::vector<int64_t>{21, 2, 13, 4, 75, 6});
+  CHECK(index_add(xi.to(DType::int32), 1, I({1, 1}, {2}), si.to(DType::int32), 2).to_vector<double>() ==
+        std::vector<double>{1, 62, 3, 4, 145, 6});
+  CHECK(scatter(xi.to(DType::uint8), 1, ia, si.to(DType::uint8)).to_vector<double>() ==
+        std::vector<double>{20, 2, 10, 4, 40, 6});
+  // bfloat16 sums run in float32 and round once
+  const Tensor yb = scatter_add(x.to(DType::bfloat16), 1, ia, src.to(DType::bfloat16));
+  CHECK(yb.dtype() == DType::bfloat16);
+  CHECK(yb.to_vector<double>() == std::vector<double>{21, 2, 13, 4, 75, 6});
+  // gradients (float64): x and the source; the index may be smaller than src
+  manual_seed(41);
+  const Tensor gx = randn({4, 5}, f64), gs = randn({3, 6}, f64), gi = randint(0, 4, {3, 5});
+  CHECK(gradcheck([&](auto& t) { return scatter_add(t[0], 0, gi, t[1]); }, {gx, gs}));
+  const Tensor distinct = argsort(randn({4, 5}), 0).narrow(0, 0, 3);
+  CHECK(gradcheck([&](auto& t) { return scatter(t[0], 0, distinct, t[1]); }, {gx, gs}));
+  CHECK(gradcheck([&](auto& t) { return scatter(t[0], 0, distinct, 3.0); }, {gx}));
+  CHECK(gradcheck([&](auto& t) { return index_add(t[0], 1, I({4, 0, 4}, {3}), t[1], -2.0); },
+                  {gx, randn({4, 3}, f64)}));
+  CHECK(gradcheck([&](auto& t) { return index_copy(t[0], 1, I({4, 0}, {2}), t[1]); }, {gx, randn({4, 2}, f64)}));
+  CHECK(gradcheck([&](auto& t) { return index_fill(t[0], 0, I({2}, {1}), 1.0); }, {gx}));
+  // the value written over gets no gradient; the source's entries outside the index get 0
+  Tensor xg = gx.clone().requires_grad_(), sg = gs.clone().requires_grad_();
+  sum(scatter(xg, 0, distinct, sg)).backward();
+  CHECK(sum(xg.grad()).item() == 20.0 - 15.0);
+  CHECK(sum(sg.grad()).item() == 15.0);
+  // errors
+  CHECK_THROWS_WITH_AS(scatter_add(x, 1, I({3}, {1, 1}), src), doctest::Contains("out of range"), kiln::Error);
+  CHECK_THROWS_WITH_AS(scatter_add(x, 1, I({0, 1}, {2}), src), doctest::Contains("as many dims"), kiln::Error);
+  CHECK_THROWS_WITH_AS(scatter_add(x, 0, I({0, 0, 0, 0, 0, 0}, {3, 2}), src), doctest::Contains("no larger"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(scatter(x, 1, ia, src.to(DType::float32)), doctest::Contains("dtype"), kiln::Error);
+  CHECK_THROWS_WITH_AS(index_add(x, 1, I({0}, {1}), src), doctest::Contains("source must have"), kiln::Error);
+  CHECK_THROWS_WITH_AS(index_add(xi, 1, I({0, 1}, {2}), si, 0.5), doctest::Contains("alpha"), kiln::Error);
+  CHECK_THROWS_WITH_AS(index_copy(x, 0, I({0, 1}, {1, 2}), x), doctest::Contains("0-D or 1-D"), kiln::Error);
+  CHECK_THROWS_WITH_AS(index_fill(x, 2, I({0}, {1}), 1.0), doctest::Contains("dim"), kiln::Error);
+  CHECK_THROWS_AS(scatter(x, 1, ia.to(DType::float64), src), kiln::Error);
+}
+
+TEST_CASE("nonzero and masked_select: row-major positions, broadcast masks, gradients, errors") {
+  const Tensor z = T({0, 1, 0, 2, 0, 3}, {2, 3});
+  const Tensor nz = nonzero(z);
+  CHECK(nz.dtype() == DType::int64);
+  CHECK(nz.shape() == Shape{3, 2});
+  CHECK(nz.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 0, 1, 2});
+  CHECK(nonzero(zeros({2, 2})).shape() == Shape{0, 2});
+  CHECK(nonzero(T({5}, {})).shape() == Shape{1, 0});
+  CHECK(nonzero(T({0}, {})).shape() == Shape{0, 0});
+  // the mask (2, 1) broadcasts against x (2, 3): all of row 1
+  const Tensor m = gt(T({-1, 1}, {2, 1}), 0.0);
+  CHECK(masked_select(T({1, 2, 3, 4, 5, 6}, {2, 3}), m).to_vector<double>() == std::vector<double>{4, 5, 6});
+  const Tensor m2 = gt(T({1, -1, 1, 1, -1, -1}, {2, 3}), 0.0);
+  CHECK(masked_select(T({1, 2, 3, 4, 5, 6}, {2, 3}).t(), m2.t()).to_vector<double>() ==
+        std::vector<double>{1, 4, 3});
+  CHECK(gradcheck([&](auto& t) { return masked_select(t[0], m2); }, {randn({2, 3}, f64)}));
+  CHECK(gradcheck([&](auto& t) { return masked_select(t[0], m); }, {randn({1, 3}, f64)}));  // x broadcast too
+  CHECK_THROWS_WITH_AS(masked_select(z, z), doctest::Contains("must be bool"), kiln::Error);
+  CHECK_THROWS_AS(masked_select(z, gt(randn({3, 2}), 0.0)), kiln::Error);
 }
