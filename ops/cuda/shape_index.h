@@ -95,10 +95,10 @@ KILN_HD_INLINE void index_add_run(int64_t t, const int64_t* keys, const int64_t*
   if (!run_starts(keys, p.i)) return;
   const int64_t key = keys[p.i];
   if (key == skip_key) return;
-  A acc = A(0);
-  for (int64_t j = p.i; j < n && keys[j] == key; ++j) acc += A(src[(p.o * n + pos[j]) * inner + p.c]);
   T& d = dst[(p.o * S + key) * inner + p.c];
-  d = T(A(d) + acc);  // added to what is there: index_add onto a copy of its input
+  A acc = A(d);  // added to what is there (index_add onto a copy of its input), in index order as the CPU's
+  for (int64_t j = p.i; j < n && keys[j] == key; ++j) acc += A(src[(p.o * n + pos[j]) * inner + p.c]);
+  d = T(acc);
 }
 
 // ---------------------------------------------------------------- gather / scatter_add
