@@ -37,6 +37,20 @@ Tensor vector_norm(const Tensor& x, double ord = 2.0, const Dims& dims = {}, boo
 /// give int64; float32 accumulates in double on the CPU (as PyTorch's CPU kernel). Gradient:
 /// the reversed cumulative sum of the upstream gradient.
 Tensor cumsum(const Tensor& x, int64_t dim);
+/// Product over dims (all when empty), torch.prod; integer and bool inputs give int64. A
+/// composition (pairwise halving: mul of the two halves until one entry is left), so its
+/// gradient is exact with zeros present and twice differentiable. An empty product is 1.
+Tensor prod(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+/// Cumulative product along dim (torch.cumprod; integers in int64) and log(cumsum(exp(x)))
+/// computed stably (torch.logcumsumexp, floating only): compositions by a Hillis-Steele scan
+/// of mul / logaddexp (log2(n) whole-tensor steps), twice differentiable, exact with zeros.
+Tensor cumprod(const Tensor& x, int64_t dim);
+Tensor logcumsumexp(const Tensor& x, int64_t dim);
+/// sum / mean treating NaN as absent (torch.nansum, nanmean; an all-NaN mean is NaN, no
+/// gradient to the NaN entries), and the count of nonzero entries over dims (int64).
+Tensor nansum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor nanmean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor count_nonzero(const Tensor& x, const Dims& dims = {});
 /// log(sum(exp(x))) computed stably (max-shifted), over dims (all when empty); floating only.
 /// All -inf gives -inf; any +inf gives +inf. Gradient: softmax(x).
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
@@ -50,6 +64,11 @@ struct ValuesIndices {
 /// bool inputs are supported (values keep the input dtype). The dim must not be empty.
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
+/// The running max / min along dim and where it was found (torch.cummax / cummin): a later
+/// entry takes over when it is >= (<=) the running one or NaN, so ties give the later index
+/// and a NaN stays. Values differentiable (gathered from x); integers too.
+ValuesIndices cummax(const Tensor& x, int64_t dim);
+ValuesIndices cummin(const Tensor& x, int64_t dim);
 /// Max / min of all elements (0-dim); the gradient is split evenly among the elements equal to
 /// the result (all NaNs when it is NaN), as in PyTorch.
 Tensor max(const Tensor& x);

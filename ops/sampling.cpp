@@ -8,7 +8,9 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
 #include "kiln/core/rng.h"
+#include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 
 namespace kiln {
@@ -71,6 +73,117 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim, bool descending) {
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending) { return sort(x, dim, descending).second; }
+
+// ---------------------------------------------------------------- order statistics
+
+ValuesIndices kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
+  KILN_CHECK(x.defined(), "kthvalue: input is undefined");
+  const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, x1.dim(), "kthvalue");
+  KILN_CHECK(k >= 1 && k <= x1.size(d), "kthvalue: k = ", k, " is out of range for dim ", d, " of size ",
+             x1.size(d), " (input ", describe(x), "; expected 1 <= k <= the size)");
+  const Tensor idx = topk(x1, k, d, false).second.narrow(d, k - 1, 1);  // the k smallest, NaN last
+  ValuesIndices r{gather(x1, d, idx), idx};
+  if (!keepdim || x.dim() == 0) {
+    r.values = r.values.squeeze(d);
+    r.indices = r.indices.squeeze(d);
+  }
+  return r;
+}
+
+ValuesIndices median(const Tensor& x, int64_t dim, bool keepdim) {
+  KILN_CHECK(x.defined(), "median: input is undefined");
+  const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, x1.dim(), "median");
+  const int64_t n = x1.size(d);
+  KILN_CHECK(n > 0, "median: dim ", d, " of input ", describe(x), " is empty");
+  Tensor idx = topk(x1, (n - 1) / 2 + 1, d, false).second.narrow(d, (n - 1) / 2, 1);  // the lower median
+  if (x.is_floating_point()) {  // a row with NaN gives NaN, at its first NaN (PyTorch's)
+    NoGradGuard ng;
+    const ValuesIndices nan = max(isnan(x1.detach()).to(DType::uint8), d, true);
+    idx = where(gt(nan.values, 0.0), nan.indices, idx);
+  }
+  ValuesIndices r{gather(x1, d, idx), idx};
+  if (!keepdim || x.dim() == 0) {
+    r.values = r.values.squeeze(d);
+    r.indices = r.indices.squeeze(d);
+  }
+  return r;
+}
+
+Tensor median(const Tensor& x) {
+  KILN_CHECK(x.defined(), "median: input is undefined");
+  KILN_CHECK(x.numel() > 0, "median: input ", describe(x), " is empty");
+  return median(x.reshape({x.numel()}), 0).values;
+}
+
+Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                QuantileInterpolation interpolation) {
+  const char* op = "quantile";
+  KILN_CHECK(x.defined() && q.defined(), "quantile: input or q is undefined");
+  KILN_CHECK(x.dtype() == DType::float32 || x.dtype() == DType::float64, "quantile: expected a float32 or float64 "
+             "input, got ", describe(x));
+  KILN_CHECK(q.dim() <= 1 && q.dtype() == x.dtype(), "quantile: q must be a 0-D or 1-D tensor of the input's dtype, "
+             "got ", describe(q), " for input ", describe(x));
+  check_same_device(op, {x, q});
+  // q is read on the host (its range is checked, as PyTorch's check does with a sync)
+  const std::vector<double> qs = q.detach().to(Device::cpu()).to(DType::float64).contiguous().to_vector<double>();
+  for (double v : qs) KILN_CHECK(v >= 0 && v <= 1, "quantile: q must be in [0, 1], got ", v);
+  // the reduced dim last: (..., n), sorted with NaN last
+  Tensor y = dim ? x.dim() == 0 ? x.reshape({1}) : x : x.reshape({x.numel()});
+  const int64_t d = dim ? wrap_dim(*dim, y.dim(), op) : 0;
+  const int64_t n = y.size(d);
+  KILN_CHECK(n > 0, "quantile: the reduced dim of input ", describe(x), " is empty");
+  y = movedim(y, d, -1);
+  const Tensor sorted = sort(y, -1).first;
+  const int64_t Q = int64_t(qs.size());
+  std::vector<int64_t> below(qs.size()), above(qs.size());
+  std::vector<double> weight(qs.size());
+  for (size_t i = 0; i < qs.size(); ++i) {
+    double rank = qs[i] * double(n - 1);
+    switch (interpolation) {
+      case QuantileInterpolation::lower: rank = std::floor(rank); break;
+      case QuantileInterpolation::higher: rank = std::ceil(rank); break;
+      case QuantileInterpolation::nearest: rank = std::nearbyint(rank); break;  // half to even, as torch.round
+      default: break;
+    }
+    below[i] = int64_t(std::floor(rank));
+    above[i] = int64_t(std::ceil(rank));
+    weight[i] = interpolation == QuantileInterpolation::midpoint ? 0.5 : rank - double(below[i]);
+  }
+  const TensorOptions io{.dtype = DType::int64, .device = x.device()};
+  Shape rows = sorted.shape();
+  rows.back() = Q;
+  const Tensor has_nan = any(isnan(sorted.detach()), {-1}, true);  // such rows take the last entry: NaN
+  auto at = [&](const std::vector<int64_t>& r) {
+    return gather(sorted, -1, where(has_nan, full({}, double(n - 1), io), from_vector(r, {Q}, io).expand(rows)));
+  };
+  const Tensor lo = at(below);
+  Tensor out = lo;
+  if (interpolation == QuantileInterpolation::linear || interpolation == QuantileInterpolation::midpoint)
+    out = lerp(lo, at(above), where(has_nan, 0.0, from_vector(weight, {Q}, {.dtype = x.dtype(), .device = x.device()})));
+  // (..., Q) -> (Q, ...) for a 1-D q, (...) for a 0-D one; keepdim puts back size-1 dims
+  out = q.dim() == 0 ? out.squeeze(-1) : movedim(out, -1, 0);
+  if (keepdim) {
+    const int64_t lead = q.dim() == 0 ? 0 : 1;
+    if (dim) {
+      out = out.unsqueeze(lead + (x.dim() == 0 ? 0 : d));
+      if (x.dim() == 0) out = out.squeeze(lead);
+    } else {
+      Shape s;
+      if (lead) s.push_back(Q);
+      for (int64_t e = 0; e < x.dim(); ++e) s.push_back(1);
+      out = out.reshape(s);
+    }
+  }
+  return out;
+}
+
+Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim,
+                QuantileInterpolation interpolation) {
+  KILN_CHECK(x.defined(), "quantile: input is undefined");
+  return quantile(x, scalar_tensor(q, {.dtype = x.dtype(), .device = x.device()}), dim, keepdim, interpolation);
+}
 
 Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement) {
   KILN_CHECK(weights.defined(), "multinomial: weights are undefined");

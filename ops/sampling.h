@@ -1,10 +1,12 @@
-// Selecting and sampling: topk (PyTorch's torch.topk), sort/argsort and multinomial
-// (torch.multinomial). All find indices on the CPU (a CUDA input is copied to the host and the indices back:
+// Selecting and sampling: topk (PyTorch's torch.topk), sort/argsort, kthvalue, median and
+// quantile (compositions of topk and gather), and multinomial (torch.multinomial). All find indices on the CPU (a CUDA input is copied to the host and the indices back:
 // one synchronisation); topk's values come from gather, so they are differentiable.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include "kiln/core/tensor.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln {
 
@@ -22,6 +24,24 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, boo
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);
 /// The indices of sort(x, dim, descending).
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false);
+
+/// The k-th smallest entry along dim (k from 1) and its index (torch.kthvalue); NaN counts
+/// as the largest. median: the lower median along dim (entry (n - 1) / 2 of the sorted row),
+/// NaN (at the row's first NaN) where the row has one, as PyTorch; the all-elements form
+/// gives the value. Values differentiable (gathered from x).
+ValuesIndices kthvalue(const Tensor& x, int64_t k, int64_t dim = -1, bool keepdim = false);
+ValuesIndices median(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor median(const Tensor& x);
+enum class QuantileInterpolation { linear, lower, higher, midpoint, nearest };
+/// The q-th quantiles of x along dim (all entries when no dim), torch.quantile: entry
+/// q * (n - 1) of the sorted row, between two entries interpolated as asked (nearest rounds
+/// half to even, as PyTorch). q in [0, 1], a number or a 0-D / 1-D tensor of x's dtype (a 1-D
+/// q puts its dim first in the result); a row with NaN gives NaN. float32 / float64;
+/// differentiable in x. q is read back to the host to check its range (as PyTorch).
+Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                QuantileInterpolation interpolation = QuantileInterpolation::linear);
+Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                QuantileInterpolation interpolation = QuantileInterpolation::linear);
 
 /// num_samples category indices drawn from each row of `weights` ((C) or (N, C),
 /// non-negative, finite, not all zero; they need not sum to 1): int64 of shape

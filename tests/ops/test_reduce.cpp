@@ -776,3 +776,63 @@ TEST_CASE("var_mean and std_mean are var / std and mean together") {
   CHECK(kiln::test::max_abs_diff(s, kiln::std(x, {0}, false, true)) == 0);
   CHECK(kiln::test::max_abs_diff(m0, mean(x, {0}, true)) == 0);
 }
+
+TEST_CASE("prod, cumprod, logcumsumexp, cummax, cummin, nansum, nanmean, count_nonzero: values, zeros, NaN, grads") {
+  const auto V = [](const Tensor& t) { return t.to(DType::float64).contiguous().to_vector<double>(); };
+  const Tensor x = T({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(prod(x).item() == 720);
+  CHECK(V(prod(x, {1})) == std::vector<double>{6, 120});
+  CHECK(prod(x, {0}, true).shape() == Shape{1, 3});
+  CHECK(V(prod(x, {0}, true)) == std::vector<double>{4, 10, 18});
+  CHECK(prod(zeros({2, 0})).item() == 1);  // the empty product
+  CHECK(V(cumprod(x, 1)) == std::vector<double>{1, 2, 6, 4, 20, 120});
+  CHECK(V(cumprod(x, 0)) == std::vector<double>{1, 2, 3, 4, 10, 18});
+  // integers multiply in int64
+  const Tensor xi = x.to(DType::int32);
+  CHECK(prod(xi, {1}).dtype() == DType::int64);
+  CHECK(V(cumprod(xi, 1)) == std::vector<double>{1, 2, 6, 4, 20, 120});
+  // a zero: the gradient of each entry is the product of the others (no division)
+  Tensor z = T({2, 0, 3, 0.5}, {4}).requires_grad_();
+  prod(z).backward();
+  CHECK(V(z.grad()) == std::vector<double>{0, 3, 0, 0});
+  manual_seed(51);
+  Tensor r = randn({3, 7}, f64);
+  r = where(gt(r, 1.0), 0.0, r);  // some zeros
+  CHECK(gradcheck([](auto& t) { return prod(t[0], {1}); }, {r}));
+  CHECK(gradcheck([](auto& t) { return prod(t[0]); }, {randn({2, 3}, f64)}));
+  CHECK(gradcheck([](auto& t) { return cumprod(t[0], 1); }, {r}));
+  CHECK(gradcheck([](auto& t) { return logcumsumexp(t[0], 0); }, {randn({5, 2}, f64)}));
+  // logcumsumexp is log(cumsum(exp)) without overflow
+  const Tensor big = T({1000, 1000, -5}, {3});
+  const std::vector<double> lb = V(logcumsumexp(big, 0));
+  CHECK(lb[0] == 1000);
+  CHECK(lb[1] == doctest::Approx(1000 + std::log(2.0)));
+  CHECK(lb[2] == doctest::Approx(1000 + std::log(2.0)));
+  CHECK(allclose(logcumsumexp(r, 1), log(cumsum(exp(r), 1))));
+  // cummax / cummin: ties go to the later index; a NaN stays
+  const Tensor t = T({1, 3, 3, 2, 3, 0.5, 3}, {7});
+  CHECK(V(cummax(t, 0).values) == std::vector<double>{1, 3, 3, 3, 3, 3, 3});
+  CHECK(cummax(t, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 2, 4, 4, 6});
+  CHECK(cummin(t, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 0, 0, 0, 5, 5});
+  const Tensor tn = T({1, NAN, 5, NAN, 0}, {5});
+  CHECK(cummax(tn, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 3, 3});
+  CHECK(cummin(tn, 0).indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 3, 3});
+  CHECK(V(cummax(xi, 1).values) == std::vector<double>{1, 2, 3, 4, 5, 6});
+  CHECK(gradcheck([](auto& a) { return cummax(a[0], 1).values; }, {randn({3, 6}, f64)}));
+  CHECK(gradcheck([](auto& a) { return cummin(a[0], 0).values; }, {randn({6, 2}, f64)}));
+  // NaN-aware sums
+  const Tensor n = T({1, NAN, 2, NAN, NAN, NAN}, {2, 3});
+  CHECK(V(nansum(n, {1})) == std::vector<double>{3, 0});
+  const std::vector<double> nm = V(nanmean(n, {1}));
+  CHECK(nm[0] == 1.5);
+  CHECK(std::isnan(nm[1]));
+  Tensor ng = n.clone().requires_grad_();
+  nansum(ng).backward();
+  CHECK(V(ng.grad()) == std::vector<double>{1, 0, 1, 0, 0, 0});
+  CHECK(count_nonzero(T({0, 1, 0, 2}, {2, 2}), {1}).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(count_nonzero(T({0, 1, 0, 2}, {2, 2})).item() == 2);
+  CHECK_THROWS_AS(prod(x, {2}), kiln::Error);
+  CHECK_THROWS_AS(cumprod(x, -3), kiln::Error);
+  CHECK_THROWS_AS(logcumsumexp(xi, 0), kiln::Error);
+  CHECK_THROWS_AS(nanmean(xi), kiln::Error);
+}

@@ -1,6 +1,7 @@
 // topk and multinomial (ops/sampling.h): topk against a sort on random tensors along every
 // dim, largest and smallest, ties and NaN in PyTorch's order, the values' float64
-// gradcheck; multinomial's frequencies, draws without replacement, seeding and errors.
+// gradcheck; kthvalue, median and quantile; multinomial's frequencies, draws without
+// replacement, seeding and errors.
 #include <doctest/doctest.h>
 #include <algorithm>
 #include <cmath>
@@ -146,4 +147,50 @@ TEST_CASE("sort and argsort: stable, NaN last ascending and first descending, 0-
   CHECK(si.item() == 0);
   CHECK(kiln::test::gradcheck([](auto& in) { return sort(in[0], 1, true).first; },
                               {randn({3, 4}, {.dtype = DType::float64})}));
+}
+
+TEST_CASE("kthvalue, median, quantile: values, NaN, interpolations, gradients, errors") {
+  const auto V = [](const Tensor& t) { return t.to(DType::float64).contiguous().to_vector<double>(); };
+  const auto D = [](std::vector<double> v, Shape s) { return from_vector(v, s); };
+  const Tensor x = D({5, 1, 4, 2, 3, 9, 8, 7}, {2, 4});
+  const ValuesIndices k2 = kthvalue(x, 2, 1);
+  CHECK(V(k2.values) == std::vector<double>{2, 7});
+  CHECK(k2.indices.to_vector<int64_t>() == std::vector<int64_t>{3, 3});
+  CHECK(kthvalue(x, 1, 0, true).values.shape() == Shape{1, 4});
+  // the lower median; a NaN row gives NaN at its first NaN
+  CHECK(V(median(x, 1).values) == std::vector<double>{2, 7});
+  CHECK(median(x).item() == 4);
+  const ValuesIndices mn = median(D({3, NAN, 1, NAN, 2, 4, 1, 2, 3, 0}, {2, 5}), 1);
+  CHECK(std::isnan(V(mn.values)[0]));
+  CHECK(V(mn.values)[1] == 2);
+  CHECK(mn.indices.to_vector<int64_t>() == std::vector<int64_t>{1, 2});
+  CHECK(V(median(from_vector(std::vector<int64_t>{3, 1, 2}, {3}), 0).values) == std::vector<double>{2});
+  // quantile: entry q * (n - 1) of the sorted row, between entries as asked
+  const Tensor r = D({4, 1, 3, 2}, {4});
+  CHECK(quantile(r, 0.5).item() == 2.5);
+  CHECK(quantile(r, 1.0 / 3).item() == doctest::Approx(2.0));
+  const Tensor q = D({0.25, 0.5}, {2});
+  CHECK(V(quantile(r, q, std::nullopt, false, QuantileInterpolation::linear)) == std::vector<double>{1.75, 2.5});
+  CHECK(V(quantile(r, q, std::nullopt, false, QuantileInterpolation::lower)) == std::vector<double>{1, 2});
+  CHECK(V(quantile(r, q, std::nullopt, false, QuantileInterpolation::higher)) == std::vector<double>{2, 3});
+  CHECK(V(quantile(r, q, std::nullopt, false, QuantileInterpolation::midpoint)) == std::vector<double>{1.5, 2.5});
+  CHECK(V(quantile(r, q, std::nullopt, false, QuantileInterpolation::nearest)) == std::vector<double>{2, 3});
+  // a 1-D q puts its dim first; keepdim keeps the reduced dim as size 1; NaN rows give NaN
+  const Tensor xn = D({1, 2, 3, NAN, 4, 5, 6, 7}, {2, 4});
+  const Tensor qn = quantile(xn, q, 1, true);
+  CHECK(qn.shape() == Shape{2, 2, 1});
+  const std::vector<double> qv = V(qn);
+  CHECK(std::isnan(qv[0]));
+  CHECK(qv[1] == 4.75);
+  CHECK(quantile(x, 0.5, std::nullopt, true).shape() == Shape{1, 1});
+  manual_seed(52);
+  const Tensor g = randn({3, 5}, {.dtype = DType::float64});
+  CHECK(kiln::test::gradcheck([](auto& t) { return kthvalue(t[0], 2, 1).values; }, {g}));
+  CHECK(kiln::test::gradcheck([](auto& t) { return median(t[0], 0).values; }, {g}));
+  CHECK(kiln::test::gradcheck([&](auto& t) { return quantile(t[0], q, 1); }, {g}));
+  CHECK(error_of([&] { kthvalue(x, 5, 1); }).find("out of range") != std::string::npos);
+  CHECK(error_of([&] { quantile(r, 1.5); }).find("[0, 1]") != std::string::npos);
+  CHECK(error_of([&] { quantile(r, q.to(DType::float32)); }).find("dtype") != std::string::npos);
+  CHECK(error_of([&] { quantile(r.to(DType::int64), 0.5); }).find("float32 or float64") != std::string::npos);
+  CHECK(error_of([&] { median(zeros({2, 0}), 1); }).find("empty") != std::string::npos);
 }
