@@ -13,6 +13,7 @@
 #include "kiln/ops/kernels/nn.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
@@ -174,6 +175,34 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                    p(dq), p(dk), p(dv), B, Tq, Tk, E, Ev, scale, causal);
     return {dq, dk, dv};
   });
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  const char* op = "scaled_dot_product_attention";
+  KILN_CHECK(!(o.attn_mask.defined() && o.is_causal), op, ": give either attn_mask or is_causal, not both");
+  KILN_CHECK(o.dropout_p >= 0 && o.dropout_p <= 1, op, ": dropout_p must be in [0, 1], got ", o.dropout_p);
+  if (!o.attn_mask.defined() && o.dropout_p == 0 && !o.scale) return scaled_dot_product_attention(q, k, v, o.is_causal);
+  KILN_CHECK(q.defined() && k.defined() && v.defined() && q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim() &&
+                 k.size(-1) == q.size(-1) && v.size(-2) == k.size(-2),
+             op, ": expected q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv), got ",
+             q.defined() ? describe(q) : "undefined", ", ", k.defined() ? describe(k) : "undefined", ", ",
+             v.defined() ? describe(v) : "undefined");
+  const int64_t Tq = q.size(-2), Tk = k.size(-2);
+  Tensor s = mul(matmul(q, k.transpose(-2, -1)), o.scale ? *o.scale : 1.0 / std::sqrt(double(q.size(-1))));
+  if (o.is_causal) s = masked_fill(s, triu(ones({Tq, Tk}, {.dtype = DType::bool_, .device = q.device()}), 1), -INFINITY);
+  if (o.attn_mask.defined()) {
+    const Tensor& m = o.attn_mask;
+    check_same_device(op, {q, m});
+    KILN_CHECK(m.dtype() == DType::bool_ || m.dtype() == q.dtype(), op, ": attn_mask must be bool or the dtype of q, got ",
+               describe(m), " for q ", describe(q));
+    broadcast_shapes(m.shape(), s.shape(), op);
+    s = m.dtype() == DType::bool_ ? masked_fill(s, logical_not(m), -INFINITY) : add(s, m);
+  }
+  // PyTorch's safe softmax: a row of -inf scores (every key masked) gives zeros, not NaN
+  Tensor p = softmax(s, -1);
+  p = where(all(eq(s.detach(), -INFINITY), {-1}, true), 0.0, p);
+  if (o.dropout_p > 0) p = dropout(p, o.dropout_p, true);
+  return matmul(p, v);
 }
 
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads, bool causal) {

@@ -22,6 +22,20 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
 /// softmax(q k^T / sqrt(d) [+ causal mask]) v for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false);
 
+/// PyTorch's other keywords of F.scaled_dot_product_attention.
+struct AttentionOptions {
+  /// bool: true where a query may attend to a key; float: added to the scores. Broadcasts to
+  /// (..., Tq, Tk). Not together with is_causal (PyTorch refuses it too).
+  Tensor attn_mask{};
+  double dropout_p = 0.0;       ///< dropout on the attention weights, applied whenever > 0 (as PyTorch's)
+  bool is_causal = false;       ///< query i attends to keys <= i (top-left aligned when Tq != Tk)
+  std::optional<double> scale{};  ///< the scores' factor; 1 / sqrt(d) when unset
+};
+/// With a mask, dropout or another scale this is the composition softmax(q k^T * scale
+/// (+ mask)) v (its (..., Tq, Tk) weights in memory; the fused kernels otherwise). A row
+/// whose keys are all masked gives zeros, as PyTorch's.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o);
+
 /// Multi-head self-attention over a packed projection, what nn::MultiheadAttention runs:
 /// qkv (B, T, 3C) holds q, k and v side by side on the last dim, each C = num_heads x d
 /// with head h in columns [h d, (h + 1) d). Returns (B, T, C), the heads' outputs side by
