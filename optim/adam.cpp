@@ -9,7 +9,8 @@ namespace kiln::optim {
 
 namespace {
 AdamOptions from_adamw(const AdamWOptions& o) {
-  return {.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad};
+  return {.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay, .amsgrad = o.amsgrad,
+          .maximize = o.maximize};
 }
 }  // namespace
 

@@ -12,6 +12,7 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;  ///< L2: g += wd*p
   bool amsgrad = false;
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 
 struct AdamWOptions {
@@ -20,6 +21,7 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.01;  ///< decoupled: p *= 1 - lr*wd before the Adam step
   bool amsgrad = false;
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 
 /// Shared implementation of Adam and AdamW. State per parameter: "step", "exp_avg",

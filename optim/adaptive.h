@@ -14,6 +14,7 @@ struct AdagradOptions {
   double weight_decay = 0.0;  ///< L2: g += wd*p
   double initial_accumulator_value = 0.0;
   double eps = 1e-10;
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 /// torch.optim.Adagrad: sum += g^2; p -= clr * g / (sqrt(sum) + eps). State: "step", "sum"
 /// (starting at initial_accumulator_value).
@@ -36,6 +37,7 @@ struct AdadeltaOptions {
   double rho = 0.9;
   double eps = 1e-6;
   double weight_decay = 0.0;  ///< L2
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 /// torch.optim.Adadelta: sq = rho*sq + (1-rho)*g^2; delta = sqrt(acc + eps) / sqrt(sq + eps) * g;
 /// acc = rho*acc + (1-rho)*delta^2; p -= lr*delta. State: "step", "square_avg", "acc_delta".
@@ -58,6 +60,7 @@ struct AdamaxOptions {
   std::pair<double, double> betas = {0.9, 0.999};
   double eps = 1e-8;
   double weight_decay = 0.0;  ///< L2
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 /// torch.optim.Adamax (Adam with the infinity norm): m = lerp(m, g, 1-b1);
 /// u = max(b2*u, |g| + eps); p -= lr/(1-b1^t) * m/u. State: "step", "exp_avg", "exp_inf".
@@ -82,6 +85,7 @@ struct NAdamOptions {
   double weight_decay = 0.0;
   double momentum_decay = 4e-3;
   bool decoupled_weight_decay = false;  ///< true: p *= 1 - lr*wd (NAdamW), else L2
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 /// torch.optim.NAdam (Adam with Nesterov momentum, Dozat 2016): the momentum coefficient
 /// mu_t = b1 * (1 - 0.5 * 0.96^(t * momentum_decay)) and its running product set the weights
@@ -108,6 +112,7 @@ struct RAdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool decoupled_weight_decay = false;  ///< true: p *= 1 - lr*wd (RAdamW), else L2
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 /// torch.optim.RAdam (rectified Adam, Liu et al. 2019): while the variance estimate is too
 /// young (rho_t <= 5) a momentum-SGD step lr * m / (1-b1^t); after, Adam's step times the

@@ -1,6 +1,7 @@
 // Optimizer base: parameter-group bookkeeping, step() driver, zero_grad and the flat
 // state_dict()/load_state_dict() format shared by every optimizer.
 #include "kiln/optim/optimizer.h"
+#include "kiln/ops/elementwise.h"
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -107,6 +108,7 @@ void Optimizer::step_impl(const Tensor* found_inf) {
       KILN_CHECK(grad.device() == p.device(), name_, ": the gradient of parameter ", i, " of group ", g, " is on ",
                  grad.device().str(), " but the parameter (", describe(p), ") is on ", p.device().str());
       if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
+      if (maximize(g)) grad = neg(grad);  // PyTorch's maximize: a new tensor, p.grad() untouched
       idx.push_back(i);
       grads.push_back(grad);
     }
@@ -188,19 +190,31 @@ bool Optimizer::fused_ok(const Tensor& p, std::initializer_list<const Tensor*> b
   return true;
 }
 
+void Optimizer::set_maximize(size_t group, bool on) {
+  KILN_CHECK(!on, name_, ": group ", group, " asks for maximize, which ", name_, " does not offer");
+}
+
 void Optimizer::apply_group_overrides(size_t group, const ParamGroup& g) {
   if (g.options.empty()) return;
   std::map<std::string, double> h = group_hparams(group);
-  std::string known;
-  for (const auto& [k, v] : h) known += (known.empty() ? "" : ", ") + k;
+  std::string known = "maximize";
+  for (const auto& [k, v] : h) known += ", " + k;
+  const bool old_maximize = maximize(group);
   for (const auto& [k, v] : g.options) {
+    if (k == "maximize") continue;
     KILN_CHECK(h.count(k) > 0, name_, ": parameter group ", group, " sets unknown option '", k, "' (", name_,
                " has: ", known, ")");
     KILN_CHECK(!(k == "lr" && g.lr) && !(k == "weight_decay" && g.weight_decay), name_, ": parameter group ", group,
                " gives ", k, " twice (as .", k, " and in .options)");
     h[k] = v;
   }
-  set_group_hparams(group, h);
+  if (auto it = g.options.find("maximize"); it != g.options.end()) set_maximize(group, it->second != 0);
+  try {
+    set_group_hparams(group, h);
+  } catch (...) {
+    set_maximize(group, old_maximize);
+    throw;
+  }
 }
 
 void Optimizer::assign_hparams(size_t group, const std::map<std::string, double>& h,
@@ -236,6 +250,7 @@ StateDict Optimizer::state_dict() const {
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = k + int64_t(i);
     sd[gp + "params"] = from_vector(idx, {int64_t(idx.size())});
     for (const auto& [n, v] : group_hparams(g)) sd[gp + n] = scalar_tensor(v, {.dtype = DType::float64});
+    if (maximize(g)) sd[gp + "maximize"] = scalar_tensor(1.0, {.dtype = DType::float64});
     for (size_t i = 0; i < groups_[g].size(); ++i, ++k) {
       const ParamState& st = state_[g][i];
       const int64_t step = st.step - (skipped[g].empty() ? 0 : int64_t(skipped[g][i]));
@@ -321,14 +336,25 @@ void Optimizer::load_state_dict(const StateDict& sd) {
 
   // apply hyperparameters atomically (restore the old ones if any group is rejected)
   std::vector<std::map<std::string, double>> old(G);
-  for (size_t g = 0; g < G; ++g) old[g] = group_hparams(g);
+  std::vector<bool> old_max(G);
+  for (size_t g = 0; g < G; ++g) {
+    old[g] = group_hparams(g);
+    old_max[g] = maximize(g);
+  }
   try {
     for (size_t g = 0; g < G; ++g) {
+      // maximize: absent (the default, and states saved before it existed) means false
+      const auto it = hp[g].find("maximize");
+      set_maximize(g, it != hp[g].end() && it->second != 0);
+      if (it != hp[g].end()) hp[g].erase(it);
       set_group_hparams(g, hp[g]);
       check_options(g);
     }
   } catch (...) {
-    for (size_t g = 0; g < G; ++g) set_group_hparams(g, old[g]);
+    for (size_t g = 0; g < G; ++g) {
+      set_group_hparams(g, old[g]);
+      set_maximize(g, old_max[g]);
+    }
     throw;
   }
   state_ = std::move(fresh);

@@ -61,6 +61,14 @@ class Optimizer {
   /// the CPU path, which does not call step() at all, would report); step_count() still
   /// counts the call (it is a host value). Requires can_skip_on_device().
   void step_unless(const Tensor& found_inf);
+  /// PyTorch's `maximize`: the group's updates ascend the objective (each step reads the
+  /// negated gradient; p.grad() itself is left alone). Set through the options' `maximize`
+  /// field or a ParamGroup's options["maximize"]; saved in state_dict() as
+  /// param_groups.<g>.maximize when on.
+  virtual bool maximize(size_t group) const {
+    (void)group;
+    return false;
+  }
   /// Clears gradients: undefined (set_to_none, the default, like PyTorch) or zero-filled.
   void zero_grad(bool set_to_none = true);
   /// Adds a parameter group (PyTorch's add_param_group: layers unfrozen later in a
@@ -180,7 +188,10 @@ class Optimizer {
     }
   }
 
-  /// Hyperparameters of a group by name (for state_dict) and their restore.
+  /// Sets a group's maximize flag (an optimizer without one refuses true).
+  virtual void set_maximize(size_t group, bool on);
+  /// Hyperparameters of a group by name (for state_dict) and their restore (maximize is
+  /// handled by the base class).
   virtual std::map<std::string, double> group_hparams(size_t group) const = 0;
   virtual void set_group_hparams(size_t group, const std::map<std::string, double>& h) = 0;
   /// Names of the per-parameter buffers this optimizer may keep.
@@ -242,6 +253,7 @@ class OptimizerWith : public Optimizer {
   double lr(size_t group = 0) const override { return opts_.at(group).lr; }
   void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
   using Optimizer::set_lr;
+  bool maximize(size_t group) const override { return opts_.at(group).maximize; }
 
  protected:
   OptimizerWith(std::string name, const std::vector<ParamGroup>& groups, const Opts& defaults)
@@ -264,6 +276,7 @@ class OptimizerWith : public Optimizer {
   }
 
  protected:
+  void set_maximize(size_t group, bool on) override { opts_.at(group).maximize = on; }
   /// Applies each group's named overrides and runs check_options on every group (call at
   /// the end of the subclass constructor: a virtual call from this constructor would not
   /// reach the subclass's hparam mapping).

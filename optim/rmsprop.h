@@ -11,6 +11,7 @@ struct RMSpropOptions {
   double weight_decay = 0.0;  ///< L2: g += wd*p
   double momentum = 0.0;
   bool centered = false;
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 
 /// torch.optim.RMSprop: sq = alpha*sq + (1-alpha)*g^2; avg = sqrt(sq [- ga^2]) + eps

@@ -10,6 +10,7 @@ struct SGDOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;  ///< L2: added to the gradient
   bool nesterov = false;      ///< needs momentum > 0 and dampening == 0
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
 };
 
 /// torch.optim.SGD: g += wd*p; buf = g (first step) or momentum*buf + (1-dampening)*g;

@@ -824,3 +824,62 @@ TEST_CASE("optimizer argument errors") {
   // OneCycle-style momentum access
   CHECK(opt.supports_momentum());
 }
+
+TEST_CASE("maximize: every optimizer ascends f exactly as it descends -f; option, group override, state_dict") {
+  // Each optimizer twice from the same start: maximizing with f's gradient and minimizing
+  // with the negated gradient must agree bit for bit, over steps with weight decay.
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>&, bool)>;
+  const std::vector<std::pair<std::string, Make>> makers = {
+      {"SGD", [](auto& p, bool m) { return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .maximize = m}); }},
+      {"Adam", [](auto& p, bool m) { return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.1, .weight_decay = 0.01, .amsgrad = true, .maximize = m}); }},
+      {"AdamW", [](auto& p, bool m) { return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 0.1, .maximize = m}); }},
+      {"RMSprop", [](auto& p, bool m) { return std::make_unique<optim::RMSprop>(p, optim::RMSpropOptions{.lr = 0.1, .momentum = 0.5, .centered = true, .maximize = m}); }},
+      {"Adagrad", [](auto& p, bool m) { return std::make_unique<optim::Adagrad>(p, optim::AdagradOptions{.lr = 0.1, .weight_decay = 0.1, .maximize = m}); }},
+      {"Adadelta", [](auto& p, bool m) { return std::make_unique<optim::Adadelta>(p, optim::AdadeltaOptions{.weight_decay = 0.1, .maximize = m}); }},
+      {"Adamax", [](auto& p, bool m) { return std::make_unique<optim::Adamax>(p, optim::AdamaxOptions{.weight_decay = 0.1, .maximize = m}); }},
+      {"NAdam", [](auto& p, bool m) { return std::make_unique<optim::NAdam>(p, optim::NAdamOptions{.weight_decay = 0.1, .maximize = m}); }},
+      {"RAdam", [](auto& p, bool m) { return std::make_unique<optim::RAdam>(p, optim::RAdamOptions{.weight_decay = 0.1, .maximize = m}); }},
+  };
+  for (const auto& [name, make] : makers) {
+    CAPTURE(name);
+    Tensor a = param({0.5, -1.0, 2.0, 0.25}, DType::float64), b = param({0.5, -1.0, 2.0, 0.25}, DType::float64);
+    auto up = make({a}, true);
+    auto down = make({b}, false);
+    CHECK(up->maximize(0));
+    CHECK_FALSE(down->maximize(0));
+    for (int s = 0; s < 7; ++s) {
+      // f = -sum((p - 1)^2): its gradient -2 (p - 1); -f's is the negation
+      const Tensor g = mul(sub(a.detach(), 1.0), -2.0);
+      a.set_grad(g);
+      b.set_grad(neg(g));
+      up->step();
+      down->step();
+      CHECK(a.to_vector<double>() == b.to_vector<double>());
+      CHECK(a.grad().to_vector<double>() == g.to_vector<double>());  // the gradient itself is left alone
+    }
+    // ascending f = -sum((p - 1)^2) moves p toward 1
+    CHECK(max(abs(sub(a, 1.0))).item() < 2.0);  // from 2 (the entry at -1)
+    // saved when on, restored by load_state_dict (absent = off)
+    const optim::StateDict sd = up->state_dict();
+    CHECK(sd.contains("param_groups.0.maximize"));
+    CHECK_FALSE(down->state_dict().contains("param_groups.0.maximize"));
+    down->load_state_dict(sd);
+    CHECK(down->maximize(0));
+    up->load_state_dict(make({b}, false)->state_dict());
+    CHECK_FALSE(up->maximize(0));
+  }
+  // a parameter group may turn it on alone
+  Tensor p = param({1, 2}), q = param({1, 2});
+  optim::SGD sgd(std::vector<optim::ParamGroup>{{.params = {p}}, {.params = {q}, .options = {{"maximize", 1.0}}}},
+                 {.lr = 0.5});
+  CHECK_FALSE(sgd.maximize(0));
+  CHECK(sgd.maximize(1));
+  set_grad(p, {1, 1});
+  set_grad(q, {1, 1});
+  sgd.step();
+  CHECK(p.to_vector<double>() == Vec{0.5, 1.5});
+  CHECK(q.to_vector<double>() == Vec{1.5, 2.5});
+  // an unknown option still fails and names maximize among the known ones
+  CHECK_THROWS_WITH_AS(optim::SGD(std::vector<optim::ParamGroup>{{.params = {p}, .options = {{"maximise", 1.0}}}}),
+                       doctest::Contains("maximize"), kiln::Error);
+}
