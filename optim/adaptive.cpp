@@ -253,4 +253,89 @@ void RAdam::set_group_hparams(size_t group, const std::map<std::string, double>&
   opts_.at(group) = o;
 }
 
+// ---------------------------------------------------------------- Rprop
+
+Rprop::Rprop(const std::vector<Tensor>& params, RpropOptions o) : Rprop(single_group(params), o) {}
+Rprop::Rprop(const std::vector<ParamGroup>& groups, RpropOptions o) : OptimizerWith("Rprop", groups, o) {
+  check_all_options();
+}
+
+void Rprop::check_options(size_t group) const {
+  const RpropOptions& o = opts_.at(group);
+  KILN_CHECK(o.lr >= 0, "Rprop: invalid learning rate ", o.lr, " in group ", group, " (expected >= 0)");
+  KILN_CHECK(0 < o.etas.first && o.etas.first < 1 && 1 < o.etas.second, "Rprop: invalid etas (", o.etas.first, ", ",
+             o.etas.second, ") in group ", group, " (expected 0 < etaminus < 1 < etaplus)");
+  KILN_CHECK(0 <= o.step_sizes.first && o.step_sizes.first <= o.step_sizes.second, "Rprop: invalid step_sizes (",
+             o.step_sizes.first, ", ", o.step_sizes.second, ") in group ", group, " (expected 0 <= min <= max)");
+}
+
+void Rprop::update(size_t group, Tensor p, const Tensor& g, ParamState& st) {
+  const RpropOptions& o = opts_[group];
+  Tensor& prev = buffer(st, "prev", p);
+  bool created = false;
+  Tensor& step_size = buffer(st, "step_size", p, &created);
+  if (created) step_size.fill_(o.lr);
+  ++st.step;
+  // the factor of each step size: etaplus where the gradient kept its sign, etaminus where
+  // it flipped, 1 where either is 0
+  const Tensor agree = sign(mul(g, prev));
+  const Tensor factor = where(gt(agree, 0.0), o.etas.second, where(lt(agree, 0.0), o.etas.first, ones_like(g)));
+  step_size.copy_(clamp(mul(step_size, factor), o.step_sizes.first, o.step_sizes.second));
+  // where the sign flipped: no step, and the gradient is remembered as 0
+  const Tensor d = where(lt(agree, 0.0), 0.0, g);
+  p.add_(mul(sign(d), step_size), -1.0);
+  prev.copy_(d);
+}
+
+std::map<std::string, double> Rprop::group_hparams(size_t group) const {
+  const RpropOptions& o = opts_.at(group);
+  return {{"lr", o.lr}, {"etaminus", o.etas.first}, {"etaplus", o.etas.second},
+          {"step_size_min", o.step_sizes.first}, {"step_size_max", o.step_sizes.second}};
+}
+void Rprop::set_group_hparams(size_t group, const std::map<std::string, double>& h) {
+  RpropOptions o = opts_.at(group);
+  assign_hparams(group, h, {{"lr", &o.lr}, {"etaminus", &o.etas.first}, {"etaplus", &o.etas.second},
+                            {"step_size_min", &o.step_sizes.first}, {"step_size_max", &o.step_sizes.second}});
+  opts_.at(group) = o;
+}
+
+// ---------------------------------------------------------------- ASGD
+
+ASGD::ASGD(const std::vector<Tensor>& params, ASGDOptions o) : ASGD(single_group(params), o) {}
+ASGD::ASGD(const std::vector<ParamGroup>& groups, ASGDOptions o) : OptimizerWith("ASGD", groups, o) {
+  check_all_options();
+}
+
+void ASGD::check_options(size_t group) const {
+  const ASGDOptions& o = opts_.at(group);
+  check_common(name_, group, o.lr, 0.0, o.weight_decay);
+}
+
+void ASGD::update(size_t group, Tensor p, const Tensor& g, ParamState& st) {
+  const ASGDOptions& o = opts_[group];
+  Tensor& ax = buffer(st, "ax", p);
+  double& eta = st.scalars.try_emplace("eta", o.lr).first->second;
+  double& mu = st.scalars.try_emplace("mu", 1.0).first->second;
+  ++st.step;
+  const double t = double(st.step);
+  const Tensor d = with_l2(g, p, o.weight_decay);
+  p.mul_(1 - o.lambd * eta);
+  p.add_(mul(d, -eta));
+  if (mu != 1) ax.add_(mul(sub(p, ax), mu));
+  else ax.copy_(p);
+  eta = o.lr / std::pow(1 + o.lambd * o.lr * t, o.alpha);
+  mu = 1 / std::max(1.0, t - o.t0);
+}
+
+std::map<std::string, double> ASGD::group_hparams(size_t group) const {
+  const ASGDOptions& o = opts_.at(group);
+  return {{"lr", o.lr}, {"lambd", o.lambd}, {"alpha", o.alpha}, {"t0", o.t0}, {"weight_decay", o.weight_decay}};
+}
+void ASGD::set_group_hparams(size_t group, const std::map<std::string, double>& h) {
+  ASGDOptions o = opts_.at(group);
+  assign_hparams(group, h, {{"lr", &o.lr}, {"lambd", &o.lambd}, {"alpha", &o.alpha}, {"t0", &o.t0},
+                            {"weight_decay", &o.weight_decay}});
+  opts_.at(group) = o;
+}
+
 }  // namespace kiln::optim

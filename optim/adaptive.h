@@ -1,4 +1,4 @@
-// PyTorch's other adaptive optimizers: Adagrad, Adadelta, Adamax, NAdam and RAdam
+// PyTorch's other optimizers: Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop and ASGD
 // (torch.optim, the single-tensor form PyTorch runs on the CPU), each from tensor ops, so
 // they run on every device with elementwise kernels. They take parameter groups, overrides
 // by state_dict name, state_dict()/load_state_dict() and schedulers as SGD and Adam do.
@@ -128,6 +128,59 @@ class RAdam : public OptimizerWithBetas<RAdamOptions> {
   std::map<std::string, double> group_hparams(size_t group) const override;
   void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  void check_options(size_t group) const override;
+};
+
+struct RpropOptions {
+  double lr = 1e-2;  ///< every entry's first step size
+  std::pair<double, double> etas = {0.5, 1.2};            ///< (etaminus, etaplus): step size factors
+  std::pair<double, double> step_sizes = {1e-6, 50.0};    ///< (min, max) step size
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
+};
+/// torch.optim.Rprop (resilient backpropagation, full-batch): each entry's step size grows by
+/// etaplus while its gradient keeps its sign and shrinks by etaminus when the sign flips (the
+/// step is then skipped and the gradient remembered as 0), clamped to step_sizes;
+/// p -= sign(g) * step_size. State: "step", "prev", "step_size". state_dict names:
+/// etaminus, etaplus, step_size_min, step_size_max.
+class Rprop : public OptimizerWith<RpropOptions> {
+ public:
+  using Options = RpropOptions;
+  Rprop(const std::vector<Tensor>& params, RpropOptions options = {});
+  Rprop(const std::vector<ParamGroup>& groups, RpropOptions options = {});
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"prev", "step_size"}; }
+  void check_options(size_t group) const override;
+};
+
+struct ASGDOptions {
+  double lr = 1e-2;
+  double lambd = 1e-4;  ///< decay term
+  double alpha = 0.75;  ///< power for the eta update
+  double t0 = 1e6;      ///< the step at which averaging starts
+  double weight_decay = 0.0;  ///< L2
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
+};
+/// torch.optim.ASGD (averaged SGD, Polyak and Juditsky 1992): p *= 1 - lambd * eta;
+/// p -= eta * g; the running average ax of the parameter (from step t0 on, before it ax = p);
+/// then eta = lr / (1 + lambd * lr * t)^alpha and mu = 1 / max(1, t - t0). State: "step",
+/// "ax" and the numbers "eta" and "mu" (float64; PyTorch keeps them as tensors of the default
+/// dtype, so in float32 its eta is rounded to float32).
+class ASGD : public OptimizerWith<ASGDOptions> {
+ public:
+  using Options = ASGDOptions;
+  ASGD(const std::vector<Tensor>& params, ASGDOptions options = {});
+  ASGD(const std::vector<ParamGroup>& groups, ASGDOptions options = {});
+  std::vector<std::string> scalar_names() const override { return {"eta", "mu"}; }
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"ax"}; }
   void check_options(size_t group) const override;
 };
 

@@ -232,7 +232,11 @@ template <class Options>
 Options resolve_group_options(const Options& defaults, const ParamGroup& g) {
   Options o = defaults;
   if (g.lr) o.lr = *g.lr;
-  if (g.weight_decay) o.weight_decay = *g.weight_decay;
+  if constexpr (requires { o.weight_decay; }) {
+    if (g.weight_decay) o.weight_decay = *g.weight_decay;
+  } else {
+    KILN_CHECK(!g.weight_decay, "a parameter group sets weight_decay, which this optimizer does not have");
+  }
   return o;
 }
 

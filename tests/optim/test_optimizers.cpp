@@ -1,4 +1,4 @@
-// Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam) against
+// Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD) against
 // plain-loop references of PyTorch's formulas and values PyTorch printed, parameter groups, skipped parameters, zero_grad, the generic (tensor-op) path,
 // state_dict resume (bitwise) and argument errors.
 #include <doctest/doctest.h>
@@ -395,6 +395,72 @@ TEST_CASE("Adagrad, Adadelta, Adamax, NAdam and RAdam give PyTorch's parameters"
   }, {0.554447176894923, -1.2027857108228641, 1.8849456469392063, 0.016254446124422228});
 }
 
+// Rprop and ASGD: plain loops of PyTorch's documented algorithms, and PyTorch 2.15's values
+// (float64; Rprop bit for bit; ASGD within an ulp or two: PyTorch's add(alpha) fuses).
+TEST_CASE("Rprop and ASGD: reference loops, PyTorch's parameters, state, errors") {
+  const std::vector<Vec> grads = long_grads();
+  auto rprop_ref = [&](double lr, double em, double ep, double lo, double hi) {
+    Vec p = kP0, prev(4, 0.0), step(4, lr);
+    for (const Vec& g : grads)
+      for (size_t i = 0; i < 4; ++i) {
+        const double s = g[i] * prev[i];
+        step[i] = std::clamp(step[i] * (s > 0 ? ep : s < 0 ? em : 1.0), lo, hi);
+        const double d = s < 0 ? 0.0 : g[i];
+        p[i] -= (d > 0 ? 1.0 : d < 0 ? -1.0 : 0.0) * step[i];
+        prev[i] = d;
+      }
+    return p;
+  };
+  auto asgd_ref = [&](double lr, double lambd, double alpha, double t0, double wd) {
+    Vec p = kP0, ax(4, 0.0);
+    double eta = lr, mu = 1;
+    for (size_t t = 0; t < grads.size(); ++t) {
+      for (size_t i = 0; i < 4; ++i) {
+        const double d = grads[t][i] + wd * p[i];  // L2 on the parameter before the decay
+        p[i] *= 1 - lambd * eta;
+        p[i] -= eta * d;
+        ax[i] = mu != 1 ? ax[i] + (p[i] - ax[i]) * mu : p[i];
+      }
+      eta = lr / std::pow(1 + lambd * lr * double(t + 1), alpha);
+      mu = 1 / std::max(1.0, double(t + 1) - t0);
+    }
+    return std::make_pair(p, ax);
+  };
+  for (DType dt : {DType::float64, DType::float32}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == DType::float64 ? 1e-12 : 3e-6;
+    Tensor p = param(kP0, dt), q = param(kP0, dt);
+    optim::Rprop rp({p}, {.lr = 0.05, .etas = {0.4, 1.3}, .step_sizes = {1e-3, 0.3}});
+    optim::ASGD as({q}, {.lr = 0.05, .lambd = 0.01, .alpha = 0.6, .t0 = 4, .weight_decay = 0.1});
+    for (const Vec& g : grads) {
+      set_grad(p, g);
+      set_grad(q, g);
+      rp.step();
+      as.step();
+    }
+    check_close(p, rprop_ref(0.05, 0.4, 1.3, 1e-3, 0.3), tol, "rprop");
+    const auto [ap, aax] = asgd_ref(0.05, 0.01, 0.6, 4, 0.1);
+    check_close(q, ap, tol, "asgd");
+    check_close(as.state_dict().at("state.0.ax"), aax, tol, "asgd ax");
+    if (dt != DType::float64) continue;
+    // PyTorch 2.15 (torch.optim, float64, the same gradients and options)
+    check_close(p, {0.564944, -1.2109759999999998, 1.9708959999999998, 0.15057600000000002}, 1e-15, "torch rprop");
+    check_close(q, {0.5296494564137809, -1.1437769495433732, 1.8589590475694613, 0.044453826608552856}, 1e-15,
+                "torch asgd");
+    const optim::StateDict sd = as.state_dict();
+    CHECK(sd.at("state.0.eta").item() == doctest::Approx(0.04982085953132795).epsilon(1e-15));
+    CHECK(sd.at("state.0.mu").item() == 0.125);
+    CHECK(rp.state_dict().at("state.0.step_size").to_vector<double>()[0] == doctest::Approx(0.001664));
+    CHECK(rp.state_dict().at("param_groups.0.etaplus").item() == 1.3);
+  }
+  Tensor p = param(kP0);
+  CHECK_THROWS_WITH_AS(optim::Rprop({p}, {.etas = {1.2, 0.5}}), doctest::Contains("etaminus"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Rprop({p}, {.step_sizes = {1.0, 0.1}}), doctest::Contains("step_sizes"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Rprop(std::vector<optim::ParamGroup>{{.params = {p}, .weight_decay = 0.1}}),
+                       doctest::Contains("weight_decay"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::ASGD({p}, {.lr = -1.0}), doctest::Contains("learning rate"), kiln::Error);
+}
+
 TEST_CASE("parameter groups: per-group lr and weight decay overrides") {
   Tensor a = param(kP0, DType::float64), b = param(kP0, DType::float64);
   optim::SGD opt({{.params = {a}}, {.params = {b}, .lr = 0.5, .weight_decay = 0.2}}, {.lr = 0.1, .momentum = 0.9});
@@ -707,6 +773,12 @@ TEST_CASE("state_dict / load_state_dict resume training bitwise") {
   check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {  // through rho_t > 5
     return std::make_unique<optim::RAdam>(ps, optim::RAdamOptions{.lr = 0.01, .betas = {0.9, 0.9}});
   }, 9, 4);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Rprop>(ps, optim::RpropOptions{.lr = 0.01});
+  }, 7, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {  // eta, mu restored; ax from t0
+    return std::make_unique<optim::ASGD>(ps, optim::ASGDOptions{.lr = 0.01, .t0 = 2});
+  }, 7, 3);
 }
 
 TEST_CASE("state_dict layout: flat names, 0-dim scalars, hyperparameters restored") {
@@ -839,6 +911,8 @@ TEST_CASE("maximize: every optimizer ascends f exactly as it descends -f; option
       {"Adamax", [](auto& p, bool m) { return std::make_unique<optim::Adamax>(p, optim::AdamaxOptions{.weight_decay = 0.1, .maximize = m}); }},
       {"NAdam", [](auto& p, bool m) { return std::make_unique<optim::NAdam>(p, optim::NAdamOptions{.weight_decay = 0.1, .maximize = m}); }},
       {"RAdam", [](auto& p, bool m) { return std::make_unique<optim::RAdam>(p, optim::RAdamOptions{.weight_decay = 0.1, .maximize = m}); }},
+      {"Rprop", [](auto& p, bool m) { return std::make_unique<optim::Rprop>(p, optim::RpropOptions{.maximize = m}); }},
+      {"ASGD", [](auto& p, bool m) { return std::make_unique<optim::ASGD>(p, optim::ASGDOptions{.lr = 0.1, .t0 = 2, .maximize = m}); }},
   };
   for (const auto& [name, make] : makers) {
     CAPTURE(name);
