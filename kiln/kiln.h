@@ -21,6 +21,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/sampling.h"
 #include "kiln/ops/shape_ops.h"
+#include "kiln/ops/tensor_utils.h"
 #include "kiln/core/autocast.h"
 #include "kiln/optim/adam.h"
 #include "kiln/optim/adaptive.h"
