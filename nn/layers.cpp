@@ -602,4 +602,61 @@ Tensor Unflatten::forward(const Tensor& x) {
 }
 std::string Unflatten::extra_repr() const { return "dim=" + std::to_string(dim) + ", unflattened_size=" + shape_str(sizes); }
 
+
+Bilinear::Bilinear(int64_t in1, int64_t in2, int64_t out, bool with_bias)
+    : in1_features(in1), in2_features(in2), out_features(out) {
+  KILN_CHECK(in1 > 0 && in2 > 0 && out > 0, "Bilinear: feature sizes must be positive, got ", in1, ", ", in2, ", ", out);
+  weight = register_parameter("weight", empty({out, in1, in2}));
+  if (with_bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Bilinear::reset_parameters() {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  const double bound = 1.0 / std::sqrt(double(in1_features));
+  init::uniform_(weight, -bound, bound);
+  if (bias.defined()) init::uniform_(bias, -bound, bound);
+}
+
+std::string Bilinear::extra_repr() const {
+  std::ostringstream os;
+  os << "in1_features=" << in1_features << ", in2_features=" << in2_features << ", out_features=" << out_features
+     << ", bias=" << (bias.defined() ? "true" : "false");
+  return os.str();
+}
+
+EmbeddingBag::EmbeddingBag(int64_t n, int64_t d, EmbeddingBagOptions o)
+    : num_embeddings(n), embedding_dim(d), options(o) {
+  KILN_CHECK(n > 0 && d > 0, "EmbeddingBag: num_embeddings and embedding_dim must be positive, got ", n, " and ", d);
+  if (o.padding_idx) {
+    const int64_t p = *o.padding_idx;
+    KILN_CHECK(p >= -n && p < n, "EmbeddingBag: padding_idx ", p, " is out of range for ", n, " embeddings");
+    options.padding_idx = p < 0 ? p + n : p;
+  }
+  weight = register_parameter("weight", empty({n, d}));
+  reset_parameters();
+}
+
+void EmbeddingBag::reset_parameters() {
+  if (!weight.defined()) return;
+  NoGradGuard ng;
+  init::normal_(weight);
+  if (options.padding_idx) weight.select(0, *options.padding_idx).zero_();
+}
+
+Tensor EmbeddingBag::forward(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights) {
+  check_built(weight, "EmbeddingBag");
+  return embedding_bag(indices, weight,
+                       {.offsets = offsets, .mode = options.mode, .per_sample_weights = per_sample_weights,
+                        .include_last_offset = options.include_last_offset, .padding_idx = options.padding_idx});
+}
+
+std::string EmbeddingBag::extra_repr() const {
+  std::ostringstream os;
+  const char* m[] = {"sum", "mean", "max"};
+  os << num_embeddings << ", " << embedding_dim << ", mode=" << m[int(options.mode)];
+  return os.str();
+}
+
 }  // namespace kiln::nn

@@ -609,6 +609,70 @@ class Unflatten : public Module {
   Shape sizes;
 };
 
+/// torch.nn.Unfold / Fold: kiln::unfold / kiln::fold with fixed arguments.
+class Unfold : public Module {
+ public:
+  explicit Unfold(FoldArgs a) : args(a) {}
+  Tensor forward(const Tensor& x) override { return unfold(x, args); }
+  FoldArgs args;
+};
+class Fold : public Module {
+ public:
+  Fold(std::array<int64_t, 2> output_size, FoldArgs a) : output_size(output_size), args(a) {}
+  Tensor forward(const Tensor& x) override { return fold(x, output_size, args); }
+  std::array<int64_t, 2> output_size;
+  FoldArgs args;
+};
+/// torch.nn.LocalResponseNorm (kiln::local_response_norm) and ChannelShuffle.
+class LocalResponseNorm : public Module {
+ public:
+  explicit LocalResponseNorm(int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0)
+      : size(size), alpha(alpha), beta(beta), k(k) {}
+  Tensor forward(const Tensor& x) override { return local_response_norm(x, size, alpha, beta, k); }
+  int64_t size;
+  double alpha, beta, k;
+};
+class ChannelShuffle : public Module {
+ public:
+  explicit ChannelShuffle(int64_t groups) : groups(groups) {}
+  Tensor forward(const Tensor& x) override { return channel_shuffle(x, groups); }
+  int64_t groups;
+};
+
+/// torch.nn.Bilinear: y = x1^T W x2 + b, weight (out, in1, in2) and bias (out) both
+/// U(-1/sqrt(in1), 1/sqrt(in1)) as PyTorch's.
+class Bilinear : public Module {
+ public:
+  using Module::forward;
+  Bilinear() = default;
+  Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x1, const Tensor& x2) { return bilinear(x1, x2, weight, bias); }
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t in1_features = 0, in2_features = 0, out_features = 0;
+};
+
+struct EmbeddingBagOptions {
+  EmbeddingBagMode mode = EmbeddingBagMode::mean;
+  bool include_last_offset = false;
+  std::optional<int64_t> padding_idx;  ///< a row that is left out of every bag and starts at zero
+};
+/// torch.nn.EmbeddingBag: weight (num_embeddings, embedding_dim) ~ N(0, 1); forward(indices)
+/// with one bag per row of 2-D indices, or forward(indices, offsets, per_sample_weights).
+class EmbeddingBag : public Module {
+ public:
+  EmbeddingBag() = default;
+  EmbeddingBag(int64_t num_embeddings, int64_t embedding_dim, EmbeddingBagOptions o = {});
+  Tensor forward(const Tensor& indices) override { return forward(indices, Tensor()); }
+  Tensor forward(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights = {});
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+  Tensor weight;
+  int64_t num_embeddings = 0, embedding_dim = 0;
+  EmbeddingBagOptions options;
+};
+
 /// Pads the last D dims of (N, C, *spatial) or (C, *spatial) input (torch.nn's ZeroPad, ConstantPad,
 /// ReflectionPad, ReplicationPad and CircularPad 1d/2d/3d): `padding` is one amount for every
 /// side or 2 D of them in PyTorch's order, (left, right[, top, bottom[, front, back]]).

@@ -489,4 +489,175 @@ Tensor threshold(const Tensor& x, double th, double value) {
   return where(le(x, th), full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);  // NaN passes, as PyTorch's
 }
 
+
+// ---------------------------------------------------------------- unfold / fold, bilinear, LRN, ...
+
+namespace {
+
+/// The flat positions in the padded (Hp, Wp) plane that unfold reads (fold writes), in its
+/// column order: kernel entry (i, j) major, block position l minor; and L.
+std::pair<std::vector<int64_t>, int64_t> fold_positions(const char* op, int64_t H, int64_t W, const FoldArgs& a) {
+  for (int e = 0; e < 2; ++e)
+    KILN_CHECK(a.kernel_size[size_t(e)] > 0 && a.dilation[size_t(e)] > 0 && a.stride[size_t(e)] > 0 &&
+                   a.padding[size_t(e)] >= 0,
+               op, ": kernel_size, dilation and stride must be positive and padding >= 0, got kernel (",
+               a.kernel_size[0], ", ", a.kernel_size[1], "), dilation (", a.dilation[0], ", ", a.dilation[1],
+               "), stride (", a.stride[0], ", ", a.stride[1], "), padding (", a.padding[0], ", ", a.padding[1], ")");
+  const int64_t Hp = H + 2 * a.padding[0], Wp = W + 2 * a.padding[1];
+  const int64_t eh = a.dilation[0] * (a.kernel_size[0] - 1) + 1, ew = a.dilation[1] * (a.kernel_size[1] - 1) + 1;
+  KILN_CHECK(Hp >= eh && Wp >= ew, op, ": the (dilated) kernel (", eh, ", ", ew, ") is larger than the padded input (",
+             Hp, ", ", Wp, ")");
+  const int64_t oh = (Hp - eh) / a.stride[0] + 1, ow = (Wp - ew) / a.stride[1] + 1;
+  std::vector<int64_t> pos;
+  pos.reserve(size_t(a.kernel_size[0] * a.kernel_size[1] * oh * ow));
+  for (int64_t i = 0; i < a.kernel_size[0]; ++i)
+    for (int64_t j = 0; j < a.kernel_size[1]; ++j)
+      for (int64_t r = 0; r < oh; ++r)
+        for (int64_t c = 0; c < ow; ++c)
+          pos.push_back((r * a.stride[0] + i * a.dilation[0]) * Wp + c * a.stride[1] + j * a.dilation[1]);
+  return {pos, oh * ow};
+}
+
+}  // namespace
+
+Tensor unfold(const Tensor& x, const FoldArgs& a) {
+  KILN_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), "unfold: expected x (N, C, H, W) or (C, H, W), got ",
+             x.defined() ? describe(x) : "undefined");
+  if (x.dim() == 3) return unfold(x.unsqueeze(0), a).squeeze(0);
+  const int64_t N = x.size(0), C = x.size(1);
+  auto [pos, L] = fold_positions("unfold", x.size(2), x.size(3), a);
+  const Tensor xp = pad(x, {a.padding[1], a.padding[1], a.padding[0], a.padding[0]});
+  const Tensor idx = from_vector(pos, {int64_t(pos.size())}, {.dtype = DType::int64, .device = x.device()});
+  const int64_t K = a.kernel_size[0] * a.kernel_size[1];
+  return index_select(xp.reshape({N, C, xp.size(2) * xp.size(3)}), 2, idx).reshape({N, C * K, L});
+}
+
+Tensor fold(const Tensor& x, std::array<int64_t, 2> output_size, const FoldArgs& a) {
+  KILN_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), "fold: expected x (N, C kh kw, L) or (C kh kw, L), got ",
+             x.defined() ? describe(x) : "undefined");
+  if (x.dim() == 2) return fold(x.unsqueeze(0), output_size, a).squeeze(0);
+  const int64_t K = a.kernel_size[0] * a.kernel_size[1];
+  KILN_CHECK(K > 0 && x.size(1) % K == 0, "fold: dim 1 of ", describe(x), " must be divisible by kh kw = ", K);
+  const int64_t N = x.size(0), C = x.size(1) / K, H = output_size[0], W = output_size[1];
+  auto [pos, L] = fold_positions("fold", H, W, a);
+  KILN_CHECK(x.size(2) == L, "fold: ", describe(x), " has ", x.size(2), " blocks but output_size (", H, ", ", W,
+             ") with these arguments gives ", L);
+  const int64_t Hp = H + 2 * a.padding[0], Wp = W + 2 * a.padding[1];
+  const Tensor idx = from_vector(pos, {int64_t(pos.size())}, {.dtype = DType::int64, .device = x.device()});
+  const Tensor plane = index_add(zeros({N, C, Hp * Wp}, {.dtype = x.dtype(), .device = x.device()}), 2, idx,
+                                 x.reshape({N, C, K * L}));
+  return plane.reshape({N, C, Hp, Wp}).narrow(2, a.padding[0], H).narrow(3, a.padding[1], W);
+}
+
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(x1.defined() && x2.defined() && weight.defined() && weight.dim() == 3 && x1.dim() >= 1 &&
+                 x2.dim() == x1.dim() && x1.size(-1) == weight.size(1) && x2.size(-1) == weight.size(2),
+             "bilinear: expected x1 (..., in1), x2 (..., in2) and weight (out, in1, in2), got ",
+             x1.defined() ? describe(x1) : "undefined", ", ", x2.defined() ? describe(x2) : "undefined", ", ",
+             weight.defined() ? describe(weight) : "undefined");
+  const Tensor y = einsum("...i,oij,...j->...o", {x1, weight, x2});
+  return bias.defined() ? add(y, bias) : y;
+}
+
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k) {
+  KILN_CHECK(x.defined() && x.dim() >= 3, "local_response_norm: expected x (N, C, ...) with at least 3 dims, got ",
+             x.defined() ? describe(x) : "undefined");
+  KILN_CHECK(size > 0, "local_response_norm: size must be positive, got ", size);
+  const int64_t C = x.size(1);
+  // the channel window [c - size / 2, c + (size - 1) / 2], zero-padded, summed and divided by size
+  const Tensor sq = pad(movedim(mul(x, x), 1, -1), {size / 2, (size - 1) / 2});
+  Tensor acc = sq.narrow(-1, 0, C);
+  for (int64_t s = 1; s < size; ++s) acc = add(acc, sq.narrow(-1, s, C));
+  const Tensor div_ = movedim(pow(add(mul(div(acc, double(size)), alpha), k), beta), -1, 1);
+  return div(x, div_);
+}
+
+Tensor channel_shuffle(const Tensor& x, int64_t groups) {
+  KILN_CHECK(x.defined() && x.dim() >= 3, "channel_shuffle: expected x (N, C, ...) with at least 3 dims, got ",
+             x.defined() ? describe(x) : "undefined");
+  KILN_CHECK(groups > 0 && x.size(1) % groups == 0, "channel_shuffle: groups (", groups,
+             ") must be positive and divide the channels of ", describe(x));
+  Shape s = x.shape(), g = s;
+  g[1] = x.size(1) / groups;
+  g.insert(g.begin() + 1, groups);
+  return x.reshape(g).transpose(1, 2).reshape(s);
+}
+
+Tensor embedding_bag(const Tensor& indices, const Tensor& weight, const EmbeddingBagArgs& a) {
+  KILN_CHECK(indices.defined() && weight.defined() && weight.dim() == 2, "embedding_bag: expected indices and a 2-D "
+             "weight, got ", indices.defined() ? describe(indices) : "undefined", " and ",
+             weight.defined() ? describe(weight) : "undefined");
+  KILN_CHECK(indices.dim() == 1 || (indices.dim() == 2 && !a.offsets.defined()), "embedding_bag: indices must be 2-D "
+             "(one bag per row, no offsets) or 1-D with offsets, got ", describe(indices));
+  KILN_CHECK(indices.dim() == 2 || a.offsets.defined(), "embedding_bag: 1-D indices need offsets");
+  KILN_CHECK(!a.per_sample_weights.defined() || a.mode == EmbeddingBagMode::sum, "embedding_bag: per_sample_weights "
+             "need mode sum (PyTorch's rule)");
+  KILN_CHECK(!a.per_sample_weights.defined() || a.per_sample_weights.shape() == indices.shape(),
+             "embedding_bag: per_sample_weights must have the indices' shape ", shape_str(indices.shape()));
+  const int64_t n = indices.numel(), D = weight.size(1), V = weight.size(0);
+  // each index's bag, on the host
+  std::vector<int64_t> bag(static_cast<size_t>(n));
+  int64_t B = 0;
+  if (indices.dim() == 2) {
+    B = indices.size(0);
+    for (int64_t i = 0; i < n; ++i) bag[size_t(i)] = i / std::max<int64_t>(indices.size(1), 1);
+  } else {
+    KILN_CHECK(a.offsets.dim() == 1, "embedding_bag: offsets must be 1-D, got ", describe(a.offsets));
+    const std::vector<int64_t> off =
+        a.offsets.detach().to(Device::cpu()).to(DType::int64).contiguous().to_vector<int64_t>();
+    B = int64_t(off.size()) - (a.include_last_offset ? 1 : 0);
+    KILN_CHECK(B >= 0 && (off.empty() || off[0] == 0), "embedding_bag: offsets must start at 0, got ",
+               off.empty() ? -1 : off[0]);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t lo = off[size_t(b)], hi = b + 1 < int64_t(off.size()) ? off[size_t(b + 1)] : n;
+      KILN_CHECK(lo <= hi && hi <= n, "embedding_bag: offsets must increase and stay within the ", n, " indices");
+      for (int64_t i = lo; i < hi; ++i) bag[size_t(i)] = b;
+    }
+    if (a.include_last_offset) KILN_CHECK(off.back() <= n, "embedding_bag: the last offset exceeds the indices");
+    // indices past the last bag's end (include_last_offset) belong to no bag
+    if (a.include_last_offset)
+      for (int64_t i = off.back(); i < n; ++i) bag[size_t(i)] = -1;
+  }
+  const std::vector<int64_t> iv = indices.detach().to(Device::cpu()).to(DType::int64).contiguous().to_vector<int64_t>();
+  const int64_t pad_row = a.padding_idx ? (*a.padding_idx < 0 ? *a.padding_idx + V : *a.padding_idx) : -1;
+  std::vector<int64_t> keep, keep_bag, count(size_t(B), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    KILN_CHECK(iv[size_t(i)] >= 0 && iv[size_t(i)] < V, "embedding_bag: index ", iv[size_t(i)],
+               " is out of range for ", V, " embeddings");
+    if (bag[size_t(i)] < 0 || iv[size_t(i)] == pad_row) continue;
+    keep.push_back(i);
+    keep_bag.push_back(bag[size_t(i)]);
+    ++count[size_t(bag[size_t(i)])];
+  }
+  const TensorOptions io{.dtype = DType::int64, .device = weight.device()};
+  const Tensor kept = from_vector(keep, {int64_t(keep.size())}, io);
+  const Tensor rows = index_select(weight, 0, index_select(indices.reshape({n}).to(DType::int64), 0, kept));
+  const Tensor bags = from_vector(keep_bag, {int64_t(keep_bag.size())}, io);
+  const Tensor zero = zeros({B, D}, {.dtype = weight.dtype(), .device = weight.device()});
+  if (a.mode != EmbeddingBagMode::max) {
+    Tensor r = rows;
+    if (a.per_sample_weights.defined())
+      r = mul(r, index_select(a.per_sample_weights.reshape({n}), 0, kept).unsqueeze(1));
+    Tensor s = index_add(zero, 0, bags, r);
+    if (a.mode == EmbeddingBagMode::sum) return s;
+    std::vector<double> c(count.begin(), count.end());
+    for (double& v : c) v = std::max(v, 1.0);  // an empty bag: 0 / 1
+    return div(s, from_vector(c, {B, 1}, {.dtype = weight.dtype(), .device = weight.device()}));
+  }
+  // max: the bags padded to their longest with -inf rows, then max over each (first maximum)
+  int64_t longest = 0;
+  for (int64_t c : count) longest = std::max(longest, c);
+  std::vector<int64_t> slot(size_t(B * std::max<int64_t>(longest, 1)), int64_t(keep.size()));  // the -inf row
+  std::vector<int64_t> fill(size_t(B), 0);
+  for (size_t k = 0; k < keep.size(); ++k) {
+    const int64_t b = keep_bag[k];
+    slot[size_t(b * std::max<int64_t>(longest, 1) + fill[size_t(b)]++)] = int64_t(k);
+  }
+  const Tensor ext = cat({rows, full({1, D}, -INFINITY, {.dtype = weight.dtype(), .device = weight.device()})}, 0);
+  const Tensor padded = index_select(ext, 0, from_vector(slot, {int64_t(slot.size())}, io))
+                            .reshape({B, std::max<int64_t>(longest, 1), D});
+  const Tensor m = max(padded, 1).values;
+  return where(eq(m, -INFINITY), 0.0, m);  // an empty bag (only -inf): zeros
+}
+
 }  // namespace kiln

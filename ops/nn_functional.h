@@ -86,6 +86,43 @@ Tensor feature_dropout(const Tensor& x, double p, bool training, int64_t spatial
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
 
+/// Sliding blocks (PyTorch's F.unfold, im2col): x (N, C, H, W) -> (N, C kh kw, L), L the
+/// number of block positions; column c kh kw + i kw + j holds the block's (i, j) entry of
+/// channel c. fold (F.fold, col2im) sums such columns back into (N, C, H, W) =
+/// output_size, overlapping entries added. Unbatched inputs (no N) too. Differentiable
+/// (index_select / index_add along the flattened padded plane).
+struct FoldArgs {
+  std::array<int64_t, 2> kernel_size{1, 1};
+  std::array<int64_t, 2> dilation{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> stride{1, 1};
+};
+Tensor unfold(const Tensor& x, const FoldArgs& a);
+Tensor fold(const Tensor& x, std::array<int64_t, 2> output_size, const FoldArgs& a);
+/// y = x1^T W x2 + b per output feature (PyTorch's F.bilinear): x1 (..., in1), x2 (..., in2),
+/// weight (out, in1, in2), bias (out) or undefined.
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = {});
+/// x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta, the window centred
+/// and zero-padded (PyTorch's F.local_response_norm, AlexNet's LRN); x is (N, C, ...).
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0);
+/// The channels of x (N, C, ...) regrouped: (N, g, C / g, ...) transposed to (N, C / g, g, ...)
+/// (PyTorch's F.channel_shuffle, ShuffleNet's).
+Tensor channel_shuffle(const Tensor& x, int64_t groups);
+enum class EmbeddingBagMode { sum, mean, max };
+/// Reduced embeddings of bags of indices (PyTorch's F.embedding_bag): indices 2-D (B, L):
+/// each row a bag; or 1-D with `offsets` (the start of each bag; include_last_offset: the
+/// last entry ends the last bag). -> (B, D). sum (optionally weighted per index by
+/// per_sample_weights, indices' shape), mean, or max (gradient to the chosen row); an empty
+/// bag gives zeros; indices equal to padding_idx are left out. Differentiable in weight.
+struct EmbeddingBagArgs {
+  Tensor offsets{};
+  EmbeddingBagMode mode = EmbeddingBagMode::mean;
+  Tensor per_sample_weights{};
+  bool include_last_offset = false;
+  std::optional<int64_t> padding_idx{};
+};
+Tensor embedding_bag(const Tensor& indices, const Tensor& weight, const EmbeddingBagArgs& a = {});
+
 /// x where x > 0, weight * x elsewhere (PyTorch's prelu): weight has 1 element or one per
 /// channel (x.size(1)); inputs of fewer than 2 dims have one channel.
 Tensor prelu(const Tensor& x, const Tensor& weight);

@@ -685,3 +685,26 @@ TEST_CASE("PReLU, GLU, CELU, shrinks, Threshold, Softmin, Dropout2d, PixelShuffl
   CHECK_THROWS_AS(nn::ZeroPad2d({1, 2, 3}), kiln::Error);
   CHECK_THROWS_AS(nn::ZeroPad2d({1})(randn({4})), kiln::Error);
 }
+
+TEST_CASE("Unfold, Fold, LocalResponseNorm, ChannelShuffle, Bilinear, EmbeddingBag modules") {
+  manual_seed(74);
+  nn::Unfold un({.kernel_size = {2, 2}, .stride = {2, 2}});
+  nn::Fold fo({4, 4}, {.kernel_size = {2, 2}, .stride = {2, 2}});
+  const Tensor img = randn({2, 3, 4, 4});
+  CHECK(un(img).shape() == Shape{2, 12, 4});
+  CHECK(bitwise_equal(fo(un(img)), img));  // non-overlapping blocks: fold undoes unfold
+  CHECK(nn::LocalResponseNorm(3)(img).shape() == img.shape());
+  CHECK(nn::ChannelShuffle(3)(img).shape() == img.shape());
+  nn::Bilinear bl(3, 2, 4);
+  CHECK(bl.named_parameters().keys() == std::vector<std::string>{"weight", "bias"});
+  CHECK(bl.weight.shape() == Shape{4, 3, 2});
+  CHECK(max_abs(bl.weight) <= 1 / std::sqrt(3.0));
+  CHECK(bl.forward(randn({5, 3}), randn({5, 2})).shape() == Shape{5, 4});
+  nn::EmbeddingBag eb(10, 3, {.mode = EmbeddingBagMode::sum, .padding_idx = -1});
+  CHECK(max_abs(eb.weight.select(0, 9)) == 0.0);
+  const Tensor bags = from_vector(std::vector<int64_t>{1, 2, 9, 4}, {2, 2}, {.dtype = DType::int64});
+  CHECK(allclose(eb(bags).select(0, 0), add(eb.weight.select(0, 1), eb.weight.select(0, 2))));
+  CHECK(allclose(eb(bags).select(0, 1), eb.weight.select(0, 4)));
+  CHECK_THROWS_AS(nn::EmbeddingBag(10, 3, {.padding_idx = 10}), kiln::Error);
+  CHECK_THROWS_AS(nn::Bilinear(0, 2, 4), kiln::Error);
+}

@@ -1,7 +1,8 @@
 // nn functions: dropout (Philox mask: repeatable, keep rate, exact scaling, backward),
 // embedding (values, scatter-add backward, padding_idx, index errors) and fused scaled
 // dot-product attention (values vs composed ops, causal, Tq != Tk, gradchecks, errors),
-// also over a packed qkv tensor (scaled_dot_product_attention_packed).
+// also over a packed qkv tensor (scaled_dot_product_attention_packed); unfold / fold,
+// bilinear, local_response_norm, channel_shuffle and embedding_bag.
 #include <doctest/doctest.h>
 #include <algorithm>
 #include <cmath>
@@ -590,4 +591,81 @@ TEST_CASE("pixel_shuffle / pixel_unshuffle and channel dropout") {
   Tensor out = feature_dropout(a, 0.5, true, 1);
   sum(out).backward();
   CHECK(allclose(a.grad(), out.detach()));  // the gradient is the mask
+}
+
+TEST_CASE("unfold and fold: im2col and col2im by hand, their adjointness, gradients, errors") {
+  // a 1 x 1 x 3 x 3 image, 2 x 2 blocks, stride 1: four blocks
+  const Tensor x = T({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  const Tensor u = unfold(x, {.kernel_size = {2, 2}});
+  CHECK(u.shape() == Shape{1, 4, 4});
+  CHECK(u.to_vector<double>() == std::vector<double>{1, 2, 4, 5, 2, 3, 5, 6, 4, 5, 7, 8, 5, 6, 8, 9});
+  // fold of unfold counts how many blocks cover each pixel
+  const Tensor f = fold(u, {3, 3}, {.kernel_size = {2, 2}});
+  CHECK(f.to_vector<double>() == std::vector<double>{1, 4, 3, 8, 20, 12, 7, 16, 9});
+  // <unfold(x), c> == <x, fold(c)> for any arguments (fold is unfold's adjoint)
+  manual_seed(71);
+  const FoldArgs a{.kernel_size = {3, 2}, .dilation = {2, 1}, .padding = {1, 2}, .stride = {2, 3}};
+  const Tensor xi = randn({2, 3, 5, 6}, f64), ux = unfold(xi, a), c = randn(ux.shape(), f64);
+  CHECK(sum(mul(ux, c)).item() == doctest::Approx(sum(mul(xi, fold(c, {5, 6}, a))).item()).epsilon(1e-12));
+  // unfold then a matmul is a convolution
+  const Tensor w = randn({4, 3, 3, 2}, f64);
+  const Tensor conv = conv2d(xi, w, Tensor(), {.stride = {2, 3}, .padding = {1, 2}, .dilation = {2, 1}});
+  const Tensor viaunfold = matmul(w.reshape({4, 18}), ux).reshape(conv.shape());
+  CHECK(allclose(viaunfold, conv, 1e-10, 1e-10));
+  CHECK(unfold(xi.select(0, 0), a).shape() == Shape{18, 6});
+  CHECK(gradcheck([&](auto& t) { return unfold(t[0], a); }, {randn({1, 2, 5, 6}, f64)}));
+  CHECK(gradcheck([&](auto& t) { return fold(t[0], {5, 6}, a); }, {randn({1, 12, 6}, f64)}));
+  CHECK_THROWS_WITH_AS(fold(randn({1, 12, 5}), {5, 6}, a), doctest::Contains("has 5 blocks"), kiln::Error);
+  CHECK_THROWS_AS(unfold(randn({1, 1, 2, 2}), {.kernel_size = {3, 3}}), kiln::Error);
+  CHECK_THROWS_AS(unfold(randn({2, 2}), {.kernel_size = {1, 1}}), kiln::Error);
+}
+
+TEST_CASE("bilinear, local_response_norm, channel_shuffle") {
+  manual_seed(72);
+  const Tensor x1 = randn({4, 3}, f64), x2 = randn({4, 2}, f64), w = randn({5, 3, 2}, f64), b = randn({5}, f64);
+  const Tensor y = bilinear(x1, x2, w, b);
+  // entry (n, o) = x1[n] . W[o] . x2[n] + b[o]
+  const double y21 = sum(mul(x1.select(0, 2), matmul(w.select(0, 1), x2.select(0, 2)))).item() + b.to_vector<double>()[1];
+  CHECK(y.select(0, 2).select(0, 1).item() == doctest::Approx(y21));
+  CHECK(gradcheck([](auto& t) { return bilinear(t[0], t[1], t[2], t[3]); }, {x1, x2, w, b}));
+  // LRN with size 1: x / (k + alpha x^2)^beta
+  const Tensor l = randn({2, 3, 2}, f64);
+  CHECK(allclose(local_response_norm(l, 1, 0.5, 0.75, 2.0), div(l, pow(add(mul(mul(l, l), 0.5), 2.0), 0.75))));
+  CHECK(gradcheck([](auto& t) { return local_response_norm(t[0], 3, 0.1, 0.75, 2.0); }, {randn({2, 5, 3}, f64)}));
+  CHECK_THROWS_AS(local_response_norm(randn({2, 3}), 2), kiln::Error);
+  const Tensor cs = channel_shuffle(T({0, 1, 2, 3, 4, 5}, {1, 6, 1}), 2);
+  CHECK(cs.to_vector<double>() == std::vector<double>{0, 3, 1, 4, 2, 5});
+  CHECK_THROWS_AS(channel_shuffle(randn({1, 6, 1}), 4), kiln::Error);
+}
+
+TEST_CASE("embedding_bag: sum, mean, max, offsets, empty bags, padding_idx, per_sample_weights") {
+  const Tensor w = T({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
+  const auto idx = [](std::vector<int64_t> v) { return from_vector(v, {int64_t(v.size())}, {.dtype = DType::int64}); };
+  const Tensor i2 = from_vector(std::vector<int64_t>{0, 2, 3, 1}, {2, 2}, {.dtype = DType::int64});
+  CHECK(embedding_bag(i2, w, {.mode = EmbeddingBagMode::sum}).to_vector<double>() == std::vector<double>{20, 22, 40, 42});
+  CHECK(embedding_bag(i2, w).to_vector<double>() == std::vector<double>{10, 11, 20, 21});
+  CHECK(embedding_bag(i2, w, {.mode = EmbeddingBagMode::max}).to_vector<double>() == std::vector<double>{20, 21, 30, 31});
+  // offsets: bags [0, 2), [2, 2) (empty: zeros), [2, 4)
+  const EmbeddingBagArgs o{.offsets = idx({0, 2, 2}), .mode = EmbeddingBagMode::max};
+  CHECK(embedding_bag(idx({1, 3, 0, 2}), w, o).to_vector<double>() == std::vector<double>{30, 31, 0, 0, 20, 21});
+  CHECK(embedding_bag(idx({1, 3, 0, 2}), w, {.offsets = idx({0, 2, 2, 3}), .mode = EmbeddingBagMode::sum,
+                                             .include_last_offset = true})
+            .to_vector<double>() == std::vector<double>{40, 42, 0, 0, 0, 1});
+  // padding_idx is left out (of the mean's count too)
+  CHECK(embedding_bag(idx({1, 3, 3}), w, {.offsets = idx({0}), .padding_idx = 3}).to_vector<double>() ==
+        std::vector<double>{10, 11});
+  const Tensor psw = T({2, -1, 0.5, 1}, {4});
+  CHECK(embedding_bag(idx({1, 3, 0, 2}), w, {.offsets = idx({0, 2}), .mode = EmbeddingBagMode::sum,
+                                             .per_sample_weights = psw})
+            .to_vector<double>() == std::vector<double>{-10, -9, 20, 21.5});
+  manual_seed(73);
+  for (EmbeddingBagMode m : {EmbeddingBagMode::sum, EmbeddingBagMode::mean, EmbeddingBagMode::max})
+    CHECK(gradcheck([&](auto& t) { return embedding_bag(idx({1, 3, 0, 2, 2}), t[0], {.offsets = idx({0, 2, 2}), .mode = m}); },
+                    {randn({4, 3}, f64)}));
+  CHECK_THROWS_WITH_AS(embedding_bag(idx({1, 4}), w, {.offsets = idx({0})}), doctest::Contains("out of range"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(embedding_bag(idx({1, 2}), w, {.offsets = idx({0}), .per_sample_weights = psw.narrow(0, 0, 2)}),
+                       doctest::Contains("mode sum"), kiln::Error);
+  CHECK_THROWS_AS(embedding_bag(idx({1, 2}), w), kiln::Error);          // 1-D needs offsets
+  CHECK_THROWS_AS(embedding_bag(idx({1, 2}), w, {.offsets = idx({1})}), kiln::Error);  // must start at 0
 }
