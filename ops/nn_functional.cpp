@@ -660,4 +660,87 @@ Tensor embedding_bag(const Tensor& indices, const Tensor& weight, const Embeddin
   return where(eq(m, -INFINITY), 0.0, m);  // an empty bag (only -inf): zeros
 }
 
+
+// ---------------------------------------------------------------- grid_sample, affine_grid
+
+namespace {
+
+/// A grid coordinate in [-1, 1] as a pixel coordinate of a dim of `size` entries, with
+/// PyTorch's padding rules (grid_sampler_compute_source_index).
+Tensor source_index(const Tensor& coord, int64_t size, GridSamplePadding padding, bool align_corners) {
+  const double n = double(size);
+  Tensor c = align_corners ? mul(add(coord, 1.0), (n - 1) / 2) : div(sub(mul(add(coord, 1.0), n), 1.0), 2.0);
+  auto clip = [&](const Tensor& t) { return clamp(t, 0.0, n - 1); };
+  if (padding == GridSamplePadding::border) return clip(c);
+  if (padding == GridSamplePadding::reflection) {
+    const double twice_low = align_corners ? 0.0 : -1.0, twice_high = align_corners ? 2 * (n - 1) : 2 * n - 1;
+    if (twice_low == twice_high) return mul(c, 0.0);
+    const double lo = twice_low / 2, span = (twice_high - twice_low) / 2;
+    const Tensor in = abs(sub(c, lo));
+    const Tensor extra = fmod(in, span);
+    const Tensor even = eq(fmod(floor(div(in.detach(), span)), 2.0), 0.0);
+    c = where(even, add(extra, lo), neg(sub(extra, span + lo)));  // span + lo - extra
+    return clip(c);
+  }
+  return c;
+}
+
+}  // namespace
+
+Tensor grid_sample(const Tensor& input, const Tensor& grid, GridSampleMode mode, GridSamplePadding padding,
+                   bool align_corners) {
+  const char* op = "grid_sample";
+  KILN_CHECK(input.defined() && grid.defined() && input.dim() == 4 && grid.dim() == 4 && grid.size(3) == 2 &&
+                 grid.size(0) == input.size(0),
+             "grid_sample: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), got ",
+             input.defined() ? describe(input) : "undefined", " and ", grid.defined() ? describe(grid) : "undefined");
+  KILN_CHECK(input.is_floating_point() && grid.dtype() == input.dtype(), "grid_sample: input and grid must have one "
+             "floating dtype, got ", describe(input), " and ", describe(grid));
+  check_same_device(op, {input, grid});
+  const int64_t N = input.size(0), C = input.size(1), H = input.size(2), W = input.size(3);
+  const int64_t Ho = grid.size(1), Wo = grid.size(2), P = Ho * Wo;
+  const Tensor ix = source_index(grid.select(3, 0).reshape({N, 1, P}), W, padding, align_corners);
+  const Tensor iy = source_index(grid.select(3, 1).reshape({N, 1, P}), H, padding, align_corners);
+  const Tensor flat = input.reshape({N, C, H * W});
+  // the value at integer pixel (x, y), zero where (x, y) lies outside the image
+  auto corner = [&](const Tensor& x, const Tensor& y) {
+    const Tensor inside = logical_and(logical_and(ge(x, 0.0), le(x, double(W - 1))),
+                                      logical_and(ge(y, 0.0), le(y, double(H - 1))));
+    const Tensor at = add(mul(clamp(y, 0.0, double(H - 1)), double(W)), clamp(x, 0.0, double(W - 1)))
+                          .to(DType::int64)
+                          .expand({N, C, P});
+    return where(inside, gather(flat, 2, at), 0.0);
+  };
+  Tensor out;
+  if (mode == GridSampleMode::nearest) {  // no gradient to the grid, as PyTorch's
+    out = corner(round(ix.detach()), round(iy.detach()));  // half to even (nearbyint)
+  } else {
+    const Tensor x0 = floor(ix.detach()), y0 = floor(iy.detach()), x1 = add(x0, 1.0), y1 = add(y0, 1.0);
+    // PyTorch's weights: each corner's the area of the opposite rectangle
+    const Tensor wx1 = sub(ix, x0), wx0 = sub(x1, ix), wy1 = sub(iy, y0), wy0 = sub(y1, iy);
+    out = add(add(mul(corner(x0, y0), mul(wx0, wy0)), mul(corner(x1, y0), mul(wx1, wy0))),
+              add(mul(corner(x0, y1), mul(wx0, wy1)), mul(corner(x1, y1), mul(wx1, wy1))));
+  }
+  return out.reshape({N, C, Ho, Wo});
+}
+
+Tensor affine_grid(const Tensor& theta, const Shape& size, bool align_corners) {
+  KILN_CHECK(theta.defined() && theta.dim() == 3 && theta.size(1) == 2 && theta.size(2) == 3 && size.size() == 4 &&
+                 size[0] == theta.size(0),
+             "affine_grid: expected theta (N, 2, 3) and size (N, C, H, W) with the same N, got ",
+             theta.defined() ? describe(theta) : "undefined", " and ", shape_str(size));
+  KILN_CHECK(theta.is_floating_point(), "affine_grid: theta must be floating, got ", describe(theta));
+  const int64_t N = size[0], H = size[2], W = size[3];
+  const TensorOptions o{.dtype = theta.dtype(), .device = theta.device()};
+  // PyTorch's linspace_from_neg_one: the pixel centres in [-1, 1]
+  auto centres = [&](int64_t n) {
+    if (n <= 1) return zeros({std::max<int64_t>(n, 0)}, o);
+    const Tensor r = linspace(-1.0, 1.0, n, o);
+    return align_corners ? r : mul(r, double(n - 1) / double(n));
+  };
+  const Tensor xs = centres(W).reshape({1, W}).expand({H, W}), ys = centres(H).reshape({H, 1}).expand({H, W});
+  const Tensor base = stack({xs, ys, ones({H, W}, o)}, -1).reshape({1, H * W, 3});
+  return matmul(base, theta.transpose(1, 2)).reshape({N, H, W, 2});
+}
+
 }  // namespace kiln

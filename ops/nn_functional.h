@@ -123,6 +123,19 @@ struct EmbeddingBagArgs {
 };
 Tensor embedding_bag(const Tensor& indices, const Tensor& weight, const EmbeddingBagArgs& a = {});
 
+enum class GridSampleMode { bilinear, nearest };
+enum class GridSamplePadding { zeros, border, reflection };
+/// Samples input (N, C, H, W) at the points of grid (N, Ho, Wo, 2), (x, y) in [-1, 1] from
+/// the left/top to the right/bottom edge (PyTorch's F.grid_sample, 2-D): bilinear or nearest
+/// (half to even), outside points read as zeros, the border, or the image reflected;
+/// align_corners: -1 and 1 are the corner pixels' centres (else their outer edges). ->
+/// (N, C, Ho, Wo). Differentiable in input and (bilinear) in grid, with PyTorch's gradients.
+Tensor grid_sample(const Tensor& input, const Tensor& grid, GridSampleMode mode = GridSampleMode::bilinear,
+                   GridSamplePadding padding = GridSamplePadding::zeros, bool align_corners = false);
+/// The sampling grid of 2-D affine maps theta (N, 2, 3) for an output of size (N, C, H, W)
+/// (PyTorch's F.affine_grid): (N, H, W, 2), differentiable in theta.
+Tensor affine_grid(const Tensor& theta, const Shape& size, bool align_corners = false);
+
 /// x where x > 0, weight * x elsewhere (PyTorch's prelu): weight has 1 element or one per
 /// channel (x.size(1)); inputs of fewer than 2 dims have one channel.
 Tensor prelu(const Tensor& x, const Tensor& weight);

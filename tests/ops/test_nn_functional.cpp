@@ -2,7 +2,7 @@
 // embedding (values, scatter-add backward, padding_idx, index errors) and fused scaled
 // dot-product attention (values vs composed ops, causal, Tq != Tk, gradchecks, errors),
 // also over a packed qkv tensor (scaled_dot_product_attention_packed); unfold / fold,
-// bilinear, local_response_norm, channel_shuffle and embedding_bag.
+// bilinear, local_response_norm, channel_shuffle, embedding_bag, grid_sample, affine_grid.
 #include <doctest/doctest.h>
 #include <algorithm>
 #include <cmath>
@@ -668,4 +668,35 @@ TEST_CASE("embedding_bag: sum, mean, max, offsets, empty bags, padding_idx, per_
                        doctest::Contains("mode sum"), kiln::Error);
   CHECK_THROWS_AS(embedding_bag(idx({1, 2}), w), kiln::Error);          // 1-D needs offsets
   CHECK_THROWS_AS(embedding_bag(idx({1, 2}), w, {.offsets = idx({1})}), kiln::Error);  // must start at 0
+}
+
+TEST_CASE("grid_sample and affine_grid: identity, shifts, paddings, nearest, gradients, errors") {
+  manual_seed(75);
+  const Tensor img = randn({2, 3, 4, 5}, f64);
+  const Tensor eye = T({1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0}, {2, 2, 3});
+  // the identity map reads every pixel back exactly, with either corner convention
+  for (bool ac : {false, true}) {
+    const Tensor g = affine_grid(eye, {2, 3, 4, 5}, ac);
+    CHECK(g.shape() == Shape{2, 4, 5, 2});
+    CHECK(allclose(grid_sample(img, g, GridSampleMode::bilinear, GridSamplePadding::zeros, ac), img, 1e-12, 1e-12));
+    CHECK(allclose(grid_sample(img, g, GridSampleMode::nearest, GridSamplePadding::zeros, ac), img, 0, 0));
+  }
+  // with align_corners, x = -1 + 2 k / (W - 1) is column k; halfway between two columns averages them
+  const Tensor row = T({0, 10, 20}, {1, 1, 1, 3});
+  const Tensor half = T({-0.5, 0}, {1, 1, 1, 2});
+  CHECK(grid_sample(row, half, GridSampleMode::bilinear, GridSamplePadding::zeros, true).item() == 5.0);
+  // outside the image: zeros, the border, or the reflection
+  const Tensor far = T({2.0, 0}, {1, 1, 1, 2});  // pixel coordinate 3, one past the last
+  CHECK(grid_sample(row, far, GridSampleMode::bilinear, GridSamplePadding::zeros, true).item() == 0.0);
+  CHECK(grid_sample(row, far, GridSampleMode::bilinear, GridSamplePadding::border, true).item() == 20.0);
+  CHECK(grid_sample(row, far, GridSampleMode::bilinear, GridSamplePadding::reflection, true).item() == 10.0);
+  // gradients in the image and the grid (points away from pixel edges)
+  const Tensor grid = mul(sub(rand({2, 3, 4, 2}, f64), 0.5), 2.4);
+  for (GridSamplePadding p : {GridSamplePadding::zeros, GridSamplePadding::border, GridSamplePadding::reflection})
+    CHECK(gradcheck([&](auto& t) { return grid_sample(t[0], t[1], GridSampleMode::bilinear, p, false); }, {img, grid}));
+  CHECK(gradcheck([&](auto& t) { return grid_sample(t[0], grid, GridSampleMode::nearest); }, {img}));
+  CHECK(gradcheck([](auto& t) { return affine_grid(t[0], {2, 1, 3, 4}); }, {randn({2, 2, 3}, f64)}));
+  CHECK_THROWS_AS(grid_sample(img, randn({2, 3, 4, 3}, f64)), kiln::Error);
+  CHECK_THROWS_AS(grid_sample(img, randn({2, 3, 4, 2})), kiln::Error);  // float32 grid for a float64 image
+  CHECK_THROWS_AS(affine_grid(randn({2, 3, 3}), {2, 1, 3, 4}), kiln::Error);
 }
