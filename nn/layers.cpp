@@ -659,4 +659,60 @@ std::string EmbeddingBag::extra_repr() const {
   return os.str();
 }
 
+
+Conv3d::Conv3d(int64_t in, int64_t out, IntTriple k, Conv3dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  KILN_CHECK(in > 0 && out > 0, "Conv3d: in_channels and out_channels must be positive, got ", in, " and ", out);
+  KILN_CHECK(k[0] > 0 && k[1] > 0 && k[2] > 0, "Conv3d: kernel_size must be positive");
+  KILN_CHECK(o.groups > 0 && in % o.groups == 0 && out % o.groups == 0, "Conv3d: groups=", o.groups,
+             " must divide in_channels=", in, " and out_channels=", out);
+  weight = register_parameter("weight", empty({out, in / o.groups, k[0], k[1], k[2]}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void Conv3d::reset_parameters() { init_conv_parameters(weight, bias); }
+
+Tensor Conv3d::forward(const Tensor& x) {
+  check_built(weight, "Conv3d");
+  check_input(x, "Conv3d");
+  KILN_CHECK((x.dim() == 5 || x.dim() == 4) && x.size(-4) == in_channels, "Conv3d(", in_channels, ", ", out_channels,
+             "): expected input of shape (N, ", in_channels, ", D, H, W), got ", shape_str(x.shape()));
+  return conv3d(x, weight, bias,
+                {.stride = options.stride, .padding = options.padding, .dilation = options.dilation,
+                 .groups = options.groups});
+}
+
+std::string Conv3d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels << ", " << out_channels << ", kernel_size=(" << kernel_size[0] << ", " << kernel_size[1] << ", "
+     << kernel_size[2] << ")";
+  return os.str();
+}
+
+ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, ConvTranspose1dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  KILN_CHECK(in > 0 && out > 0 && k > 0, "ConvTranspose1d: channels and kernel_size must be positive, got ", in, ", ",
+             out, ", ", k);
+  KILN_CHECK(o.groups > 0 && in % o.groups == 0 && out % o.groups == 0, "ConvTranspose1d: groups=", o.groups,
+             " must divide in_channels=", in, " and out_channels=", out);
+  weight = register_parameter("weight", empty({in, out / o.groups, k}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void ConvTranspose1d::reset_parameters() { init_conv_parameters(weight, bias); }
+
+Tensor ConvTranspose1d::forward(const Tensor& x) {
+  check_built(weight, "ConvTranspose1d");
+  check_input(x, "ConvTranspose1d");
+  return conv_transpose1d(x, weight, bias, options.stride, options.padding, options.output_padding, options.groups,
+                          options.dilation);
+}
+
+std::string ConvTranspose1d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels << ", " << out_channels << ", kernel_size=" << kernel_size << ", stride=" << options.stride;
+  return os.str();
+}
 }  // namespace kiln::nn

@@ -609,6 +609,85 @@ class Unflatten : public Module {
   Shape sizes;
 };
 
+struct Conv3dOptions {
+  IntTriple stride{1, 1, 1};
+  IntTriple padding{0, 0, 0};
+  IntTriple dilation{1, 1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+/// 3-D convolution over (N, C, D, H, W) (kiln::conv3d): nn::Conv3d(3, 16, {3, 3, 3}, {.padding = {1, 1, 1}}).
+/// Weight (out, in/groups, kD, kH, kW) and bias initialised as PyTorch does.
+class Conv3d : public Module {
+ public:
+  Conv3d() = default;
+  Conv3d(int64_t in_channels, int64_t out_channels, IntTriple kernel_size, Conv3dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t in_channels = 0, out_channels = 0;
+  IntTriple kernel_size{1, 1, 1};
+  Conv3dOptions options;
+};
+
+struct ConvTranspose1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  int64_t dilation = 1;
+};
+/// Transposed 1-D convolution (kiln::conv_transpose1d). Weight (in, out/groups, K).
+class ConvTranspose1d : public Module {
+ public:
+  ConvTranspose1d() = default;
+  ConvTranspose1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, ConvTranspose1dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t in_channels = 0, out_channels = 0, kernel_size = 1;
+  ConvTranspose1dOptions options;
+};
+
+/// torch.nn.MaxPool3d / AvgPool3d (kiln::max_pool3d / avg_pool3d; stride 0 = kernel).
+class MaxPool3d : public Module {
+ public:
+  explicit MaxPool3d(IntTriple kernel_size, IntTriple stride = {0, 0, 0}, IntTriple padding = {0, 0, 0},
+                     IntTriple dilation = {1, 1, 1})
+      : kernel_size(kernel_size), stride(stride), padding(padding), dilation(dilation) {}
+  Tensor forward(const Tensor& x) override { return max_pool3d(x, kernel_size, stride, padding, dilation); }
+  IntTriple kernel_size, stride, padding, dilation;
+};
+class AvgPool3d : public Module {
+ public:
+  explicit AvgPool3d(IntTriple kernel_size, IntTriple stride = {0, 0, 0}, IntTriple padding = {0, 0, 0},
+                     bool count_include_pad = true)
+      : kernel_size(kernel_size), stride(stride), padding(padding), count_include_pad(count_include_pad) {}
+  Tensor forward(const Tensor& x) override { return avg_pool3d(x, kernel_size, stride, padding, count_include_pad); }
+  IntTriple kernel_size, stride, padding;
+  bool count_include_pad;
+};
+/// torch.nn.MaxUnpool2d: forward(x, indices) with the output size given, or worked out as
+/// (H - 1) stride - 2 padding + kernel, as PyTorch's.
+class MaxUnpool2d : public Module {
+ public:
+  using Module::forward;
+  explicit MaxUnpool2d(Int2 kernel_size, std::optional<Int2> stride = std::nullopt, Int2 padding = 0)
+      : kernel_size(kernel_size), stride(stride ? *stride : kernel_size), padding(padding) {}
+  Tensor forward(const Tensor& x, const Tensor& indices, std::optional<Int2> output_size = std::nullopt) {
+    KILN_CHECK(x.defined() && x.dim() >= 2, "MaxUnpool2d: expected (N, C, H, W) or (C, H, W), got ",
+               x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+    const Int2 out = output_size ? *output_size
+                                 : Int2{(x.size(-2) - 1) * stride.h - 2 * padding.h + kernel_size.h,
+                                        (x.size(-1) - 1) * stride.w - 2 * padding.w + kernel_size.w};
+    return max_unpool2d(x, indices, out);
+  }
+  Int2 kernel_size, stride, padding;
+};
+
 /// torch.nn.Unfold / Fold: kiln::unfold / kiln::fold with fixed arguments.
 class Unfold : public Module {
  public:

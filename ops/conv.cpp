@@ -3,6 +3,7 @@
 // backward lambdas, which call the backward kernels directly.
 #include "kiln/ops/conv.h"
 #include <atomic>
+#include <cmath>
 #include <sstream>
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
@@ -11,6 +12,8 @@
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln {
 
@@ -492,6 +495,152 @@ Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size) {
 Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size) {
   check_1d("adaptive_max_pool1d", x, 1, 0, 0, 1);
   return adaptive_max_pool2d(x.unsqueeze(-2), {1, output_size}).squeeze(-2);
+}
+
+
+// ---------------------------------------------------------------- conv_transpose1d, unpooling, 3-D
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation) {
+  KILN_CHECK(weight.defined() && weight.dim() == 3, "conv_transpose1d: expected weight of shape (in_channels, "
+             "out_channels/groups, K), got ", weight.defined() ? describe(weight) : "undefined");
+  KILN_CHECK(x.defined() && (x.dim() == 2 || x.dim() == 3), "conv_transpose1d: expected x (N, C, L) or (C, L), got ",
+             x.defined() ? describe(x) : "undefined");
+  return conv_transpose2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias,
+                          {.stride = {1, stride}, .padding = {0, padding}, .output_padding = {0, output_padding},
+                           .dilation = {1, dilation}, .groups = groups})
+      .squeeze(-2);
+}
+
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, IntPair output_size) {
+  const char* op = "max_unpool2d";
+  KILN_CHECK(x.defined() && indices.defined() && (x.dim() == 3 || x.dim() == 4) && indices.shape() == x.shape(), op,
+             ": expected x (N, C, H, W) or (C, H, W) and int64 indices of its shape, got ",
+             x.defined() ? describe(x) : "undefined", " and ", indices.defined() ? describe(indices) : "undefined");
+  if (x.dim() == 3) return max_unpool2d(x.unsqueeze(0), indices.unsqueeze(0), output_size).squeeze(0);
+  KILN_CHECK(output_size[0] > 0 && output_size[1] > 0, op, ": output_size must be positive, got (", output_size[0],
+             ", ", output_size[1], ")");
+  const int64_t N = x.size(0), C = x.size(1), P = output_size[0] * output_size[1];
+  const Tensor plane = scatter(zeros({N, C, P}, {.dtype = x.dtype(), .device = x.device()}), 2,
+                               indices.reshape({N, C, x.size(2) * x.size(3)}), x.reshape({N, C, x.size(2) * x.size(3)}));
+  return plane.reshape({N, C, output_size[0], output_size[1]});
+}
+
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t output_size) {
+  KILN_CHECK(x.defined() && indices.defined() && (x.dim() == 2 || x.dim() == 3),
+             "max_unpool1d: expected x (N, C, L) or (C, L), got ", x.defined() ? describe(x) : "undefined");
+  return max_unpool2d(x.unsqueeze(-2), indices.unsqueeze(-2), {1, output_size}).squeeze(-2);
+}
+
+namespace {
+
+/// The depth geometry of a 3-D op: x padded along D (value `fill`), the output depth, and the
+/// depth slices read by tap kd folded into the batch: (N Do, C, H, W).
+struct DepthFold {
+  Tensor xp;
+  int64_t N = 0, C = 0, Do = 0;
+  int64_t stride = 1, dilation = 1;
+  Tensor tap(int64_t kd) const {
+    const Tensor s = xp.slice(2, kd * dilation, kd * dilation + (Do - 1) * stride + 1, stride);  // (N, C, Do, H, W)
+    return s.permute({0, 2, 1, 3, 4}).reshape({N * Do, C, xp.size(3), xp.size(4)});
+  }
+  Tensor unfold(const Tensor& y) const {  // (N Do, O, Ho, Wo) -> (N, O, Do, Ho, Wo)
+    return y.reshape({N, Do, y.size(1), y.size(2), y.size(3)}).permute({0, 2, 1, 3, 4});
+  }
+};
+
+DepthFold depth_fold(const char* op, const Tensor& x, int64_t k, int64_t stride, int64_t padding, int64_t dilation,
+                     double fill) {
+  KILN_CHECK(k > 0 && stride > 0 && dilation > 0 && padding >= 0, op, ": depth kernel, stride and dilation must be "
+             "positive and padding >= 0, got ", k, ", ", stride, ", ", dilation, ", ", padding);
+  DepthFold f;
+  f.N = x.size(0);
+  f.C = x.size(1);
+  f.stride = stride;
+  f.dilation = dilation;
+  f.xp = padding > 0 ? pad(x, {0, 0, 0, 0, padding, padding}, fill) : x;
+  const int64_t span = dilation * (k - 1) + 1;
+  KILN_CHECK(f.xp.size(2) >= span, op, ": the depth kernel (", span, " with dilation) is larger than the padded depth ",
+             f.xp.size(2), " of input ", describe(x));
+  f.Do = (f.xp.size(2) - span) / stride + 1;
+  return f;
+}
+
+void check_5d(const char* op, const Tensor& x) {
+  KILN_CHECK(x.defined() && x.dim() == 5, op, ": expected x (N, C, D, H, W) or (C, D, H, W), got ",
+             x.defined() ? describe(x) : "undefined");
+}
+
+}  // namespace
+
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv3dArgs a) {
+  const char* op = "conv3d";
+  KILN_CHECK(weight.defined() && weight.dim() == 5, op, ": expected weight (O, C/groups, kD, kH, kW), got ",
+             weight.defined() ? describe(weight) : "undefined");
+  if (x.defined() && x.dim() == 4) return conv3d(x.unsqueeze(0), weight, bias, a).squeeze(0);
+  check_5d(op, x);
+  KILN_CHECK(x.size(1) == weight.size(1) * a.groups, op, ": input ", describe(x), " has ", x.size(1),
+             " channels but weight ", describe(weight), " with groups=", a.groups, " expects ",
+             weight.size(1) * a.groups);
+  const DepthFold f = depth_fold(op, x, weight.size(2), a.stride[0], a.padding[0], a.dilation[0], 0.0);
+  Tensor acc;
+  for (int64_t kd = 0; kd < weight.size(2); ++kd) {
+    const Tensor y = conv2d(f.tap(kd), weight.select(2, kd), Tensor(),
+                            {.stride = {a.stride[1], a.stride[2]}, .padding = {a.padding[1], a.padding[2]},
+                             .dilation = {a.dilation[1], a.dilation[2]}, .groups = a.groups});
+    acc = kd == 0 ? y : add(acc, y);
+  }
+  Tensor out = f.unfold(acc);
+  if (bias.defined()) out = add(out, bias.reshape({bias.numel(), 1, 1, 1}));
+  return out.contiguous();
+}
+
+Tensor max_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride, IntTriple padding, IntTriple dilation) {
+  const char* op = "max_pool3d";
+  if (x.defined() && x.dim() == 4) return max_pool3d(x.unsqueeze(0), kernel, stride, padding, dilation).squeeze(0);
+  check_5d(op, x);
+  for (int e = 0; e < 3; ++e) {
+    if (stride[size_t(e)] == 0) stride[size_t(e)] = kernel[size_t(e)];
+    KILN_CHECK(kernel[size_t(e)] > 0 && padding[size_t(e)] <= kernel[size_t(e)] / 2, op, ": kernel must be positive "
+               "and padding at most kernel / 2, got kernel ", kernel[size_t(e)], " and padding ", padding[size_t(e)]);
+  }
+  const DepthFold f = depth_fold(op, x, kernel[0], stride[0], padding[0], dilation[0], -INFINITY);
+  std::vector<Tensor> taps;
+  for (int64_t kd = 0; kd < kernel[0]; ++kd)
+    taps.push_back(max_pool2d(f.tap(kd), {kernel[1], kernel[2]}, {stride[1], stride[2]}, {padding[1], padding[2]},
+                              {dilation[1], dilation[2]}));
+  // the first tap holding the maximum (NaN counts as the maximum, as max_pool2d's)
+  return f.unfold(max(stack(taps, 0), 0).values).contiguous();
+}
+
+Tensor avg_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride, IntTriple padding, bool count_include_pad) {
+  const char* op = "avg_pool3d";
+  if (x.defined() && x.dim() == 4) return avg_pool3d(x.unsqueeze(0), kernel, stride, padding, count_include_pad).squeeze(0);
+  check_5d(op, x);
+  for (int e = 0; e < 3; ++e) {
+    if (stride[size_t(e)] == 0) stride[size_t(e)] = kernel[size_t(e)];
+    KILN_CHECK(kernel[size_t(e)] > 0 && padding[size_t(e)] <= kernel[size_t(e)] / 2, op, ": kernel must be positive "
+               "and padding at most kernel / 2, got kernel ", kernel[size_t(e)], " and padding ", padding[size_t(e)]);
+  }
+  // window sums: each tap's 2-D mean (padded zeros counted) times kH kW, summed over the taps
+  auto window_sum = [&](const Tensor& t) {
+    const DepthFold f = depth_fold(op, t, kernel[0], stride[0], padding[0], 1, 0.0);
+    Tensor acc;
+    for (int64_t kd = 0; kd < kernel[0]; ++kd) {
+      const Tensor y = avg_pool2d(f.tap(kd), {kernel[1], kernel[2]}, {stride[1], stride[2]}, {padding[1], padding[2]}, true);
+      acc = kd == 0 ? y : add(acc, y);
+    }
+    return f.unfold(mul(acc, double(kernel[1] * kernel[2])));
+  };
+  const Tensor s = window_sum(x);
+  if (count_include_pad) return div(s, double(kernel[0] * kernel[1] * kernel[2])).contiguous();
+  // the count of real entries in each window: the same sums over ones
+  Tensor cnt;
+  {
+    NoGradGuard ng;
+    cnt = window_sum(ones({1, 1, x.size(2), x.size(3), x.size(4)}, {.dtype = x.dtype(), .device = x.device()}));
+  }
+  return div(s, cnt).contiguous();
 }
 
 }  // namespace kiln

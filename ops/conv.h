@@ -76,6 +76,36 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t p
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
 Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
 
+/// Transposed 1-D convolution (PyTorch's conv_transpose1d): conv_transpose2d on a height-1
+/// view. x (N, Cin, L) or (Cin, L), weight (Cin, Cout/groups, K).
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+/// max_unpool2d / 1d (PyTorch's): the inverse of max pooling with indices: y (N, C,
+/// output_size) zero but for x's entries written at their indices (positions h W + w in
+/// each plane, as max_pool2d_with_indices gives). Differentiable in x.
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, IntPair output_size);
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t output_size);
+
+// 3-D versions over (N, C, D, H, W) or (C, D, H, W): each a sum (or max) over the kernel's
+// depth taps of the 2-D op on depth slices folded into the batch (one conv2d / pool2d call
+// per tap), so they run conv2d's kernels on every device and are differentiable through them.
+using IntTriple = std::array<int64_t, 3>;
+struct Conv3dArgs {
+  IntTriple stride{1, 1, 1};
+  IntTriple padding{0, 0, 0};
+  IntTriple dilation{1, 1, 1};
+  int64_t groups = 1;
+};
+/// x (N, C, D, H, W), weight (O, C/groups, kD, kH, kW), bias (O) or undefined -> (N, O, D', H', W').
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Conv3dArgs args = {});
+/// stride {0, 0, 0} means stride = kernel; padding (-inf for max, zeros counted in the mean
+/// when count_include_pad) at most kernel / 2; no ceil_mode. Max: on ties the first in (d, h,
+/// w) order, as PyTorch's.
+Tensor max_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride = {0, 0, 0}, IntTriple padding = {0, 0, 0},
+                  IntTriple dilation = {1, 1, 1});
+Tensor avg_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride = {0, 0, 0}, IntTriple padding = {0, 0, 0},
+                  bool count_include_pad = true);
+
 /// Chooses how conv2d on CUDA picks its cuDNN algorithms: false (the default) takes
 /// cuDNN's heuristic choice; true times the candidates on the first call of each shape
 /// (input and weight sizes, stride, padding, dilation, groups, dtype) and direction, and

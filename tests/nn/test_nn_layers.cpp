@@ -708,3 +708,22 @@ TEST_CASE("Unfold, Fold, LocalResponseNorm, ChannelShuffle, Bilinear, EmbeddingB
   CHECK_THROWS_AS(nn::EmbeddingBag(10, 3, {.padding_idx = 10}), kiln::Error);
   CHECK_THROWS_AS(nn::Bilinear(0, 2, 4), kiln::Error);
 }
+
+TEST_CASE("Conv3d, ConvTranspose1d, MaxPool3d, AvgPool3d, MaxUnpool2d modules") {
+  manual_seed(82);
+  nn::Conv3d c(2, 4, {3, 3, 3}, {.padding = {1, 1, 1}});
+  CHECK(c.weight.shape() == Shape{4, 2, 3, 3, 3});
+  CHECK(max_abs(c.weight) <= 1 / std::sqrt(54.0));
+  CHECK(c(randn({1, 2, 4, 5, 6})).shape() == Shape{1, 4, 4, 5, 6});
+  CHECK(check_layer(c, randn({1, 2, 2, 3, 2}, f64)));
+  nn::ConvTranspose1d t(3, 2, 4, {.stride = 2, .padding = 1});
+  CHECK(t.weight.shape() == Shape{3, 2, 4});
+  CHECK(t(randn({2, 3, 5})).shape() == Shape{2, 2, 10});
+  CHECK(nn::MaxPool3d({2, 2, 2})(randn({1, 1, 4, 4, 4})).shape() == Shape{1, 1, 2, 2, 2});
+  CHECK(nn::AvgPool3d({2, 2, 2}, {1, 1, 1})(randn({1, 1, 3, 3, 3})).shape() == Shape{1, 1, 2, 2, 2});
+  const Tensor img = randn({1, 2, 4, 4});
+  auto [m, idx] = max_pool2d_with_indices(img, {2, 2});
+  nn::MaxUnpool2d un(2);
+  CHECK(un.forward(m, idx).shape() == Shape{1, 2, 4, 4});
+  CHECK_THROWS_AS(nn::Conv3d(2, 4, {3, 3, 3}, {.groups = 3}), kiln::Error);
+}

@@ -832,3 +832,77 @@ TEST_CASE("pooling: errors") {
   CHECK(has(error_of([] { conv1d(ones({2, 2, 8}), ones({4, 3, 3})); }), "channel mismatch"));
   CHECK(has(error_of([] { adaptive_max_pool1d(ones({8}), 2); }), "adaptive_max_pool1d"));
 }
+
+namespace {
+/// conv3d by its definition: a seven-deep loop (eight with groups) over a padded input.
+Tensor naive_conv3d(const Tensor& x, const Tensor& w, const Conv3dArgs& a) {
+  const int64_t N = x.size(0), C = x.size(1), O = w.size(0), G = a.groups, Cg = C / G, Og = O / G;
+  const int64_t kd = w.size(2), kh = w.size(3), kw = w.size(4);
+  const Shape in{x.size(2), x.size(3), x.size(4)};
+  int64_t out[3];
+  const int64_t k[3] = {kd, kh, kw};
+  for (int e = 0; e < 3; ++e)
+    out[e] = (in[size_t(e)] + 2 * a.padding[size_t(e)] - a.dilation[size_t(e)] * (k[e] - 1) - 1) / a.stride[size_t(e)] + 1;
+  const auto xv = x.contiguous().to_vector<double>(), wv = w.contiguous().to_vector<double>();
+  std::vector<double> y(size_t(N * O * out[0] * out[1] * out[2]), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t d = 0; d < out[0]; ++d)
+        for (int64_t h = 0; h < out[1]; ++h)
+          for (int64_t ww = 0; ww < out[2]; ++ww) {
+            double s = 0;
+            for (int64_t c = 0; c < Cg; ++c)
+              for (int64_t i = 0; i < kd; ++i)
+                for (int64_t j = 0; j < kh; ++j)
+                  for (int64_t l = 0; l < kw; ++l) {
+                    const int64_t zd = d * a.stride[0] - a.padding[0] + i * a.dilation[0];
+                    const int64_t zh = h * a.stride[1] - a.padding[1] + j * a.dilation[1];
+                    const int64_t zw = ww * a.stride[2] - a.padding[2] + l * a.dilation[2];
+                    if (zd < 0 || zh < 0 || zw < 0 || zd >= in[0] || zh >= in[1] || zw >= in[2]) continue;
+                    const int64_t ci = (o / Og) * Cg + c;
+                    s += xv[size_t((((n * C + ci) * in[0] + zd) * in[1] + zh) * in[2] + zw)] *
+                         wv[size_t((((o * Cg + c) * kd + i) * kh + j) * kw + l)];
+                  }
+            y[size_t((((n * O + o) * out[0] + d) * out[1] + h) * out[2] + ww)] = s;
+          }
+  return from_vector(y, {N, O, out[0], out[1], out[2]});
+}
+}  // namespace
+
+TEST_CASE("conv3d against its definition; max_pool3d, avg_pool3d, conv_transpose1d, max_unpool") {
+  manual_seed(81);
+  const Tensor x = randn({2, 4, 5, 6, 5}, f64);
+  for (const Conv3dArgs& a : {Conv3dArgs{}, Conv3dArgs{.stride = {2, 1, 2}, .padding = {1, 2, 0},
+                                                       .dilation = {2, 1, 1}, .groups = 2}}) {
+    const Tensor w = randn({4, 4 / a.groups, 2, 3, 2}, f64);
+    CHECK(allclose(conv3d(x, w, Tensor(), a), naive_conv3d(x, w, a), 1e-12, 1e-12));
+  }
+  CHECK(gradcheck([](auto& t) { return conv3d(t[0], t[1], t[2], {.padding = {1, 0, 1}}); },
+                  {randn({1, 2, 3, 3, 3}, f64), randn({2, 2, 2, 2, 2}, f64), randn({2}, f64)}));
+  CHECK(conv3d(x.select(0, 0), randn({3, 4, 1, 1, 1}, f64)).shape() == Shape{3, 5, 6, 5});
+  CHECK_THROWS_AS(conv3d(x, randn({3, 3, 1, 1, 1}, f64)), kiln::Error);  // channel mismatch
+  // pools: a 2x2x2 window's maximum and mean
+  const Tensor cube = T({1, 2, 3, 4, 5, 6, 7, 8}, {1, 1, 2, 2, 2});
+  CHECK(max_pool3d(cube, {2, 2, 2}).item() == 8);
+  CHECK(avg_pool3d(cube, {2, 2, 2}).item() == 4.5);
+  // padding excluded from the mean: one corner window of a 1x1x1 input padded by 1 is the value itself
+  CHECK(avg_pool3d(T({6}, {1, 1, 1, 1, 1}), {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, false).to_vector<double>()[0] == 6);
+  CHECK(avg_pool3d(T({6}, {1, 1, 1, 1, 1}), {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, true).to_vector<double>()[0] == 0.75);
+  CHECK(gradcheck([](auto& t) { return max_pool3d(t[0], {2, 2, 2}, {1, 1, 1}, {1, 0, 1}); }, {randn({1, 2, 3, 3, 3}, f64)}));
+  CHECK(gradcheck([](auto& t) { return avg_pool3d(t[0], {2, 3, 2}, {1, 2, 1}, {1, 1, 0}, false); },
+                  {randn({1, 2, 3, 4, 3}, f64)}));
+  // conv_transpose1d is conv1d's adjoint: <conv1d(u, w), v> = <u, conv_transpose1d(v, w)>
+  const Tensor u = randn({2, 3, 11}, f64), w1 = randn({4, 3, 3}, f64);
+  const Tensor cu = conv1d(u, w1, Tensor(), 2, 1), v = randn(cu.shape(), f64);
+  CHECK(sum(mul(cu, v)).item() == doctest::Approx(sum(mul(u, conv_transpose1d(v, w1, Tensor(), 2, 1, 0))).item()));
+  CHECK(gradcheck([](auto& t) { return conv_transpose1d(t[0], t[1], t[2], 2, 1, 1); },
+                  {randn({2, 4, 3}, f64), randn({4, 3, 3}, f64), randn({3}, f64)}));
+  // max_unpool2d puts each maximum back where it came from
+  const Tensor img = randn({2, 3, 4, 6}, f64);
+  auto [m, idx] = max_pool2d_with_indices(img, {2, 2});
+  const Tensor back = max_unpool2d(m, idx, {4, 6});
+  CHECK(allclose(max_pool2d(back, {2, 2}), m));
+  CHECK(sum(ne(back, 0.0)).item() == 2 * 3 * 2 * 3);
+  CHECK(gradcheck([&](auto& t) { return max_unpool2d(t[0], idx, {4, 6}); }, {m}));
+  CHECK_THROWS_AS(max_unpool2d(m, idx.narrow(3, 0, 2), {4, 6}), kiln::Error);
+}
