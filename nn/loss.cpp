@@ -65,6 +65,9 @@ std::string MultiMarginLoss::extra_repr() const {
      << (args.weight.defined() ? ", weight" : "");
   return os.str();
 }
+std::string MultiLabelMarginLoss::extra_repr() const {
+  return std::string("reduction=") + reduction_str(args.reduction);
+}
 std::string PoissonNLLLoss::extra_repr() const {
   std::ostringstream os;
   os << "log_input=" << (args.log_input ? "true" : "false") << ", full=" << (args.full ? "true" : "false")

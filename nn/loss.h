@@ -97,6 +97,11 @@ KILN_POINTWISE_LOSS(SoftMarginLoss, SoftMarginLossArgs, soft_margin_loss(input, 
 KILN_POINTWISE_LOSS(MultiLabelSoftMarginLoss, MultilabelSoftMarginArgs, multilabel_soft_margin_loss(input, target, args))
 /// Multi-class hinge loss over int64 class targets (kiln::multi_margin_loss).
 KILN_POINTWISE_LOSS(MultiMarginLoss, MultiMarginArgs, multi_margin_loss(input, target, args))
+struct MultiLabelMarginLossArgs {
+  Reduction reduction = Reduction::mean;
+};
+/// Multi-label hinge loss over -1-terminated class lists (kiln::multilabel_margin_loss).
+KILN_POINTWISE_LOSS(MultiLabelMarginLoss, MultiLabelMarginLossArgs, multilabel_margin_loss(input, target, args.reduction))
 /// Poisson negative log-likelihood (kiln::poisson_nll_loss).
 KILN_POINTWISE_LOSS(PoissonNLLLoss, PoissonNllArgs, poisson_nll_loss(input, target, args))
 #undef KILN_POINTWISE_LOSS

@@ -711,6 +711,49 @@ Tensor multi_margin_loss(const Tensor& input, const Tensor& target, const MultiM
   return reduce_pointwise(l, args.reduction, l);
 }
 
+Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (auto r = autocast_op(
+          AutocastTo::fp32, [&](const Tensor& a) { return multilabel_margin_loss(a, target, reduction); }, input))
+    return *r;
+  const char* op = "multilabel_margin_loss";
+  check_reduction(op, reduction);
+  check_floating(op, input, "input");
+  KILN_CHECK(input.dim() == 1 || input.dim() == 2, op, ": expected input of shape (C) or (N, C), got ", describe(input));
+  KILN_CHECK(target.defined() && target.shape() == input.shape() && !target.is_floating_point() &&
+                 target.dtype() != DType::bool_,
+             op, ": expected an integer target of the input's shape ", shape_str(input.shape()), ", got ",
+             target.defined() ? describe(target) : "undefined");
+  check_same_device(op, {input, target});
+  const Tensor x = input.dim() == 1 ? input.unsqueeze(0) : input;
+  const int64_t N = x.size(0), C = x.size(1);
+  KILN_CHECK(C > 0, op, ": the input has no classes (", describe(input), ")");
+  // each row's classes up to the first -1, read on the host
+  const std::vector<int64_t> tv = target.detach().to(Device::cpu()).to(DType::int64).contiguous().to_vector<int64_t>();
+  std::vector<int64_t> idx(size_t(N * C), 0);
+  std::vector<uint8_t> valid(size_t(N * C), 0), in_set(size_t(N * C), 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < C; ++j) {
+      const int64_t c = tv[size_t(n * C + j)];
+      if (c < 0) break;
+      KILN_CHECK(c < C, op, ": target class ", c, " is out of range for ", C, " classes (", describe(input), ")");
+      idx[size_t(n * C + j)] = c;
+      valid[size_t(n * C + j)] = 1;
+      in_set[size_t(n * C + c)] = 1;
+    }
+  const Device dev = x.device();
+  const Tensor ti = from_vector(idx, {N, C}, {.dtype = DType::int64, .device = dev});
+  const Tensor tv_ = from_vector(valid, {N, C}, {.dtype = DType::uint8}).to(DType::bool_).to(dev);
+  const Tensor ts = from_vector(in_set, {N, C}, {.dtype = DType::uint8}).to(DType::bool_).to(dev);
+  const DType dt = cpu_compute_dtype(input.dtype());
+  const Tensor xf = x.to(dt);
+  // pairs (n, j, i): target j against non-target i
+  const Tensor h = relu(add(neg(sub(gather(xf, 1, ti), 1.0)).unsqueeze(2), xf.unsqueeze(1)));  // 1 - x_j + x_i
+  const Tensor pair = logical_and(tv_.unsqueeze(2), logical_not(ts).unsqueeze(1));
+  Tensor l = div(sum(where(pair, h, zero_like_scalar(dt, dev)), {1, 2}), double(C));
+  if (input.dim() == 1) l = l.reshape({});
+  return reduce_pointwise(l, reduction, l);
+}
+
 Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, const PoissonNllArgs& args) {
   if (auto r = autocast_op(
           AutocastTo::fp32, [&](const Tensor& a, const Tensor& t) { return poisson_nll_loss(a, t, args); }, input, target))

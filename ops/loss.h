@@ -139,6 +139,11 @@ struct MultiMarginArgs {
 /// max(0, margin - x[target] + x[d])^p, times weight[target], over C; input (N, C) with int64
 /// targets (N), or (C) with a 0-dim target; a target outside [0, C) is an error naming it.
 Tensor multi_margin_loss(const Tensor& input, const Tensor& target, const MultiMarginArgs& args = {});
+/// The multi-label hinge loss (PyTorch's multilabel_margin_loss): target (C) or (N, C) int64
+/// holds each sample's classes, ended by the first -1; per sample the sum over its target
+/// classes j and the classes i outside its set of max(0, 1 - (x_j - x_i)), divided by C.
+/// Reads the target back (its sets decide the pairs).
+Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 struct PoissonNllArgs {
   bool log_input = true;  ///< input is log(rate): exp(x) - t x; else x - t log(x + eps)
   bool full = false;      ///< add Stirling's t log t - t + log(2 pi t) / 2 where t > 1

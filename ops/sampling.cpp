@@ -117,51 +117,61 @@ Tensor median(const Tensor& x) {
   return median(x.reshape({x.numel()}), 0).values;
 }
 
-Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
-                QuantileInterpolation interpolation) {
-  const char* op = "quantile";
-  KILN_CHECK(x.defined() && q.defined(), "quantile: input or q is undefined");
-  KILN_CHECK(x.dtype() == DType::float32 || x.dtype() == DType::float64, "quantile: expected a float32 or float64 "
-             "input, got ", describe(x));
-  KILN_CHECK(q.dim() <= 1 && q.dtype() == x.dtype(), "quantile: q must be a 0-D or 1-D tensor of the input's dtype, "
-             "got ", describe(q), " for input ", describe(x));
+namespace {
+
+/// quantile and nanquantile, PyTorch's quantile_compute in tensor ops: the ranks
+/// q * (count - 1) in x's dtype per row (count: the row's length, or its non-NaN entries
+/// when ignore_nan), a row that gives NaN (any NaN; all NaN when ignoring them) reads its
+/// last sorted entry (NaN).
+Tensor quantile_impl(const char* op, const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                     QuantileInterpolation interpolation, bool ignore_nan) {
+  KILN_CHECK(x.defined() && q.defined(), op, ": input or q is undefined");
+  KILN_CHECK(x.dtype() == DType::float32 || x.dtype() == DType::float64, op, ": expected a float32 or float64 input, "
+             "got ", describe(x));
+  KILN_CHECK(q.dim() <= 1 && q.dtype() == x.dtype(), op, ": q must be a 0-D or 1-D tensor of the input's dtype, got ",
+             describe(q), " for input ", describe(x));
   check_same_device(op, {x, q});
   // q is read on the host (its range is checked, as PyTorch's check does with a sync)
-  const std::vector<double> qs = q.detach().to(Device::cpu()).to(DType::float64).contiguous().to_vector<double>();
-  for (double v : qs) KILN_CHECK(v >= 0 && v <= 1, "quantile: q must be in [0, 1], got ", v);
+  for (double v : q.detach().to(Device::cpu()).to(DType::float64).contiguous().to_vector<double>())
+    KILN_CHECK(v >= 0 && v <= 1, op, ": q must be in [0, 1], got ", v);
   // the reduced dim last: (..., n), sorted with NaN last
   Tensor y = dim ? x.dim() == 0 ? x.reshape({1}) : x : x.reshape({x.numel()});
   const int64_t d = dim ? wrap_dim(*dim, y.dim(), op) : 0;
   const int64_t n = y.size(d);
-  KILN_CHECK(n > 0, "quantile: the reduced dim of input ", describe(x), " is empty");
+  KILN_CHECK(n > 0, op, ": the reduced dim of input ", describe(x), " is empty");
   y = movedim(y, d, -1);
   const Tensor sorted = sort(y, -1).first;
-  const int64_t Q = int64_t(qs.size());
-  std::vector<int64_t> below(qs.size()), above(qs.size());
-  std::vector<double> weight(qs.size());
-  for (size_t i = 0; i < qs.size(); ++i) {
-    double rank = qs[i] * double(n - 1);
+  const int64_t Q = q.numel();
+  Tensor ranks, nan_row;
+  {
+    NoGradGuard ng;
+    const Tensor isn = isnan(sorted.detach());
+    const Tensor qv = q.detach().reshape({Q});
+    if (ignore_nan) {
+      const Tensor count = sum(logical_not(isn), {-1}, true).to(x.dtype());  // (..., 1)
+      ranks = mul(qv, sub(count, 1.0));
+      nan_row = all(isn, {-1}, true);
+    } else {
+      ranks = mul(qv, double(n - 1));
+      nan_row = any(isn, {-1}, true);
+    }
+    Shape rows = sorted.shape();
+    rows.back() = Q;
+    ranks = where(nan_row, full({}, double(n - 1), {.dtype = x.dtype(), .device = x.device()}), ranks.expand(rows));
     switch (interpolation) {
-      case QuantileInterpolation::lower: rank = std::floor(rank); break;
-      case QuantileInterpolation::higher: rank = std::ceil(rank); break;
-      case QuantileInterpolation::nearest: rank = std::nearbyint(rank); break;  // half to even, as torch.round
+      case QuantileInterpolation::lower: ranks = floor(ranks); break;
+      case QuantileInterpolation::higher: ranks = ceil(ranks); break;
+      case QuantileInterpolation::nearest: ranks = round(ranks); break;  // half to even, as torch.round
       default: break;
     }
-    below[i] = int64_t(std::floor(rank));
-    above[i] = int64_t(std::ceil(rank));
-    weight[i] = interpolation == QuantileInterpolation::midpoint ? 0.5 : rank - double(below[i]);
   }
-  const TensorOptions io{.dtype = DType::int64, .device = x.device()};
-  Shape rows = sorted.shape();
-  rows.back() = Q;
-  const Tensor has_nan = any(isnan(sorted.detach()), {-1}, true);  // such rows take the last entry: NaN
-  auto at = [&](const std::vector<int64_t>& r) {
-    return gather(sorted, -1, where(has_nan, full({}, double(n - 1), io), from_vector(r, {Q}, io).expand(rows)));
-  };
-  const Tensor lo = at(below);
-  Tensor out = lo;
-  if (interpolation == QuantileInterpolation::linear || interpolation == QuantileInterpolation::midpoint)
-    out = lerp(lo, at(above), where(has_nan, 0.0, from_vector(weight, {Q}, {.dtype = x.dtype(), .device = x.device()})));
+  const Tensor below = floor(ranks).to(DType::int64);
+  Tensor out = gather(sorted, -1, below);
+  if (interpolation == QuantileInterpolation::linear || interpolation == QuantileInterpolation::midpoint) {
+    const Tensor weights = interpolation == QuantileInterpolation::midpoint ? full_like(ranks, 0.5)
+                                                                              : sub(ranks, floor(ranks));
+    out = lerp(out, gather(sorted, -1, ceil(ranks).to(DType::int64)), weights);
+  }
   // (..., Q) -> (Q, ...) for a 1-D q, (...) for a 0-D one; keepdim puts back size-1 dims
   out = q.dim() == 0 ? out.squeeze(-1) : movedim(out, -1, 0);
   if (keepdim) {
@@ -170,19 +180,115 @@ Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bo
       out = out.unsqueeze(lead + (x.dim() == 0 ? 0 : d));
       if (x.dim() == 0) out = out.squeeze(lead);
     } else {
-      Shape s;
-      if (lead) s.push_back(Q);
-      for (int64_t e = 0; e < x.dim(); ++e) s.push_back(1);
-      out = out.reshape(s);
+      Shape sh;
+      if (lead) sh.push_back(Q);
+      for (int64_t e = 0; e < x.dim(); ++e) sh.push_back(1);
+      out = out.reshape(sh);
     }
   }
   return out;
 }
 
+Tensor scalar_q(const Tensor& x, double q) {
+  KILN_CHECK(x.defined(), "quantile: input is undefined");
+  return scalar_tensor(q, {.dtype = x.dtype(), .device = x.device()});
+}
+
+}  // namespace
+
+Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                QuantileInterpolation interpolation) {
+  return quantile_impl("quantile", x, q, dim, keepdim, interpolation, false);
+}
 Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim,
                 QuantileInterpolation interpolation) {
-  KILN_CHECK(x.defined(), "quantile: input is undefined");
-  return quantile(x, scalar_tensor(q, {.dtype = x.dtype(), .device = x.device()}), dim, keepdim, interpolation);
+  return quantile_impl("quantile", x, scalar_q(x, q), dim, keepdim, interpolation, false);
+}
+Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                   QuantileInterpolation interpolation) {
+  return quantile_impl("nanquantile", x, q, dim, keepdim, interpolation, true);
+}
+Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim,
+                   QuantileInterpolation interpolation) {
+  return quantile_impl("nanquantile", x, scalar_q(x, q), dim, keepdim, interpolation, true);
+}
+
+ValuesIndices nanmedian(const Tensor& x, int64_t dim, bool keepdim) {
+  KILN_CHECK(x.defined(), "nanmedian: input is undefined");
+  if (!x.is_floating_point()) return median(x, dim, keepdim);
+  const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, x1.dim(), "nanmedian");
+  KILN_CHECK(x1.size(d) > 0, "nanmedian: dim ", d, " of input ", describe(x), " is empty");
+  Tensor idx;
+  {
+    NoGradGuard ng;
+    // entry (count - 1) / 2 of the sorted row (NaN last); an all-NaN row takes entry 0 (NaN)
+    const Tensor order = argsort(x1.detach(), d);
+    const Tensor count = sum(logical_not(isnan(x1.detach())), {d}, true);
+    const Tensor k = floor_divide(sub(count, 1), 2.0).to(DType::int64);
+    idx = gather(order, d, where(lt(k, 0.0), full({}, 0.0, {.dtype = DType::int64, .device = x.device()}), k));
+  }
+  ValuesIndices r{gather(x1, d, idx), idx};
+  if (!keepdim || x.dim() == 0) {
+    r.values = r.values.squeeze(d);
+    r.indices = r.indices.squeeze(d);
+  }
+  return r;
+}
+
+Tensor nanmedian(const Tensor& x) {
+  KILN_CHECK(x.defined() && x.numel() > 0, "nanmedian: input is undefined or empty");
+  return nanmedian(x.reshape({x.numel()}), 0).values;
+}
+
+ValuesIndices mode(const Tensor& x, int64_t dim, bool keepdim) {
+  KILN_CHECK(x.defined(), "mode: input is undefined");
+  const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, x1.dim(), "mode");
+  const int64_t n = x1.size(d);
+  KILN_CHECK(n > 0, "mode: dim ", d, " of input ", describe(x), " is empty");
+  Tensor idx;
+  {
+    NoGradGuard ng;
+    // per row on the host: the longest run of equal sorted values (the smallest value on a
+    // tie, NaNs one value), at its last position in the input
+    const Tensor rows = movedim(x1.detach(), d, -1).contiguous();
+    const Tensor order = argsort(rows, -1).to(Device::cpu()).contiguous();
+    const Tensor vals = rows.to(Device::cpu()).to(x.is_floating_point() ? DType::float64 : DType::int64);
+    const int64_t R = rows.numel() / n;
+    std::vector<int64_t> out(static_cast<size_t>(R));
+    const int64_t* o = order.data<int64_t>();
+    auto scan = [&](const auto* v) {
+      for (int64_t r = 0; r < R; ++r) {
+        const auto* row = v + r * n;
+        const int64_t* ord = o + r * n;
+        auto same = [&](int64_t a, int64_t b) { return row[a] == row[b] || (row[a] != row[a] && row[b] != row[b]); };
+        int64_t best = -1, best_len = 0, start = 0;
+        for (int64_t k = 1; k <= n; ++k)
+          if (k == n || !same(ord[k], ord[start])) {
+            if (k - start > best_len) {
+              best_len = k - start;
+              best = start;
+            }
+            start = k;
+          }
+        int64_t last = ord[best];
+        for (int64_t k = best; k < best + best_len; ++k) last = std::max(last, ord[k]);
+        out[size_t(r)] = last;
+      }
+    };
+    if (x.is_floating_point()) scan(vals.data<double>());
+    else scan(vals.data<int64_t>());
+    Shape is = rows.shape();
+    is.back() = 1;
+    idx = movedim(from_vector(out, is, {.dtype = DType::int64}).to(x.device()), -1, d);
+  }
+  ValuesIndices r{gather(x1, d, idx), idx};
+  if (!keepdim || x.dim() == 0) {
+    r.values = r.values.squeeze(d);
+    r.indices = r.indices.squeeze(d);
+  }
+  return r;
 }
 
 Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement) {

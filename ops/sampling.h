@@ -42,6 +42,18 @@ Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = s
                 QuantileInterpolation interpolation = QuantileInterpolation::linear);
 Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
                 QuantileInterpolation interpolation = QuantileInterpolation::linear);
+/// quantile and median ignoring NaN (torch.nanquantile, nanmedian): the ranks count a row's
+/// non-NaN entries; an all-NaN row gives NaN (nanmedian: at index 0).
+Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                   QuantileInterpolation interpolation = QuantileInterpolation::linear);
+Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                   QuantileInterpolation interpolation = QuantileInterpolation::linear);
+ValuesIndices nanmedian(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor nanmedian(const Tensor& x);
+/// The most frequent value along dim and its last position (torch.mode): on a tie the
+/// smallest value; NaNs count as one value (PyTorch's index for a NaN mode is arbitrary, kiln's
+/// is the last NaN). Values differentiable. Computed on the host.
+ValuesIndices mode(const Tensor& x, int64_t dim = -1, bool keepdim = false);
 
 /// num_samples category indices drawn from each row of `weights` ((C) or (N, C),
 /// non-negative, finite, not all zero; they need not sum to 1): int64 of shape

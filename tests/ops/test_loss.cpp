@@ -574,3 +574,25 @@ TEST_CASE("margin and likelihood losses: errors name the op and what was expecte
   CHECK(err([&] { hinge_embedding_loss(m.cls, m.y); }).find("hinge_embedding_loss") != std::string::npos);
   CHECK(err([&] { soft_margin_loss(m.x, m.y, Reduction::batchmean); }).find("batchmean") != std::string::npos);
 }
+
+TEST_CASE("multilabel_margin_loss: by hand, -1 ends the list, reductions, gradient, errors") {
+  // classes {0, 3} of 4: pairs (j, i) with j in {0, 3}, i in {1, 2}
+  const Tensor x = from_vector(std::vector<double>{0.1, 0.2, 0.4, 0.8}, {1, 4});
+  const Tensor t = from_vector(std::vector<int64_t>{3, 0, -1, 1}, {1, 4}, {.dtype = DType::int64});
+  const double want = (std::max(0.0, 1 - (0.8 - 0.2)) + std::max(0.0, 1 - (0.8 - 0.4)) + std::max(0.0, 1 - (0.1 - 0.2)) +
+                       std::max(0.0, 1 - (0.1 - 0.4))) / 4;
+  CHECK(multilabel_margin_loss(x, t).item() == doctest::Approx(want));
+  CHECK(multilabel_margin_loss(x.select(0, 0), t.select(0, 0)).item() == doctest::Approx(want));
+  const Tensor t2 = from_vector(std::vector<int64_t>{3, 0, -1, 1, -1, 0, 0, 0}, {2, 4}, {.dtype = DType::int64});
+  const Tensor x2 = cat({x, x}, 0);
+  CHECK(multilabel_margin_loss(x2, t2, Reduction::none).to_vector<double>()[1] == 0.0);  // an empty list: 0
+  CHECK(multilabel_margin_loss(x2, t2, Reduction::sum).item() == doctest::Approx(want));
+  manual_seed(91);
+  CHECK(kiln::test::gradcheck([&](auto& a) { return multilabel_margin_loss(a[0], t2); },
+                              {randn({2, 4}, {.dtype = DType::float64})}));
+  CHECK_THROWS_AS(multilabel_margin_loss(x, from_vector(std::vector<int64_t>{4, -1, 0, 0}, {1, 4},
+                                                         {.dtype = DType::int64})), kiln::Error);
+  CHECK_THROWS_AS(multilabel_margin_loss(x, t.to(DType::float64)), kiln::Error);
+  nn::MultiLabelMarginLoss mod({.reduction = Reduction::sum});
+  CHECK(mod(x2, t2).item() == doctest::Approx(want));
+}

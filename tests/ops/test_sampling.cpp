@@ -194,3 +194,25 @@ TEST_CASE("kthvalue, median, quantile: values, NaN, interpolations, gradients, e
   CHECK(error_of([&] { quantile(r.to(DType::int64), 0.5); }).find("float32 or float64") != std::string::npos);
   CHECK(error_of([&] { median(zeros({2, 0}), 1); }).find("empty") != std::string::npos);
 }
+
+TEST_CASE("nanquantile, nanmedian, mode") {
+  const auto V = [](const Tensor& t) { return t.to(DType::float64).contiguous().to_vector<double>(); };
+  const Tensor x = from_vector(std::vector<double>{4, NAN, 1, 3, 2, NAN, NAN, NAN}, {2, 4});
+  // the non-NaN entries of row 0 are 1, 3, 4: median 3, quartiles by their count
+  CHECK(V(nanmedian(x, 1).values)[0] == 3);
+  CHECK(nanmedian(x, 1).indices.to_vector<int64_t>()[0] == 3);
+  CHECK(std::isnan(V(nanmedian(x, 1).values)[1]));
+  CHECK(nanmedian(x.select(0, 0)).item() == 3);
+  const std::vector<double> nq = V(nanquantile(x, 0.75, 1));
+  CHECK(nq[0] == 3.5);
+  CHECK(std::isnan(nq[1]));
+  CHECK(std::isnan(V(quantile(x, 0.75, 1))[0]));  // quantile: a NaN makes the row NaN
+  CHECK(kiln::test::gradcheck([](auto& t) { return nanquantile(t[0], 0.3, 1); },
+                              {from_vector(std::vector<double>{0.5, NAN, -1.5, 2.25, 0.75, -0.25}, {2, 3})}));
+  const ValuesIndices m = mode(from_vector(std::vector<double>{3, 1, 3, 2, 1, 3, 2, 2, 1, 1, 5, 0}, {2, 6}), 1);
+  CHECK(V(m.values) == std::vector<double>{3, 1});  // a tie between 2 and 1: the smaller
+  CHECK(m.indices.to_vector<int64_t>() == std::vector<int64_t>{5, 3});  // the last position
+  CHECK(V(mode(from_vector(std::vector<int64_t>{5, 5, 1, 1}, {4}, {.dtype = DType::int64})).values)[0] == 1);
+  CHECK_THROWS_AS(mode(zeros({2, 0}), 1), kiln::Error);
+  CHECK_THROWS_AS(nanquantile(x, 1.5), kiln::Error);
+}
