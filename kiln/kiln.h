@@ -29,6 +29,7 @@
 #include "kiln/optim/clip_grad.h"
 #include "kiln/optim/divergence_guard.h"
 #include "kiln/optim/grad_scaler.h"
+#include "kiln/optim/lbfgs.h"
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/rmsprop.h"

@@ -257,7 +257,10 @@ class OptimizerWith : public Optimizer {
   double lr(size_t group = 0) const override { return opts_.at(group).lr; }
   void set_lr(size_t group, double lr) override { opts_.at(group).lr = lr; }
   using Optimizer::set_lr;
-  bool maximize(size_t group) const override { return opts_.at(group).maximize; }
+  bool maximize(size_t group) const override {
+    if constexpr (requires { opts_.at(group).maximize; }) return opts_.at(group).maximize;
+    else return false;
+  }
 
  protected:
   OptimizerWith(std::string name, const std::vector<ParamGroup>& groups, const Opts& defaults)
@@ -280,7 +283,10 @@ class OptimizerWith : public Optimizer {
   }
 
  protected:
-  void set_maximize(size_t group, bool on) override { opts_.at(group).maximize = on; }
+  void set_maximize(size_t group, bool on) override {
+    if constexpr (requires { opts_.at(group).maximize; }) opts_.at(group).maximize = on;
+    else Optimizer::set_maximize(group, on);
+  }
   /// Applies each group's named overrides and runs check_options on every group (call at
   /// the end of the subclass constructor: a virtual call from this constructor would not
   /// reach the subclass's hparam mapping).

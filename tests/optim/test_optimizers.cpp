@@ -957,3 +957,73 @@ TEST_CASE("maximize: every optimizer ascends f exactly as it descends -f; option
   CHECK_THROWS_WITH_AS(optim::SGD(std::vector<optim::ParamGroup>{{.params = {p}, .options = {{"maximise", 1.0}}}}),
                        doctest::Contains("maximize"), kiln::Error);
 }
+
+namespace {
+Tensor rosenbrock(const Tensor& p) {
+  const Tensor x = p.select(0, 0), y = p.select(0, 1);
+  return add(mul(sub(x, 1.0), sub(x, 1.0)), mul(mul(sub(y, mul(x, x)), sub(y, mul(x, x))), 100.0));
+}
+}  // namespace
+
+TEST_CASE("LBFGS: quadratic and Rosenbrock minima, PyTorch's values, resume, errors") {
+  // a convex quadratic 1/2 p^T A p - b^T p: the minimum A^-1 b within a few steps
+  const Tensor A = from_vector(std::vector<double>{3, 1, 0, 1, 2, 0.5, 0, 0.5, 1}, {3, 3});
+  const Tensor bv = from_vector(std::vector<double>{1, -2, 0.5}, {3});
+  for (bool wolfe : {false, true}) {
+    CAPTURE(wolfe);
+    Tensor p = zeros({3}, {.dtype = DType::float64}).requires_grad_();
+    optim::LBFGS opt({p}, {.tolerance_change = 0, .strong_wolfe = wolfe});
+    auto f = [&] {
+      opt.zero_grad();
+      Tensor l = sub(mul(sum(mul(p, matmul(A, p))), 0.5), sum(mul(bv, p)));
+      l.backward();
+      return l;
+    };
+    for (int s = 0; s < 3; ++s) opt.step(f);
+    // A p = b
+    const auto r = sub(matmul(A, p), bv).to_vector<double>();
+    for (double e : r) CHECK(std::fabs(e) < 1e-8);
+  }
+  // Rosenbrock from (-1.2, 1) with the strong-Wolfe search reaches (1, 1)
+  Tensor q = from_vector(std::vector<double>{-1.2, 1.0}, {2}).requires_grad_();
+  optim::LBFGS ros({q}, {.tolerance_change = 0, .strong_wolfe = true});
+  for (int s = 0; s < 10; ++s) ros.step([&] { ros.zero_grad(); Tensor l = rosenbrock(q); l.backward(); return l; });
+  CHECK(q.to_vector<double>()[0] == doctest::Approx(1.0).epsilon(1e-6));
+  CHECK(q.to_vector<double>()[1] == doctest::Approx(1.0).epsilon(1e-6));
+  // PyTorch 2.15 (float64): an L2-regularised logistic regression, three steps of 10 iterations
+  std::vector<double> xv, yv;
+  for (int i = 0; i < 20; ++i) {
+    for (int j = 0; j < 3; ++j) xv.push_back(std::sin(i * 0.7 + j));
+    yv.push_back(std::cos(i * 1.3) > 0 ? 1.0 : 0.0);
+  }
+  const Tensor X = from_vector(xv, {20, 3}), Y = from_vector(yv, {20});
+  auto logreg = [&](bool resume_midway) {
+    Tensor w = zeros({3}, {.dtype = DType::float64}).requires_grad_(), b = zeros({1}, {.dtype = DType::float64}).requires_grad_();
+    auto opt = std::make_unique<optim::LBFGS>(std::vector<Tensor>{w, b}, optim::LBFGSOptions{.max_iter = 10, .strong_wolfe = true});
+    for (int s = 0; s < 3; ++s) {
+      if (resume_midway && s == 1) {  // a fresh optimizer from the saved state continues the same run
+        const optim::StateDict sd = opt->state_dict();
+        opt = std::make_unique<optim::LBFGS>(std::vector<Tensor>{w, b}, optim::LBFGSOptions{.max_iter = 10, .strong_wolfe = true});
+        opt->load_state_dict(sd);
+      }
+      opt->step([&] {
+        opt->zero_grad();
+        Tensor l = add(binary_cross_entropy_with_logits(add(matmul(X, w), b), Y), mul(sum(mul(w, w)), 0.01));
+        l.backward();
+        return l;
+      });
+    }
+    return cat({w, b}).to_vector<double>();
+  };
+  const std::vector<double> got = logreg(false);
+  const std::vector<double> torch_values = {-0.11979995944576133, -0.13455929023902385, -0.02560543013848857, 0.018506054563308925};
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(torch_values[i]).epsilon(1e-14));
+  CHECK(logreg(true) == got);  // bitwise
+  Tensor p = zeros({2}, {.dtype = DType::float64}).requires_grad_();
+  optim::LBFGS opt({p});
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("closure"), kiln::Error);
+  CHECK_THROWS_AS(opt.add_param_group({.params = {zeros({1}).requires_grad_()}}), kiln::Error);
+  CHECK_THROWS_AS(optim::LBFGS({p}, {.max_iter = 0}), kiln::Error);
+  CHECK_THROWS_AS(optim::LBFGS({p}, {.lr = 0}), kiln::Error);
+  CHECK_THROWS_AS(opt.load_state_dict({{"lbfgs.n_iter", scalar_tensor(1.0)}}), kiln::Error);
+}
