@@ -139,4 +139,22 @@ KILN_TERNARY_LOSS(TripletMarginLoss, TripletMarginArgs, anchor, positive, negati
 KILN_TERNARY_LOSS(GaussianNLLLoss, GaussianNllArgs, input, target, var, gaussian_nll_loss(input, target, var, args))
 #undef KILN_TERNARY_LOSS
 
+/// Connectionist temporal classification loss (kiln::ctc_loss):
+///   nn::CTCLoss ctc({.blank = 0}); Tensor l = ctc(log_probs, targets, input_lengths, target_lengths);
+class CTCLoss : public Module {
+ public:
+  explicit CTCLoss(CtcLossArgs args = {}) : args(args) {}
+  using Module::forward;
+  using Module::operator();
+  Tensor forward(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                 const Tensor& target_lengths) const {
+    return ctc_loss(log_probs, targets, input_lengths, target_lengths, args);
+  }
+  Tensor operator()(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                    const Tensor& target_lengths) const {
+    return forward(log_probs, targets, input_lengths, target_lengths);
+  }
+  CtcLossArgs args;
+};
+
 }  // namespace kiln::nn

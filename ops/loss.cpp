@@ -711,6 +711,115 @@ Tensor multi_margin_loss(const Tensor& input, const Tensor& target, const MultiM
   return reduce_pointwise(l, args.reduction, l);
 }
 
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CtcLossArgs& args) {
+  const char* op = "ctc_loss";
+  check_reduction(op, args.reduction);
+  check_floating(op, log_probs, "log_probs");
+  KILN_CHECK(log_probs.dim() == 3 || log_probs.dim() == 2, op, ": expected log_probs (T, N, C) or (T, C), got ",
+             describe(log_probs));
+  if (log_probs.dim() == 2) {
+    const Tensor t2 = targets.defined() && targets.dim() == 1 ? targets.unsqueeze(0) : targets;
+    CtcLossArgs a = args;
+    const Tensor l = ctc_loss(log_probs.unsqueeze(1), t2, input_lengths.reshape({1}), target_lengths.reshape({1}), a);
+    return l.dim() == 1 ? l.squeeze(0) : l;
+  }
+  const int64_t T = log_probs.size(0), N = log_probs.size(1), C = log_probs.size(2);
+  KILN_CHECK(args.blank >= 0 && args.blank < C, op, ": blank ", args.blank, " is out of range for ", C, " classes");
+  auto host = [&](const Tensor& t, const char* what) {
+    KILN_CHECK(t.defined() && !t.is_floating_point() && t.dtype() != DType::bool_, op, ": ", what,
+               " must be an integer tensor, got ", t.defined() ? describe(t) : "undefined");
+    return t.detach().to(Device::cpu()).to(DType::int64).contiguous().to_vector<int64_t>();
+  };
+  const std::vector<int64_t> il = host(input_lengths, "input_lengths"), tl = host(target_lengths, "target_lengths");
+  const std::vector<int64_t> tv = host(targets, "targets");
+  KILN_CHECK(int64_t(il.size()) == N && int64_t(tl.size()) == N, op, ": input_lengths and target_lengths need ", N,
+             " entries, got ", il.size(), " and ", tl.size());
+  KILN_CHECK(targets.dim() == 1 || (targets.dim() == 2 && targets.size(0) == N), op, ": targets must be (N, S) or "
+             "1-D concatenated, got ", describe(targets));
+  int64_t S = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    KILN_CHECK(il[size_t(n)] >= 0 && il[size_t(n)] <= T, op, ": input length ", il[size_t(n)], " of sample ", n,
+               " is outside [0, ", T, "]");
+    KILN_CHECK(tl[size_t(n)] >= 0, op, ": target length of sample ", n, " is negative");
+    S = std::max(S, tl[size_t(n)]);
+  }
+  // the extended labels: blank, l1, blank, l2, ..., blank (L = 2 S + 1), and where the
+  // skip from s - 2 is allowed (a label differing from the one two back)
+  const int64_t L = 2 * S + 1;
+  std::vector<int64_t> ext(size_t(N * L), args.blank);
+  std::vector<uint8_t> skip(size_t(N * L), 0), first(size_t(N * L), 0);
+  std::vector<int64_t> ends(size_t(N * 2), 0);
+  std::vector<uint8_t> end_ok(size_t(N * 2), 0);
+  int64_t offset = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t Sn = tl[size_t(n)];
+    KILN_CHECK(targets.dim() == 1 || Sn <= targets.size(1), op, ": target length ", Sn, " of sample ", n,
+               " exceeds the targets' width ", targets.size(1));
+    for (int64_t j = 0; j < Sn; ++j) {
+      const int64_t c = targets.dim() == 1 ? tv[size_t(offset + j)] : tv[size_t(n * targets.size(1) + j)];
+      KILN_CHECK(c >= 0 && c < C && c != args.blank, op, ": target ", c, " of sample ", n,
+                 " must be a class in [0, ", C, ") other than the blank ", args.blank);
+      ext[size_t(n * L + 2 * j + 1)] = c;
+      if (j > 0 && c != ext[size_t(n * L + 2 * j - 1)]) skip[size_t(n * L + 2 * j + 1)] = 1;
+    }
+    if (targets.dim() == 1) KILN_CHECK(offset + Sn <= int64_t(tv.size()), op, ": target lengths exceed the targets");
+    offset += Sn;
+    first[size_t(n * L)] = 1;
+    if (Sn > 0) first[size_t(n * L + 1)] = 1;
+    ends[size_t(2 * n)] = 2 * Sn;
+    ends[size_t(2 * n + 1)] = std::max<int64_t>(2 * Sn - 1, 0);
+    end_ok[size_t(2 * n)] = 1;
+    end_ok[size_t(2 * n + 1)] = Sn > 0;
+  }
+  const Device dev = log_probs.device();
+  const DType dt = cpu_compute_dtype(log_probs.dtype());
+  auto boolean = [&](const std::vector<uint8_t>& v, Shape s) {
+    return from_vector(v, s, {.dtype = DType::uint8}).to(DType::bool_).to(dev);
+  };
+  const Tensor lp = log_probs.to(dt);
+  const Tensor lab = from_vector(ext, {N, L}, {.dtype = DType::int64, .device = dev});
+  const Tensor skip_ok = boolean(skip, {N, L}), start = boolean(first, {N, L});
+  const double kNeg = -1e30;  // -inf that keeps gradients finite
+  const Tensor neg_inf = full({}, kNeg, {.dtype = dt, .device = dev});
+  const Tensor neg1 = full({N, 1}, kNeg, {.dtype = dt, .device = dev}), neg2 = full({N, 2}, kNeg, {.dtype = dt, .device = dev});
+  Tensor alpha = where(start, gather(lp.select(0, 0), 1, lab), neg_inf);
+  for (int64_t t = 1; t < T; ++t) {
+    std::vector<uint8_t> act(static_cast<size_t>(N));
+    bool any = false;
+    for (int64_t n = 0; n < N; ++n) {
+      act[size_t(n)] = t < il[size_t(n)];
+      any = any || act[size_t(n)];
+    }
+    if (!any) break;
+    const Tensor a1 = cat({neg1, alpha.narrow(1, 0, L - 1)}, 1);
+    const Tensor a2 = where(skip_ok, L > 1 ? cat({neg2, alpha.narrow(1, 0, L - 2)}, 1) : neg1, neg_inf);
+    const Tensor next = add(logsumexp(stack({alpha, a1, a2}, 0), {0}), gather(lp.select(0, t), 1, lab));
+    alpha = where(boolean(act, {N, 1}), next, alpha);
+  }
+  const Tensor fin = where(boolean(end_ok, {N, 2}), gather(alpha, 1, from_vector(ends, {N, 2}, {.dtype = DType::int64, .device = dev})), neg_inf);
+  Tensor loss = neg(logsumexp(fin, {1}));
+  // no path (or no input at all with a non-empty target): inf, or 0 with zero_infinity
+  std::vector<uint8_t> empty(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) empty[size_t(n)] = il[size_t(n)] == 0;
+  const Tensor impossible = logical_or(gt(loss.detach(), 1e29), boolean(empty, {N}));
+  // PyTorch's gradient adds exp(log_probs) over each sample's frames (a term of value 0)
+  std::vector<uint8_t> frames(size_t(T * N));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) frames[size_t(t * N + n)] = t < il[size_t(n)];
+  const Tensor e = exp(lp);
+  const Tensor zero_term = sum(where(boolean(frames, {T, N, 1}), sub(e, e.detach()), zero_like_scalar(dt, dev)), {0, 2});
+  loss = add(loss, zero_term);
+  loss = where(impossible, args.zero_infinity ? 0.0 : double(INFINITY), loss);
+  const DType out = log_probs.dtype();
+  auto back = [&](const Tensor& r) { return r.dtype() == out ? r : r.to(out); };
+  if (args.reduction == Reduction::none) return back(loss);
+  if (args.reduction == Reduction::sum) return back(sum(loss));
+  std::vector<double> len(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) len[size_t(n)] = double(std::max<int64_t>(tl[size_t(n)], 1));
+  return back(mean(div(loss, from_vector(len, {N}, {.dtype = dt, .device = dev}))));
+}
+
 Tensor multilabel_margin_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   if (auto r = autocast_op(
           AutocastTo::fp32, [&](const Tensor& a) { return multilabel_margin_loss(a, target, reduction); }, input))

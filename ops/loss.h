@@ -139,6 +139,21 @@ struct MultiMarginArgs {
 /// max(0, margin - x[target] + x[d])^p, times weight[target], over C; input (N, C) with int64
 /// targets (N), or (C) with a 0-dim target; a target outside [0, C) is an error naming it.
 Tensor multi_margin_loss(const Tensor& input, const Tensor& target, const MultiMarginArgs& args = {});
+struct CtcLossArgs {
+  int64_t blank = 0;
+  Reduction reduction = Reduction::mean;  ///< mean: each loss divided by its target length, then averaged
+  bool zero_infinity = false;             ///< impossible alignments give 0 (and no gradient) instead of inf
+};
+/// Connectionist temporal classification (PyTorch's ctc_loss): log_probs (T, N, C) (or
+/// (T, C)) of log_softmax outputs, targets (N, S) padded or 1-D concatenated, the int64
+/// input_lengths and target_lengths (N) (read back). The forward (alpha) recursion in log
+/// space, one whole-batch step per time step; -inf is carried as -1e30 so that impossible
+/// paths get no gradient, and a sample with no path gets inf. The gradient is PyTorch's:
+/// exp(log_probs) - the posterior of each label, which is the true gradient once it goes
+/// back through log_softmax (the exp term sums to nothing there) but not for a free
+/// log_probs leaf.
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CtcLossArgs& args = {});
 /// The multi-label hinge loss (PyTorch's multilabel_margin_loss): target (C) or (N, C) int64
 /// holds each sample's classes, ended by the first -1; per sample the sum over its target
 /// classes j and the classes i outside its set of max(0, 1 - (x_j - x_i)), divided by C.

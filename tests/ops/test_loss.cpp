@@ -596,3 +596,33 @@ TEST_CASE("multilabel_margin_loss: by hand, -1 ends the list, reductions, gradie
   nn::MultiLabelMarginLoss mod({.reduction = Reduction::sum});
   CHECK(mod(x2, t2).item() == doctest::Approx(want));
 }
+
+TEST_CASE("ctc_loss: paths by hand, impossible alignments, reductions, gradient, errors") {
+  const auto I = [](std::vector<int64_t> v, Shape s) { return from_vector(v, s, {.dtype = DType::int64}); };
+  // T = 2, classes {blank, a}, target "a": the paths aa, -a, a- (each frame's probabilities p)
+  const Tensor p = from_vector(std::vector<double>{0.4, 0.6, 0.7, 0.3}, {2, 1, 2});
+  const double want = -std::log(0.6 * 0.3 + 0.4 * 0.3 + 0.6 * 0.7);
+  const Tensor l = ctc_loss(log(p), I({1}, {1, 1}), I({2}, {1}), I({1}, {1}), {.reduction = Reduction::sum});
+  CHECK(l.item() == doctest::Approx(want));
+  // unbatched (T, C) and 1-D targets
+  CHECK(ctc_loss(log(p.squeeze(1)), I({1}, {1}), I({2}, {}), I({1}, {}), {.reduction = Reduction::sum}).item() ==
+        doctest::Approx(want));
+  // "aa" needs a blank between: impossible in 2 frames -> inf, or 0 with zero_infinity
+  const Tensor aa = I({1, 1}, {1, 2});
+  CHECK(std::isinf(ctc_loss(log(p), aa, I({2}, {1}), I({2}, {1}), {.reduction = Reduction::sum}).item()));
+  CHECK(ctc_loss(log(p), aa, I({2}, {1}), I({2}, {1}), {.reduction = Reduction::sum, .zero_infinity = true}).item() == 0);
+  // an empty target: all blanks; mean divides by max(target length, 1)
+  CHECK(ctc_loss(log(p), I({0}, {1, 1}), I({2}, {1}), I({0}, {1})).item() == doctest::Approx(-std::log(0.4 * 0.7)));
+  // the gradient through log_softmax (where PyTorch's exp term cancels) is the true one
+  manual_seed(92);
+  const Tensor logits = randn({6, 2, 4}, {.dtype = DType::float64});
+  CHECK(kiln::test::gradcheck([&](auto& t) {
+    return ctc_loss(log_softmax(t[0], 2), I({1, 2, 3, 3, 0, 0}, {2, 3}), I({6, 5}, {2}), I({2, 1}, {2}));
+  }, {logits}));
+  nn::CTCLoss mod({.blank = 0, .reduction = Reduction::none});
+  CHECK(mod(log(p), I({1}, {1, 1}), I({2}, {1}), I({1}, {1})).shape() == Shape{1});
+  CHECK_THROWS_WITH_AS(ctc_loss(log(p), I({0}, {1, 1}), I({2}, {1}), I({1}, {1})), doctest::Contains("blank"), kiln::Error);
+  CHECK_THROWS_AS(ctc_loss(log(p), I({1}, {1, 1}), I({3}, {1}), I({1}, {1})), kiln::Error);  // input length > T
+  CHECK_THROWS_AS(ctc_loss(log(p), I({1}, {1, 1}), I({2, 2}, {2}), I({1}, {1})), kiln::Error);
+  CHECK_THROWS_AS(ctc_loss(log(p), I({1}, {1, 1}), I({2}, {1}), I({2}, {1})), kiln::Error);  // longer than the targets
+}
