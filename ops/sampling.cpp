@@ -76,6 +76,19 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending) { return sort(x, d
 
 // ---------------------------------------------------------------- order statistics
 
+namespace {
+/// The entries of x1 (x, made at least 1-D) at idx (size 1 along d) and idx itself, with dim d
+/// kept only when keepdim asks for it and x had one.
+ValuesIndices picked(const Tensor& x, const Tensor& x1, int64_t d, const Tensor& idx, bool keepdim) {
+  ValuesIndices r{gather(x1, d, idx), idx};
+  if (!keepdim || x.dim() == 0) {
+    r.values = r.values.squeeze(d);
+    r.indices = r.indices.squeeze(d);
+  }
+  return r;
+}
+}  // namespace
+
 ValuesIndices kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
   KILN_CHECK(x.defined(), "kthvalue: input is undefined");
   const Tensor x1 = x.dim() == 0 ? x.reshape({1}) : x;
@@ -83,12 +96,7 @@ ValuesIndices kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
   KILN_CHECK(k >= 1 && k <= x1.size(d), "kthvalue: k = ", k, " is out of range for dim ", d, " of size ",
              x1.size(d), " (input ", describe(x), "; expected 1 <= k <= the size)");
   const Tensor idx = topk(x1, k, d, false).second.narrow(d, k - 1, 1);  // the k smallest, NaN last
-  ValuesIndices r{gather(x1, d, idx), idx};
-  if (!keepdim || x.dim() == 0) {
-    r.values = r.values.squeeze(d);
-    r.indices = r.indices.squeeze(d);
-  }
-  return r;
+  return picked(x, x1, d, idx, keepdim);
 }
 
 ValuesIndices median(const Tensor& x, int64_t dim, bool keepdim) {
@@ -103,12 +111,7 @@ ValuesIndices median(const Tensor& x, int64_t dim, bool keepdim) {
     const ValuesIndices nan = max(isnan(x1.detach()).to(DType::uint8), d, true);
     idx = where(gt(nan.values, 0.0), nan.indices, idx);
   }
-  ValuesIndices r{gather(x1, d, idx), idx};
-  if (!keepdim || x.dim() == 0) {
-    r.values = r.values.squeeze(d);
-    r.indices = r.indices.squeeze(d);
-  }
-  return r;
+  return picked(x, x1, d, idx, keepdim);
 }
 
 Tensor median(const Tensor& x) {
@@ -228,12 +231,7 @@ ValuesIndices nanmedian(const Tensor& x, int64_t dim, bool keepdim) {
     const Tensor k = floor_divide(sub(count, 1), 2.0).to(DType::int64);
     idx = gather(order, d, where(lt(k, 0.0), full({}, 0.0, {.dtype = DType::int64, .device = x.device()}), k));
   }
-  ValuesIndices r{gather(x1, d, idx), idx};
-  if (!keepdim || x.dim() == 0) {
-    r.values = r.values.squeeze(d);
-    r.indices = r.indices.squeeze(d);
-  }
-  return r;
+  return picked(x, x1, d, idx, keepdim);
 }
 
 Tensor nanmedian(const Tensor& x) {
@@ -283,12 +281,7 @@ ValuesIndices mode(const Tensor& x, int64_t dim, bool keepdim) {
     is.back() = 1;
     idx = movedim(from_vector(out, is, {.dtype = DType::int64}).to(x.device()), -1, d);
   }
-  ValuesIndices r{gather(x1, d, idx), idx};
-  if (!keepdim || x.dim() == 0) {
-    r.values = r.values.squeeze(d);
-    r.indices = r.indices.squeeze(d);
-  }
-  return r;
+  return picked(x, x1, d, idx, keepdim);
 }
 
 Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement) {
