@@ -7,6 +7,7 @@
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/shape_ops.h"
 
 namespace kiln::optim {
 
@@ -126,6 +127,36 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
     } else {
       g.copy_(clamp(g, -clip_value, clip_value));
     }
+  }
+}
+
+
+Tensor parameters_to_vector(const std::vector<Tensor>& params) {
+  std::vector<Tensor> flat;
+  for (size_t i = 0; i < params.size(); ++i) {
+    KILN_CHECK(params[i].defined(), "parameters_to_vector: parameter ", i, " is undefined");
+    KILN_CHECK(params[i].device() == params[0].device(), "parameters_to_vector: parameters on ",
+               params[0].device().str(), " and ", params[i].device().str(), " (one device expected)");
+    flat.push_back(params[i].reshape({params[i].numel()}));
+  }
+  KILN_CHECK(!flat.empty(), "parameters_to_vector: no parameters");
+  return cat(flat, 0);
+}
+
+void vector_to_parameters(const Tensor& vec, const std::vector<Tensor>& params) {
+  int64_t n = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    KILN_CHECK(params[i].defined(), "vector_to_parameters: parameter ", i, " is undefined");
+    n += params[i].numel();
+  }
+  KILN_CHECK(vec.defined() && vec.dim() == 1 && vec.numel() == n, "vector_to_parameters: expected a vector of the ", n,
+             " parameter entries, got ", vec.defined() ? describe(vec) : std::string("undefined"));
+  NoGradGuard ng;
+  int64_t off = 0;
+  for (const Tensor& p : params) {
+    Tensor dst = p;
+    dst.copy_(vec.narrow(0, off, p.numel()).reshape(p.shape()));
+    off += p.numel();
   }
 }
 

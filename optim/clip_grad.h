@@ -1,5 +1,6 @@
 // Gradient clipping: clip_grad_norm_ (global p-norm or inf-norm over all gradients) and
-// clip_grad_value_ (elementwise clamp), like torch.nn.utils.clip_grad_*.
+// clip_grad_value_ (elementwise clamp), like torch.nn.utils.clip_grad_*; and
+// parameters_to_vector / vector_to_parameters.
 #pragma once
 #include <limits>
 #include <vector>
@@ -17,5 +18,12 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 
 /// Clamps every defined gradient in place to [-clip_value, clip_value] (NaN stays NaN).
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
+
+/// The parameters flattened and joined into one vector (torch.nn.utils.parameters_to_vector;
+/// differentiable), and its inverse: each parameter overwritten in place, under no grad, by
+/// its slice of vec (vector_to_parameters). One device; vec's dtype is converted to each
+/// parameter's.
+Tensor parameters_to_vector(const std::vector<Tensor>& params);
+void vector_to_parameters(const Tensor& vec, const std::vector<Tensor>& params);
 
 }  // namespace kiln::optim

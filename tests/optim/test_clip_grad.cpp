@@ -110,3 +110,18 @@ TEST_CASE("clip_grad_value_ clamps every gradient in place") {
   CHECK(c.grad().to_vector<double>() == Vec{-1.0, 1.0});
   CHECK_THROWS_AS(optim::clip_grad_value_({a}, -1.0), kiln::Error);
 }
+
+TEST_CASE("parameters_to_vector and vector_to_parameters") {
+  Tensor a = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}).requires_grad_();
+  Tensor b = from_vector(std::vector<double>{5, 6}, {2}).requires_grad_();
+  const Tensor v = optim::parameters_to_vector({a, b});
+  CHECK(v.to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5, 6});
+  sum(mul(v, v)).backward();  // differentiable
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{10, 12});
+  optim::vector_to_parameters(from_vector(std::vector<double>{6, 5, 4, 3, 2, 1}, {6}), {a, b});
+  CHECK(a.to_vector<double>() == std::vector<double>{6, 5, 4, 3});
+  CHECK(b.to_vector<double>() == std::vector<double>{2, 1});
+  CHECK(a.is_leaf());
+  CHECK_THROWS_AS(optim::vector_to_parameters(zeros({5}), {a, b}), kiln::Error);
+  CHECK_THROWS_AS(optim::parameters_to_vector({}), kiln::Error);
+}
