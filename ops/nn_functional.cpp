@@ -258,19 +258,22 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads,
 
 namespace {
 // The source coordinate of each of `out` destination positions along an axis of `in`.
-std::vector<double> source_coords(int64_t in, int64_t out, double scale, bool bilinear, bool align_corners) {
+std::vector<double> source_coords(int64_t in, int64_t out, double scale, InterpolateMode mode, bool align_corners) {
   std::vector<double> src(static_cast<size_t>(out));
   // PyTorch: ratio in/out from the sizes, or 1/scale_factor when one was given
   const double ratio = scale > 0 ? 1.0 / scale : double(in) / double(out);
   // nearest as PyTorch's nearest_idx: twice the size shifts the index, and otherwise the
-  // ratio and the product are float32 (whatever the tensor's dtype)
+  // ratio and the product are float32 (whatever the tensor's dtype); nearest-exact the same
+  // with the pixel centre, floor((dst + 0.5) r)
   const float ratio32 = scale > 0 ? float(1.0 / scale) : float(in) / float(out);
   for (int64_t d = 0; d < out; ++d) {
     double s;
-    if (!bilinear) s = out == 2 * in ? double(d >> 1) : double(std::floor(float(d) * ratio32));
+    if (mode == InterpolateMode::nearest) s = out == 2 * in ? double(d >> 1) : double(std::floor(float(d) * ratio32));
+    else if (mode == InterpolateMode::nearest_exact) s = double(std::floor((float(d) + 0.5f) * ratio32));
     else if (align_corners) s = out > 1 ? double(d) * double(in - 1) / double(out - 1) : 0.0;
+    else if (mode == InterpolateMode::bicubic) s = (double(d) + 0.5) * ratio - 0.5;  // not clamped at 0 (cubic)
     else s = std::max(0.0, (double(d) + 0.5) * ratio - 0.5);
-    src[size_t(d)] = std::min(s, double(in - 1));
+    src[size_t(d)] = mode == InterpolateMode::bicubic ? s : std::min(s, double(in - 1));
   }
   return src;
 }
@@ -280,7 +283,34 @@ Tensor resize_axis(const Tensor& x, int64_t dim, int64_t out, double scale, cons
   const int64_t in = x.size(dim);
   if (out == in) return x;  // PyTorch copies an axis whose size does not change, whatever the scale
   const bool bilinear = o.mode == InterpolateMode::bilinear;
-  const std::vector<double> src = source_coords(in, out, scale, bilinear, o.align_corners);
+  const std::vector<double> src = source_coords(in, out, scale, o.mode, o.align_corners);
+  const TensorOptions io{.dtype = DType::int64, .device = x.device()};
+  Shape wshape(size_t(x.dim()), 1);
+  wshape[size_t(dim)] = out;
+  if (o.mode == InterpolateMode::bicubic) {
+    // PyTorch's cubic convolution (A = -0.75): taps floor(s) - 1 .. floor(s) + 2, clamped to the
+    // edge, summed in that order
+    const double A = -0.75;
+    auto conv1 = [&](double t) { return ((A + 2) * t - (A + 3)) * t * t + 1; };
+    auto conv2 = [&](double t) { return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A; };
+    std::vector<std::vector<int64_t>> idx(4, std::vector<int64_t>(src.size()));
+    std::vector<std::vector<double>> w(4, std::vector<double>(src.size()));
+    for (size_t d = 0; d < src.size(); ++d) {
+      const double f = std::floor(src[d]), t = src[d] - f;
+      const double c[4] = {conv2(t + 1), conv1(t), conv1(1 - t), conv2(2 - t)};
+      for (int k = 0; k < 4; ++k) {
+        idx[size_t(k)][d] = std::clamp<int64_t>(int64_t(f) - 1 + k, 0, in - 1);
+        w[size_t(k)][d] = c[k];
+      }
+    }
+    Tensor acc;
+    for (int k = 0; k < 4; ++k) {
+      const Tensor tap = mul(index_select(x, dim, from_vector(idx[size_t(k)], {out}, io)),
+                             from_vector(w[size_t(k)], wshape).to(x.dtype()).to(x.device()));
+      acc = k == 0 ? tap : add(acc, tap);
+    }
+    return acc;
+  }
   std::vector<int64_t> i0(src.size()), i1(src.size());
   std::vector<double> w1(src.size());
   for (size_t d = 0; d < src.size(); ++d) {
@@ -288,19 +318,25 @@ Tensor resize_axis(const Tensor& x, int64_t dim, int64_t out, double scale, cons
     i1[d] = std::min(i0[d] + 1, in - 1);
     w1[d] = src[d] - double(i0[d]);
   }
-  const Tensor lo = index_select(x, dim, from_vector(i0, {out}, {.dtype = DType::int64, .device = x.device()}));
+  const Tensor lo = index_select(x, dim, from_vector(i0, {out}, io));
   if (!bilinear) return lo;
-  const Tensor hi = index_select(x, dim, from_vector(i1, {out}, {.dtype = DType::int64, .device = x.device()}));
-  Shape wshape(size_t(x.dim()), 1);
-  wshape[size_t(dim)] = out;
+  const Tensor hi = index_select(x, dim, from_vector(i1, {out}, io));
   const Tensor w = from_vector(w1, wshape).to(x.dtype()).to(x.device());
   return add(lo, mul(sub(hi, lo), w));  // lo + (hi - lo) w
 }
 }  // namespace
 
 Tensor interpolate(const Tensor& x, InterpolateOptions o) {
-  KILN_CHECK(x.defined() && x.dim() == 4, "interpolate: expected input (N, C, H, W), got ",
-             x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  KILN_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 3), "interpolate: expected input (N, C, H, W) or (N, C, L), "
+             "got ", x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  if (o.mode == InterpolateMode::linear) o.mode = InterpolateMode::bilinear;
+  if (x.dim() == 3) {  // (N, C, 1, L), the length from the options' first entries
+    KILN_CHECK(o.mode != InterpolateMode::bicubic, "interpolate: bicubic needs a 4-D input, got ", shape_str(x.shape()));
+    InterpolateOptions o2 = o;
+    o2.size = {o.size[0] > 0 ? 1 : 0, o.size[0]};
+    o2.scale_factor = {o.scale_factor[0] > 0 ? 1.0 : 0.0, o.scale_factor[0]};
+    return interpolate(x.unsqueeze(2), o2).squeeze(2);
+  }
   check_floating("interpolate", x);
   const bool by_size = o.size[0] > 0 || o.size[1] > 0;
   KILN_CHECK(by_size != (o.scale_factor[0] > 0 || o.scale_factor[1] > 0), "interpolate: give either size or "
@@ -319,8 +355,15 @@ Tensor interpolate(const Tensor& x, InterpolateOptions o) {
                " for input ", shape_str(x.shape()), " must be positive and below 2^31");
     KILN_CHECK(x.size(2 + a) >= 1, "interpolate: the input ", shape_str(x.shape()), " is empty");
   }
-  const Tensor h = resize_axis(x, 2, out[0], by_size ? 0.0 : o.scale_factor[0], o);
-  const Tensor y = resize_axis(h, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
+  if (o.mode == InterpolateMode::area) return adaptive_avg_pool2d(x, {out[0], out[1]});
+  Tensor y;
+  if (o.mode == InterpolateMode::bicubic) {  // width first, then height: PyTorch's order of the sums
+    const Tensor w = resize_axis(x, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
+    y = resize_axis(w, 2, out[0], by_size ? 0.0 : o.scale_factor[0], o);
+  } else {
+    const Tensor h = resize_axis(x, 2, out[0], by_size ? 0.0 : o.scale_factor[0], o);
+    y = resize_axis(h, 3, out[1], by_size ? 0.0 : o.scale_factor[1], o);
+  }
   return y.is_same(x) ? x.clone() : y;  // a new tensor, as PyTorch's
 }
 

@@ -45,9 +45,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 /// gradients); on other devices it runs that composition.
 Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t num_heads, bool causal = false);
 
-/// How interpolate fills in values: the nearest input pixel, or bilinear weights of the
-/// four around it.
-enum class InterpolateMode { nearest, bilinear };
+/// How interpolate fills in values: the nearest input pixel (PyTorch's "nearest", the
+/// index floor(dst * r), or "nearest-exact", floor((dst + 0.5) r)), bilinear weights of the
+/// four around it ("linear" for (N, C, L) inputs), PyTorch's bicubic (cubic convolution with
+/// A = -0.75 over 4 x 4 pixels, edges clamped), or "area" (adaptive average pooling).
+enum class InterpolateMode { nearest, bilinear, bicubic, nearest_exact, area, linear };
 struct InterpolateOptions {
   IntPair size{0, 0};               ///< output (H', W'); or, when 0, from scale_factor
   std::array<double, 2> scale_factor{0.0, 0.0};
@@ -56,7 +58,8 @@ struct InterpolateOptions {
   /// of the half-pixel rule (source = (dst + 0.5) * in / out - 0.5, PyTorch's default).
   bool align_corners = false;
 };
-/// Resizes the spatial dims of x (N, C, H, W) (PyTorch's F.interpolate / nn.Upsample), with
+/// Resizes the spatial dims of x (N, C, H, W), or the length of (N, C, L) given as the
+/// options' first entries (PyTorch's F.interpolate / nn.Upsample), with
 /// PyTorch's index rules: an axis whose size does not change is copied; nearest takes source
 /// dst / 2 at twice the size, else floor(dst * r) with r = in / out (1 / scale_factor when one
 /// is given) in float32 (PyTorch's float32 results exactly; for float64 tensors PyTorch 2.15

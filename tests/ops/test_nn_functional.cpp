@@ -700,3 +700,35 @@ TEST_CASE("grid_sample and affine_grid: identity, shifts, paddings, nearest, gra
   CHECK_THROWS_AS(grid_sample(img, randn({2, 3, 4, 2})), kiln::Error);  // float32 grid for a float64 image
   CHECK_THROWS_AS(affine_grid(randn({2, 3, 3}), {2, 1, 3, 4}), kiln::Error);
 }
+
+TEST_CASE("interpolate: bicubic, nearest-exact, area, 1-D linear") {
+  manual_seed(76);
+  using M = InterpolateMode;
+  // bicubic keeps a constant image constant (its weights sum to 1), edges included
+  const Tensor c = full({1, 2, 4, 5}, 3.5, {.dtype = DType::float64});
+  CHECK(allclose(interpolate(c, {.size = {7, 9}, .mode = M::bicubic}), full({1, 2, 7, 9}, 3.5, {.dtype = DType::float64}),
+                 1e-14, 1e-14));
+  // at twice the size without align_corners, output 1 of row [0, 1, 2, 3] sits at 0.25
+  const Tensor r = T({0, 1, 2, 3}, {1, 1, 1, 4});
+  const double t = 0.25, A = -0.75;
+  const double w0 = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+  const double w1 = ((A + 2) * t - (A + 3)) * t * t + 1, w2 = ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1;
+  const double w3 = ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A;
+  const double want = w0 * 0 + w1 * 0 + w2 * 1 + w3 * 2;  // taps -1 (clamped to 0), 0, 1, 2
+  CHECK(interpolate(r, {.size = {1, 8}, .mode = M::bicubic}).to_vector<double>()[1] == doctest::Approx(want));
+  CHECK(gradcheck([](auto& x) { return interpolate(x[0], {.size = {5, 7}, .mode = M::bicubic}); },
+                  {randn({1, 2, 3, 4}, f64)}));
+  // nearest-exact: floor((dst + 0.5) in / out); 4 -> 3: sources 0, 2, 3 (nearest: 0, 1, 2)
+  const Tensor row = T({10, 11, 12, 13}, {1, 1, 1, 4});
+  CHECK(interpolate(row, {.size = {1, 3}, .mode = M::nearest_exact}).to_vector<double>() ==
+        std::vector<double>{10, 12, 13});
+  CHECK(interpolate(row, {.size = {1, 3}, .mode = M::nearest}).to_vector<double>() == std::vector<double>{10, 11, 12});
+  const Tensor img = randn({2, 3, 6, 5}, f64);
+  CHECK(allclose(interpolate(img, {.size = {4, 3}, .mode = M::area}), adaptive_avg_pool2d(img, {4, 3})));
+  // (N, C, L): the length from the first entry; linear halfway between samples
+  const Tensor seq = T({0, 10}, {1, 1, 2});
+  CHECK(interpolate(seq, {.size = {3, 0}, .mode = M::linear, .align_corners = true}).to_vector<double>() ==
+        std::vector<double>{0, 5, 10});
+  CHECK(interpolate(seq, {.scale_factor = {2.0, 0.0}}).shape() == Shape{1, 1, 4});
+  CHECK_THROWS_AS(interpolate(seq, {.size = {3, 0}, .mode = M::bicubic}), kiln::Error);
+}
