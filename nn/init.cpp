@@ -1,7 +1,9 @@
 // Parameter initialisation: draws with kiln::rand/randn (Philox) in float32 (float64 for
 // float64 tensors) on the tensor's device, then copies into the tensor in place.
 #include "kiln/nn/init.h"
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <limits>
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
@@ -129,6 +131,140 @@ Tensor xavier_normal_(const Tensor& t, double gain) {
   auto [fan_in, fan_out] = fan_in_and_fan_out(t);
   KILN_CHECK(fan_in + fan_out > 0, "init::xavier_normal_: zero fans for shape ", shape_str(t.shape()));
   return normal_(t, 0.0, gain * std::sqrt(2.0 / double(fan_in + fan_out)));
+}
+
+
+namespace {
+
+/// The inverse error function in double: Giles' single-precision approximation (2010) refined
+/// by two Newton steps on erf.
+double erfinv_host(double x) {
+  if (!(x > -1 && x < 1)) return x == 1 ? INFINITY : x == -1 ? -INFINITY : NAN;
+  double w = -std::log((1.0 - x) * (1.0 + x)), p;
+  if (w < 5.0) {
+    w -= 2.5;
+    p = 2.81022636e-08;
+    for (double c : {3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
+                     0.246640727, 1.50140941})
+      p = c + p * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    p = -0.000200214257;
+    for (double c : {0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+                     1.00167406, 2.83297682})
+      p = c + p * w;
+  }
+  double y = p * x;
+  for (int k = 0; k < 2; ++k) y -= (std::erf(y) - x) / (1.1283791670955126 * std::exp(-y * y));
+  return y;
+}
+
+}  // namespace
+
+Tensor trunc_normal_(const Tensor& t, double mean, double std, double a, double b) {
+  check(t, "trunc_normal_");
+  KILN_CHECK(std >= 0 && a <= b, "init::trunc_normal_: expected std >= 0 and a <= b, got std=", std, " a=", a, " b=", b);
+  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
+  const double l = cdf((a - mean) / std), u = cdf((b - mean) / std);
+  NoGradGuard ng;
+  std::vector<double> v = rand(t.shape(), {.dtype = DType::float64}).to_vector<double>();
+  for (double& e : v) {
+    const double z = erfinv_host((2 * l - 1) + (2 * u - 2 * l) * e);  // U(2l - 1, 2u - 1), then erfinv
+    e = std::clamp(z * std * std::sqrt(2.0) + mean, a, b);
+  }
+  return fill_from(t, from_vector(v, t.shape()).to(t.dtype()).to(t.device()));
+}
+
+Tensor orthogonal_(const Tensor& t, double gain) {
+  check(t, "orthogonal_");
+  KILN_CHECK(t.dim() >= 2, "init::orthogonal_: expected at least 2 dims, got shape ", shape_str(t.shape()));
+  const int64_t rows = t.size(0), cols = t.numel() / std::max<int64_t>(rows, 1);
+  if (t.numel() == 0) return t;
+  NoGradGuard ng;
+  // a Gaussian (m, n) matrix with m >= n, QR by Householder reflections on the host
+  const bool tr = rows < cols;
+  const int64_t m = tr ? cols : rows, n = tr ? rows : cols;
+  std::vector<double> g = randn({rows, cols}, {.dtype = DType::float64}).to_vector<double>();
+  std::vector<double> A(size_t(m * n));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) A[size_t(tr ? j * n + i : i * n + j)] = g[size_t(i * cols + j)];
+  std::vector<double> Q(size_t(m * m), 0.0);
+  for (int64_t i = 0; i < m; ++i) Q[size_t(i * m + i)] = 1.0;
+  for (int64_t k = 0; k < n; ++k) {
+    double norm = 0;
+    for (int64_t i = k; i < m; ++i) norm += A[size_t(i * n + k)] * A[size_t(i * n + k)];
+    norm = std::sqrt(norm);
+    if (norm == 0) continue;
+    const double alpha = A[size_t(k * n + k)] > 0 ? -norm : norm;
+    std::vector<double> v(size_t(m), 0.0);
+    for (int64_t i = k; i < m; ++i) v[size_t(i)] = A[size_t(i * n + k)];
+    v[size_t(k)] -= alpha;
+    double vv = 0;
+    for (int64_t i = k; i < m; ++i) vv += v[size_t(i)] * v[size_t(i)];
+    if (vv == 0) continue;
+    for (int64_t j = 0; j < n; ++j) {  // A = (I - 2 v v^T / v^T v) A
+      double s = 0;
+      for (int64_t i = k; i < m; ++i) s += v[size_t(i)] * A[size_t(i * n + j)];
+      for (int64_t i = k; i < m; ++i) A[size_t(i * n + j)] -= 2 * s / vv * v[size_t(i)];
+    }
+    for (int64_t r = 0; r < m; ++r) {  // Q = Q (I - 2 v v^T / v^T v)
+      double s = 0;
+      for (int64_t i = k; i < m; ++i) s += Q[size_t(r * m + i)] * v[size_t(i)];
+      for (int64_t i = k; i < m; ++i) Q[size_t(r * m + i)] -= 2 * s / vv * v[size_t(i)];
+    }
+  }
+  // the first n columns of Q, each times the sign of R's diagonal entry (a unique, uniformly
+  // distributed Q, as PyTorch's q *= sign(diag(r)))
+  std::vector<double> out(size_t(rows * cols));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double sgn = A[size_t(j * n + j)] < 0 ? -1.0 : 1.0;
+      const double q = Q[size_t(i * m + j)] * sgn * gain;
+      out[size_t(tr ? j * cols + i : i * cols + j)] = q;
+    }
+  return fill_from(t, from_vector(out, t.shape()).to(t.dtype()).to(t.device()));
+}
+
+Tensor eye_(const Tensor& t) {
+  KILN_CHECK(t.defined() && t.dim() == 2, "init::eye_: expected a 2-D tensor, got ",
+             t.defined() ? shape_str(t.shape()) : std::string("(undefined)"));
+  NoGradGuard ng;
+  return fill_from(t, eye(t.size(0), t.size(1), {.dtype = t.dtype(), .device = t.device()}));
+}
+
+Tensor dirac_(const Tensor& t, int64_t groups) {
+  KILN_CHECK(t.defined() && t.dim() >= 3 && t.dim() <= 5, "init::dirac_: expected a 3- to 5-D weight, got ",
+             t.defined() ? shape_str(t.shape()) : std::string("(undefined)"));
+  KILN_CHECK(groups > 0 && t.size(0) % groups == 0, "init::dirac_: groups ", groups, " must divide dim 0 of ",
+             shape_str(t.shape()));
+  const int64_t out_per = t.size(0) / groups, in = t.size(1), k = std::min(out_per, in);
+  int64_t inner = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) inner *= t.size(d);
+  int64_t centre = 0;  // the flat offset of the kernel's centre
+  for (int64_t d = 2; d < t.dim(); ++d) centre = centre * t.size(d) + t.size(d) / 2;
+  std::vector<double> v(size_t(t.numel()), 0.0);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = 0; i < k; ++i) v[size_t(((g * out_per + i) * in + i) * inner + centre)] = 1.0;
+  NoGradGuard ng;
+  return fill_from(t, from_vector(v, t.shape()).to(t.dtype()).to(t.device()));
+}
+
+Tensor sparse_(const Tensor& t, double sparsity, double std) {
+  check(t, "sparse_");
+  KILN_CHECK(t.dim() == 2, "init::sparse_: expected a 2-D tensor, got shape ", shape_str(t.shape()));
+  KILN_CHECK(sparsity >= 0 && sparsity <= 1, "init::sparse_: sparsity must be in [0, 1], got ", sparsity);
+  const int64_t rows = t.size(0), cols = t.size(1), zeros_per_col = int64_t(std::ceil(sparsity * double(rows)));
+  NoGradGuard ng;
+  std::vector<double> v = randn({rows, cols}, {.dtype = DType::float64}).to_vector<double>();
+  for (double& e : v) e *= std;
+  for (int64_t c = 0; c < cols; ++c) {  // a random choice of rows per column: the first of a random permutation
+    const std::vector<double> keys = rand({rows}, {.dtype = DType::float64}).to_vector<double>();
+    std::vector<int64_t> order(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) order[size_t(r)] = r;
+    std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return keys[size_t(x)] < keys[size_t(y)]; });
+    for (int64_t z = 0; z < zeros_per_col; ++z) v[size_t(order[size_t(z)] * cols + c)] = 0.0;
+  }
+  return fill_from(t, from_vector(v, t.shape()).to(t.dtype()).to(t.device()));
 }
 
 }  // namespace kiln::nn::init

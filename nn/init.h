@@ -35,5 +35,18 @@ Tensor kaiming_normal_(const Tensor& t, double a = 0.0, FanMode mode = FanMode::
 Tensor xavier_uniform_(const Tensor& t, double gain = 1.0);
 /// Glorot normal: N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)).
 Tensor xavier_normal_(const Tensor& t, double gain = 1.0);
+/// N(mean, std^2) truncated to [a, b] (PyTorch's trunc_normal_, ViT's init): uniform draws
+/// between the normal CDF at a and b mapped through the inverse CDF (erfinv), then clamped.
+Tensor trunc_normal_(const Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
+/// A (semi-)orthogonal matrix times gain (PyTorch's orthogonal_, Saxe et al.): t viewed as
+/// (size(0), numel / size(0)), from the QR decomposition of a Gaussian matrix with the signs
+/// of R's diagonal folded into Q. At least 2 dims.
+Tensor orthogonal_(const Tensor& t, double gain = 1.0);
+/// The identity matrix (2-D t; eye_), or the identity convolution (dirac_: 3- to 5-D weights
+/// (out, in, k...), 1 at the kernel's centre of channel i -> i in each of `groups` groups).
+Tensor eye_(const Tensor& t);
+Tensor dirac_(const Tensor& t, int64_t groups = 1);
+/// N(0, std^2) with ceil(sparsity * rows) entries of each column zeroed (2-D t; sparse_).
+Tensor sparse_(const Tensor& t, double sparsity, double std = 0.01);
 
 }  // namespace kiln::nn::init

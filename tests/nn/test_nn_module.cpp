@@ -453,3 +453,43 @@ TEST_CASE("the DESIGN.md ConvNet: build, run, backward, save/load through std::m
   CHECK(bitwise_equal(model(x), other(x)));
   CHECK(model.str().find("head: Sequential  -- 31,370 parameters") != std::string::npos);
 }
+
+TEST_CASE("init: trunc_normal_, orthogonal_, eye_, dirac_, sparse_") {
+  manual_seed(77);
+  // truncated normal: inside [a, b], and the truncated distribution's mean and spread
+  Tensor w = empty({200000});
+  nn::init::trunc_normal_(w, 0.5, 1.0, -0.5, 2.5);
+  CHECK(min(w).item() >= -0.5);
+  CHECK(max(w).item() <= 2.5);
+  // N(0.5, 1) truncated to [-1, 2] sigma around its mean: mean 0.5 + (phi(-1) - phi(2)) / (Phi(2) - Phi(-1))
+  const double phi_a = std::exp(-0.5) / std::sqrt(2 * M_PI), phi_b = std::exp(-2.0) / std::sqrt(2 * M_PI);
+  const double Z = (std::erf(2 / std::sqrt(2.0)) - std::erf(-1 / std::sqrt(2.0))) / 2;
+  CHECK(mean(w).item() == doctest::Approx(0.5 + (phi_a - phi_b) / Z).epsilon(0.01));
+  Tensor narrow_w = empty({1000}, {.dtype = DType::float64});
+  nn::init::trunc_normal_(narrow_w, 0, 1, 3.0, 3.1);  // far in the tail: erfinv near 1 stays finite
+  CHECK(min(narrow_w).item() >= 3.0);
+  CHECK(max(narrow_w).item() <= 3.1);
+  // orthogonal: Q^T Q = I for tall matrices, Q Q^T = I for wide ones, times gain
+  for (Shape s : {Shape{6, 4}, Shape{3, 5}, Shape{4, 2, 3}}) {
+    CAPTURE(shape_str(s));
+    Tensor q = empty(s, {.dtype = DType::float64});
+    nn::init::orthogonal_(q, 2.0);
+    const Tensor m = q.reshape({s[0], q.numel() / s[0]});
+    const Tensor g = m.size(0) >= m.size(1) ? matmul(m.t(), m) : matmul(m, m.t());
+    CHECK(max_abs_diff(g, mul(eye(g.size(0), -1, {.dtype = DType::float64}), 4.0)) < 1e-12);
+  }
+  Tensor e = empty({2, 3});
+  nn::init::eye_(e);
+  CHECK(e.to_vector<double>() == std::vector<double>{1, 0, 0, 0, 1, 0});
+  // dirac: the identity convolution
+  Tensor k = empty({3, 3, 3, 3}, {.dtype = DType::float64});
+  nn::init::dirac_(k);
+  const Tensor img = randn({1, 3, 5, 5}, {.dtype = DType::float64});
+  CHECK(max_abs_diff(conv2d(img, k, Tensor(), {.padding = {1, 1}}), img) == 0.0);
+  Tensor sp = empty({10, 4});
+  nn::init::sparse_(sp, 0.3, 0.5);
+  for (int64_t c = 0; c < 4; ++c) CHECK(sum(eq(sp.select(1, c), 0.0)).item() == 3);
+  CHECK_THROWS_AS(nn::init::orthogonal_(empty({4})), kiln::Error);
+  CHECK_THROWS_AS(nn::init::dirac_(empty({3, 3}), 1), kiln::Error);
+  CHECK_THROWS_AS(nn::init::trunc_normal_(empty({4}), 0, 1, 2, 1), kiln::Error);
+}
