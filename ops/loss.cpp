@@ -782,7 +782,8 @@ Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& in
   const Tensor skip_ok = boolean(skip, {N, L}), start = boolean(first, {N, L});
   const double kNeg = -1e30;  // -inf that keeps gradients finite
   const Tensor neg_inf = full({}, kNeg, {.dtype = dt, .device = dev});
-  const Tensor neg1 = full({N, 1}, kNeg, {.dtype = dt, .device = dev}), neg2 = full({N, 2}, kNeg, {.dtype = dt, .device = dev});
+  const TensorOptions fo{.dtype = dt, .device = dev};
+  const Tensor neg1 = full({N, 1}, kNeg, fo), neg2 = full({N, 2}, kNeg, fo);
   Tensor alpha = where(start, gather(lp.select(0, 0), 1, lab), neg_inf);
   for (int64_t t = 1; t < T; ++t) {
     std::vector<uint8_t> act(static_cast<size_t>(N));
@@ -797,7 +798,8 @@ Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& in
     const Tensor next = add(logsumexp(stack({alpha, a1, a2}, 0), {0}), gather(lp.select(0, t), 1, lab));
     alpha = where(boolean(act, {N, 1}), next, alpha);
   }
-  const Tensor fin = where(boolean(end_ok, {N, 2}), gather(alpha, 1, from_vector(ends, {N, 2}, {.dtype = DType::int64, .device = dev})), neg_inf);
+  const Tensor end_at = from_vector(ends, {N, 2}, {.dtype = DType::int64, .device = dev});
+  const Tensor fin = where(boolean(end_ok, {N, 2}), gather(alpha, 1, end_at), neg_inf);
   Tensor loss = neg(logsumexp(fin, {1}));
   // no path (or no input at all with a non-empty target): inf, or 0 with zero_infinity
   std::vector<uint8_t> empty(static_cast<size_t>(N));

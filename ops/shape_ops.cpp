@@ -315,10 +315,12 @@ Tensor source_grad(const Tensor& g, int64_t d, const Tensor& idx, const Shape& s
   return pad(gs, pads);
 }
 
-/// out = x with src written (add: added) at index along d; src undefined for a filled value.
-Tensor scatter_impl(const char* op, const Tensor& x, int64_t d, const Tensor& index, const Tensor& src, bool add) {
+/// out = x with src written (accumulate: added) at index along d (a filled value comes as a
+/// src of the index's shape that needs no gradient).
+Tensor scatter_impl(const char* op, const Tensor& x, int64_t d, const Tensor& index, const Tensor& src,
+                    bool accumulate) {
   const Tensor idx = checked_index(index, x.dim() == 0 ? 1 : x.size(d), d, op, x);
-  const DType xdt = x.dtype(), dt = add ? compute_dtype(x) : xdt;
+  const DType xdt = x.dtype(), dt = accumulate ? compute_dtype(x) : xdt;
   Tensor out = fresh_copy(x, dt);
   if (idx.numel() > 0) {
     NoGradGuard ng;
@@ -327,7 +329,7 @@ Tensor scatter_impl(const char* op, const Tensor& x, int64_t d, const Tensor& in
     const Tensor io = x.dim() == 0 ? idx.reshape({1}) : idx;
     const int64_t nd = xo.dim();
     const auto* k = kernel<GatherKernels>(Op::gather, x.device());
-    if (add)
+    if (accumulate)
       k->backward(dt, so.raw_data(), io.data<int64_t>(), xo.raw_data(), nd, io.shape().data(), so.strides().data(),
                   io.strides().data(), xo.strides().data(), d);
     else
@@ -340,8 +342,8 @@ Tensor scatter_impl(const char* op, const Tensor& x, int64_t d, const Tensor& in
   const Shape ss = src.shape();
   const bool src_grad = src.requires_grad();
   return record(out, op, {x, src}, {idx_d}, [=](const Tensor& g, const std::vector<bool>&) -> std::vector<Tensor> {
-    // add: x's gradient passes through; copy: zero where x was overwritten
-    Tensor gx = add ? g : scatter(g, d, idx_d, 0.0);
+    // accumulate: x's gradient passes through; copy: zero where x was overwritten
+    Tensor gx = accumulate ? g : scatter(g, d, idx_d, 0.0);
     return {gx, src_grad ? source_grad(g, d, idx_d, ss) : Tensor()};
   });
 }
