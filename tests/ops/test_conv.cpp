@@ -899,7 +899,8 @@ TEST_CASE("conv3d against its definition; max_pool3d, avg_pool3d, conv_transpose
                   {randn({2, 4, 3}, f64), randn({4, 3, 3}, f64), randn({3}, f64)}));
   // max_unpool2d puts each maximum back where it came from
   const Tensor img = randn({2, 3, 4, 6}, f64);
-  auto [m, idx] = max_pool2d_with_indices(img, {2, 2});
+  const auto pooled = max_pool2d_with_indices(img, {2, 2});
+  const Tensor m = pooled.first, idx = pooled.second;  // (clang: no structured binding in the lambda below)
   const Tensor back = max_unpool2d(m, idx, {4, 6});
   CHECK(allclose(max_pool2d(back, {2, 2}), m));
   CHECK(sum(ne(back, 0.0)).item() == 2 * 3 * 2 * 3);
