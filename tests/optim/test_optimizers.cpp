@@ -914,7 +914,9 @@ TEST_CASE("maximize: every optimizer ascends f exactly as it descends -f; option
       {"Rprop", [](auto& p, bool m) { return std::make_unique<optim::Rprop>(p, optim::RpropOptions{.maximize = m}); }},
       {"ASGD", [](auto& p, bool m) { return std::make_unique<optim::ASGD>(p, optim::ASGDOptions{.lr = 0.1, .t0 = 2, .maximize = m}); }},
   };
-  for (const auto& [name, make] : makers) {
+  for (const auto& entry : makers) {  // (no structured binding: CAPTURE's lambda may not name one in clang)
+    const std::string& name = entry.first;
+    const Make& make = entry.second;
     CAPTURE(name);
     Tensor a = param({0.5, -1.0, 2.0, 0.25}, DType::float64), b = param({0.5, -1.0, 2.0, 0.25}, DType::float64);
     auto up = make({a}, true);
