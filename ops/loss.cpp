@@ -784,34 +784,35 @@ Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& in
   const Tensor neg_inf = full({}, kNeg, {.dtype = dt, .device = dev});
   const TensorOptions fo{.dtype = dt, .device = dev};
   const Tensor neg1 = full({N, 1}, kNeg, fo), neg2 = full({N, 2}, kNeg, fo);
+  // each sample's frames, uploaded once: the recursion's steps and PyTorch's exp term read them
+  std::vector<uint8_t> frames(size_t(T * N));
+  int64_t longest = 0;
+  for (int64_t n = 0; n < N; ++n) longest = std::max(longest, il[size_t(n)]);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) frames[size_t(t * N + n)] = t < il[size_t(n)];
+  const Tensor in_frame = boolean(frames, {T, N, 1});
   Tensor alpha = where(start, gather(lp.select(0, 0), 1, lab), neg_inf);
-  for (int64_t t = 1; t < T; ++t) {
-    std::vector<uint8_t> act(static_cast<size_t>(N));
-    bool any = false;
-    for (int64_t n = 0; n < N; ++n) {
-      act[size_t(n)] = t < il[size_t(n)];
-      any = any || act[size_t(n)];
-    }
-    if (!any) break;
+  for (int64_t t = 1; t < longest; ++t) {
     const Tensor a1 = cat({neg1, alpha.narrow(1, 0, L - 1)}, 1);
     const Tensor a2 = where(skip_ok, L > 1 ? cat({neg2, alpha.narrow(1, 0, L - 2)}, 1) : neg1, neg_inf);
     const Tensor next = add(logsumexp(stack({alpha, a1, a2}, 0), {0}), gather(lp.select(0, t), 1, lab));
-    alpha = where(boolean(act, {N, 1}), next, alpha);
+    alpha = where(in_frame.select(0, t), next, alpha);
   }
   const Tensor end_at = from_vector(ends, {N, 2}, {.dtype = DType::int64, .device = dev});
   const Tensor fin = where(boolean(end_ok, {N, 2}), gather(alpha, 1, end_at), neg_inf);
   Tensor loss = neg(logsumexp(fin, {1}));
-  // no path (or no input at all with a non-empty target): inf, or 0 with zero_infinity
-  std::vector<uint8_t> empty(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) empty[size_t(n)] = il[size_t(n)] == 0;
-  const Tensor impossible = logical_or(gt(loss.detach(), 1e29), boolean(empty, {N}));
+  // no path: inf, or 0 with zero_infinity; no input at all: 0 for an empty target (PyTorch's),
+  // else no path
+  std::vector<uint8_t> no_input(static_cast<size_t>(N)), nothing(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    no_input[size_t(n)] = il[size_t(n)] == 0 && tl[size_t(n)] > 0;
+    nothing[size_t(n)] = il[size_t(n)] == 0 && tl[size_t(n)] == 0;
+  }
+  const Tensor impossible = logical_or(gt(loss.detach(), 1e29), boolean(no_input, {N}));
   // PyTorch's gradient adds exp(log_probs) over each sample's frames (a term of value 0)
-  std::vector<uint8_t> frames(size_t(T * N));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t n = 0; n < N; ++n) frames[size_t(t * N + n)] = t < il[size_t(n)];
   const Tensor e = exp(lp);
-  const Tensor zero_term = sum(where(boolean(frames, {T, N, 1}), sub(e, e.detach()), zero_like_scalar(dt, dev)), {0, 2});
-  loss = add(loss, zero_term);
+  const Tensor zero_term = sum(where(in_frame, sub(e, e.detach()), zero_like_scalar(dt, dev)), {0, 2});
+  loss = where(boolean(nothing, {N}), 0.0, add(loss, zero_term));
   loss = where(impossible, args.zero_infinity ? 0.0 : double(INFINITY), loss);
   const DType out = log_probs.dtype();
   auto back = [&](const Tensor& r) { return r.dtype() == out ? r : r.to(out); };

@@ -611,6 +611,11 @@ TEST_CASE("ctc_loss: paths by hand, impossible alignments, reductions, gradient,
   const Tensor aa = I({1, 1}, {1, 2});
   CHECK(std::isinf(ctc_loss(log(p), aa, I({2}, {1}), I({2}, {1}), {.reduction = Reduction::sum}).item()));
   CHECK(ctc_loss(log(p), aa, I({2}, {1}), I({2}, {1}), {.reduction = Reduction::sum, .zero_infinity = true}).item() == 0);
+  // no input frames: 0 for an empty target (PyTorch's), inf for a non-empty one
+  const Tensor none_l = ctc_loss(log(cat({p, p}, 1)), I({1, 1}, {2, 1}), I({0, 0}, {2}), I({0, 1}, {2}),
+                                 {.reduction = Reduction::none});
+  CHECK(none_l.to_vector<double>()[0] == 0.0);
+  CHECK(std::isinf(none_l.to_vector<double>()[1]));
   // an empty target: all blanks; mean divides by max(target length, 1)
   CHECK(ctc_loss(log(p), I({0}, {1, 1}), I({2}, {1}), I({0}, {1})).item() == doctest::Approx(-std::log(0.4 * 0.7)));
   // the gradient through log_softmax (where PyTorch's exp term cancels) is the true one
