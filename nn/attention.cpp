@@ -172,12 +172,17 @@ std::string layer_repr(int64_t d, int64_t h, const TransformerLayerOptions& o) {
   return os.str();
 }
 
-/// Copies the parameters and buffers of module 0 of `layers` into every other one (PyTorch
-/// builds its stacks by deep copies of one layer, so they all start equal).
-void copy_first_layer(ModuleList& layers) {
+/// num_layers layers of one configuration, all starting from the first one's parameters
+/// (PyTorch builds its stacks by deep copies of one layer).
+template <class Layer>
+ModuleList layer_stack(const char* who, int64_t d, int64_t h, int64_t n, const TransformerLayerOptions& o) {
+  KILN_CHECK(n > 0, who, ": num_layers must be positive, got ", n);
+  ModuleList layers;
+  for (int64_t i = 0; i < n; ++i) layers.push_back(Layer(d, h, o));
   NoGradGuard ng;
   const StateDict first = layers[0].state_dict();
   for (size_t i = 1; i < layers.size(); ++i) layers[int64_t(i)].load_state_dict(first);
+  return layers;
 }
 
 }  // namespace
@@ -257,10 +262,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
 std::string TransformerDecoderLayer::extra_repr() const { return layer_repr(d_model, nhead, options); }
 
 TransformerEncoder::TransformerEncoder(int64_t d, int64_t h, int64_t n, TransformerLayerOptions o, bool final_norm) {
-  KILN_CHECK(n > 0, "TransformerEncoder: num_layers must be positive, got ", n);
-  layers = register_module("layers", ModuleList());
-  for (int64_t i = 0; i < n; ++i) layers.push_back(TransformerEncoderLayer(d, h, o));
-  copy_first_layer(layers);
+  layers = register_module("layers", layer_stack<TransformerEncoderLayer>("TransformerEncoder", d, h, n, o));
   if (final_norm) norm = register_module("norm", LayerNorm(d, {.eps = o.layer_norm_eps, .bias = o.bias}));
 }
 
@@ -274,10 +276,7 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const 
 }
 
 TransformerDecoder::TransformerDecoder(int64_t d, int64_t h, int64_t n, TransformerLayerOptions o, bool final_norm) {
-  KILN_CHECK(n > 0, "TransformerDecoder: num_layers must be positive, got ", n);
-  layers = register_module("layers", ModuleList());
-  for (int64_t i = 0; i < n; ++i) layers.push_back(TransformerDecoderLayer(d, h, o));
-  copy_first_layer(layers);
+  layers = register_module("layers", layer_stack<TransformerDecoderLayer>("TransformerDecoder", d, h, n, o));
   if (final_norm) norm = register_module("norm", LayerNorm(d, {.eps = o.layer_norm_eps, .bias = o.bias}));
 }
 

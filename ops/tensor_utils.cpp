@@ -30,19 +30,13 @@ std::string undefined_or(const Tensor& t) { return t.defined() ? describe(t) : s
 
 // ---------------------------------------------------------------- repetition
 
-Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim) {
-  KILN_CHECK(repeats >= 0, "repeat_interleave: repeats must be >= 0, got ", repeats);
-  return repeat_interleave(x, full({}, double(repeats), {.dtype = DType::int64}), dim);
-}
-
-Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim) {
-  KILN_CHECK(x.defined() && repeats.defined(), "repeat_interleave: input or repeats is undefined");
-  KILN_CHECK(!repeats.is_floating_point() && repeats.dtype() != DType::bool_ && repeats.dim() <= 1,
-             "repeat_interleave: repeats must be a 0-D or 1-D integer tensor, got ", describe(repeats));
+namespace {
+/// x's entries along dim (flattened without one) repeated r[i] times each (one count: all).
+Tensor repeat_counts(const Tensor& x, const std::vector<int64_t>& r, std::optional<int64_t> dim) {
+  KILN_CHECK(x.defined(), "repeat_interleave: input is undefined");
   const Tensor y = dim ? (x.dim() == 0 ? x.reshape({1}) : x) : x.reshape({x.numel()});
   const int64_t d = dim ? wrap_dim(*dim, y.dim(), "repeat_interleave") : 0;
   const int64_t n = y.size(d);
-  const std::vector<int64_t> r = repeats.detach().to(Device::cpu()).to(DType::int64).contiguous().to_vector<int64_t>();
   KILN_CHECK(r.size() == 1 || int64_t(r.size()) == n, "repeat_interleave: repeats has ", r.size(),
              " entries but dim ", d, " of input ", describe(x), " has ", n);
   std::vector<int64_t> idx;
@@ -52,6 +46,20 @@ Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<i
     idx.insert(idx.end(), size_t(c), i);
   }
   return index_select(y, d, from_vector(idx, {int64_t(idx.size())}, {.dtype = DType::int64, .device = x.device()}));
+}
+}  // namespace
+
+Tensor repeat_interleave(const Tensor& x, int64_t repeats, std::optional<int64_t> dim) {
+  KILN_CHECK(repeats >= 0, "repeat_interleave: repeats must be >= 0, got ", repeats);
+  return repeat_counts(x, {repeats}, dim);
+}
+
+Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<int64_t> dim) {
+  KILN_CHECK(repeats.defined() && !repeats.is_floating_point() && repeats.dtype() != DType::bool_ &&
+                 repeats.dim() <= 1,
+             "repeat_interleave: repeats must be a 0-D or 1-D integer tensor, got ",
+             repeats.defined() ? describe(repeats) : "undefined");
+  return repeat_counts(x, repeats.detach().to(Device::cpu()).to(DType::int64).contiguous().to_vector<int64_t>(), dim);
 }
 
 Tensor tile(const Tensor& x, const std::vector<int64_t>& dims) {

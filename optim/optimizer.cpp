@@ -101,6 +101,7 @@ void Optimizer::step_impl(const Tensor* found_inf) {
     check_options(g);
     std::vector<size_t> idx;
     std::vector<Tensor> grads;
+    const bool ascend = maximize(g);
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       const Tensor& p = groups_[g][i];
       Tensor grad = p.grad();
@@ -108,7 +109,7 @@ void Optimizer::step_impl(const Tensor* found_inf) {
       KILN_CHECK(grad.device() == p.device(), name_, ": the gradient of parameter ", i, " of group ", g, " is on ",
                  grad.device().str(), " but the parameter (", describe(p), ") is on ", p.device().str());
       if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());
-      if (maximize(g)) grad = neg(grad);  // PyTorch's maximize: a new tensor, p.grad() untouched
+      if (ascend) grad = neg(grad);  // PyTorch's maximize: a new tensor, p.grad() untouched
       idx.push_back(i);
       grads.push_back(grad);
     }
