@@ -535,6 +535,18 @@ class Softsign : public Module {
  public:
   Tensor forward(const Tensor& x) override { return softsign(x); }
 };
+class Mish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return mish(x); }
+};
+/// rrelu: random negative slopes from U(lower, upper) in training, their mean in evaluation.
+class RReLU : public Module {
+ public:
+  explicit RReLU(double lower = 1.0 / 8, double upper = 1.0 / 3) : lower(lower), upper(upper) {}
+  Tensor forward(const Tensor& x) override { return rrelu(x, lower, upper, is_training()); }
+  std::string extra_repr() const override { return "lower=" + std::to_string(lower) + ", upper=" + std::to_string(upper); }
+  double lower, upper;
+};
 class Tanhshrink : public Module {
  public:
   Tensor forward(const Tensor& x) override { return tanhshrink(x); }

@@ -9,6 +9,7 @@
 #include "kiln/ops/math.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/reduce.h"
+#include "kiln/ops/special_math.h"
 
 namespace kiln {
 namespace {
@@ -155,6 +156,16 @@ Tensor gelu_derivative(const Tensor& x) {
   }));
 }
 
+// log_ndtr's derivative G = phi / Phi as an op of its own (the functor computes it without the
+// cancellation of e^(-(log_ndtr + x^2 / 2))), with G' = -G (x + G) in recorded ops.
+Tensor log_ndtr_derivative(const Tensor& x) {
+  Tensor d = unary_grad(Op::log_ndtr, ones_like(x), x.detach(), 0, 0);
+  return twice_differentiable(record(d, "log_ndtr_derivative", {x}, {x}, [x](const Tensor& g, const std::vector<bool>&) {
+    const Tensor G = log_ndtr_derivative(x);
+    return std::vector<Tensor>{mul(g, neg(mul(G, add(x, G))))};
+  }));
+}
+
 // f'(s) written in recorded ops, for a backward under create_graph: s is the live input x
 // or the output y (saved_output), as the op's `reads` column says. Piecewise-constant
 // derivatives (abs, relu, leaky_relu, clamp) are constants: the kernel computes them.
@@ -205,6 +216,36 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     case Op::exp2: return mul(s, math::kLn2);
     case Op::log2: return div(scalar_like(s, 1.0 / math::kLn2), s);
     case Op::log10: return div(scalar_like(s, 1.0 / math::kLn10), s);
+    case Op::asinh: return rsqrt(add(mul(s, s), 1.0));
+    case Op::acosh: return rsqrt(sub(mul(s, s), 1.0));
+    case Op::atanh: return div(scalar_like(s, 1.0), sub(scalar_like(s, 1.0), mul(s, s)));
+    case Op::lgamma: return digamma(s);
+    case Op::digamma: return polygamma(1, s);
+    case Op::polygamma: return polygamma(int64_t(p0) + 1, s);
+    case Op::erfinv: return mul(exp(mul(s, s)), 0.88622692545275801365);  // s is the output
+    case Op::i0: return i1(s);
+    case Op::i0e: return sub(i1e(s), mul(sign(s), i0e(s)));
+    case Op::i1:
+    case Op::i1e: {  // PyTorch's i1_backward / i1e_backward: 1/2 where |x| <= eps, a safe x elsewhere
+      const double eps = s.dtype() == DType::float64 ? std::numeric_limits<double>::epsilon()
+                                                     : double(std::numeric_limits<float>::epsilon());
+      const Tensor not_tiny = gt(abs(s), eps);
+      const Tensor safe = where(not_tiny, s, eps);
+      const Tensor d = op == Op::i1 ? sub(i0(safe), mul(i1(safe), reciprocal(safe)))
+                                    : sub(i0e(safe), mul(i1e(safe), add(sign(safe), reciprocal(safe))));
+      return where(not_tiny, d, 0.5);
+    }
+    case Op::ndtri: return mul(exp(div(mul(s, s), 2.0)), 2.50662827463100050242);  // s is the output
+    case Op::log_ndtr: return log_ndtr_derivative(s);
+    case Op::sinc: {  // PyTorch's sinc_backward
+      const Tensor p = mul(s, math::kPi), den = mul(mul(s, s), math::kPi);
+      return where(eq(den, 0.0), 0.0, div(sub(mul(p, cos(p)), sin(p)), den));
+    }
+    case Op::mish: {  // PyTorch's infinitely_differentiable_mish_backward
+      const Tensor sg = sigmoid(s), ts = tanh(softplus(s));
+      return add(ts, mul(mul(s, sg), sub(scalar_like(s, 1.0), mul(ts, ts))));
+    }
+    case Op::entr: return neg(add(log(s), 1.0));
     case Op::abs:
     case Op::relu:
     case Op::leaky_relu:
@@ -228,7 +269,10 @@ bool has_recorded_derivative(Op op) {
     case Op::round: case Op::sign: case Op::pow_scalar: case Op::abs: case Op::relu: case Op::leaky_relu:
     case Op::clamp:
     case Op::reciprocal: case Op::square: case Op::tan: case Op::atan: case Op::asin: case Op::acos: case Op::sinh:
-    case Op::cosh: case Op::erf: case Op::erfc: case Op::exp2: case Op::log2: case Op::log10: return true;
+    case Op::cosh: case Op::erf: case Op::erfc: case Op::exp2: case Op::log2: case Op::log10:
+    case Op::asinh: case Op::acosh: case Op::atanh: case Op::lgamma: case Op::digamma: case Op::polygamma:
+    case Op::erfinv: case Op::i0: case Op::i0e: case Op::i1: case Op::i1e: case Op::ndtri: case Op::log_ndtr:
+    case Op::sinc: case Op::mish: case Op::entr: return true;
     default: return false;
   }
 }
@@ -392,6 +436,37 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
   return where(logical_and(isinf(a), eq(a, b)), a, r);
 }
 
+Tensor logaddexp2(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "logaddexp2: an input is undefined");
+  check_floating("logaddexp2", a, "a");
+  check_floating("logaddexp2", b, "b");
+  // PyTorch's: max(a, b) + log1p(2^-|a - b|) / ln 2, and a itself where a == b is infinite
+  const Tensor r = add(maximum(a, b), mul(log1p(exp2(neg(abs(sub(a, b))))), 1.0 / math::kLn2));
+  return where(logical_and(isinf(a), eq(a, b)), a, r);
+}
+
+Tensor xlog1py(const Tensor& x, const Tensor& y) {
+  KILN_CHECK(x.defined() && y.defined(), "xlog1py: an input is undefined");
+  Tensor out;
+  {
+    NoGradGuard ng;
+    const Tensor zero_x = logical_and(eq(x, 0.0), logical_not(isnan(y)));
+    Tensor yf = y;
+    if (!yf.is_floating_point()) yf = yf.to(x.is_floating_point() ? x.dtype() : DType::float32);
+    const Tensor r = mul(x, log1p(where(zero_x, zeros({}, {.dtype = yf.dtype(), .device = yf.device()}), yf)));
+    out = where(zero_x, zeros({}, {.dtype = r.dtype(), .device = r.device()}), r);
+  }
+  if (!any_requires_grad({x, y})) return out;
+  // PyTorch's derivatives: d/dx = xlog1py(g, y), 0 where x == 0 and y <= -1; d/dy = g x / (1 + y)
+  auto backward = [x, y](const Tensor& g, const std::vector<bool>& n) {
+    Tensor gx, gy;
+    if (n[0]) gx = sum_to(where(logical_and(eq(x, 0.0), le(y, -1.0)), 0.0, xlog1py(g, y)), x.shape());
+    if (n[1]) gy = sum_to(div(mul(g, x), add(y, 1.0)), y.shape());
+    return std::vector<Tensor>{gx, gy};
+  };
+  return twice_differentiable(record(out, "xlog1py", {x, y}, {x, y}, backward));
+}
+
 Tensor xlogy(const Tensor& x, const Tensor& y) {
   KILN_CHECK(x.defined() && y.defined(), "xlogy: an input is undefined");
   // PyTorch's value: 0 where x == 0 (unless y is NaN), else x log y; log of 1 in the masked
@@ -496,6 +571,38 @@ Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
   return unary_op(Op::hardtanh, x, min_val, max_val);
 }
 Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
+Tensor polygamma(int64_t n, const Tensor& x) {
+  check_floating("polygamma", x);
+  KILN_CHECK(n >= 0, "polygamma: the order n must be non-negative, got ", n);
+  KILN_CHECK(n < (int64_t(1) << 24), "polygamma: the order n = ", n, " is too large");
+  return unary_op(Op::polygamma, x, double(n));
+}
+Tensor mvlgamma(const Tensor& x, int64_t p) {
+  check_floating("mvlgamma", x);
+  KILN_CHECK(p >= 1, "mvlgamma: p must be at least 1, got ", p);
+  KILN_CHECK(all(gt(x, 0.5 * double(p - 1))).item<bool>(), "mvlgamma: every element of ", describe(x),
+             " must be greater than (p - 1) / 2 = ", 0.5 * double(p - 1));
+  // PyTorch's: lgamma(x + [-(p - 1) / 2, ..., -1/2, 0]) summed over the new last dim
+  const Tensor offsets = arange(-0.5 * double(p - 1), 0.25, 0.5, {.dtype = x.dtype(), .device = x.device()});
+  const Tensor s = sum(lgamma(add(x.unsqueeze(-1), offsets)), {-1});
+  return add(s, double(p) * double(p - 1) * std::log(math::kPi) * 0.25);
+}
+Tensor ndtr(const Tensor& x) {
+  check_floating("ndtr", x);
+  return mul(add(erf(mul(x, 0.70710678118654752440)), 1.0), 0.5);  // PyTorch's composition
+}
+Tensor deg2rad(const Tensor& x) {
+  check_floating("deg2rad", x);
+  return mul(x, 0.017453292519943295769236907684886127134428718885417);
+}
+Tensor rad2deg(const Tensor& x) {
+  check_floating("rad2deg", x);
+  return mul(x, 57.295779513082320876798154814105170332405472466564);
+}
+Tensor frac(const Tensor& x) {
+  check_floating("frac", x);
+  return sub(x, trunc(x));
+}
 Tensor gelu(const Tensor& x, GeluApprox approx) {
   check_floating("gelu", x);
   return unary_op(approx == GeluApprox::tanh ? Op::gelu_tanh : Op::gelu, x);

@@ -117,6 +117,51 @@ Tensor log10(const Tensor& x);
 /// a NaN bound makes every element NaN (gradient 0), as in PyTorch.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
+// ---- special functions (torch.* and torch.special.*): PyTorch's algorithms (ops/special_math.h,
+// the same code on both devices) and gradients, floating-point inputs ----
+/// Inverse hyperbolic functions; gradients g / sqrt(x^2 + 1), g / sqrt(x^2 - 1), g / (1 - x^2).
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
+/// log |Gamma(x)| (torch.lgamma, special.gammaln); digamma = d lgamma / dx (special.psi: -inf at
+/// +0, +inf at -0, NaN at the negative integers); polygamma(n, x), digamma's n-th derivative
+/// (n >= 0). Each one's gradient is the next (polygamma(n + 1)), so all are twice differentiable.
+Tensor lgamma(const Tensor& x);
+Tensor digamma(const Tensor& x);
+Tensor polygamma(int64_t n, const Tensor& x);
+/// The multivariate log-gamma function of dimension p >= 1 (torch.mvlgamma, special.multigammaln):
+/// sum over i < p of lgamma(x - i / 2), plus p (p - 1) / 4 log(pi); every x must exceed (p - 1) / 2.
+Tensor mvlgamma(const Tensor& x, int64_t p);
+/// The inverse error function on [-1, 1] (+-inf at +-1, NaN outside); gradient (sqrt(pi) / 2) e^(y^2).
+Tensor erfinv(const Tensor& x);
+/// Modified Bessel functions of the first kind, orders 0 and 1 (torch.i0, special.i0/i1), and
+/// their exponentially scaled forms exp(-|x|) I(x) (special.i0e/i1e), which do not overflow.
+Tensor i0(const Tensor& x);
+Tensor i0e(const Tensor& x);
+Tensor i1(const Tensor& x);
+Tensor i1e(const Tensor& x);
+/// The standard normal's CDF (special.ndtr: (1 + erf(x / sqrt 2)) / 2, PyTorch's formula, so it
+/// is 0 below about -8.3), its inverse (special.ndtri, on [0, 1]) and its log (special.log_ndtr,
+/// accurate far into the lower tail: -5000.9 at x = -100).
+Tensor ndtr(const Tensor& x);
+Tensor ndtri(const Tensor& x);
+Tensor log_ndtr(const Tensor& x);
+/// sin(pi x) / (pi x), 1 at 0 (torch.sinc, the normalised sinc).
+Tensor sinc(const Tensor& x);
+/// -x log x, 0 at 0, -inf below 0 (special.entr); gradient -(1 + log x) g.
+Tensor entr(const Tensor& x);
+/// x tanh(softplus(x)) (Misra's mish, torch.nn.functional.mish).
+Tensor mish(const Tensor& x);
+/// x log1p(y), 0 where x == 0 unless y is NaN (torch.xlog1py / special.xlog1py); gradients as
+/// PyTorch's: log1p(y) for x (0 where x == 0 and y <= -1), x / (1 + y) for y.
+Tensor xlog1py(const Tensor& x, const Tensor& y);
+/// log2(2^a + 2^b) without overflow (torch.logaddexp2).
+Tensor logaddexp2(const Tensor& a, const Tensor& b);
+/// x pi / 180, x 180 / pi, and x - trunc(x) (gradient 1).
+Tensor deg2rad(const Tensor& x);
+Tensor rad2deg(const Tensor& x);
+Tensor frac(const Tensor& x);
+
 // ---- selection ----
 /// cond ? a : b, broadcasting all three; cond must be bool (as in PyTorch).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include "kiln/core/macros.h"
 #include "kiln/ops/math.h"
+#include "kiln/ops/special_math.h"
 
 namespace kiln::elementwise {
 
@@ -285,6 +286,83 @@ template <class T> struct Log10D {
   KILN_HD_INLINE T operator()(T x) const { return T(1) / (x * T(kLn10)); }
   KILN_HD_INLINE T grad(T g, T x) const { return g / (x * T(kLn10)); }
 };
+
+/// asinh, acosh, atanh with PyTorch's gradients: g / sqrt(x^2 + 1), g / sqrt(x^2 - 1),
+/// g / (1 - x^2).
+template <class T> struct AsinhF { KILN_HD_INLINE T operator()(T x) const { return m_asinh(x); } };
+template <class T> struct AsinhD { KILN_HD_INLINE T operator()(T x) const { return T(1) / m_sqrt(x * x + T(1)); } };
+template <class T> struct AcoshF { KILN_HD_INLINE T operator()(T x) const { return m_acosh(x); } };
+template <class T> struct AcoshD { KILN_HD_INLINE T operator()(T x) const { return T(1) / m_sqrt(x * x - T(1)); } };
+template <class T> struct AtanhF { KILN_HD_INLINE T operator()(T x) const { return m_atanh(x); } };
+template <class T> struct AtanhD {
+  KILN_HD_INLINE T operator()(T x) const { return T(1) / (T(1) - x * x); }
+  KILN_HD_INLINE T grad(T g, T x) const { return g / (T(1) - x * x); }
+};
+
+// ---- special functions (ops/special_math.h), PyTorch's gradients
+/// log |Gamma(x)|; its derivative math::digamma(x), whose derivative is math::polygamma(1, x); math::polygamma(n,
+/// x) (n in p0) has math::polygamma(n + 1, x).
+template <class T> struct LgammaF { KILN_HD_INLINE T operator()(T x) const { return m_lgamma(x); } };
+template <class T> struct LgammaD { KILN_HD_INLINE T operator()(T x) const { return math::digamma(x); } };
+template <class T> struct DigammaF { KILN_HD_INLINE T operator()(T x) const { return math::digamma(x); } };
+template <class T> struct DigammaD { KILN_HD_INLINE T operator()(T x) const { return math::trigamma(x); } };
+template <class T> struct PolygammaF {
+  T n;
+  KILN_HD_INLINE T operator()(T x) const { return math::polygamma(int(n), x); }
+};
+template <class T> struct PolygammaD {
+  T n;
+  KILN_HD_INLINE T operator()(T x) const { return math::polygamma(int(n) + 1, x); }
+};
+/// erfinv: the gradient (sqrt(pi) / 2) e^(y^2) g, read from the output y.
+template <class T> struct ErfinvF { KILN_HD_INLINE T operator()(T x) const { return math::erfinv(x); } };
+template <class T> struct ErfinvD {
+  KILN_HD_INLINE T operator()(T y) const { return T(0.88622692545275801365) * m_exp(y * y); }
+};
+/// I0, I1 and exp(-|x|) I0, exp(-|x|) I1: I0' = I1, I0e' = I1e - sgn(x) I0e, I1' = I0 - I1 / x,
+/// I1e' = I0e - I1e (sgn(x) + 1 / x); the last two are 1/2 where |x| <= epsilon (PyTorch's).
+template <class T> struct I0F { KILN_HD_INLINE T operator()(T x) const { return math::bessel_i0(x); } };
+template <class T> struct I0D { KILN_HD_INLINE T operator()(T x) const { return math::bessel_i1(x); } };
+template <class T> struct I0eF { KILN_HD_INLINE T operator()(T x) const { return math::bessel_i0e(x); } };
+template <class T> struct I0eD {
+  KILN_HD_INLINE T operator()(T x) const { return math::bessel_i1e(x) - math::sign(x) * math::bessel_i0e(x); }
+};
+template <class T> struct I1F { KILN_HD_INLINE T operator()(T x) const { return math::bessel_i1(x); } };
+template <class T> struct I1D {
+  KILN_HD_INLINE T operator()(T x) const {
+    if (!(m_fabs(x) > std::numeric_limits<T>::epsilon())) return x == x ? T(0.5) : x;
+    return math::bessel_i0(x) - math::bessel_i1(x) * (T(1) / x);
+  }
+};
+template <class T> struct I1eF { KILN_HD_INLINE T operator()(T x) const { return math::bessel_i1e(x); } };
+template <class T> struct I1eD {
+  KILN_HD_INLINE T operator()(T x) const {
+    if (!(m_fabs(x) > std::numeric_limits<T>::epsilon())) return x == x ? T(0.5) : x;
+    return math::bessel_i0e(x) - math::bessel_i1e(x) * (math::sign(x) + T(1) / x);
+  }
+};
+/// The standard normal's inverse CDF (gradient sqrt(2 pi) e^(y^2 / 2) g, from the output) and
+/// log CDF (gradient e^(-x^2 / 2 - math::log_ndtr(x)) / sqrt(2 pi) g).
+template <class T> struct NdtriF { KILN_HD_INLINE T operator()(T x) const { return math::ndtri(x); } };
+template <class T> struct NdtriD {
+  KILN_HD_INLINE T operator()(T y) const { return T(2.50662827463100050242) * m_exp(y * y / T(2)); }
+};
+template <class T> struct LogNdtrF { KILN_HD_INLINE T operator()(T x) const { return math::log_ndtr(x); } };
+template <class T> struct LogNdtrD {
+  KILN_HD_INLINE T operator()(T x) const { return math::log_ndtr_grad(x); }
+};
+/// sin(pi x) / (pi x) (1 at 0; the gradient 0 there).
+template <class T> struct SincF { KILN_HD_INLINE T operator()(T x) const { return math::sinc(x); } };
+template <class T> struct SincD {
+  KILN_HD_INLINE T operator()(T x) const { return math::sinc_grad(T(1), x); }
+  KILN_HD_INLINE T grad(T g, T x) const { return math::sinc_grad(g, x); }
+};
+/// x tanh(softplus(x)).
+template <class T> struct MishF { KILN_HD_INLINE T operator()(T x) const { return math::mish(x); } };
+template <class T> struct MishD { KILN_HD_INLINE T operator()(T x) const { return math::mish_grad(x); } };
+/// -x log x (torch.special.entr); the gradient -(1 + log x) g.
+template <class T> struct EntrF { KILN_HD_INLINE T operator()(T x) const { return math::entr(x); } };
+template <class T> struct EntrD { KILN_HD_INLINE T operator()(T x) const { return -(T(1) + m_log(x)); } };
 
 template <class T> struct ClampF {
   T lo, hi;

@@ -532,6 +532,22 @@ Tensor threshold(const Tensor& x, double th, double value) {
   return where(le(x, th), full({}, value, {.dtype = x.dtype(), .device = x.device()}), x);  // NaN passes, as PyTorch's
 }
 
+Tensor rrelu(const Tensor& x, double lower, double upper, bool training) {
+  KILN_CHECK(x.defined(), "rrelu: input is undefined");
+  check_floating("rrelu", x);
+  KILN_CHECK(lower <= upper, "rrelu: lower (", lower, ") must not exceed upper (", upper, ")");
+  if (!training) return leaky_relu(x, (lower + upper) / 2);
+  // PyTorch's rrelu_with_noise: each negative entry takes its own slope from U(lower, upper);
+  // the output and the gradient are x and g scaled by that slope (1 where x >= 0)
+  Tensor noise;
+  {
+    NoGradGuard ng;
+    const Tensor slope = add(mul(rand(x.shape(), {.dtype = x.dtype(), .device = x.device()}), upper - lower), lower);
+    noise = where(ge(x, 0.0), 1.0, slope);
+  }
+  return mul(x, noise);
+}
+
 
 // ---------------------------------------------------------------- unfold / fold, bilinear, LRN, ...
 

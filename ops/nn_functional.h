@@ -158,5 +158,9 @@ Tensor hardshrink(const Tensor& x, double lambd = 0.5);
 Tensor softshrink(const Tensor& x, double lambd = 0.5);
 /// x where x > threshold, value elsewhere (PyTorch's threshold).
 Tensor threshold(const Tensor& x, double threshold, double value);
+/// Randomized leaky ReLU (PyTorch's rrelu): in training each negative entry is scaled by its
+/// own slope drawn from U(lower, upper) (the gradient by the same slope); in evaluation it is
+/// leaky_relu with the mean slope (lower + upper) / 2.
+Tensor rrelu(const Tensor& x, double lower = 1.0 / 8, double upper = 1.0 / 3, bool training = false);
 
 }  // namespace kiln

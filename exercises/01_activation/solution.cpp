@@ -1,23 +1,23 @@
-// Exercise 1, a solution: dy/dx = tanh(s) + x (1 - tanh(s)^2) sigmoid(x), s = softplus(x).
+// Exercise 1, a solution: dy/dx = erf(s) + x (2 / sqrt(pi)) e^(-s^2) sigmoid(x), s = softplus(x).
 #include "exercise.h"
 
 namespace {
 
-struct Mish : kiln::Function {
+struct Serf : kiln::Function {
   kiln::Tensor forward(const std::vector<kiln::Tensor>& in) override {
     const kiln::Tensor& x = in[0];
     save_for_backward({x});
-    return kiln::mul(x, kiln::tanh(kiln::softplus(x)));
+    return kiln::mul(x, kiln::erf(kiln::softplus(x)));
   }
   std::vector<kiln::Tensor> backward(const kiln::Tensor& g) override {
     const kiln::Tensor& x = saved()[0];
-    const kiln::Tensor t = kiln::tanh(kiln::softplus(x));
-    const kiln::Tensor dydx = t + x * (1.0 - t * t) * kiln::sigmoid(x);
+    const kiln::Tensor s = kiln::softplus(x);
+    const kiln::Tensor dydx = kiln::erf(s) + x * (1.1283791670955126 * kiln::exp(-(s * s))) * kiln::sigmoid(x);
     return {g * dydx};
   }
-  std::string name() const override { return "Mish"; }
+  std::string name() const override { return "Serf"; }
 };
 
 }  // namespace
 
-kiln::Tensor mish(const kiln::Tensor& x) { return kiln::Function::apply(std::make_shared<Mish>(), {x}); }
+kiln::Tensor serf(const kiln::Tensor& x) { return kiln::Function::apply(std::make_shared<Serf>(), {x}); }

@@ -200,6 +200,25 @@ TEST_CASE("cuda parity: unary ops, forward and backward" * doctest::skip(kNoGpu)
   check_unary("exp2", [](const Tensor& x) { return kiln::exp2(x); }, false);
   check_unary("log2", [](const Tensor& x) { return kiln::log2(x); }, true);
   check_unary("log10", [](const Tensor& x) { return kiln::log10(x); }, true);
+  check_unary("asinh", [](const Tensor& x) { return kiln::asinh(x); }, false);
+  check_unary("acosh", [](const Tensor& x) { return kiln::acosh(add(x, 1.0)); }, true);
+  check_unary("atanh", [](const Tensor& x) { return kiln::atanh(mul(x, 0.2)); }, false);
+  check_unary("lgamma", [](const Tensor& x) { return kiln::lgamma(x); }, true);
+  check_unary("digamma", [](const Tensor& x) { return kiln::digamma(x); }, true);
+  check_unary("polygamma", [](const Tensor& x) { return kiln::polygamma(2, x); }, true);
+  check_unary("erfinv", [](const Tensor& x) { return kiln::erfinv(mul(x, 0.2)); }, false);
+  check_unary("i0", [](const Tensor& x) { return kiln::i0(x); }, false);
+  check_unary("i0e", [](const Tensor& x) { return kiln::i0e(x); }, false);
+  check_unary("i1", [](const Tensor& x) { return kiln::i1(x); }, false);
+  check_unary("i1e", [](const Tensor& x) { return kiln::i1e(x); }, false);
+  check_unary("ndtri", [](const Tensor& x) { return kiln::ndtri(sigmoid(x)); }, false);
+  check_unary("log_ndtr", [](const Tensor& x) { return kiln::log_ndtr(mul(x, 10.0)); }, false);
+  check_unary("sinc", [](const Tensor& x) { return kiln::sinc(x); }, false);
+  check_unary("mish", [](const Tensor& x) { return kiln::mish(x); }, false);
+  check_unary("entr", [](const Tensor& x) { return kiln::entr(x); }, true);
+  check_unary("mvlgamma", [](const Tensor& x) { return kiln::mvlgamma(add(x, 1.0), 3); }, true);
+  check_unary("ndtr", [](const Tensor& x) { return kiln::ndtr(x); }, false);
+  check_unary("frac", [](const Tensor& x) { return kiln::frac(mul(x, 3.0)); }, false);
 }
 
 TEST_CASE("cuda parity: binary ops with broadcasting, forward and backward" * doctest::skip(kNoGpu)) {
@@ -218,6 +237,8 @@ TEST_CASE("cuda parity: binary ops with broadcasting, forward and backward" * do
   check_binary("floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, false);
   check_binary("atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }, false);
   check_binary("hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }, false);
+  check_binary("xlog1py", [](const Tensor& a, const Tensor& b) { return xlog1py(a, b); }, true);
+  check_binary("logaddexp2", [](const Tensor& a, const Tensor& b) { return logaddexp2(a, b); }, false);
   check_binary("logaddexp", [](const Tensor& a, const Tensor& b) { return logaddexp(a, b); }, false);
   check_binary("xlogy", [](const Tensor& a, const Tensor& b) { return xlogy(a, add(abs(b), 0.5)); }, false);
   check_binary("where(a > b, a, b)", [](const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); }, false);
