@@ -4,6 +4,7 @@
 #include "kiln/nn/attention.h"
 #include "kiln/nn/checkpoint.h"
 #include "kiln/nn/container.h"
+#include "kiln/nn/distributions.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/loss.h"

@@ -1,0 +1,528 @@
+// torch.distributions' formulas in kiln's recorded ops (nn/distributions.h). Each method is
+// written operation for operation as PyTorch's Python, so float64 results agree to the bit
+// where the ops do; the samplers of Gamma and Poisson run on the host from a counter-based
+// Philox stream per element (deterministic under manual_seed).
+#include "kiln/nn/distributions.h"
+#include <cmath>
+#include <limits>
+#include "kiln/core/autograd.h"
+#include "kiln/core/rng.h"
+#include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
+#include "kiln/ops/loss.h"
+#include "kiln/ops/reduce.h"
+#include "kiln/ops/sampling.h"
+#include "kiln/ops/shape_ops.h"
+
+namespace kiln::distributions {
+namespace {
+
+const double kLogSqrt2Pi = std::log(std::sqrt(2 * M_PI));
+
+std::pair<Tensor, Tensor> broadcast_all(const char* who, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), who, ": a parameter is undefined");
+  KILN_CHECK(a.is_floating_point() && b.is_floating_point(), who, ": parameters must be floating-point, got ",
+             describe(a), " and ", describe(b));
+  const Shape s = broadcast_shapes(a.shape(), b.shape(), who);
+  return {a.expand(s), b.expand(s)};
+}
+
+Tensor number(double v) { return scalar_tensor(v); }
+Tensor rsub(double a, const Tensor& b) { return a - b; }  // PyTorch's `a - tensor`  // PyTorch's default dtype (float32) for a Python float
+
+// PyTorch's validate_args: every entry satisfies the constraint (NaN fails it).
+void check_constraint(const char* who, const char* param, const Tensor& ok, const char* constraint, const Tensor& t) {
+  NoGradGuard ng;
+  KILN_CHECK(all(ok).item<bool>(), who, ": every entry of ", param, " must be ", constraint, ", got ", describe(t));
+}
+void check_positive(const char* who, const char* param, const Tensor& t) {
+  NoGradGuard ng;
+  check_constraint(who, param, gt(t, 0.0), "> 0", t);
+}
+
+double finfo_eps(DType dt) {
+  switch (dt) {
+    case DType::float64: return std::numeric_limits<double>::epsilon();
+    case DType::float16: return 0.0009765625;
+    case DType::bfloat16: return 0.0078125;
+    default: return double(std::numeric_limits<float>::epsilon());
+  }
+}
+double finfo_min(DType dt) {
+  switch (dt) {
+    case DType::float64: return std::numeric_limits<double>::lowest();
+    case DType::float16: return -65504.0;
+    case DType::bfloat16: return -3.3895313892515355e38;
+    default: return double(std::numeric_limits<float>::lowest());
+  }
+}
+double finfo_tiny(DType dt) {
+  switch (dt) {
+    case DType::float64: return std::numeric_limits<double>::min();
+    case DType::float16: return 6.103515625e-05;
+    default: return double(std::numeric_limits<float>::min());  // float32 and bfloat16
+  }
+}
+
+Shape concat(const Shape& a, const Shape& b) {
+  Shape s = a;
+  s.insert(s.end(), b.begin(), b.end());
+  return s;
+}
+
+// A stream of uniforms for one element: Philox at (seed, counter = first + element, hi = draw
+// block), so each element's draws are its own whatever the order.
+struct ElementStream {
+  RngState st;
+  uint64_t element, block = 0;
+  int used = 4;
+  Philox4 words{};
+  double uniform() {  // [0, 1)
+    if (used > 2) {
+      words = philox4x32(st.offset + element, block++, st.seed);
+      used = 0;
+    }
+    const double u = uint_to_uniform_double(words.x[used], words.x[used + 1]);
+    used += 2;
+    return u;
+  }
+  double normal() {  // Box-Muller
+    double u1 = uniform();
+    while (u1 <= 0.0) u1 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * uniform());
+  }
+};
+
+// Gamma(alpha, 1) by Marsaglia and Tsang (2000); alpha < 1 through Gamma(alpha + 1) U^(1 / alpha).
+double standard_gamma(ElementStream& s, double alpha) {
+  double boost = 1.0;
+  if (alpha < 1.0) {
+    double u = s.uniform();
+    while (u <= 0.0) u = s.uniform();
+    boost = std::pow(u, 1.0 / alpha);
+    alpha += 1.0;
+  }
+  const double d = alpha - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    double x, v;
+    do {
+      x = s.normal();
+      v = 1.0 + c * x;
+    } while (v <= 0.0);
+    v = v * v * v;
+    const double u = s.uniform();
+    if (u < 1.0 - 0.0331 * x * x * x * x) return boost * d * v;
+    if (u > 0.0 && std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) return boost * d * v;
+  }
+}
+
+// Poisson(lam): multiplication of uniforms below 10, Hormann's transformed rejection (PTRS) above.
+double poisson_draw(ElementStream& s, double lam) {
+  if (lam <= 0.0) return 0.0;
+  if (lam < 10.0) {
+    const double L = std::exp(-lam);
+    double p = 1.0, k = 0.0;
+    for (;;) {
+      p *= s.uniform();
+      if (p <= L) return k;
+      k += 1.0;
+    }
+  }
+  const double slam = std::sqrt(lam), loglam = std::log(lam);
+  const double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+  const double invalpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2);
+  for (;;) {
+    const double U = s.uniform() - 0.5, V = s.uniform();
+    const double us = 0.5 - std::fabs(U);
+    const double k = std::floor((2 * a / us + b) * U + lam + 0.43);
+    if (us >= 0.07 && V <= vr) return k;
+    if (k < 0 || (us < 0.013 && V > us)) continue;
+    if (std::log(V) + std::log(invalpha) - std::log(a / (us * us) + b) <= -lam + k * loglam - std::lgamma(k + 1))
+      return k;
+  }
+}
+
+// Draws f(stream, parameter) for each entry of `param` (expanded to shape) on the host; the
+// result in param's dtype and device.
+template <class F>
+Tensor host_draws(const Tensor& param, const Shape& shape, F f) {
+  NoGradGuard ng;
+  const std::vector<double> p = param.detach().expand(shape).contiguous().to(DType::float64).to_vector<double>();
+  std::vector<double> out(p.size());
+  const RngState st = rng_reserve(uint64_t(p.size()));
+  for (size_t i = 0; i < p.size(); ++i) {
+    ElementStream s{st, uint64_t(i)};
+    out[i] = f(s, p[i]);
+  }
+  return from_vector<double>(out, shape).to(param.dtype()).to(param.device());
+}
+
+Tensor rand_like_shape(const Shape& shape, const Tensor& like) {
+  return rand(shape, {.dtype = like.dtype(), .device = like.device()});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Distribution
+
+Tensor Distribution::stddev() const { return sqrt(variance()); }
+Tensor Distribution::rsample(const Shape&) const {
+  KILN_FAIL(name(), ": rsample is not available (no reparameterised draw: use sample, which has no gradient)");
+}
+Tensor Distribution::cdf(const Tensor&) const { KILN_FAIL(name(), ": cdf is not available"); }
+Tensor Distribution::icdf(const Tensor&) const { KILN_FAIL(name(), ": icdf is not available"); }
+Shape Distribution::extended_shape(const Shape& sample_shape) const {
+  return concat(concat(sample_shape, batch_shape_), event_shape_);
+}
+
+// ---------------------------------------------------------------- Normal
+
+Normal::Normal(const Tensor& l, const Tensor& s) {
+  std::tie(loc, scale) = broadcast_all("Normal", l, s);
+  check_positive("Normal", "scale", scale);
+  batch_shape_ = loc.shape();
+}
+Normal::Normal(double l, double s) : Normal(number(l), number(s)) {}
+Tensor Normal::log_prob(const Tensor& value) const {
+  const Tensor var = pow(scale, 2.0);
+  const Tensor d = sub(value, loc);
+  return sub(sub(div(neg(mul(d, d)), mul(var, 2.0)), log(scale)), kLogSqrt2Pi);
+}
+Tensor Normal::entropy() const { return add(log(scale), 0.5 + 0.5 * std::log(2 * M_PI)); }
+Tensor Normal::variance() const { return pow(scale, 2.0); }
+Tensor Normal::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Normal::rsample(const Shape& sample_shape) const {
+  const Tensor eps = randn(extended_shape(sample_shape), {.dtype = loc.dtype(), .device = loc.device()});
+  return add(loc, mul(eps, scale));
+}
+Tensor Normal::cdf(const Tensor& value) const {
+  return mul(add(erf(div(mul(sub(value, loc), reciprocal(scale)), std::sqrt(2.0))), 1.0), 0.5);
+}
+Tensor Normal::icdf(const Tensor& value) const {
+  return add(loc, mul(mul(scale, erfinv(sub(mul(value, 2.0), 1.0))), std::sqrt(2.0)));
+}
+
+// ---------------------------------------------------------------- Uniform
+
+Uniform::Uniform(const Tensor& lo, const Tensor& hi) {
+  std::tie(low, high) = broadcast_all("Uniform", lo, hi);
+  check_constraint("Uniform", "low", lt(low, high), "below high", low);
+  batch_shape_ = low.shape();
+}
+Uniform::Uniform(double lo, double hi) : Uniform(number(lo), number(hi)) {}
+Tensor Uniform::log_prob(const Tensor& value) const {
+  const Tensor lb = le(low, value).to(low.dtype()), ub = gt(high, value).to(low.dtype());
+  return sub(log(mul(lb, ub)), log(sub(high, low)));
+}
+Tensor Uniform::entropy() const { return log(sub(high, low)); }
+Tensor Uniform::mean() const { return div(add(high, low), 2.0); }
+Tensor Uniform::variance() const { return div(pow(sub(high, low), 2.0), 12.0); }
+Tensor Uniform::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Uniform::rsample(const Shape& sample_shape) const {
+  return add(low, mul(rand_like_shape(extended_shape(sample_shape), low), sub(high, low)));
+}
+Tensor Uniform::cdf(const Tensor& value) const { return clamp(div(sub(value, low), sub(high, low)), 0.0, 1.0); }
+Tensor Uniform::icdf(const Tensor& value) const { return add(mul(value, sub(high, low)), low); }
+
+// ---------------------------------------------------------------- Exponential
+
+Exponential::Exponential(const Tensor& r) : rate(r) {
+  KILN_CHECK(r.defined() && r.is_floating_point(), "Exponential: rate must be a floating-point tensor");
+  check_positive("Exponential", "rate", rate);
+  batch_shape_ = rate.shape();
+}
+Exponential::Exponential(double r) : Exponential(number(r)) {}
+Tensor Exponential::log_prob(const Tensor& value) const { return sub(log(rate), mul(rate, value)); }
+Tensor Exponential::entropy() const { return rsub(1.0, log(rate)); }
+Tensor Exponential::mean() const { return reciprocal(rate); }
+Tensor Exponential::variance() const { return pow(rate, -2.0); }
+Tensor Exponential::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Exponential::rsample(const Shape& sample_shape) const {
+  const Tensor e = neg(log1p(neg(rand_like_shape(extended_shape(sample_shape), rate))));  // -log(1 - U)
+  return div(e, rate);
+}
+Tensor Exponential::cdf(const Tensor& value) const { return rsub(1.0, exp(mul(neg(rate), value))); }
+Tensor Exponential::icdf(const Tensor& value) const { return div(neg(log1p(neg(value))), rate); }
+
+// ---------------------------------------------------------------- Laplace
+
+Laplace::Laplace(const Tensor& l, const Tensor& s) {
+  std::tie(loc, scale) = broadcast_all("Laplace", l, s);
+  check_positive("Laplace", "scale", scale);
+  batch_shape_ = loc.shape();
+}
+Laplace::Laplace(double l, double s) : Laplace(number(l), number(s)) {}
+Tensor Laplace::log_prob(const Tensor& value) const {
+  return sub(neg(log(mul(scale, 2.0))), div(abs(sub(value, loc)), scale));
+}
+Tensor Laplace::entropy() const { return add(log(mul(scale, 2.0)), 1.0); }
+Tensor Laplace::variance() const { return mul(pow(scale, 2.0), 2.0); }
+Tensor Laplace::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Laplace::rsample(const Shape& sample_shape) const {
+  const double eps = finfo_eps(loc.dtype());  // u in [eps - 1, 1), as PyTorch's
+  const Tensor u = add(mul(rand_like_shape(extended_shape(sample_shape), loc), 2.0 - eps), eps - 1.0);
+  return sub(loc, mul(mul(scale, sign(u)), log1p(neg(abs(u)))));
+}
+Tensor Laplace::cdf(const Tensor& value) const {
+  const Tensor d = sub(value, loc);
+  return rsub(0.5, mul(mul(sign(d), 0.5), expm1(div(neg(abs(d)), scale))));
+}
+Tensor Laplace::icdf(const Tensor& value) const {
+  const Tensor term = sub(value, 0.5);
+  return sub(loc, mul(mul(scale, sign(term)), log1p(mul(abs(term), -2.0))));
+}
+
+// ---------------------------------------------------------------- Bernoulli
+
+Bernoulli Bernoulli::from_probs(const Tensor& p) {
+  KILN_CHECK(p.defined() && p.is_floating_point(), "Bernoulli: probs must be a floating-point tensor");
+  check_constraint("Bernoulli", "probs", logical_and(ge(p, 0.0), le(p, 1.0)), "in [0, 1]", p);
+  Bernoulli b;
+  b.probs = p;
+  const double eps = finfo_eps(p.dtype());
+  const Tensor c = clamp(p, eps, 1.0 - eps);  // PyTorch's probs_to_logits(is_binary=True)
+  b.logits = sub(log(c), log1p(neg(c)));
+  b.batch_shape_ = p.shape();
+  return b;
+}
+Bernoulli Bernoulli::from_logits(const Tensor& l) {
+  KILN_CHECK(l.defined() && l.is_floating_point(), "Bernoulli: logits must be a floating-point tensor");
+  Bernoulli b;
+  b.logits = l;
+  b.probs = sigmoid(l);
+  b.batch_shape_ = l.shape();
+  return b;
+}
+Tensor Bernoulli::log_prob(const Tensor& value) const {
+  auto [l, v] = broadcast_all("Bernoulli.log_prob", logits, value.is_floating_point() ? value : value.to(logits.dtype()));
+  return neg(binary_cross_entropy_with_logits(l, v, {.reduction = Reduction::none}));
+}
+Tensor Bernoulli::entropy() const {
+  return binary_cross_entropy_with_logits(logits, probs, {.reduction = Reduction::none});
+}
+Tensor Bernoulli::variance() const { return mul(probs, rsub(1.0, probs)); }
+Tensor Bernoulli::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  const Shape s = extended_shape(sample_shape);
+  return lt(rand_like_shape(s, probs), probs.expand(s)).to(probs.dtype());
+}
+
+// ---------------------------------------------------------------- Categorical
+
+Categorical Categorical::from_probs(const Tensor& p) {
+  KILN_CHECK(p.defined() && p.is_floating_point() && p.dim() >= 1,
+             "Categorical: probs must be a floating-point tensor of at least one dim, got ",
+             p.defined() ? describe(p) : "undefined");
+  check_constraint("Categorical", "probs", ge(p, 0.0), ">= 0", p);
+  Categorical c;
+  c.probs = div(p, sum(p, {-1}, true));
+  const double eps = finfo_eps(p.dtype());
+  c.logits = log(clamp(c.probs, eps, 1.0 - eps));  // PyTorch's probs_to_logits
+  c.batch_shape_ = Shape(p.shape().begin(), p.shape().end() - 1);
+  return c;
+}
+Categorical Categorical::from_logits(const Tensor& l) {
+  KILN_CHECK(l.defined() && l.is_floating_point() && l.dim() >= 1,
+             "Categorical: logits must be a floating-point tensor of at least one dim, got ",
+             l.defined() ? describe(l) : "undefined");
+  Categorical c;
+  c.logits = sub(l, logsumexp(l, {-1}, true));
+  c.probs = softmax(c.logits, -1);
+  c.batch_shape_ = Shape(l.shape().begin(), l.shape().end() - 1);
+  return c;
+}
+Tensor Categorical::log_prob(const Tensor& value) const {
+  KILN_CHECK(value.defined(), "Categorical.log_prob: value is undefined");
+  const Tensor v = value.to(DType::int64).unsqueeze(-1);
+  const Shape s = broadcast_shapes(v.shape(), logits.shape(), "Categorical.log_prob");
+  const Tensor idx = v.expand(s).narrow(-1, 0, 1).contiguous();
+  return gather(logits.expand(s), -1, idx).squeeze(-1);
+}
+Tensor Categorical::entropy() const {
+  const Tensor l = clamp(logits, finfo_min(logits.dtype()), std::nullopt);
+  return neg(sum(mul(l, probs), {-1}));
+}
+Tensor Categorical::mean() const {
+  return full(extended_shape({}), std::nan(""), {.dtype = probs.dtype(), .device = probs.device()});
+}
+Tensor Categorical::variance() const { return mean(); }
+Tensor Categorical::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  int64_t n = 1;
+  for (int64_t d : sample_shape) n *= d;
+  const Shape out = extended_shape(sample_shape);
+  if (n == 0) return Tensor::empty(out, DType::int64, probs.device());
+  const Tensor p2 = probs.reshape({-1, num_events()});
+  return multinomial(p2, n, true).transpose(0, 1).contiguous().reshape(out);
+}
+
+// ---------------------------------------------------------------- Gamma
+
+Gamma::Gamma(const Tensor& c, const Tensor& r) {
+  std::tie(concentration, rate) = broadcast_all("Gamma", c, r);
+  check_positive("Gamma", "concentration", concentration);
+  check_positive("Gamma", "rate", rate);
+  batch_shape_ = rate.shape();
+}
+Gamma::Gamma(double c, double r) : Gamma(number(c), number(r)) {}
+Tensor Gamma::log_prob(const Tensor& value) const {
+  const Tensor v = value.to(rate.dtype()).to(rate.device());
+  return sub(sub(add(xlogy(concentration, rate), xlogy(sub(concentration, 1.0), v)), mul(rate, v)),
+             lgamma(concentration));
+}
+Tensor Gamma::entropy() const {
+  return add(add(sub(concentration, log(rate)), lgamma(concentration)),
+             mul(rsub(1.0, concentration), digamma(concentration)));
+}
+Tensor Gamma::mean() const { return div(concentration, rate); }
+Tensor Gamma::variance() const { return div(concentration, pow(rate, 2.0)); }
+Tensor Gamma::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  const Shape s = extended_shape(sample_shape);
+  const Tensor g = host_draws(concentration, s, [](ElementStream& st, double a) { return standard_gamma(st, a); });
+  return clamp(div(g, rate.expand(s)), finfo_tiny(rate.dtype()), std::nullopt);
+}
+
+// ---------------------------------------------------------------- Dirichlet
+
+Dirichlet::Dirichlet(const Tensor& c) : concentration(c) {
+  KILN_CHECK(c.defined() && c.is_floating_point() && c.dim() >= 1,
+             "Dirichlet: concentration must be a floating-point tensor of at least one dim, got ",
+             c.defined() ? describe(c) : "undefined");
+  check_positive("Dirichlet", "concentration", c);
+  batch_shape_ = Shape(c.shape().begin(), c.shape().end() - 1);
+  event_shape_ = {c.size(-1)};
+}
+Tensor Dirichlet::log_prob(const Tensor& value) const {
+  return sub(add(sum(mul(log(value), sub(concentration, 1.0)), {-1}), lgamma(sum(concentration, {-1}))),
+             sum(lgamma(concentration), {-1}));
+}
+Tensor Dirichlet::entropy() const {
+  const double k = double(concentration.size(-1));
+  const Tensor a0 = sum(concentration, {-1});
+  return sub(sub(sub(sum(lgamma(concentration), {-1}), lgamma(a0)), mul(rsub(k, a0), digamma(a0))),
+             sum(mul(sub(concentration, 1.0), digamma(concentration)), {-1}));
+}
+Tensor Dirichlet::mean() const { return div(concentration, sum(concentration, {-1}, true)); }
+Tensor Dirichlet::variance() const {
+  const Tensor con0 = sum(concentration, {-1}, true);
+  return div(mul(concentration, sub(con0, concentration)), mul(pow(con0, 2.0), add(con0, 1.0)));
+}
+Tensor Dirichlet::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  const Shape s = extended_shape(sample_shape);
+  const Tensor g = host_draws(concentration, s, [](ElementStream& st, double a) { return standard_gamma(st, a); });
+  return clamp(div(g, sum(g, {-1}, true)), finfo_tiny(concentration.dtype()), 1.0 - finfo_eps(concentration.dtype()));
+}
+
+// ---------------------------------------------------------------- Beta
+
+namespace {
+Dirichlet beta_dirichlet(const Tensor& c1, const Tensor& c0) {
+  auto [a, b] = broadcast_all("Beta", c1, c0);
+  return Dirichlet(stack({a, b}, -1));
+}
+}  // namespace
+Beta::Beta(const Tensor& c1, const Tensor& c0) : dirichlet_(beta_dirichlet(c1, c0)) {
+  std::tie(concentration1, concentration0) = broadcast_all("Beta", c1, c0);
+  batch_shape_ = concentration1.shape();
+}
+Beta::Beta(double c1, double c0) : Beta(number(c1), number(c0)) {}
+Tensor Beta::log_prob(const Tensor& value) const {
+  const Tensor v = value.to(concentration1.dtype());
+  return dirichlet_.log_prob(stack({v, rsub(1.0, v)}, -1));
+}
+Tensor Beta::entropy() const { return dirichlet_.entropy(); }
+Tensor Beta::mean() const { return div(concentration1, add(concentration1, concentration0)); }
+Tensor Beta::variance() const {
+  const Tensor total = add(concentration1, concentration0);
+  return div(mul(concentration1, concentration0), mul(pow(total, 2.0), add(total, 1.0)));
+}
+Tensor Beta::sample(const Shape& sample_shape) const { return dirichlet_.sample(sample_shape).select(-1, 0); }
+
+// ---------------------------------------------------------------- Poisson
+
+Poisson::Poisson(const Tensor& r) : rate(r) {
+  KILN_CHECK(r.defined() && r.is_floating_point(), "Poisson: rate must be a floating-point tensor");
+  check_constraint("Poisson", "rate", ge(r, 0.0), ">= 0", r);
+  batch_shape_ = rate.shape();
+}
+Poisson::Poisson(double r) : Poisson(number(r)) {}
+Tensor Poisson::log_prob(const Tensor& value) const {
+  auto [r, v] = broadcast_all("Poisson.log_prob", rate, value.is_floating_point() ? value : value.to(rate.dtype()));
+  return sub(sub(xlogy(v, r), r), lgamma(add(v, 1.0)));
+}
+Tensor Poisson::entropy() const { KILN_FAIL("Poisson: entropy has no closed form (PyTorch has none either)"); }
+Tensor Poisson::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return host_draws(rate, extended_shape(sample_shape), [](ElementStream& st, double l) { return poisson_draw(st, l); });
+}
+
+// ---------------------------------------------------------------- KL divergences
+
+Tensor kl_divergence(const Normal& p, const Normal& q) {
+  const Tensor var_ratio = pow(div(p.scale, q.scale), 2.0);
+  const Tensor t1 = pow(div(sub(p.loc, q.loc), q.scale), 2.0);
+  return mul(sub(sub(add(var_ratio, t1), 1.0), log(var_ratio)), 0.5);
+}
+Tensor kl_divergence(const Uniform& p, const Uniform& q) {
+  const Tensor result = log(div(sub(q.high, q.low), sub(p.high, p.low)));
+  return where(logical_or(gt(q.low, p.low), lt(q.high, p.high)), std::numeric_limits<double>::infinity(), result);
+}
+Tensor kl_divergence(const Exponential& p, const Exponential& q) {
+  const Tensor rate_ratio = div(q.rate, p.rate);
+  return sub(add(neg(log(rate_ratio)), rate_ratio), 1.0);
+}
+Tensor kl_divergence(const Laplace& p, const Laplace& q) {
+  const Tensor scale_ratio = div(p.scale, q.scale);
+  const Tensor loc_abs_diff = abs(sub(p.loc, q.loc));
+  const Tensor t1 = neg(log(scale_ratio)), t2 = div(loc_abs_diff, q.scale);
+  const Tensor t3 = mul(scale_ratio, exp(div(neg(loc_abs_diff), p.scale)));
+  return sub(add(add(t1, t2), t3), 1.0);
+}
+Tensor kl_divergence(const Bernoulli& p, const Bernoulli& q) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor t1 = mul(p.probs, sub(softplus(neg(q.logits)), softplus(neg(p.logits))));
+  t1 = where(eq(p.probs, 0.0), 0.0, where(eq(q.probs, 0.0), inf, t1));
+  Tensor t2 = mul(rsub(1.0, p.probs), sub(softplus(q.logits), softplus(p.logits)));
+  t2 = where(eq(p.probs, 1.0), 0.0, where(eq(q.probs, 1.0), inf, t2));
+  return add(t1, t2);
+}
+Tensor kl_divergence(const Categorical& p, const Categorical& q) {
+  Tensor t = mul(p.probs, sub(p.logits, q.logits));
+  t = where(eq(p.probs, 0.0), 0.0, where(eq(q.probs, 0.0), std::numeric_limits<double>::infinity(), t));
+  return sum(t, {-1});
+}
+Tensor kl_divergence(const Gamma& p, const Gamma& q) {
+  const Tensor t1 = mul(q.concentration, log(div(p.rate, q.rate)));
+  const Tensor t2 = sub(lgamma(q.concentration), lgamma(p.concentration));
+  const Tensor t3 = mul(sub(p.concentration, q.concentration), digamma(p.concentration));
+  const Tensor t4 = mul(sub(q.rate, p.rate), div(p.concentration, p.rate));
+  return add(add(add(t1, t2), t3), t4);
+}
+Tensor kl_divergence(const Beta& p, const Beta& q) {
+  const Tensor sp = add(p.concentration1, p.concentration0), sq = add(q.concentration1, q.concentration0);
+  const Tensor t1 = add(add(lgamma(q.concentration1), lgamma(q.concentration0)), lgamma(sp));
+  const Tensor t2 = add(add(lgamma(p.concentration1), lgamma(p.concentration0)), lgamma(sq));
+  const Tensor t3 = mul(sub(p.concentration1, q.concentration1), digamma(p.concentration1));
+  const Tensor t4 = mul(sub(p.concentration0, q.concentration0), digamma(p.concentration0));
+  const Tensor t5 = mul(sub(sq, sp), digamma(sp));
+  return add(add(add(sub(t1, t2), t3), t4), t5);
+}
+Tensor kl_divergence(const Poisson& p, const Poisson& q) {
+  return sub(mul(p.rate, sub(log(p.rate), log(q.rate))), sub(p.rate, q.rate));
+}
+
+}  // namespace kiln::distributions

@@ -1,0 +1,202 @@
+// Probability distributions (nn/distributions.h): log_prob against closed forms and
+// normalisation, entropy and KL divergence against numerical integration, the samplers'
+// moments and frequencies, reparameterised gradients, determinism under manual_seed, and
+// errors. (Against PyTorch 2.15: 1,956 values and gradients, docs/training.md.)
+#include <doctest/doctest.h>
+#include <cmath>
+#include <functional>
+#include "gradcheck.h"
+
+using namespace kiln;
+using kiln::test::f64;
+using kiln::test::gradcheck;
+using kiln::test::T;
+namespace D = kiln::distributions;
+
+namespace {
+std::vector<double> V(const Tensor& t) { return t.to(DType::float64).contiguous().to_vector<double>(); }
+double S(const Tensor& t) { return t.to(DType::float64).item(); }
+
+// The trapezoid rule of f over [a, b] with n intervals, f given as a tensor function.
+double integrate(const std::function<Tensor(const Tensor&)>& f, double a, double b, int64_t n = 200000) {
+  const Tensor x = linspace(a, b, n + 1, f64);
+  const std::vector<double> y = V(f(x));
+  double s = 0.5 * (y.front() + y.back());
+  for (size_t i = 1; i + 1 < y.size(); ++i) s += y[i];
+  return s * (b - a) / double(n);
+}
+// -integral p log p over [a, b]
+double entropy_by_quadrature(const D::Distribution& d, double a, double b) {
+  return integrate([&d](const Tensor& x) { return neg(xlogy(exp(d.log_prob(x)), exp(d.log_prob(x)))); }, a, b);
+}
+}  // namespace
+
+TEST_CASE("continuous distributions: log_prob, entropy, cdf/icdf by their definitions") {
+  const D::Normal n(T({0.3}, {1}), T({1.7}, {1}));
+  CHECK(S(n.log_prob(T({1.1}, {1}))) ==
+        doctest::Approx(-0.5 * std::pow(0.8 / 1.7, 2) - std::log(1.7) - 0.5 * std::log(2 * M_PI)).epsilon(1e-15));
+  CHECK(S(n.entropy()) == doctest::Approx(entropy_by_quadrature(n, -15, 15)).epsilon(1e-9));
+  CHECK(S(n.icdf(n.cdf(T({-0.4}, {1})))) == doctest::Approx(-0.4).epsilon(1e-14));
+  CHECK(integrate([&n](const Tensor& x) { return exp(n.log_prob(x)); }, -15, 15) == doctest::Approx(1.0).epsilon(1e-9));
+
+  const D::Laplace l(T({-0.5}, {1}), T({0.8}, {1}));
+  CHECK(S(l.entropy()) == doctest::Approx(entropy_by_quadrature(l, -30, 30)).epsilon(1e-6));
+  CHECK(S(l.icdf(l.cdf(T({0.9}, {1})))) == doctest::Approx(0.9).epsilon(1e-14));
+  const D::Exponential e(T({1.3}, {1}));
+  CHECK(S(e.entropy()) == doctest::Approx(entropy_by_quadrature(e, 0, 40)).epsilon(1e-6));
+  CHECK(S(e.icdf(e.cdf(T({0.7}, {1})))) == doctest::Approx(0.7).epsilon(1e-14));
+  const D::Uniform u(T({-1.0}, {1}), T({3.0}, {1}));
+  CHECK(S(u.entropy()) == doctest::Approx(std::log(4.0)));
+  CHECK(std::isinf(S(u.log_prob(T({3.0}, {1})))));  // [low, high): high is outside
+  CHECK(S(u.log_prob(T({-1.0}, {1}))) == doctest::Approx(-std::log(4.0)));
+  CHECK(S(u.cdf(T({5.0}, {1}))) == 1.0);
+
+  const D::Gamma g(T({2.5}, {1}), T({1.5}, {1}));
+  CHECK(integrate([&g](const Tensor& x) { return exp(g.log_prob(x)); }, 1e-9, 40) == doctest::Approx(1.0).epsilon(1e-7));
+  CHECK(S(g.entropy()) == doctest::Approx(entropy_by_quadrature(g, 1e-9, 40)).epsilon(1e-6));
+  const D::Beta b(T({2.5}, {1}), T({3.5}, {1}));
+  CHECK(integrate([&b](const Tensor& x) { return exp(b.log_prob(x)); }, 0, 1) == doctest::Approx(1.0).epsilon(1e-7));
+  CHECK(S(b.entropy()) == doctest::Approx(entropy_by_quadrature(b, 0, 1)).epsilon(1e-6));
+  CHECK(S(b.mean()) == doctest::Approx(2.5 / 6.0));
+  // Dirichlet of two categories is Beta
+  const D::Dirichlet dir(T({2.5, 3.5}, {2}));
+  CHECK(S(dir.log_prob(T({0.3, 0.7}, {2}))) == doctest::Approx(S(b.log_prob(T({0.3}, {1})))).epsilon(1e-14));
+  CHECK(S(dir.entropy()) == doctest::Approx(S(b.entropy())).epsilon(1e-14));
+  CHECK(dir.event_shape() == Shape{2});
+  CHECK(dir.batch_shape() == Shape{});
+}
+
+TEST_CASE("discrete distributions: probabilities sum to 1, log_prob by definition") {
+  const D::Bernoulli bp = D::Bernoulli::from_probs(T({0.2, 0.9}, {2}));
+  const D::Bernoulli bl = D::Bernoulli::from_logits(T({std::log(0.25), std::log(9.0)}, {2}));
+  CHECK(V(bl.probs)[0] == doctest::Approx(0.2));
+  CHECK(V(add(exp(bp.log_prob(T({0, 0}, {2}))), exp(bp.log_prob(T({1, 1}, {2}))))) == std::vector<double>{1.0, 1.0});
+  CHECK(V(bp.log_prob(T({1, 0}, {2})))[0] == doctest::Approx(std::log(0.2)));
+  CHECK(V(bp.entropy())[1] == doctest::Approx(-(0.9 * std::log(0.9) + 0.1 * std::log(0.1))));
+
+  const D::Categorical c = D::Categorical::from_probs(T({1, 2, 3, 4, 0, 0, 1, 1}, {2, 4}));
+  CHECK(c.batch_shape() == Shape{2});
+  CHECK(c.num_events() == 4);
+  CHECK(V(c.log_prob(T({2, 3}, {2}))) == std::vector<double>{std::log(0.3), std::log(0.5)});
+  // value broadcast against the batch: (3, 1) -> (3, 2)
+  CHECK(c.log_prob(T({0, 1, 2}, {3, 1})).shape() == Shape{3, 2});
+  CHECK(V(c.entropy())[1] == doctest::Approx(std::log(2.0)));  // the zero categories add 0
+  const D::Categorical cl = D::Categorical::from_logits(T({0.5, -1.0, 2.0}, {3}));
+  CHECK(S(sum(exp(cl.logits))) == doctest::Approx(1.0).epsilon(1e-15));
+  CHECK_THROWS_AS(c.log_prob(T({4, 0}, {2})), kiln::Error);  // out of range
+
+  const D::Poisson p(T({3.5}, {1}));
+  double total = 0;
+  for (int k = 0; k < 60; ++k) total += std::exp(S(p.log_prob(T({double(k)}, {1}))));
+  CHECK(total == doctest::Approx(1.0).epsilon(1e-14));
+  CHECK(S(p.log_prob(T({2.0}, {1}))) == doctest::Approx(2 * std::log(3.5) - 3.5 - std::log(2.0)).epsilon(1e-15));
+}
+
+TEST_CASE("KL divergences: 0 against themselves, numerical integrals otherwise") {
+  auto kl_by_quadrature = [](const D::Distribution& p, const D::Distribution& q, double a, double b) {
+    return integrate([&](const Tensor& x) { return mul(exp(p.log_prob(x)), sub(p.log_prob(x), q.log_prob(x))); }, a, b);
+  };
+  const D::Normal n1(T({0.3}, {1}), T({1.2}, {1})), n2(T({-0.4}, {1}), T({0.7}, {1}));
+  CHECK(S(D::kl_divergence(n1, n1)) == 0.0);
+  CHECK(S(D::kl_divergence(n1, n2)) == doctest::Approx(kl_by_quadrature(n1, n2, -15, 15)).epsilon(1e-8));
+  const D::Laplace l1(T({0.3}, {1}), T({1.2}, {1})), l2(T({-0.4}, {1}), T({0.7}, {1}));
+  CHECK(S(D::kl_divergence(l1, l2)) == doctest::Approx(kl_by_quadrature(l1, l2, -40, 40)).epsilon(1e-6));
+  const D::Gamma g1(T({2.0}, {1}), T({1.5}, {1})), g2(T({3.0}, {1}), T({0.8}, {1}));
+  CHECK(S(D::kl_divergence(g1, g2)) == doctest::Approx(kl_by_quadrature(g1, g2, 1e-9, 50)).epsilon(1e-6));
+  const D::Beta b1(T({2.0}, {1}), T({3.0}, {1})), b2(T({4.0}, {1}), T({1.5}, {1}));
+  CHECK(S(D::kl_divergence(b1, b2)) == doctest::Approx(kl_by_quadrature(b1, b2, 1e-12, 1 - 1e-12)).epsilon(1e-6));
+  const D::Exponential e1(T({2.0}, {1})), e2(T({0.5}, {1}));
+  CHECK(S(D::kl_divergence(e1, e2)) == doctest::Approx(kl_by_quadrature(e1, e2, 0, 40)).epsilon(1e-6));
+  const D::Uniform u1(T({0.0}, {1}), T({1.0}, {1})), u2(T({-1.0}, {1}), T({2.0}, {1}));
+  CHECK(S(D::kl_divergence(u1, u2)) == doctest::Approx(std::log(3.0)));
+  CHECK(std::isinf(S(D::kl_divergence(u2, u1))));  // q has no mass where p has
+  // discrete: the sums written out; a zero of q where p has mass is inf
+  const D::Categorical c1 = D::Categorical::from_probs(T({0.2, 0.3, 0.5}, {3}));
+  const D::Categorical c2 = D::Categorical::from_probs(T({0.4, 0.4, 0.2}, {3}));
+  CHECK(S(D::kl_divergence(c1, c2)) ==
+        doctest::Approx(0.2 * std::log(0.5) + 0.3 * std::log(0.75) + 0.5 * std::log(2.5)).epsilon(1e-14));
+  CHECK(std::isinf(S(D::kl_divergence(c1, D::Categorical::from_probs(T({0.5, 0.5, 0.0}, {3}))))));
+  CHECK(S(D::kl_divergence(D::Categorical::from_probs(T({0.5, 0.5, 0.0}, {3})), c1)) == doctest::Approx(
+                                                                                          0.5 * std::log(2.5) + 0.5 * std::log(0.5 / 0.3)));
+  const D::Bernoulli q1 = D::Bernoulli::from_probs(T({0.3}, {1})), q2 = D::Bernoulli::from_probs(T({0.6}, {1}));
+  CHECK(S(D::kl_divergence(q1, q2)) == doctest::Approx(0.3 * std::log(0.5) + 0.7 * std::log(0.7 / 0.4)).epsilon(1e-14));
+  const D::Poisson p1(T({2.0}, {1})), p2(T({3.0}, {1}));
+  CHECK(S(D::kl_divergence(p1, p2)) == doctest::Approx(2 * std::log(2.0 / 3.0) + 1.0).epsilon(1e-14));
+}
+
+TEST_CASE("samplers: shapes, moments, frequencies, determinism") {
+  manual_seed(21);
+  const int64_t n = 40000;
+  // mean and variance of n draws within 5 standard errors (var of a sample variance ~ 2 s^4 / n
+  // for these light tails; the kurtosis of Exponential/Gamma/Poisson gets a wider band)
+  auto check_moments = [](const D::Distribution& d, double mean, double var, double band = 5.0) {
+    const Tensor x = d.sample({n}).to(DType::float64);
+    CHECK(x.shape() == Shape{n, 1});
+    CHECK(std::fabs(S(kiln::mean(x)) - mean) < band * std::sqrt(var / double(n)));
+    CHECK(std::fabs(S(kiln::var(x)) - var) < 3 * band * var * std::sqrt(2.0 / double(n)));
+  };
+  check_moments(D::Normal(T({0.5}, {1}), T({2.0}, {1})), 0.5, 4.0);
+  check_moments(D::Uniform(T({-1.0}, {1}), T({3.0}, {1})), 1.0, 16.0 / 12);
+  check_moments(D::Exponential(T({2.0}, {1})), 0.5, 0.25);
+  check_moments(D::Laplace(T({1.0}, {1}), T({0.5}, {1})), 1.0, 0.5);
+  check_moments(D::Gamma(T({0.4}, {1}), T({2.0}, {1})), 0.2, 0.1, 8.0);  // alpha < 1: the boosted branch
+  check_moments(D::Gamma(T({5.0}, {1}), T({0.5}, {1})), 10.0, 20.0);
+  check_moments(D::Beta(T({2.0}, {1}), T({5.0}, {1})), 2.0 / 7, 10.0 / (49 * 8));
+  check_moments(D::Poisson(T({3.0}, {1})), 3.0, 3.0);     // multiplication of uniforms
+  check_moments(D::Poisson(T({40.0}, {1})), 40.0, 40.0);  // transformed rejection
+  check_moments(D::Bernoulli::from_probs(T({0.3}, {1})), 0.3, 0.21);
+  // Categorical: frequencies, shape sample_shape + batch_shape
+  const D::Categorical c = D::Categorical::from_probs(T({0.1, 0.6, 0.3, 0.5, 0.5, 0.0}, {2, 3}));
+  const Tensor s = c.sample({n});
+  CHECK(s.shape() == Shape{n, 2});
+  CHECK(s.dtype() == DType::int64);
+  const std::vector<double> counts = V(bincount(s.select(1, 0), {}, 3));
+  CHECK(std::fabs(counts[1] / double(n) - 0.6) < 5 * std::sqrt(0.24 / double(n)));
+  CHECK(max(s.select(1, 1)).item() <= 1.0);  // a zero-probability category is never drawn
+  // Dirichlet draws lie on the simplex
+  const Tensor dd = D::Dirichlet(T({0.5, 1.0, 2.0}, {3})).sample({100, 2});
+  CHECK(dd.shape() == Shape{100, 2, 3});
+  CHECK(max(abs(sub(sum(dd, {-1}), 1.0))).item() < 1e-6);
+  // manual_seed repeats every sampler
+  manual_seed(5);
+  const Tensor a1 = D::Gamma(T({1.5}, {1}), T({1.0}, {1})).sample({8}), a2 = D::Poisson(T({20.0}, {1})).sample({8});
+  manual_seed(5);
+  CHECK(V(D::Gamma(T({1.5}, {1}), T({1.0}, {1})).sample({8})) == V(a1));
+  CHECK(V(D::Poisson(T({20.0}, {1})).sample({8})) == V(a2));
+}
+
+TEST_CASE("rsample carries gradients to the parameters; log_prob is differentiable") {
+  manual_seed(22);
+  Tensor loc = T({0.5, -1.0}, {2}).requires_grad_(true), scale = T({2.0, 0.5}, {2}).requires_grad_(true);
+  const D::Normal n(loc, scale);
+  const Tensor x = n.rsample({1000});
+  const auto g = kiln::grad({sum(x)}, {loc, scale});
+  CHECK(V(g[0]) == std::vector<double>{1000.0, 1000.0});  // d x / d loc = 1
+  CHECK(V(g[1])[0] == doctest::Approx(S(sum(div(sub(x.detach().select(1, 0), 0.5), 2.0)))));  // = eps
+  CHECK_FALSE(n.sample().requires_grad());
+  CHECK(gradcheck([](auto& t) { return D::Normal(t[0], t[1]).log_prob(t[2]); },
+                  {T({0.1, 0.4}, {2}), T({1.5, 0.6}, {2}), T({0.3, -0.2}, {2})}));
+  CHECK(gradcheck([](auto& t) { return D::Gamma(t[0], t[1]).log_prob(t[2]); },
+                  {T({1.5, 3.0}, {2}), T({0.6, 2.0}, {2}), T({0.3, 1.2}, {2})}));
+  CHECK(gradcheck([](auto& t) { return D::kl_divergence(D::Beta(t[0], t[1]), D::Beta(t[2], t[3])); },
+                  {T({1.5}, {1}), T({0.6}, {1}), T({2.0}, {1}), T({3.0}, {1})}));
+  CHECK(gradcheck([](auto& t) { return D::Categorical::from_logits(t[0]).entropy(); }, {randn({2, 4}, f64)}));
+}
+
+TEST_CASE("distributions: parameter checks and errors") {
+  CHECK_THROWS_WITH_AS(D::Normal(T({0.0}, {1}), T({0.0}, {1})), doctest::Contains("Normal: every entry of scale must be > 0"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Normal(T({0.0}, {1}), T({NAN}, {1})), doctest::Contains("scale"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Uniform(2.0, 1.0), doctest::Contains("below high"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Bernoulli::from_probs(T({1.2}, {1})), doctest::Contains("in [0, 1]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Categorical::from_probs(T({0.5}, {})), doctest::Contains("at least one dim"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Poisson(-1.0), doctest::Contains(">= 0"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Poisson(1.0).entropy(), doctest::Contains("no closed form"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Gamma(1.0, 1.0).rsample(), doctest::Contains("Gamma: rsample is not available"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Normal(T({0.0, 1.0}, {2}), T({1.0, 1.0, 1.0}, {3})), doctest::Contains("Normal"), kiln::Error);
+  // a Python float's dtype: float32 parameters, shape ()
+  const D::Normal s(0.0, 1.0);
+  CHECK(s.loc.dtype() == DType::float32);
+  CHECK(s.batch_shape() == Shape{});
+  CHECK(s.sample({3}).shape() == Shape{3});
+}
