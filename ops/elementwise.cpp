@@ -445,17 +445,22 @@ Tensor logaddexp2(const Tensor& a, const Tensor& b) {
   return where(logical_and(isinf(a), eq(a, b)), a, r);
 }
 
+// xlogy's and xlog1py's value (PyTorch's): 0 where x == 0 (unless y is NaN), else x log(y) or
+// x log1p(y); y is replaced by 1 (or 0) in the masked places, which keeps 0 * -inf out.
+static Tensor xlog_value(const char* name, const Tensor& x, const Tensor& y, bool one_plus) {
+  KILN_CHECK(x.defined() && y.defined(), name, ": an input is undefined");
+  NoGradGuard ng;
+  const Tensor zero_x = logical_and(eq(x, 0.0), logical_not(isnan(y)));
+  Tensor yf = y;
+  if (!yf.is_floating_point()) yf = yf.to(x.is_floating_point() ? x.dtype() : DType::float32);
+  const Tensor neutral = full({}, one_plus ? 0.0 : 1.0, {.dtype = yf.dtype(), .device = yf.device()});
+  const Tensor safe = where(zero_x, neutral, yf);
+  const Tensor r = mul(x, one_plus ? log1p(safe) : log(safe));
+  return where(zero_x, zeros({}, {.dtype = r.dtype(), .device = r.device()}), r);
+}
+
 Tensor xlog1py(const Tensor& x, const Tensor& y) {
-  KILN_CHECK(x.defined() && y.defined(), "xlog1py: an input is undefined");
-  Tensor out;
-  {
-    NoGradGuard ng;
-    const Tensor zero_x = logical_and(eq(x, 0.0), logical_not(isnan(y)));
-    Tensor yf = y;
-    if (!yf.is_floating_point()) yf = yf.to(x.is_floating_point() ? x.dtype() : DType::float32);
-    const Tensor r = mul(x, log1p(where(zero_x, zeros({}, {.dtype = yf.dtype(), .device = yf.device()}), yf)));
-    out = where(zero_x, zeros({}, {.dtype = r.dtype(), .device = r.device()}), r);
-  }
+  Tensor out = xlog_value("xlog1py", x, y, true);
   if (!any_requires_grad({x, y})) return out;
   // PyTorch's derivatives: d/dx = xlog1py(g, y), 0 where x == 0 and y <= -1; d/dy = g x / (1 + y)
   auto backward = [x, y](const Tensor& g, const std::vector<bool>& n) {
@@ -468,18 +473,7 @@ Tensor xlog1py(const Tensor& x, const Tensor& y) {
 }
 
 Tensor xlogy(const Tensor& x, const Tensor& y) {
-  KILN_CHECK(x.defined() && y.defined(), "xlogy: an input is undefined");
-  // PyTorch's value: 0 where x == 0 (unless y is NaN), else x log y; log of 1 in the masked
-  // places keeps 0 * -inf out
-  Tensor out;
-  {
-    NoGradGuard ng;
-    const Tensor zero_x = logical_and(eq(x, 0.0), logical_not(isnan(y)));
-    Tensor yf = y;
-    if (!yf.is_floating_point()) yf = yf.to(x.is_floating_point() ? x.dtype() : DType::float32);
-    const Tensor r = mul(x, log(where(zero_x, ones({}, {.dtype = yf.dtype(), .device = yf.device()}), yf)));
-    out = where(zero_x, zeros({}, {.dtype = r.dtype(), .device = r.device()}), r);
-  }
+  Tensor out = xlog_value("xlogy", x, y, false);
   if (!any_requires_grad({x, y})) return out;
   // PyTorch's derivatives: d/dx = log(y), also where x == 0, except 0 where x and y are both
   // 0; d/dy = x / y (NaN at 0 / 0)
