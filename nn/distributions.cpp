@@ -9,6 +9,7 @@
 #include "kiln/core/rng.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/linalg.h"
 #include "kiln/ops/loss.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/sampling.h"
@@ -470,6 +471,72 @@ Tensor Poisson::sample(const Shape& sample_shape) const {
   return host_draws(rate, extended_shape(sample_shape), [](ElementStream& st, double l) { return poisson_draw(st, l); });
 }
 
+// ---------------------------------------------------------------- MultivariateNormal
+
+namespace {
+// || L^-1 x ||^2 over the last dim (PyTorch's _batch_mahalanobis), L and x broadcast.
+Tensor batch_mahalanobis(const Tensor& L, const Tensor& x) {
+  return sum(pow(linalg::solve_triangular(L, x.unsqueeze(-1), /*upper=*/false).squeeze(-1), 2.0), {-1});
+}
+Tensor half_log_det(const Tensor& L) { return sum(log(linalg::diagonal(L)), {-1}); }
+void check_mvn(const Tensor& loc, const Tensor& m, const char* what) {
+  KILN_CHECK(loc.defined() && loc.is_floating_point() && loc.dim() >= 1,
+             "MultivariateNormal: loc must be a floating-point tensor of at least one dim, got ",
+             loc.defined() ? describe(loc) : "undefined");
+  KILN_CHECK(m.defined() && m.dim() >= 2 && m.size(-1) == m.size(-2) && m.size(-1) == loc.size(-1),
+             "MultivariateNormal: ", what, " must be (..., n, n) with n = loc.size(-1) = ", loc.size(-1), ", got ",
+             m.defined() ? describe(m) : "undefined");
+}
+}  // namespace
+
+MultivariateNormal::MultivariateNormal(const Tensor& l, const Tensor& L) : scale_tril(L) {
+  const int64_t n = l.size(-1);
+  const Shape batch = broadcast_shapes(Shape(L.shape().begin(), L.shape().end() - 2),
+                                       Shape(l.shape().begin(), l.shape().end() - 1), "MultivariateNormal");
+  Shape ls = batch;
+  ls.push_back(n);
+  loc = l.expand(ls);
+  batch_shape_ = batch;
+  event_shape_ = {n};
+}
+MultivariateNormal MultivariateNormal::from_covariance(const Tensor& loc, const Tensor& cov) {
+  check_mvn(loc, cov, "covariance_matrix");
+  return MultivariateNormal(loc, linalg::cholesky(cov));  // an error names a matrix that is not positive-definite
+}
+MultivariateNormal MultivariateNormal::from_precision(const Tensor& loc, const Tensor& P) {
+  check_mvn(loc, P, "precision_matrix");
+  // PyTorch's _precision_to_scale_tril: the Cholesky factor of P with rows and columns reversed
+  const Tensor Lf = linalg::cholesky(flip(P, {-2, -1}));
+  const Tensor L_inv = flip(Lf, {-2, -1}).transpose(-2, -1);
+  const Tensor I = eye(P.size(-1), -1, {.dtype = P.dtype(), .device = P.device()});
+  return MultivariateNormal(loc, linalg::solve_triangular(L_inv, I, /*upper=*/false));
+}
+MultivariateNormal MultivariateNormal::from_scale_tril(const Tensor& loc, const Tensor& L) {
+  check_mvn(loc, L, "scale_tril");
+  return MultivariateNormal(loc, L);
+}
+Tensor MultivariateNormal::log_prob(const Tensor& value) const {
+  const Tensor diff = sub(value, loc);
+  const Tensor M = batch_mahalanobis(scale_tril, diff);
+  return sub(mul(add(M, double(event_shape_[0]) * std::log(2 * M_PI)), -0.5), half_log_det(scale_tril));
+}
+Tensor MultivariateNormal::entropy() const {
+  const Tensor H = add(half_log_det(scale_tril), 0.5 * double(event_shape_[0]) * (1.0 + std::log(2 * M_PI)));
+  return H.expand(batch_shape_);
+}
+Tensor MultivariateNormal::variance() const { return sum(pow(scale_tril, 2.0), {-1}).expand(loc.shape()); }
+Tensor MultivariateNormal::covariance_matrix() const {
+  return matmul(scale_tril, scale_tril.transpose(-2, -1)).expand(concat(batch_shape_, {event_shape_[0], event_shape_[0]}));
+}
+Tensor MultivariateNormal::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor MultivariateNormal::rsample(const Shape& sample_shape) const {
+  const Tensor eps = randn(extended_shape(sample_shape), {.dtype = loc.dtype(), .device = loc.device()});
+  return add(loc, matmul(scale_tril, eps.unsqueeze(-1)).squeeze(-1));  // PyTorch's _batch_mv
+}
+
 // ---------------------------------------------------------------- KL divergences
 
 Tensor kl_divergence(const Normal& p, const Normal& q) {
@@ -525,4 +592,21 @@ Tensor kl_divergence(const Poisson& p, const Poisson& q) {
   return sub(mul(p.rate, sub(log(p.rate), log(q.rate))), sub(p.rate, q.rate));
 }
 
+}  // namespace kiln::distributions
+
+namespace kiln::distributions {
+Tensor kl_divergence(const MultivariateNormal& p, const MultivariateNormal& q) {
+  KILN_CHECK(p.event_shape() == q.event_shape(), "kl_divergence(MultivariateNormal, MultivariateNormal): event shapes ",
+             shape_str(p.event_shape()), " and ", shape_str(q.event_shape()), " differ");
+  const int64_t n = p.event_shape()[0];
+  const Tensor half_term1 = sub(half_log_det(q.scale_tril), half_log_det(p.scale_tril));
+  const Shape batch = broadcast_shapes(Shape(q.scale_tril.shape().begin(), q.scale_tril.shape().end() - 2),
+                                       Shape(p.scale_tril.shape().begin(), p.scale_tril.shape().end() - 2),
+                                       "kl_divergence(MultivariateNormal, MultivariateNormal)");
+  const Shape bnn = concat(batch, {n, n});
+  const Tensor X = linalg::solve_triangular(q.scale_tril.expand(bnn), p.scale_tril.expand(bnn), /*upper=*/false);
+  const Tensor term2 = sum(pow(X, 2.0), {-2, -1});  // PyTorch's _batch_trace_XXT
+  const Tensor term3 = batch_mahalanobis(q.scale_tril, sub(q.loc, p.loc));
+  return add(half_term1, mul(sub(add(term2, term3), double(n)), 0.5));
+}
 }  // namespace kiln::distributions

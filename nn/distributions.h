@@ -212,6 +212,30 @@ class Poisson : public Distribution {
   Tensor rate;
 };
 
+/// N(loc, Sigma) over the last dim (event_shape (n)), Sigma given as a covariance matrix
+/// (factored by linalg::cholesky), a precision matrix, or its lower Cholesky factor
+/// scale_tril; loc (..., n) and the matrix's batch dims broadcast.
+class MultivariateNormal : public Distribution {
+ public:
+  static MultivariateNormal from_covariance(const Tensor& loc, const Tensor& covariance_matrix);
+  static MultivariateNormal from_precision(const Tensor& loc, const Tensor& precision_matrix);
+  static MultivariateNormal from_scale_tril(const Tensor& loc, const Tensor& scale_tril);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override { return loc; }
+  /// The diagonal of Sigma (..., n).
+  Tensor variance() const override;
+  Tensor covariance_matrix() const;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
+  const char* name() const override { return "MultivariateNormal"; }
+  /// loc expanded to batch_shape + (n); scale_tril as given or computed (not expanded).
+  Tensor loc, scale_tril;
+
+ private:
+  MultivariateNormal(const Tensor& loc, const Tensor& scale_tril);
+};
+
 /// KL(p || q) in closed form, PyTorch's formulas (inf where q is 0 and p is not).
 Tensor kl_divergence(const Normal& p, const Normal& q);
 Tensor kl_divergence(const Uniform& p, const Uniform& q);
@@ -222,5 +246,6 @@ Tensor kl_divergence(const Categorical& p, const Categorical& q);
 Tensor kl_divergence(const Gamma& p, const Gamma& q);
 Tensor kl_divergence(const Beta& p, const Beta& q);
 Tensor kl_divergence(const Poisson& p, const Poisson& q);
+Tensor kl_divergence(const MultivariateNormal& p, const MultivariateNormal& q);
 
 }  // namespace kiln::distributions

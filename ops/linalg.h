@@ -59,4 +59,37 @@ std::string float32_matmul_precision();
 /// True when float32 GEMMs may use TF32 ("high" or "medium"); what the CUDA kernels read.
 bool float32_matmul_allows_tf32();
 
+/// torch.linalg's solvers and factorizations (ops/linalg_decomp.cpp) on batches of square
+/// matrices (..., n, n), float32 or float64, with PyTorch's gradients written in recorded ops
+/// (so twice differentiable). Computed in float64 on the host (Eigen's blocked Cholesky and
+/// partial-pivoting LU; float32 inputs rounded once at the end, CUDA tensors through a copy:
+/// no cuSOLVER). Failures are kiln::Errors naming the op, the matrix of the batch and the
+/// order of the failing minor or the zero pivot, as PyTorch's messages.
+namespace linalg {
+/// L lower triangular with L L^T = A (A symmetric positive-definite; its lower triangle is
+/// read); upper: L^T instead.
+Tensor cholesky(const Tensor& A, bool upper = false);
+/// X with A X = B (left) or X A = B (right), A triangular (unitriangular: a diagonal of ones,
+/// not read). A and B broadcast over their batch dims; the gradient of A keeps its triangle.
+Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left = true, bool unitriangular = false);
+/// X with A X = B (left) or X A = B, by LU. B (..., n, k), or a vector: (n) or A's batch shape
+/// + (n) (PyTorch's rule). Batch dims broadcast. A singular A (an exactly zero pivot) is an error.
+Tensor solve(const Tensor& A, const Tensor& B, bool left = true);
+/// A^-1 (an error for a singular A); the gradient -A^-T g A^-T.
+Tensor inv(const Tensor& A);
+/// det(A) from A's LU factors; its gradient g det(A) A^-T (at a singular A: an error, where
+/// PyTorch goes through an SVD).
+Tensor det(const Tensor& A);
+/// sign(det A) and log |det A| (-inf at a singular A), differentiable in logabsdet.
+struct SignLogAbsDet {
+  Tensor sign, logabsdet;
+};
+SignLogAbsDet slogdet(const Tensor& A);
+/// log det(A): NaN where det < 0, -inf where det = 0 (torch.logdet).
+Tensor logdet(const Tensor& A);
+/// The main diagonals of a batch of matrices (..., n, m) -> (..., min(n, m)), differentiable
+/// (torch.diagonal(x, 0, -2, -1)).
+Tensor diagonal(const Tensor& x);
+}  // namespace linalg
+
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Kernel types of the linalg op family (matmul, linear) and the CPU GEMM they share with
 // the conv kernels. Row-major BLAS conventions; kernels take raw pointers, never Tensors.
-// Eigen stays inside ops/cpu/linalg.cpp: this header declares, it does not include Eigen.
+// Eigen stays inside ops/cpu/linalg.cpp and ops/cpu/linalg_decomp.cpp: this header declares,
+// it does not include Eigen.
 #pragma once
 #include <cstdint>
 #include "kiln/core/dtype.h"
@@ -47,5 +48,24 @@ void gemm_rows_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 
 /// Makes Eigen's GEMM use kiln::get_num_threads() threads (call outside parallel regions).
 void sync_eigen_threads();
+
+// ---- dense factorizations (ops/cpu/linalg_decomp.cpp, Eigen), float64 on the host: one
+// n x n row-major matrix per call; the torch.linalg ops (ops/linalg_decomp.cpp) loop them over
+// a batch, through a host copy on any device.
+
+/// L (lower, zeros above) with L L^T = A, reading A's lower triangle only (LAPACK's potrf).
+/// Returns 0, or k > 0: the leading minor of order k is not positive-definite (L undefined).
+int64_t cholesky_f64(const double* a, double* l, int64_t n);
+/// X (n, k) with A X = B by LU with partial pivoting. Returns 0, or i > 0: U's i-th diagonal
+/// element is exactly zero (A singular; X undefined).
+int64_t lu_solve_f64(const double* a, const double* b, double* x, int64_t n, int64_t k);
+/// det(A) as a sign (-1, 0 or 1) and log |det(A)| from A's LU factors (-inf when singular),
+/// and the plain product of U's diagonal times the permutation's sign in *det.
+void lu_det_f64(const double* a, int64_t n, double* sign, double* logabsdet, double* det);
+/// X with op(A) X = B (left, X and B (n, k)) or X op(A) = B (right, X and B (k, n)), A
+/// triangular (upper or lower; unit: its diagonal read as ones). Zeros on A's diagonal give
+/// inf / NaN, as LAPACK's trtrs without its check.
+void triangular_solve_f64(const double* a, const double* b, double* x, int64_t n, int64_t k, bool upper, bool left,
+                          bool unit);
 
 }  // namespace kiln
