@@ -3,6 +3,7 @@
 // as doctest skips) where no GPU is available.
 #include <doctest/doctest.h>
 #include <cmath>
+#include <functional>
 #include <string>
 #include "gradcheck.h"
 #include "parity.h"
@@ -158,6 +159,37 @@ TEST_CASE("cuda parity: float32 matmul/linear with TF32 allowed (\"high\")" * do
   CHECK(compare(linear(a.to(kGpu), w.to(kGpu), bias.to(kGpu)), linear(a, w, bias), tf32) == "");
   set_float32_matmul_precision("highest");  // strict float32 again
   CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), 1e-5) == "");
+}
+
+TEST_CASE("cuda parity: linalg solvers on CUDA tensors (a host copy) and their backward" * doctest::skip(kNoGpu)) {
+  manual_seed(12);
+  for (DType dt : {DType::float32, DType::float64}) {
+    INFO(dtype_name(dt));
+    const double tol = rtol_for(dt);
+    const Tensor m = randn({2, 4, 4}, {.dtype = dt});
+    const Tensor A = add(matmul(m, m.transpose(-2, -1)), mul(eye(4, -1, {.dtype = dt}), 4.0));
+    const Tensor B = randn({2, 4, 3}, {.dtype = dt});
+    const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&)>>> ops = {
+        {"cholesky", [](const Tensor& a, const Tensor&) { return linalg::cholesky(a); }},
+        {"solve", [](const Tensor& a, const Tensor& b) { return linalg::solve(a, b); }},
+        {"solve_triangular", [](const Tensor& a, const Tensor& b) { return linalg::solve_triangular(tril(a), b, false); }},
+        {"inv", [](const Tensor& a, const Tensor&) { return linalg::inv(a); }},
+        {"det", [](const Tensor& a, const Tensor&) { return linalg::det(a); }},
+        {"logdet", [](const Tensor& a, const Tensor&) { return linalg::logdet(a); }},
+    };
+    for (const auto& [name, f] : ops) {
+      INFO(name);
+      Tensor ga = A.to(kGpu).requires_grad_(), gb = B.to(kGpu).requires_grad_();
+      Tensor ca = A.clone().requires_grad_(), cb = B.clone().requires_grad_();
+      Tensor gy = f(ga, gb), cy = f(ca, cb);
+      CHECK(gy.device() == ga.device());
+      CHECK(compare(gy, cy, tol) == "");
+      Tensor w = randn(cy.shape(), {.dtype = dt});
+      gy.backward(w.to(kGpu));
+      cy.backward(w);
+      CHECK(compare(ga.grad(), ca.grad(), tol) == "");
+    }
+  }
 }
 
 TEST_CASE("set_float32_matmul_precision: valid values round-trip, others are rejected by name") {
