@@ -177,8 +177,9 @@ TEST_CASE("cuda parity: linalg solvers on CUDA tensors (a host copy) and their b
         {"det", [](const Tensor& a, const Tensor&) { return linalg::det(a); }},
         {"logdet", [](const Tensor& a, const Tensor&) { return linalg::logdet(a); }},
     };
-    for (const auto& [name, f] : ops) {
-      INFO(name);
+    for (const auto& op : ops) {  // no structured binding: clang refuses one captured by INFO
+      const auto& f = op.second;
+      INFO(op.first);
       Tensor ga = A.to(kGpu).requires_grad_(), gb = B.to(kGpu).requires_grad_();
       Tensor ca = A.clone().requires_grad_(), cb = B.clone().requires_grad_();
       Tensor gy = f(ga, gb), cy = f(ca, cb);
