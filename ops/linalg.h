@@ -77,10 +77,14 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left 
 Tensor solve(const Tensor& A, const Tensor& B, bool left = true);
 /// A^-1 (an error for a singular A); the gradient -A^-T g A^-T.
 Tensor inv(const Tensor& A);
-/// det(A) from A's LU factors; its gradient g det(A) A^-T (at a singular A: an error, where
-/// PyTorch goes through an SVD).
+/// det(A) from A's LU factors; its gradient g det(A) A^-T, or g cofactor(A) where a matrix
+/// of the batch is singular (exact there too; PyTorch goes through an SVD).
 Tensor det(const Tensor& A);
-/// sign(det A) and log |det A| (-inf at a singular A), differentiable in logabsdet.
+/// The cofactor matrix C_ij = (-1)^(i+j) det(A without row i and column j) = det(A) A^-T, also
+/// for a singular A: the n^2 minors' determinants (O(n^5)), differentiable.
+Tensor cofactor(const Tensor& A);
+/// sign(det A) and log |det A| (-inf at a singular A), differentiable in logabsdet (A^-T; at a
+/// singular A cofactor(A) / 0: +-inf, as PyTorch's).
 struct SignLogAbsDet {
   Tensor sign, logabsdet;
 };

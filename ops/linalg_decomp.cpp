@@ -191,13 +191,15 @@ std::array<Tensor, 3> lu_dets(const Tensor& A) {
   for (int64_t i = 0; i < nb; ++i) lu_det_f64(a.data() + i * n * n, n, &sign[size_t(i)], &logabs[size_t(i)], &det[size_t(i)]);
   return {like(sign, batch, A), like(logabs, batch, A), like(det, batch, A)};
 }
-// A^-T for a backward: an error naming op at a singular A (PyTorch goes through an SVD there).
-Tensor inverse_transpose(const char* op, const Tensor& A) {
-  try {
-    return mT(inv(A));
-  } catch (const Error&) {
-    KILN_FAIL(op, ": the gradient at a singular matrix is not implemented (PyTorch computes it through an SVD)");
-  }
+bool any_zero(const Tensor& d) {
+  NoGradGuard ng;
+  return any(eq(d, 0.0)).item<bool>();
+}
+// det(A) A^-T, the gradient of det: through inv where every det is nonzero (PyTorch's path),
+// else the cofactor matrix, exact at a singular A too. d: the dets, A's batch shape.
+Tensor det_times_inverse_transpose(const Tensor& A, const Tensor& d) {
+  if (any_zero(d)) return cofactor(A);
+  return mul(d.unsqueeze(-1).unsqueeze(-1), mT(inv(A)));
 }
 }  // namespace
 
@@ -206,8 +208,8 @@ Tensor det(const Tensor& A) {
   Tensor d = lu_dets(A)[2];
   const Tensor ds = d.detach();
   record(d, "linalg.det", {A}, {A, ds}, [A, ds](const Tensor& g, const std::vector<bool>&) {
-    const Tensor gd = mul(g, saved_output(ds)).unsqueeze(-1).unsqueeze(-1);
-    return std::vector<Tensor>{mul(gd, inverse_transpose("linalg.det", A))};
+    return std::vector<Tensor>{
+        mul(g.unsqueeze(-1).unsqueeze(-1), det_times_inverse_transpose(A, saved_output(ds)))};
   });
   return twice_differentiable(d);
 }
@@ -215,12 +217,35 @@ Tensor det(const Tensor& A) {
 SignLogAbsDet slogdet(const Tensor& A) {
   check_square("linalg.slogdet", A);
   auto [sign, logabs, d] = lu_dets(A);
-  (void)d;
-  record(logabs, "linalg.slogdet", {A}, {A}, [A](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{mul(g.unsqueeze(-1).unsqueeze(-1), inverse_transpose("linalg.slogdet", A))};
+  // A^-T, or at a singular A cofactor(A) / det: +-inf (NaN where a cofactor is 0 too), as PyTorch's
+  const Tensor ds = d.detach();
+  record(logabs, "linalg.slogdet", {A}, {A, ds}, [A, ds](const Tensor& g, const std::vector<bool>&) {
+    const Tensor dt = any_zero(ds) ? div(cofactor(A), ds.unsqueeze(-1).unsqueeze(-1)) : mT(inv(A));
+    return std::vector<Tensor>{mul(g.unsqueeze(-1).unsqueeze(-1), dt)};
   });
   twice_differentiable(logabs);
   return {sign, logabs};
+}
+
+Tensor cofactor(const Tensor& A) {
+  check_square("linalg.cofactor", A);
+  const int64_t n = A.size(-1);
+  if (n <= 1) return ones_like(A);  // the 0 x 0 minor's det is 1
+  // the (n - 1) x (n - 1) minors M_ij (A without row i and column j), as one batch (..., n, n,
+  // n - 1, n - 1) gathered by index_select, then det: C_ij = (-1)^(i + j) det M_ij
+  std::vector<int64_t> others;  // for each i, the n - 1 indices other than i
+  std::vector<double> signs;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < n; ++r)
+      if (r != i) others.push_back(r);
+    for (int64_t j = 0; j < n; ++j) signs.push_back((i + j) % 2 ? -1.0 : 1.0);
+  }
+  const Tensor idx = from_vector(others, {n * (n - 1)}, {.dtype = DType::int64, .device = A.device()});
+  const Shape b = leading(A, 2);
+  const Tensor rows = index_select(A, -2, idx).reshape(with(b, {n, n - 1, n}));               // [i, r, c]
+  const Tensor m = index_select(rows, -1, idx).reshape(with(b, {n, n - 1, n, n - 1}));        // [i, r, j, c']
+  const Tensor minors = m.transpose(-3, -2);                                                   // [i, j, r, c']
+  return mul(det(minors), from_vector<double>(signs, {n, n}).to(A.dtype()).to(A.device()));
 }
 
 Tensor logdet(const Tensor& A) {

@@ -92,10 +92,18 @@ TEST_CASE("inv, det, slogdet, logdet") {
   CHECK(z.logabsdet.item() == -INFINITY);
   CHECK(std::isnan(L::logdet(T({0, 1, 1, 0}, {2, 2})).item()));  // det -1
   CHECK(L::logdet(T({2, 0, 0, 3}, {2, 2})).item() == doctest::Approx(std::log(6.0)).epsilon(1e-15));
-  // det's gradient at a singular matrix (PyTorch's SVD path) is refused with a message
-  Tensor sing = T({1, 2, 2, 4}, {2, 2}).requires_grad_(true);
-  CHECK_THROWS_WITH_AS(L::det(sing).backward(), doctest::Contains("linalg.det: the gradient at a singular matrix"),
-                       kiln::Error);
+  // det's gradient at a singular matrix is its cofactor matrix (PyTorch 2.15's, through an SVD:
+  // [[4, 4, -4], [-2, -2, 2], [0, 0, 0]]), and twice differentiable there
+  Tensor sing = T({1, 2, 3, 2, 4, 6, 1, 0, 1}, {3, 3}).requires_grad_(true);
+  const Tensor gs = kiln::grad({L::det(sing)}, {sing}, {}, {.create_graph = true})[0];
+  CHECK(maxabs(sub(gs, T({4, 4, -4, -2, -2, 2, 0, 0, 0}, {3, 3}))) < 1e-14);
+  CHECK(maxabs(sub(kiln::grad({sum(gs)}, {sing})[0], T({-1, 4, -3, 0, -2, 2, 1, -2, 1}, {3, 3}))) < 1e-14);
+  CHECK(maxabs(sub(L::cofactor(A), mul(L::det(A).unsqueeze(-1).unsqueeze(-1), mT(L::inv(A))))) < 1e-12);
+  CHECK(gradcheck([](auto& t) { return L::det(t[0]); }, {T({1, 2, 3, 2, 4, 6, 1, 0, 1}, {3, 3})}));
+  // log |det|'s gradient there is infinite (cofactor / 0), as PyTorch's
+  Tensor sing2 = T({1, 2, 2, 4}, {2, 2}).requires_grad_(true);
+  L::slogdet(sing2).logabsdet.backward();
+  CHECK(std::isinf(sing2.grad().to_vector<double>()[0]));
   CHECK(L::inv(A.to(DType::float32)).dtype() == DType::float32);
   CHECK(L::diagonal(T({1, 2, 3, 4, 5, 6}, {2, 3})).to_vector<double>() == std::vector<double>{1, 5});
 }
