@@ -14,6 +14,7 @@
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/sampling.h"
 #include "kiln/ops/shape_ops.h"
+#include "kiln/ops/special_math.h"
 
 namespace kiln::distributions {
 namespace {
@@ -117,6 +118,51 @@ double standard_gamma(ElementStream& s, double alpha) {
   }
 }
 
+// d x / d alpha for x ~ Gamma(alpha, 1) with its CDF held fixed (the implicit reparameterisation
+// gradient, -dF/dalpha / dF/dx), by PyTorch's approximations (Jankowiak and Obermeyer, 2018): a
+// Taylor series of the CDF for x < 0.8, Rice's saddle-point expansion for alpha > 8, a bivariate
+// rational fit in (log(x / alpha), log alpha) elsewhere.
+double standard_gamma_grad(double alpha, double x) {
+  if (x < 0.8) {
+    double numer = 1, denom = alpha, s1 = numer / denom, s2 = numer / (denom * denom);
+    for (int i = 1; i <= 5; ++i) {
+      numer *= -x / double(i);
+      denom += 1;
+      s1 += numer / denom;
+      s2 += numer / (denom * denom);
+    }
+    const double pow_x_alpha = std::pow(x, alpha), pdf = std::pow(x, alpha - 1) * std::exp(-x);
+    const double cdf = pow_x_alpha * s1;
+    const double cdf_alpha = (std::log(x) - math::digamma(alpha)) * cdf - pow_x_alpha * s2;
+    const double r = -cdf_alpha / pdf;
+    return std::isnan(r) ? 0.0 : r;
+  }
+  if (alpha > 8.0) {
+    if (0.9 * alpha <= x && x <= 1.1 * alpha) {
+      const double n1 = 1 + 24 * alpha * (1 + 12 * alpha);
+      const double n2 = 1440 * (alpha * alpha) + 6 * x * (53 - 120 * x) - 65 * x * x / alpha + alpha * (107 + 3600 * x);
+      return n1 * n2 / (1244160 * (alpha * alpha) * (alpha * alpha));
+    }
+    const double denom = std::sqrt(8 * alpha), t2 = denom / (alpha - x);
+    const double t3 = std::pow(x - alpha - alpha * std::log(x / alpha), -1.5);
+    const double t23 = x < alpha ? t2 - t3 : t2 + t3;
+    const double t1 = std::log(x / alpha) * t23 - std::sqrt(2 / alpha) * (alpha + x) / ((alpha - x) * (alpha - x));
+    const double stirling = 1 + 1 / (12 * alpha) * (1 + 1 / (24 * alpha));
+    return -stirling * (x * t1) / denom;
+  }
+  static constexpr double c[3][8] = {
+      {0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1, 0.32668115, 0.10406089, 0.0014179084},
+      {0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915, -0.00058392623},
+      {0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367,
+       -1.5247877e-07}};
+  const double u = std::log(x / alpha), v = std::log(alpha);
+  double cv[8];
+  for (int i = 0; i < 8; ++i) cv[i] = c[0][i] + u * (c[1][i] + u * c[2][i]);
+  const double p = cv[0] + v * (cv[1] + v * (cv[2] + v * cv[3]));
+  const double q = cv[4] + v * (cv[5] + v * (cv[6] + v * cv[7]));
+  return std::exp(p / q);
+}
+
 // Poisson(lam): multiplication of uniforms below 10, Hormann's transformed rejection (PTRS) above.
 double poisson_draw(ElementStream& s, double lam) {
   if (lam <= 0.0) return 0.0;
@@ -156,6 +202,11 @@ Tensor host_draws(const Tensor& param, const Shape& shape, F f) {
     out[i] = f(s, p[i]);
   }
   return from_vector<double>(out, shape).to(param.dtype()).to(param.device());
+}
+
+std::vector<double> host_values(const Tensor& t) {
+  NoGradGuard ng;
+  return t.detach().contiguous().to(DType::float64).to_vector<double>();
 }
 
 Tensor rand_like_shape(const Shape& shape, const Tensor& like) {
@@ -391,9 +442,22 @@ Tensor Gamma::mean() const { return div(concentration, rate); }
 Tensor Gamma::variance() const { return div(concentration, pow(rate, 2.0)); }
 Tensor Gamma::sample(const Shape& sample_shape) const {
   NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Gamma::rsample(const Shape& sample_shape) const {
   const Shape s = extended_shape(sample_shape);
-  const Tensor g = host_draws(concentration, s, [](ElementStream& st, double a) { return standard_gamma(st, a); });
-  return clamp(div(g, rate.expand(s)), finfo_tiny(rate.dtype()), std::nullopt);
+  const Tensor a = concentration.expand(s);
+  // PyTorch's _standard_gamma(concentration) / rate, clamped to the smallest normal number
+  Tensor x = clamp(host_draws(concentration, s, [](ElementStream& st, double al) { return standard_gamma(st, al); }),
+                   finfo_tiny(rate.dtype()), std::nullopt);
+  const Tensor xs = x.detach();
+  record(x, "Gamma.rsample", {a}, {a, xs}, [a, xs](const Tensor& g, const std::vector<bool>&) {
+    const std::vector<double> av = host_values(a), xv = host_values(xs);
+    std::vector<double> d(av.size());
+    for (size_t i = 0; i < av.size(); ++i) d[i] = standard_gamma_grad(av[i], xv[i]);
+    return std::vector<Tensor>{mul(g, from_vector<double>(d, xs.shape()).to(xs.dtype()).to(xs.device()))};
+  });
+  return div(x, rate.expand(s));
 }
 
 // ---------------------------------------------------------------- Dirichlet

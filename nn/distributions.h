@@ -151,8 +151,8 @@ class Categorical : public Distribution {
 };
 
 /// x^(concentration - 1) rate^concentration e^(-rate x) / Gamma(concentration), both > 0.
-/// sample draws by Marsaglia and Tsang's method; rsample (PyTorch's implicit
-/// reparameterisation) is not implemented.
+/// sample draws by Marsaglia and Tsang's method; rsample is the same draw with PyTorch's
+/// implicit reparameterisation gradient (d x / d concentration at a fixed CDF; first order).
 class Gamma : public Distribution {
  public:
   Gamma(const Tensor& concentration, const Tensor& rate);
@@ -162,6 +162,7 @@ class Gamma : public Distribution {
   Tensor mean() const override;
   Tensor variance() const override;
   Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
   const char* name() const override { return "Gamma"; }
   Tensor concentration, rate;
 };

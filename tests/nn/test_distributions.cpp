@@ -194,7 +194,7 @@ TEST_CASE("distributions: parameter checks and errors") {
   CHECK_THROWS_WITH_AS(D::Categorical::from_probs(T({0.5}, {})), doctest::Contains("at least one dim"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::Poisson(-1.0), doctest::Contains(">= 0"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::Poisson(1.0).entropy(), doctest::Contains("no closed form"), kiln::Error);
-  CHECK_THROWS_WITH_AS(D::Gamma(1.0, 1.0).rsample(), doctest::Contains("Gamma: rsample is not available"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Beta(1.0, 1.0).rsample(), doctest::Contains("Beta: rsample is not available"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::Normal(T({0.0, 1.0}, {2}), T({1.0, 1.0, 1.0}, {3})), doctest::Contains("Normal"), kiln::Error);
   // a Python float's dtype: float32 parameters, shape ()
   const D::Normal s(0.0, 1.0);
@@ -254,4 +254,22 @@ TEST_CASE("MultivariateNormal: covariance, precision and scale_tril agree; log_p
                        doctest::Contains("n = loc.size(-1) = 3"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::MultivariateNormal::from_covariance(T({0, 0}, {2}), T({1, 2, 2, 1}, {2, 2})),
                        doctest::Contains("not positive-definite"), kiln::Error);
+}
+
+TEST_CASE("Gamma.rsample: the implicit reparameterisation gradient") {
+  // E[d x / d alpha] = d E[x] / d alpha = 1 / rate and E[d x / d rate] = -alpha / rate^2, for
+  // alpha in each of PyTorch's three approximations (Taylor series at small x, the rational
+  // fit, Rice's saddle point above alpha = 8)
+  manual_seed(24);
+  const int64_t n = 20000;
+  for (const double alpha : {0.5, 3.0, 12.0}) {
+    CAPTURE(alpha);
+    Tensor a = T({alpha}, {1}).requires_grad_(true), r = T({2.0}, {1}).requires_grad_(true);
+    const Tensor x = D::Gamma(a, r).rsample({n});
+    const auto g = kiln::grad({sum(x)}, {a, r});
+    CHECK(std::fabs(S(g[0]) / double(n) - 0.5) < 0.02);
+    CHECK(std::fabs(S(g[1]) / double(n) + alpha / 4.0) < 0.03 * alpha);
+    CHECK(S(mean(x.detach())) == doctest::Approx(alpha / 2.0).epsilon(0.03));
+  }
+  CHECK_FALSE(D::Gamma(2.0, 1.0).sample({3}).requires_grad());
 }
