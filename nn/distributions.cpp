@@ -189,12 +189,17 @@ double poisson_draw(ElementStream& s, double lam) {
   }
 }
 
+std::vector<double> host_values(const Tensor& t) {
+  NoGradGuard ng;
+  return t.detach().contiguous().to(DType::float64).to_vector<double>();
+}
+
 // Draws f(stream, parameter) for each entry of `param` (expanded to shape) on the host; the
 // result in param's dtype and device.
 template <class F>
 Tensor host_draws(const Tensor& param, const Shape& shape, F f) {
   NoGradGuard ng;
-  const std::vector<double> p = param.detach().expand(shape).contiguous().to(DType::float64).to_vector<double>();
+  const std::vector<double> p = host_values(param.expand(shape));
   std::vector<double> out(p.size());
   const RngState st = rng_reserve(uint64_t(p.size()));
   for (size_t i = 0; i < p.size(); ++i) {
@@ -202,11 +207,6 @@ Tensor host_draws(const Tensor& param, const Shape& shape, F f) {
     out[i] = f(s, p[i]);
   }
   return from_vector<double>(out, shape).to(param.dtype()).to(param.device());
-}
-
-std::vector<double> host_values(const Tensor& t) {
-  NoGradGuard ng;
-  return t.detach().contiguous().to(DType::float64).to_vector<double>();
 }
 
 Tensor rand_like_shape(const Shape& shape, const Tensor& like) {
