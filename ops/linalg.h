@@ -2,6 +2,7 @@
 // folded into the GEMM call) and linear (x W^T + b), and the float32 matmul precision
 // switch (TF32 on CUDA).
 #pragma once
+#include <optional>
 #include <string>
 #include "kiln/core/tensor.h"
 
@@ -94,6 +95,75 @@ Tensor logdet(const Tensor& A);
 /// The main diagonals of a batch of matrices (..., n, m) -> (..., min(n, m)), differentiable
 /// (torch.diagonal(x, 0, -2, -1)).
 Tensor diagonal(const Tensor& x);
+/// torch.linalg's spectral and orthogonal factorizations (ops/linalg_spectral.cpp), float32 or
+/// float64 batches (..., m, n), computed as the solvers above: float64 on a host copy (Eigen:
+/// a symmetric QL eigensolver, divide-and-conquer SVD, Householder QR with LAPACK's signs). The
+/// gradients are PyTorch's formulas in recorded ops (twice differentiable). Eigenvectors and
+/// singular vectors are unique only up to sign (LAPACK and Eigen may pick different ones); so
+/// are their gradients' meanings: differentiate quantities that do not depend on the sign
+/// (PyTorch's advice too). Their gradients divide by differences of eigenvalues (squared
+/// singular values): inf or NaN where those repeat, unless only the values were used.
+
+/// Eigenvalues (ascending) and orthonormal eigenvectors (columns) of symmetric matrices,
+/// reading the lower triangle (upper: the upper one), as torch.linalg.eigh(A, UPLO).
+struct Eigh {
+  Tensor eigenvalues, eigenvectors;
+};
+Eigh eigh(const Tensor& A, bool upper = false);
+/// The eigenvalues alone (torch.linalg.eigvalsh); its gradient V diag(g) V^T.
+Tensor eigvalsh(const Tensor& A, bool upper = false);
+/// A = U diag(S) Vh, S descending (k = min(m, n) values): full_matrices U (m, m) and Vh (n, n),
+/// else U (m, k) and Vh (k, n). With full_matrices only the first k columns of U (rows of Vh)
+/// enter the gradient (PyTorch's rule).
+struct SVD {
+  Tensor U, S, Vh;
+};
+SVD svd(const Tensor& A, bool full_matrices = true);
+/// The singular values alone (torch.linalg.svdvals); its gradient U diag(g) Vh.
+Tensor svdvals(const Tensor& A);
+/// A = Q R with Q's columns orthonormal and R upper triangular, R's diagonal signs as LAPACK's
+/// geqrf (so equal to PyTorch's). mode "reduced": Q (m, k), R (k, n); "complete": Q (m, m),
+/// R (m, n); "r": R only (Q undefined; not differentiable, as PyTorch). "complete" with m > n
+/// is not differentiable either (an error when A requires grad).
+struct QR {
+  Tensor Q, R;
+};
+QR qr(const Tensor& A, const std::string& mode = "reduced");
+/// The Moore-Penrose pseudo-inverse (n, m) from the SVD (hermitian: the eigendecomposition of
+/// a symmetric A), singular values at most max(atol, rtol * the largest) counted as zero.
+/// PyTorch's defaults: atol 0; rtol eps(dtype) * max(m, n), or 0 when only atol > 0 is given.
+Tensor pinv(const Tensor& A, std::optional<double> atol = std::nullopt, std::optional<double> rtol = std::nullopt,
+            bool hermitian = false);
+/// The number of singular values (|eigenvalues| when hermitian) above pinv's tolerance, int64.
+Tensor matrix_rank(const Tensor& A, std::optional<double> atol = std::nullopt,
+                   std::optional<double> rtol = std::nullopt, bool hermitian = false);
+/// The minimum-norm least-squares solution X of min |A X - B| (A (..., m, n), B (..., m, k) or
+/// a vector as solve's; batch dims broadcast) by a complete orthogonal decomposition with
+/// column pivoting (LAPACK's gelsy, PyTorch's CPU driver): columns whose pivots fall below
+/// rcond (default eps(dtype) * max(m, n)) times the largest count as dependent. Also the
+/// numerical rank of each A (int64). PyTorch's gradient (through pinv(A)); gelsy's residuals
+/// and singular values are empty in PyTorch too, so not returned.
+struct Lstsq {
+  Tensor solution, rank;
+};
+Lstsq lstsq(const Tensor& A, const Tensor& B, std::optional<double> rcond = std::nullopt);
+/// Matrix norms over the last two dims: ord 2 / -2 the largest / smallest singular value, 1 /
+/// -1 the largest / smallest column sum of |A|, +-inf the same over rows; "fro" (the default
+/// of torch.linalg.matrix_norm) and "nuc" (the sum of the singular values).
+Tensor matrix_norm(const Tensor& A, double ord, bool keepdim = false);
+Tensor matrix_norm(const Tensor& A, const std::string& ord = "fro", bool keepdim = false);
+/// exp(A) (Pade approximants with scaling and squaring); its gradient the top-right block of
+/// exp([[A^T, g], [0, A^T]]), itself through matrix_exp, so differentiable at every order.
+Tensor matrix_exp(const Tensor& A);
+/// A^k for an integer k by repeated squaring (k < 0: inv(A)^-k; k = 0: identities), as
+/// torch.linalg.matrix_power, through matmul and inv.
+Tensor matrix_power(const Tensor& A, int64_t k);
+/// The product of 2-D tensors (the first may be 1-D, a row, and the last 1-D, a column) in the
+/// order with the fewest multiplications (torch.linalg.multi_dot).
+Tensor multi_dot(const std::vector<Tensor>& tensors);
+/// X with A X = B from A's Cholesky factor: L lower with A = L L^T, or upper: A = U^T U
+/// (torch.cholesky_solve(B, L, upper)); PyTorch's gradient, which treats L as a full matrix.
+Tensor cholesky_solve(const Tensor& B, const Tensor& L, bool upper = false);
 }  // namespace linalg
 
 }  // namespace kiln

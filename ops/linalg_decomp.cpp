@@ -11,20 +11,22 @@
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/linalg.h"
+#include "kiln/ops/linalg_host.h"
 #include "kiln/ops/reduce.h"
 #include "kiln/ops/shape_ops.h"
 
-namespace kiln::linalg {
-namespace {
+namespace kiln::linalg::host {
 
-void check_square(const char* op, const Tensor& A) {
+void check_matrix(const char* op, const Tensor& A) {
   KILN_CHECK(A.defined(), op, ": the input is undefined");
-  KILN_CHECK(A.dim() >= 2 && A.size(-1) == A.size(-2), op, ": expected a batch of square matrices (..., n, n), got ",
-             describe(A));
+  KILN_CHECK(A.dim() >= 2, op, ": expected a batch of matrices (..., m, n), got ", describe(A));
   KILN_CHECK(A.dtype() == DType::float32 || A.dtype() == DType::float64, op,
              ": expected float32 or float64 matrices, got ", describe(A));
 }
-
+void check_square(const char* op, const Tensor& A) {
+  check_matrix(op, A);
+  KILN_CHECK(A.size(-1) == A.size(-2), op, ": expected a batch of square matrices (..., n, n), got ", describe(A));
+}
 Shape leading(const Tensor& t, int64_t core) { return Shape(t.shape().begin(), t.shape().end() - core); }
 int64_t count(const Shape& s) {
   int64_t p = 1;
@@ -45,10 +47,19 @@ Tensor like(const std::vector<double>& v, const Shape& s, const Tensor& t) {
 std::string which(int64_t b, int64_t batch) {
   return batch > 1 ? " (matrix " + std::to_string(b) + " of the batch)" : "";
 }
-Tensor mT(const Tensor& t) { return t.transpose(-2, -1); }
 DType promoted(const Tensor& a, const Tensor& b) {
   return a.dtype() == DType::float64 || b.dtype() == DType::float64 ? DType::float64 : DType::float32;
 }
+Tensor diag_embed(const Tensor& v) {
+  return mul(v.unsqueeze(-1), eye(v.size(-1), -1, {.dtype = v.dtype(), .device = v.device()}));
+}
+
+}  // namespace kiln::linalg::host
+
+namespace kiln::linalg {
+namespace {
+using namespace host;
+
 
 // The forward of solve_triangular on broadcast batches: A (..., n, n), B (..., n, k) left or
 // (..., k, n) right.

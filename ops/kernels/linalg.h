@@ -68,4 +68,25 @@ void lu_det_f64(const double* a, int64_t n, double* sign, double* logabsdet, dou
 void triangular_solve_f64(const double* a, const double* b, double* x, int64_t n, int64_t k, bool upper, bool left,
                           bool unit);
 
+// ---- spectral and orthogonal factorizations (ops/cpu/linalg_spectral.cpp, Eigen), float64,
+// one row-major matrix per call, for torch.linalg's eigh, svd, qr, lstsq and matrix_exp.
+
+/// Eigenvalues w (n, ascending) and orthonormal eigenvectors v (n x n, column j for w[j]) of
+/// the symmetric matrix whose lower (or upper) triangle a holds (LAPACK's syevd; the other
+/// triangle is not read). Returns 0, or 1 where the iteration did not converge.
+int64_t eigh_f64(const double* a, double* w, double* v, int64_t n, bool upper);
+/// A (m x n) = U diag(s) Vt with k = min(m, n) singular values s, descending and >= 0
+/// (divide and conquer, LAPACK's gesdd): full: U (m x m) and Vt (n x n), else U (m x k) and
+/// Vt (k x n). u and vt may both be null (values only). Returns 0, or 1 without convergence.
+int64_t svd_f64(const double* a, int64_t m, int64_t n, double* s, double* u, double* vt, bool full);
+/// A (m x n) = Q R by Householder reflections with LAPACK's signs (geqrf + orgqr): complete: Q
+/// (m x m), R (m x n), else Q (m x k), R (k x n), k = min(m, n); q may be null (R only).
+void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool complete);
+/// The least-squares solution X (n x k) of min |A X - B| (A m x n, B m x k) of minimum norm,
+/// by a complete orthogonal decomposition with column pivoting (LAPACK's gelsy): singular
+/// values estimated below rcond times the largest count as zero. Returns A's numerical rank.
+int64_t lstsq_f64(const double* a, const double* b, double* x, int64_t m, int64_t n, int64_t k, double rcond);
+/// exp(A) of an n x n matrix (Pade approximants with scaling and squaring, Higham 2005).
+void matrix_exp_f64(const double* a, double* out, int64_t n);
+
 }  // namespace kiln

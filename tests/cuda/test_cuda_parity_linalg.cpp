@@ -161,7 +161,7 @@ TEST_CASE("cuda parity: float32 matmul/linear with TF32 allowed (\"high\")" * do
   CHECK(compare(matmul(a.to(kGpu), b.to(kGpu)), matmul(a, b), 1e-5) == "");
 }
 
-TEST_CASE("cuda parity: linalg solvers on CUDA tensors (a host copy) and their backward" * doctest::skip(kNoGpu)) {
+TEST_CASE("cuda parity: linalg solvers and factorizations on CUDA tensors (a host copy) and their backward" * doctest::skip(kNoGpu)) {
   manual_seed(12);
   for (DType dt : {DType::float32, DType::float64}) {
     INFO(dtype_name(dt));
@@ -176,6 +176,17 @@ TEST_CASE("cuda parity: linalg solvers on CUDA tensors (a host copy) and their b
         {"inv", [](const Tensor& a, const Tensor&) { return linalg::inv(a); }},
         {"det", [](const Tensor& a, const Tensor&) { return linalg::det(a); }},
         {"logdet", [](const Tensor& a, const Tensor&) { return linalg::logdet(a); }},
+        {"eigvalsh", [](const Tensor& a, const Tensor&) { return linalg::eigvalsh(a); }},
+        {"eigh", [](const Tensor& a, const Tensor&) { const Tensor v = linalg::eigh(a).eigenvectors; return mul(v, v); }},
+        {"svdvals", [](const Tensor&, const Tensor& b) { return linalg::svdvals(b); }},
+        {"svd", [](const Tensor& a, const Tensor&) { const linalg::SVD r = linalg::svd(a, false); return matmul(r.U, r.Vh); }},
+        {"qr", [](const Tensor&, const Tensor& b) { return linalg::qr(b).Q; }},
+        {"pinv", [](const Tensor&, const Tensor& b) { return linalg::pinv(b); }},
+        {"lstsq", [](const Tensor& a, const Tensor& b) { return linalg::lstsq(a, b).solution; }},
+        {"matrix_exp", [](const Tensor& a, const Tensor&) { return linalg::matrix_exp(mul(a, 0.1)); }},
+        {"matrix_power", [](const Tensor& a, const Tensor&) { return linalg::matrix_power(a, -3); }},
+        {"matrix_norm", [](const Tensor&, const Tensor& b) { return linalg::matrix_norm(b, "nuc"); }},
+        {"cholesky_solve", [](const Tensor& a, const Tensor& b) { return linalg::cholesky_solve(b, linalg::cholesky(a)); }},
     };
     for (const auto& op : ops) {  // no structured binding: clang refuses one captured by INFO
       const auto& f = op.second;

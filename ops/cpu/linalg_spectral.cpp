@@ -1,0 +1,85 @@
+// The spectral and orthogonal factorizations behind torch.linalg's eigh, svd, qr, lstsq and
+// matrix_exp (ops/kernels/linalg.h): Eigen's symmetric eigensolver, divide-and-conquer SVD,
+// Householder QR, complete orthogonal decomposition and Pade matrix exponential, on float64
+// row-major matrices copied into Eigen's column-major ones.
+// GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native),
+// as in ops/cpu/linalg.cpp.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Eigenvalues>
+#include <Eigen/QR>
+#include <Eigen/SVD>
+#include <unsupported/Eigen/MatrixFunctions>
+#include "kiln/ops/kernels/linalg.h"
+
+namespace kiln {
+namespace {
+using Mat = Eigen::MatrixXd;
+using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMat>;
+using Map = Eigen::Map<RowMat>;
+}  // namespace
+
+int64_t eigh_f64(const double* a, double* w, double* v, int64_t n, bool upper) {
+  if (n == 0) return 0;
+  // Eigen reads the lower triangle; A^T's lower triangle is A's upper one
+  const Mat A = upper ? Mat(ConstMap(a, n, n).transpose()) : Mat(ConstMap(a, n, n));
+  const Eigen::SelfAdjointEigenSolver<Mat> es(A, v ? Eigen::ComputeEigenvectors : Eigen::EigenvaluesOnly);
+  if (es.info() != Eigen::Success) return 1;
+  Eigen::Map<Eigen::VectorXd>(w, n) = es.eigenvalues();  // ascending
+  if (v) Map(v, n, n) = es.eigenvectors();
+  return 0;
+}
+
+int64_t svd_f64(const double* a, int64_t m, int64_t n, double* s, double* u, double* vt, bool full) {
+  const int64_t k = std::min(m, n);
+  if (k == 0) {  // no values; full U, V are identities (LAPACK's)
+    if (u && full) Map(u, m, m).setIdentity();
+    if (vt && full) Map(vt, n, n).setIdentity();
+    return 0;
+  }
+  const unsigned vectors = !u ? 0u : full ? unsigned(Eigen::ComputeFullU | Eigen::ComputeFullV)
+                                          : unsigned(Eigen::ComputeThinU | Eigen::ComputeThinV);
+  const Eigen::BDCSVD<Mat> svd(Mat(ConstMap(a, m, n)), vectors);
+  if (svd.info() != Eigen::Success) return 1;
+  Eigen::Map<Eigen::VectorXd>(s, k) = svd.singularValues();
+  if (u) {
+    Map(u, m, full ? m : k) = svd.matrixU();
+    Map(vt, full ? n : k, n) = svd.matrixV().transpose();
+  }
+  return 0;
+}
+
+void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool complete) {
+  const int64_t k = std::min(m, n), rows = complete ? m : k;
+  if (m == 0 || n == 0) {
+    if (q) Map(q, m, rows).setIdentity();
+    Map(r, rows, n).setZero();
+    return;
+  }
+  // Eigen's Householder vectors follow LAPACK's dlarfg (beta = -sign(alpha) |x|), so R's
+  // diagonal has geqrf's signs
+  const Eigen::HouseholderQR<Mat> qr(Mat(ConstMap(a, m, n)));
+  Map(r, rows, n) = qr.matrixQR().topRows(rows).triangularView<Eigen::Upper>();
+  if (q) Map(q, m, rows) = qr.householderQ() * Mat::Identity(m, rows);
+}
+
+int64_t lstsq_f64(const double* a, const double* b, double* x, int64_t m, int64_t n, int64_t k, double rcond) {
+  if (n == 0 || k == 0) return 0;
+  if (m == 0) {
+    Map(x, n, k).setZero();
+    return 0;
+  }
+  Eigen::CompleteOrthogonalDecomposition<Mat> cod(m, n);
+  cod.setThreshold(rcond);  // before compute: the rank it finds shapes the factorization
+  cod.compute(Mat(ConstMap(a, m, n)));
+  Map(x, n, k) = cod.solve(Mat(ConstMap(b, m, k)));
+  return cod.rank();
+}
+
+void matrix_exp_f64(const double* a, double* out, int64_t n) {
+  if (n == 0) return;
+  Map(out, n, n) = Mat(ConstMap(a, n, n)).exp();
+}
+
+}  // namespace kiln
