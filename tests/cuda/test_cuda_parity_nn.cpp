@@ -2,7 +2,8 @@
 // entropy (label smoothing, ignore_index, spatial), nll_loss, mse_loss, dropout (bitwise
 // the same mask for the same seed), embedding (repeated indices, padding_idx) and scaled
 // dot-product attention (causal and not; the fused 16-bit kernels, the composed path, the
-// packed qkv layout), forward and backward through autograd, in
+// packed qkv layout) and the recurrent layers (padded and packed batches), forward and
+// backward through autograd, in
 // float32 / float64 and 16-bit where the op takes it. Skipped (visibly) without a GPU.
 #include <doctest/doctest.h>
 #include <cmath>
@@ -255,4 +256,46 @@ TEST_CASE("cuda parity: scaled_dot_product_attention, causal and not, forward an
   sum(ya * ya).backward();
   sum(yb * yb).backward();
   CHECK(compare(qb.grad(), qa.grad(), 1e-4) == "");
+}
+
+TEST_CASE("cuda parity: RNN / LSTM / GRU, bidirectional, over padded and packed batches" * doctest::skip(kNoGpu)) {
+  manual_seed(31);
+  for (DType dt : {DType::float32, DType::float64}) {
+    INFO(dtype_name(dt));
+    const nn::RecurrentOptions o{.num_layers = 2, .batch_first = true, .bidirectional = true};
+    auto make = [&](int kind) -> std::shared_ptr<nn::detail::RecurrentBase> {
+      if (kind == 0) return std::make_shared<nn::RNN>(3, 5, o);
+      if (kind == 1) return std::make_shared<nn::LSTM>(3, 5, o);
+      return std::make_shared<nn::GRU>(3, 5, o);
+    };
+    for (int kind = 0; kind < 3; ++kind) {
+      auto cpu = make(kind), gpu = make(kind);
+      INFO(cpu->type_name());
+      cpu->to(dt);
+      gpu->to(dt);
+      gpu->load_state_dict(cpu->state_dict());
+      gpu->to(kGpu);
+      const Tensor x = randn({4, 6, 3}, {.dtype = dt});
+      for (bool packed : {false, true}) {
+        INFO("packed " << packed);
+        Tensor xc = x.clone().requires_grad_(), xg = x.to(kGpu).requires_grad_();
+        auto run = [&](nn::detail::RecurrentBase& m, const Tensor& in) {
+          if (!packed) {
+            auto [y, st] = m.forward_with_state(in);
+            return add(sum(y), sum(st.h));
+          }
+          auto [y, st] = m.forward_with_state(nn::pack_padded_sequence(in, std::vector<int64_t>{2, 6, 3, 6}, true, false));
+          return add(sum(mul(nn::pad_packed_sequence(y, true).first, 0.5)), sum(st.h));
+        };
+        const Tensor lc = run(*cpu, xc), lg = run(*gpu, xg);
+        CHECK(compare(lg, lc, tol_for(dt)) == "");
+        lc.backward();
+        lg.backward();
+        CHECK(compare(xg.grad(), xc.grad(), tol_for(dt)) == "");
+        CHECK(compare(gpu->weight_hh[3].grad(), cpu->weight_hh[3].grad(), tol_for(dt)) == "");
+        cpu->zero_grad();
+        gpu->zero_grad();
+      }
+    }
+  }
 }

@@ -93,3 +93,162 @@ TEST_CASE("LSTM / GRU: float64 gradcheck through time, over the inputs and every
     return add(sum(r.second.h), sum(mul(r.second.c, r.second.c)));
   }, {randn({4, 2, 2}, f64), randn({1, 2, 3}, f64), randn({1, 2, 3}, f64)}));
 }
+
+TEST_CASE("RNN, bidirectional layers and their parameters as PyTorch names them") {
+  nn::GRU g(3, 4, {.num_layers = 2, .bidirectional = true});
+  const auto names = g.named_parameters();
+  CHECK(names.size() == 16);
+  CHECK(names.at("weight_ih_l0_reverse").shape() == Shape{12, 3});
+  CHECK(names.at("weight_ih_l1").shape() == Shape{12, 8});  // layer 1 reads both directions
+  CHECK(names.at("bias_hh_l1_reverse").shape() == Shape{12});
+  CHECK(g.str().find("bidirectional=true") != std::string::npos);
+  nn::RNN r(3, 4, {.nonlinearity = "relu"});
+  CHECK(r.named_parameters().at("weight_hh_l0").shape() == Shape{4, 4});
+  CHECK(r.str().find("nonlinearity=relu") != std::string::npos);
+  // one step: h' = relu(W_ih x + b_ih + W_hh h + b_hh)
+  manual_seed(23);
+  r.to(DType::float64);
+  const Tensor x = randn({1, 2, 3}, f64), h0 = randn({1, 2, 4}, f64);
+  const Tensor want = relu(add(linear(x.select(0, 0), r.weight_ih[0], r.bias_ih[0]),
+                               linear(h0.select(0, 0), r.weight_hh[0], r.bias_hh[0])));
+  const Tensor got = r.forward_with_state(x, {h0, Tensor()}).first.select(0, 0);
+  CHECK(max(abs(sub(got, want))).item() < 1e-15);
+  CHECK(error_of([] { nn::RNN(3, 4, {.nonlinearity = "sigmoid"}); }).find("'tanh' or 'relu'") != std::string::npos);
+  CHECK(error_of([] { nn::LSTM(3, 4, {.nonlinearity = "relu"}); }).find("an RNN option") != std::string::npos);
+  CHECK(error_of([] { nn::GRU(3, 4, {.dropout = 1.5}); }).find("dropout") != std::string::npos);
+}
+
+TEST_CASE("bidirectional: the reverse half is a forward pass over the flipped sequence") {
+  manual_seed(24);
+  nn::LSTM bi(3, 4, {.bidirectional = true});
+  bi.to(DType::float64);
+  nn::LSTM fw(3, 4), bw(3, 4);
+  fw.to(DType::float64);
+  bw.to(DType::float64);
+  {
+    NoGradGuard ng;
+    for (auto* pr : {&fw, &bw}) {
+      const size_t d = pr == &fw ? 0 : 1;
+      pr->weight_ih[0].copy_(bi.weight_ih[d]);
+      pr->weight_hh[0].copy_(bi.weight_hh[d]);
+      pr->bias_ih[0].copy_(bi.bias_ih[d]);
+      pr->bias_hh[0].copy_(bi.bias_hh[d]);
+    }
+  }
+  const Tensor x = randn({6, 2, 3}, f64);
+  auto [y, st] = bi.forward_with_state(x);
+  CHECK(y.shape() == Shape{6, 2, 8});
+  CHECK(st.h.shape() == Shape{2, 2, 4});
+  auto [yf, sf] = fw.forward_with_state(x);
+  auto [yb, sb] = bw.forward_with_state(flip(x, {0}));
+  CHECK(max(abs(sub(y.narrow(2, 0, 4), yf))).item() < 1e-15);
+  CHECK(max(abs(sub(y.narrow(2, 4, 4), flip(yb, {0})))).item() < 1e-15);
+  CHECK(max(abs(sub(st.h.select(0, 1), sb.h.select(0, 0)))).item() < 1e-15);
+  CHECK(max(abs(sub(st.c.select(0, 0), sf.c.select(0, 0)))).item() < 1e-15);
+  // unbatched (T, I): a batch of one
+  auto [yu, su] = bi.forward_with_state(x.select(1, 1));
+  CHECK(yu.shape() == Shape{6, 8});
+  CHECK(su.h.shape() == Shape{2, 4});
+  CHECK(max(abs(sub(yu, y.select(1, 1)))).item() < 1e-15);
+}
+
+TEST_CASE("packed sequences: each sequence runs as if alone; pack, pad and their inverses") {
+  manual_seed(25);
+  nn::GRU gru(3, 4, {.num_layers = 2, .batch_first = true, .bidirectional = true});
+  gru.to(DType::float64);
+  const std::vector<int64_t> lengths{2, 5, 3, 5};
+  const Tensor x = randn({4, 5, 3}, f64);
+  const nn::PackedSequence p = nn::pack_padded_sequence(x, lengths, true, false);
+  CHECK(p.batch_sizes == std::vector<int64_t>{4, 4, 3, 2, 2});
+  CHECK(p.sorted_indices.to_vector<int64_t>() == std::vector<int64_t>{1, 3, 2, 0});  // stable: 1 before 3
+  CHECK(p.data.shape() == Shape{15, 3});
+  auto [po, st] = gru.forward_with_state(p);
+  auto [padded, lens] = nn::pad_packed_sequence(po, true);
+  CHECK(lens.to_vector<int64_t>() == lengths);
+  CHECK(padded.shape() == Shape{4, 5, 8});
+  for (int64_t b = 0; b < 4; ++b) {
+    CAPTURE(b);
+    const int64_t L = lengths[size_t(b)];
+    auto [alone, sa] = gru.forward_with_state(x.select(0, b).narrow(0, 0, L).unsqueeze(0));
+    CHECK(max(abs(sub(padded.select(0, b).narrow(0, 0, L), alone.select(0, 0)))).item() < 1e-14);
+    if (L < 5) CHECK(max(abs(padded.select(0, b).narrow(0, L, 5 - L))).item() == 0.0);
+    CHECK(max(abs(sub(st.h.select(1, b), sa.h.select(1, 0)))).item() < 1e-14);
+  }
+  // round trips
+  const auto seqs = nn::unpad_sequence(x, lengths, true);
+  const auto back = nn::unpack_sequence(nn::pack_sequence(seqs, false));
+  for (size_t i = 0; i < seqs.size(); ++i) CHECK(max(abs(sub(back[i], seqs[i]))).item() == 0.0);
+  const Tensor ps = nn::pad_sequence(seqs, false, -1.0);
+  CHECK(ps.shape() == Shape{5, 4, 3});
+  CHECK(ps.select(1, 0).select(0, 4).to_vector<double>() == std::vector<double>{-1, -1, -1});
+  const Tensor left = nn::pad_sequence(seqs, true, 0.0, "left");
+  CHECK(max(abs(sub(left.select(0, 0).narrow(0, 3, 2), seqs[0]))).item() == 0.0);
+  CHECK(nn::pad_packed_sequence(p, false, 0.0, 7).first.shape() == Shape{7, 4, 3});
+  // errors
+  CHECK(error_of([&] { nn::pack_padded_sequence(x, lengths, true); }).find("sorted in decreasing order") !=
+        std::string::npos);
+  CHECK(error_of([&] { nn::pack_padded_sequence(x, {5, 0, 0, 0}, true); }).find("in 1..5") != std::string::npos);
+  CHECK(error_of([&] { nn::pack_padded_sequence(x, {6, 1, 1, 1}, true); }).find("in 1..5") != std::string::npos);
+  CHECK(error_of([&] { nn::pack_padded_sequence(x, {5, 1}, true); }).find("expected 4 lengths") != std::string::npos);
+  CHECK(error_of([&] { nn::pad_packed_sequence(p, false, 0.0, 4); }).find("total_length") != std::string::npos);
+  CHECK(error_of([&] { nn::pad_sequence({randn({2, 3}, f64), randn({2, 4}, f64)}); }).find("trailing dims") !=
+        std::string::npos);
+  // differentiable through packing, the layers and unpacking
+  nn::LSTM small(2, 3, {.bidirectional = true});
+  small.to(DType::float64);
+  CHECK(module_gradcheck(small, [&](std::vector<Tensor>& in) {
+    auto pk = nn::pack_padded_sequence(in[0], std::vector<int64_t>{2, 4, 1}, false, false);
+    auto [o, s] = small.forward_with_state(pk);
+    return add(sum(nn::pad_packed_sequence(o).first), sum(mul(s.c, s.h)));
+  }, {randn({4, 3, 2}, f64)}));
+}
+
+TEST_CASE("dropout between layers, and the cells against one step of the layers") {
+  manual_seed(26);
+  nn::LSTM d(3, 4, {.num_layers = 2, .dropout = 1.0});
+  nn::LSTM plain(3, 4, {.num_layers = 2});
+  d.to(DType::float64);
+  plain.to(DType::float64);
+  plain.load_state_dict(d.state_dict());
+  const Tensor x = randn({4, 2, 3}, f64);
+  d.eval();
+  CHECK(max(abs(sub(d(x), plain(x)))).item() == 0.0);  // no dropout in eval mode
+  d.train();
+  // p = 1 zeroes layer 0's outputs: layer 1 sees zeros
+  nn::LSTM top(4, 4);
+  top.to(DType::float64);
+  {
+    NoGradGuard ng;
+    top.weight_ih[0].copy_(d.weight_ih[1]), top.weight_hh[0].copy_(d.weight_hh[1]);
+    top.bias_ih[0].copy_(d.bias_ih[1]), top.bias_hh[0].copy_(d.bias_hh[1]);
+  }
+  CHECK(max(abs(sub(d(x), top(zeros({4, 2, 4}, f64))))).item() < 1e-15);
+
+  nn::LSTMCell lc(3, 4);
+  nn::LSTM one(3, 4);
+  lc.to(DType::float64);
+  one.to(DType::float64);
+  {
+    NoGradGuard ng;
+    one.weight_ih[0].copy_(lc.weight_ih), one.weight_hh[0].copy_(lc.weight_hh);
+    one.bias_ih[0].copy_(lc.bias_ih), one.bias_hh[0].copy_(lc.bias_hh);
+  }
+  const Tensor xs = randn({2, 3}, f64), h = randn({2, 4}, f64), c = randn({2, 4}, f64);
+  auto [h1, c1] = lc.forward(xs, {h, c});
+  auto [y1, s1] = one.forward_with_state(xs.unsqueeze(0), {h.unsqueeze(0), c.unsqueeze(0)});
+  CHECK(max(abs(sub(h1, s1.h.select(0, 0)))).item() < 1e-15);
+  CHECK(max(abs(sub(c1, s1.c.select(0, 0)))).item() < 1e-15);
+  CHECK(lc(xs).shape() == Shape{2, 4});
+  nn::GRUCell gc(3, 4, false);
+  gc.to(DType::float64);
+  CHECK(gc.parameters().size() == 2);
+  CHECK(gc.forward(xs.select(0, 0), h.select(0, 0)).shape() == Shape{4});  // unbatched
+  CHECK(module_gradcheck(gc, [&](std::vector<Tensor>& in) { return gc.forward(in[0], in[1]); },
+                         {randn({2, 3}, f64), randn({2, 4}, f64)}));
+  nn::RNNCell rc(3, 4, true, "relu");
+  rc.to(DType::float64);
+  CHECK(max(abs(sub(rc.forward(xs, h), relu(add(linear(xs, rc.weight_ih, rc.bias_ih), linear(h, rc.weight_hh, rc.bias_hh)))))).item() < 1e-15);
+  CHECK(error_of([&] { lc.forward(xs, {randn({3, 4}, f64), c}); }).find("hidden state must have shape") !=
+        std::string::npos);
+  CHECK(error_of([&] { rc(randn({2, 5}, f64)); }).find("expected input of shape") != std::string::npos);
+}
