@@ -5,6 +5,8 @@
 #include "kiln/optim/adaptive.h"
 #include <cmath>
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/linalg.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln::optim {
 
@@ -335,6 +337,86 @@ void ASGD::set_group_hparams(size_t group, const std::map<std::string, double>& 
   ASGDOptions o = opts_.at(group);
   assign_hparams(group, h, {{"lr", &o.lr}, {"lambd", &o.lambd}, {"alpha", &o.alpha}, {"t0", &o.t0},
                             {"weight_decay", &o.weight_decay}});
+  opts_.at(group) = o;
+}
+
+// ---------------------------------------------------------------- Adafactor
+
+Adafactor::Adafactor(const std::vector<Tensor>& params, AdafactorOptions o) : Adafactor(single_group(params), o) {}
+Adafactor::Adafactor(const std::vector<ParamGroup>& groups, AdafactorOptions o) : OptimizerWith("Adafactor", groups, o) {
+  check_all_options();
+}
+
+void Adafactor::check_options(size_t group) const {
+  const AdafactorOptions& o = opts_.at(group);
+  KILN_CHECK(o.lr >= 0, "Adafactor: invalid learning rate ", o.lr, " in group ", group, " (expected >= 0)");
+  KILN_CHECK(o.beta2_decay <= 0, "Adafactor: invalid beta2_decay ", o.beta2_decay, " in group ", group,
+             " (expected <= 0)");
+  KILN_CHECK(!o.eps1 || *o.eps1 >= 0, "Adafactor: invalid eps1 ", o.eps1.value_or(0), " in group ", group,
+             " (expected >= 0, or none for the dtype's epsilon)");
+  KILN_CHECK(o.eps2 >= 0, "Adafactor: invalid eps2 ", o.eps2, " in group ", group, " (expected >= 0)");
+  KILN_CHECK(o.d >= 1, "Adafactor: invalid clipping threshold d ", o.d, " in group ", group, " (expected >= 1)");
+  KILN_CHECK(o.weight_decay >= 0, "Adafactor: invalid weight_decay ", o.weight_decay, " in group ", group,
+             " (expected >= 0)");
+}
+
+Shape Adafactor::buffer_shape(const std::string& name, const Tensor& p) const {
+  Shape s = p.shape();
+  if (name == "row_var" && s.size() > 1) s.back() = 1;
+  if (name == "col_var" && s.size() > 1) s[s.size() - 2] = 1;
+  return s;
+}
+
+void Adafactor::update(size_t group, Tensor p, const Tensor& g, ParamState& st) {
+  // PyTorch 2.15's _single_tensor_adafactor, operation by operation
+  const AdafactorOptions& o = opts_[group];
+  ++st.step;
+  const double t = double(st.step);
+  const double one_minus_beta2 = std::pow(t, o.beta2_decay);
+  const double rho = std::min(o.lr, 1 / std::sqrt(t));
+  const double alpha = std::max(o.eps2, vector_norm(p).item() / std::sqrt(double(p.numel()))) * rho;
+  if (o.weight_decay != 0) p.mul_(1 - o.lr * o.weight_decay);
+  // torch.finfo(dtype).eps: 2^-52, 2^-23, 2^-10 (float16), 2^-7 (bfloat16)
+  const int mantissa = p.dtype() == DType::float64   ? 52
+                       : p.dtype() == DType::float16  ? 10
+                       : p.dtype() == DType::bfloat16 ? 7
+                                                      : 23;
+  const double eps1 = o.eps1 ? *o.eps1 : std::ldexp(1.0, -mantissa);
+  auto state = [&](const char* name) -> Tensor& {
+    auto it = st.buffers.find(name);
+    if (it == st.buffers.end())
+      it = st.buffers.emplace(name, zeros(buffer_shape(name, p), {.dtype = p.dtype(), .device = p.device()})).first;
+    return it->second;
+  };
+  Tensor var;
+  if (g.dim() > 1) {
+    Tensor& row = state("row_var");
+    Tensor& col = state("col_var");
+    row.copy_(lerp(row, div(square(vector_norm(g, 2.0, {-1}, true)), double(g.size(-1))), one_minus_beta2));
+    col.copy_(lerp(col, div(square(vector_norm(g, 2.0, {-2}, true)), double(g.size(-2))), one_minus_beta2));
+    var = div(matmul(row, col), clamp(mean(row, {-2}, true), eps1, std::nullopt));
+  } else {
+    Tensor& v = state("variance");
+    v.copy_(lerp(v, mul(g, g), one_minus_beta2));
+    var = v;
+  }
+  const Tensor u = mul(rsqrt(clamp(var, eps1 * eps1, std::nullopt)), g);
+  const double denom = std::max(1.0, vector_norm(u).item() / (std::sqrt(double(u.numel())) * o.d));
+  p.add_(u, -alpha / denom);
+}
+
+std::map<std::string, double> Adafactor::group_hparams(size_t group) const {
+  const AdafactorOptions& o = opts_.at(group);
+  // eps1 none (the dtype's epsilon) is kept as NaN
+  return {{"lr", o.lr}, {"beta2_decay", o.beta2_decay}, {"eps1", o.eps1.value_or(std::nan(""))}, {"eps2", o.eps2},
+          {"d", o.d}, {"weight_decay", o.weight_decay}};
+}
+void Adafactor::set_group_hparams(size_t group, const std::map<std::string, double>& h) {
+  AdafactorOptions o = opts_.at(group);
+  double eps1 = o.eps1.value_or(std::nan(""));
+  assign_hparams(group, h, {{"lr", &o.lr}, {"beta2_decay", &o.beta2_decay}, {"eps1", &eps1}, {"eps2", &o.eps2},
+                            {"d", &o.d}, {"weight_decay", &o.weight_decay}});
+  o.eps1 = std::isnan(eps1) ? std::nullopt : std::optional<double>(eps1);
   opts_.at(group) = o;
 }
 

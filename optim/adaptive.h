@@ -1,8 +1,9 @@
-// PyTorch's other optimizers: Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop and ASGD
+// PyTorch's other optimizers: Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD and Adafactor
 // (torch.optim, the single-tensor form PyTorch runs on the CPU), each from tensor ops, so
 // they run on every device with elementwise kernels. They take parameter groups, overrides
 // by state_dict name, state_dict()/load_state_dict() and schedulers as SGD and Adam do.
 #pragma once
+#include <optional>
 #include <utility>
 #include "kiln/optim/optimizer.h"
 
@@ -181,6 +182,38 @@ class ASGD : public OptimizerWith<ASGDOptions> {
   std::map<std::string, double> group_hparams(size_t group) const override;
   void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
   std::vector<std::string> buffer_names() const override { return {"ax"}; }
+  void check_options(size_t group) const override;
+};
+
+struct AdafactorOptions {
+  double lr = 1e-2;
+  double beta2_decay = -0.8;         ///< the second-moment weight of step t is t^beta2_decay
+  std::optional<double> eps1 = std::nullopt;  ///< the variance floor's square root; default eps(dtype)
+  double eps2 = 1e-3;                ///< the smallest relative step size
+  double d = 1.0;                    ///< clipping threshold of the update's root mean square
+  double weight_decay = 0.0;         ///< decoupled: p *= 1 - lr * wd
+  bool maximize = false;  ///< ascend instead (the gradient negated; PyTorch's maximize)
+};
+/// torch.optim.Adafactor (Shazeer and Stern 2018, as PyTorch 2.5+ implements it): for a
+/// parameter of two or more dims the second moment is factored over its last two dims into
+/// a row variance R (.., m, 1) and a column variance C (.., 1, n), each a running mean of the
+/// squared gradient's mean over the other dim with weight t^beta2_decay, and estimated as
+/// R C / mean(R); vectors keep a full "variance". The update g / sqrt(max(v, eps1^2)) is
+/// scaled down to an RMS of at most d, and the step is lr_t = min(lr, 1/sqrt(t)) times
+/// max(eps2, RMS(p)). State: "step", "row_var" and "col_var" (or "variance"): for an (m, n)
+/// weight m + n numbers instead of Adam's 2 m n.
+class Adafactor : public OptimizerWith<AdafactorOptions> {
+ public:
+  using Options = AdafactorOptions;
+  Adafactor(const std::vector<Tensor>& params, AdafactorOptions options = {});
+  Adafactor(const std::vector<ParamGroup>& groups, AdafactorOptions options = {});
+
+ protected:
+  void update(size_t group, Tensor p, const Tensor& g, ParamState& st) override;
+  std::map<std::string, double> group_hparams(size_t group) const override;
+  void set_group_hparams(size_t group, const std::map<std::string, double>& h) override;
+  std::vector<std::string> buffer_names() const override { return {"row_var", "col_var", "variance"}; }
+  Shape buffer_shape(const std::string& name, const Tensor& p) const override;
   void check_options(size_t group) const override;
 };
 

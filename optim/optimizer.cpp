@@ -325,10 +325,11 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     for (const auto& n : names) known = known || n == parts[2];
     KILN_CHECK(known, name_, ".load_state_dict: unknown state buffer '", key,
                "' (is this the state of another optimizer?)");
-    KILN_CHECK(t.defined() && t.shape() == p.shape(), name_, ".load_state_dict: '", key, "' is ",
-               t.defined() ? describe(t) : std::string("undefined"), " but parameter ", idx, " has shape ",
-               shape_str(p.shape()));
-    Tensor b = empty_like(p);
+    const Shape want = buffer_shape(parts[2], p);
+    KILN_CHECK(t.defined() && t.shape() == want, name_, ".load_state_dict: '", key, "' is ",
+               t.defined() ? describe(t) : std::string("undefined"), " but expected shape ", shape_str(want),
+               " (parameter ", idx, " has shape ", shape_str(p.shape()), ")");
+    Tensor b = empty(want, {.dtype = p.dtype(), .device = p.device()});
     b.copy_(t.detach());
     st.buffers[parts[2]] = b;
   }

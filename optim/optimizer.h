@@ -196,6 +196,9 @@ class Optimizer {
   virtual void set_group_hparams(size_t group, const std::map<std::string, double>& h) = 0;
   /// Names of the per-parameter buffers this optimizer may keep.
   virtual std::vector<std::string> buffer_names() const = 0;
+  /// The shape of a state buffer of parameter p: p's own unless the optimizer keeps a
+  /// smaller statistic (Adafactor's factored row and column variances).
+  virtual Shape buffer_shape(const std::string& /*name*/, const Tensor& p) const { return p.shape(); }
 
   /// Throws kiln::Error when a group's options are invalid (called by constructors and step()).
   virtual void check_options(size_t group) const = 0;

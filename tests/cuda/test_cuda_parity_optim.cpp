@@ -1,5 +1,5 @@
 // CUDA against CPU for the optimizers (multi-tensor SGD / Adam / AdamW kernels, one launch
-// per parameter group) and the device-side GradScaler (unscale, skipped steps, scale
+// per parameter group; RMSprop and the tensor-op optimizers of optim/adaptive.h) and the device-side GradScaler (unscale, skipped steps, scale
 // growth and backoff). Skipped (visibly, as doctest skips) where no GPU is available.
 #include <doctest/doctest.h>
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "gradcheck.h"
 #include "parity.h"
 #include "kiln/optim/adam.h"
+#include "kiln/optim/adaptive.h"
 #include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/sgd.h"
@@ -49,12 +50,24 @@ std::vector<OptCase> opt_cases() {
          return std::make_unique<Adam>(g, AdamOptions{.lr = 1e-2, .betas = {0.8, 0.99}, .amsgrad = true});
        }},
       {"AdamW", [](const auto& g) { return std::make_unique<AdamW>(g, AdamWOptions{.lr = 1e-2, .weight_decay = 0.05}); }},
+      // the optimizers written from tensor ops (optim/adaptive.h) and RMSprop's per-tensor path
+      {"RMSprop centered", [](const auto& g) {
+         return std::make_unique<RMSprop>(g, RMSpropOptions{.lr = 1e-2, .momentum = 0.5, .centered = true});
+       }},
+      {"Adagrad", [](const auto& g) { return std::make_unique<Adagrad>(g, AdagradOptions{.lr = 0.1, .lr_decay = 0.01}); }},
+      {"Adadelta", [](const auto& g) { return std::make_unique<Adadelta>(g, AdadeltaOptions{.weight_decay = 0.01}); }},
+      {"Adamax", [](const auto& g) { return std::make_unique<Adamax>(g, AdamaxOptions{.lr = 1e-2}); }},
+      {"NAdam", [](const auto& g) { return std::make_unique<NAdam>(g, NAdamOptions{.lr = 1e-2, .weight_decay = 0.01}); }},
+      {"RAdam", [](const auto& g) { return std::make_unique<RAdam>(g, RAdamOptions{.lr = 1e-2, .betas = {0.9, 0.9}}); }},
+      {"Rprop", [](const auto& g) { return std::make_unique<Rprop>(g, RpropOptions{.lr = 1e-2}); }},
+      {"ASGD", [](const auto& g) { return std::make_unique<ASGD>(g, ASGDOptions{.lr = 1e-2, .t0 = 2}); }},
+      {"Adafactor", [](const auto& g) { return std::make_unique<Adafactor>(g, AdafactorOptions{.weight_decay = 0.01}); }},
   };
 }
 
 }  // namespace
 
-TEST_CASE("cuda parity: multi-tensor SGD / Adam / AdamW over several steps and two groups" * doctest::skip(kNoGpu)) {
+TEST_CASE("cuda parity: every optimizer over several steps and two groups (multi-tensor SGD / Adam / AdamW, tensor-op others)" * doctest::skip(kNoGpu)) {
   for (const OptCase& oc : opt_cases()) {
     INFO(oc.name);
     manual_seed(21);

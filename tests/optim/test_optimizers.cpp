@@ -1,4 +1,4 @@
-// Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD) against
+// Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax, NAdam, RAdam, Rprop, ASGD, Adafactor) against
 // plain-loop references of PyTorch's formulas and values PyTorch printed, parameter groups, skipped parameters, zero_grad, the generic (tensor-op) path,
 // state_dict resume (bitwise) and argument errors.
 #include <doctest/doctest.h>
@@ -395,6 +395,56 @@ TEST_CASE("Adagrad, Adadelta, Adamax, NAdam and RAdam give PyTorch's parameters"
   }, {0.554447176894923, -1.2027857108228641, 1.8849456469392063, 0.016254446124422228});
 }
 
+// Adafactor: PyTorch 2.15's values (float64; torch.optim.Adafactor on the same start and the
+// same eight gradients, one of them tiny so the eps2 floor and RMS clipping both act), its
+// factored state's shapes, and errors.
+TEST_CASE("Adafactor: PyTorch's parameters and factored state; errors") {
+  auto grads = [](int s, int64_t n, double off) {
+    Vec g;
+    for (int64_t i = 0; i < n; ++i) g.push_back(std::sin(1.3 * s + 0.7 * double(i) + off) * (s == 3 ? 1e-3 : 1.0));
+    return g;
+  };
+  auto run = [&](optim::AdafactorOptions o, const Vec& want_w, const Vec& want_v) {
+    Tensor W = from_vector<double>({0.5, -1.0, 2.0, 0.25, 1.5, -0.75}, {2, 3}).requires_grad_(true);
+    Tensor v = param({0.3, -0.2}, DType::float64);
+    optim::Adafactor opt({W, v}, o);
+    for (int s = 0; s < 8; ++s) {
+      W.set_grad(from_vector<double>(grads(s, 6, 0.0), {2, 3}));
+      set_grad(v, grads(s, 2, 1.0));
+      opt.step();
+    }
+    check_close(W.reshape({6}), want_w, 2e-16, "Adafactor W");
+    check_close(v, want_v, 2e-16, "Adafactor v");
+    return opt.state_dict();
+  };
+  const optim::StateDict sd = run({}, {0.46730272828442754, -1.0363536190350229, 1.9818289410634449,
+                                       0.2502778735240809, 1.5237384813028694, -0.7143988550641339},
+                                  {0.2941412509668051, -0.2016522579787562});
+  CHECK(sd.at("state.0.row_var").shape() == Shape{2, 1});  // m + n numbers for an (m, n) weight
+  CHECK(sd.at("state.0.col_var").shape() == Shape{1, 3});
+  CHECK(sd.at("state.1.variance").shape() == Shape{2});
+  check_close(sd.at("state.0.row_var").reshape({2}), {0.3971368715076028, 0.45449493855229267}, 1e-15, "row_var");
+  check_close(sd.at("state.0.col_var").reshape({3}), {0.472741617209655, 0.40597775238216177, 0.3987283454980263},
+              1e-15, "col_var");
+  CHECK(std::isnan(sd.at("param_groups.0.eps1").item()));  // none: the dtype's epsilon
+  run({.lr = 0.05, .eps1 = 1e-20, .eps2 = 1e-2, .d = 1.5, .weight_decay = 0.1},
+      {0.31790926548614024, -1.1480957210492817, 1.8183500901186906, 0.23367449830294293, 1.5556545844990615,
+       -0.5399304968266544},
+      {0.2561799159330889, -0.20263200753417426});
+  // a state whose factored buffer has the wrong shape is refused
+  Tensor W = from_vector<double>({0.5, -1.0, 2.0, 0.25, 1.5, -0.75}, {2, 3}).requires_grad_(true);
+  optim::Adafactor opt({W});
+  optim::StateDict bad;
+  for (const auto& kv : sd)
+    if (kv.first.rfind("state.1.", 0) != 0) bad[kv.first] = kv.second;
+  bad["param_groups.0.params"] = from_vector<double>({0}, {1});
+  bad["state.0.row_var"] = zeros({2, 3}, {.dtype = DType::float64});
+  CHECK_THROWS_WITH_AS(opt.load_state_dict(bad), doctest::Contains("expected shape [2, 1]"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adafactor({W}, {.beta2_decay = 0.5}), doctest::Contains("beta2_decay"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adafactor({W}, {.d = 0.5}), doctest::Contains("clipping threshold"), kiln::Error);
+  CHECK_THROWS_WITH_AS(optim::Adafactor({W}, {.eps1 = -1.0}), doctest::Contains("eps1"), kiln::Error);
+}
+
 // Rprop and ASGD: plain loops of PyTorch's documented algorithms, and PyTorch 2.15's values
 // (float64; Rprop bit for bit; ASGD within an ulp or two: PyTorch's add(alpha) fuses).
 TEST_CASE("Rprop and ASGD: reference loops, PyTorch's parameters, state, errors") {
@@ -779,6 +829,9 @@ TEST_CASE("state_dict / load_state_dict resume training bitwise") {
   check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {  // eta, mu restored; ax from t0
     return std::make_unique<optim::ASGD>(ps, optim::ASGDOptions{.lr = 0.01, .t0 = 2});
   }, 7, 3);
+  check_resume([](const std::vector<Tensor>& ps) -> std::unique_ptr<optim::Optimizer> {  // factored state restored
+    return std::make_unique<optim::Adafactor>(ps, optim::AdafactorOptions{.weight_decay = 0.01});
+  }, 7, 3);
 }
 
 TEST_CASE("state_dict layout: flat names, 0-dim scalars, hyperparameters restored") {
@@ -913,6 +966,7 @@ TEST_CASE("maximize: every optimizer ascends f exactly as it descends -f; option
       {"RAdam", [](auto& p, bool m) { return std::make_unique<optim::RAdam>(p, optim::RAdamOptions{.weight_decay = 0.1, .maximize = m}); }},
       {"Rprop", [](auto& p, bool m) { return std::make_unique<optim::Rprop>(p, optim::RpropOptions{.maximize = m}); }},
       {"ASGD", [](auto& p, bool m) { return std::make_unique<optim::ASGD>(p, optim::ASGDOptions{.lr = 0.1, .t0 = 2, .maximize = m}); }},
+      {"Adafactor", [](auto& p, bool m) { return std::make_unique<optim::Adafactor>(p, optim::AdafactorOptions{.weight_decay = 0.1, .maximize = m}); }},
   };
   for (const auto& entry : makers) {  // (no structured binding: CAPTURE's lambda may not name one in clang)
     const std::string& name = entry.first;
