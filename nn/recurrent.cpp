@@ -29,7 +29,7 @@ Tensor rnn_step(const Tensor& xw, const Tensor& h, const Tensor& w_hh, const Ten
 
 std::pair<Tensor, Tensor> lstm_step(const Tensor& xw, const Tensor& h, const Tensor& c, const Tensor& w_hh,
                                     const Tensor& b_hh) {
-  const int64_t H = h.size(-1);
+  const int64_t H = c.size(-1);  // h may be smaller (an LSTM's proj_size)
   const Tensor gates = add(xw, linear(h, w_hh, b_hh));  // (N, 4H): i, f, g, o
   const Tensor i = sigmoid(gates.narrow(1, 0, H)), f = sigmoid(gates.narrow(1, H, H));
   const Tensor g = tanh(gates.narrow(1, 2 * H, H)), o = sigmoid(gates.narrow(1, 3 * H, H));
@@ -54,12 +54,15 @@ RecurrentBase::RecurrentBase(const char* name, int64_t gates, int64_t in, int64_
   KILN_CHECK(o.nonlinearity == "tanh" || (o.nonlinearity == "relu" && gates == 1), name,
              gates == 1 ? ": nonlinearity must be 'tanh' or 'relu', got '" : ": nonlinearity is an RNN option, got '",
              o.nonlinearity, "'");
-  const int64_t D = o.bidirectional ? 2 : 1;
+  KILN_CHECK(o.proj_size == 0 || (gates == 4 && o.proj_size > 0 && o.proj_size < hidden), name,
+             gates == 4 ? ": proj_size must be in 0..hidden_size - 1, got " : ": proj_size is an LSTM option, got ",
+             o.proj_size);
+  const int64_t D = o.bidirectional ? 2 : 1, R = o.proj_size > 0 ? o.proj_size : hidden;
   for (int64_t l = 0; l < o.num_layers; ++l)
     for (int64_t d = 0; d < D; ++d) {
       const std::string s = "_l" + std::to_string(l) + (d ? "_reverse" : "");
-      weight_ih.push_back(register_parameter("weight_ih" + s, empty({gates * hidden, l == 0 ? in : D * hidden})));
-      weight_hh.push_back(register_parameter("weight_hh" + s, empty({gates * hidden, hidden})));
+      weight_ih.push_back(register_parameter("weight_ih" + s, empty({gates * hidden, l == 0 ? in : D * R})));
+      weight_hh.push_back(register_parameter("weight_hh" + s, empty({gates * hidden, R})));
       if (o.bias) {
         bias_ih.push_back(register_parameter("bias_ih" + s, empty({gates * hidden})));
         bias_hh.push_back(register_parameter("bias_hh" + s, empty({gates * hidden})));
@@ -67,6 +70,7 @@ RecurrentBase::RecurrentBase(const char* name, int64_t gates, int64_t in, int64_
         bias_ih.emplace_back();
         bias_hh.emplace_back();
       }
+      if (o.proj_size > 0) weight_hr.push_back(register_parameter("weight_hr" + s, empty({R, hidden})));
     }
   reset_parameters();
 }
@@ -86,21 +90,26 @@ std::string RecurrentBase::extra_repr() const {
   if (options.batch_first) os << ", batch_first=true";
   if (options.dropout > 0) os << ", dropout=" << options.dropout;
   if (options.bidirectional) os << ", bidirectional=true";
+  if (options.proj_size > 0) os << ", proj_size=" << options.proj_size;
   return os.str();
 }
 
 void RecurrentBase::check_state(const RecurrentState& initial, int64_t batch, bool batched) const {
-  const Shape want = batched ? Shape{options.num_layers * directions(), batch, hidden_size}
-                             : Shape{options.num_layers * directions(), hidden_size};
-  for (const Tensor* s : {&initial.h, &initial.c})
-    KILN_CHECK(!s->defined() || s->shape() == want, name_, ": the initial state must have shape ", shape_str(want),
-               ", got ", shape_str(s->shape()));
+  auto shape = [&](int64_t size) {
+    return batched ? Shape{options.num_layers * directions(), batch, size} : Shape{options.num_layers * directions(), size};
+  };
+  for (const Tensor* s : {&initial.h, &initial.c}) {
+    const Shape want = shape(s == &initial.h ? output_size() : hidden_size);
+    KILN_CHECK(!s->defined() || s->shape() == want, name_, ": the initial state ", s == &initial.h ? "h" : "c",
+               " must have shape ", shape_str(want), ", got ", shape_str(s->shape()));
+  }
   KILN_CHECK(!initial.c.defined() || has_cell_state(), name_, ": has no cell state; pass only h");
 }
 
 std::pair<Tensor, RecurrentState> RecurrentBase::run_rows(const Tensor& rows, const std::vector<int64_t>& bs,
                                                           const RecurrentState& initial) const {
-  const int64_t T = int64_t(bs.size()), B = bs[0], H = hidden_size, L = options.num_layers, D = directions();
+  const int64_t T = int64_t(bs.size()), B = bs[0], H = hidden_size, R = output_size(), L = options.num_layers,
+                D = directions();
   std::vector<int64_t> off(bs.size() + 1, 0);
   for (size_t t = 0; t < bs.size(); ++t) off[t + 1] = off[t] + bs[t];
   const TensorOptions zo{.dtype = rows.dtype(), .device = rows.device()};
@@ -112,7 +121,7 @@ std::pair<Tensor, RecurrentState> RecurrentBase::run_rows(const Tensor& rows, co
     for (int64_t d = 0; d < D; ++d) {
       const size_t k = size_t(l * D + d);
       const Tensor xw = linear(layer_in, weight_ih[k], bias_ih[k]);  // every step's projection at once
-      const Tensor h0 = initial.h.defined() ? initial.h.select(0, int64_t(k)) : zeros({B, H}, zo);
+      const Tensor h0 = initial.h.defined() ? initial.h.select(0, int64_t(k)) : zeros({B, R}, zo);
       const Tensor c0 = !cs ? Tensor() : initial.c.defined() ? initial.c.select(0, int64_t(k)) : zeros({B, H}, zo);
       auto step = [&](int64_t t, Tensor& h, Tensor& c) {
         std::tie(h, c) = cell(k, xw.narrow(0, off[size_t(t)], bs[size_t(t)]), h, c);
@@ -182,13 +191,13 @@ std::pair<Tensor, RecurrentState> RecurrentBase::run(const Tensor& input, const 
   check_state(initial, N, true);
   if (N == 0) {
     const TensorOptions zo{.dtype = x.dtype(), .device = x.device()};
-    const Shape ss{options.num_layers * directions(), 0, hidden_size};
-    const Tensor out = zeros({T, 0, directions() * hidden_size}, zo);
+    const int64_t LD = options.num_layers * directions();
+    const Tensor out = zeros({T, 0, directions() * output_size()}, zo);
     return {options.batch_first ? out.transpose(0, 1) : out,
-            RecurrentState{zeros(ss, zo), has_cell_state() ? zeros(ss, zo) : Tensor()}};
+            RecurrentState{zeros({LD, 0, output_size()}, zo), has_cell_state() ? zeros({LD, 0, hidden_size}, zo) : Tensor()}};
   }
   auto [rows, st] = run_rows(x.reshape({T * N, input_size}), std::vector<int64_t>(size_t(T), N), initial);
-  const Tensor out = rows.reshape({T, N, directions() * hidden_size});
+  const Tensor out = rows.reshape({T, N, directions() * output_size()});
   return {options.batch_first ? out.transpose(0, 1) : out, st};
 }
 
@@ -258,7 +267,9 @@ std::pair<Tensor, Tensor> RNN::cell(size_t k, const Tensor& xw, const Tensor& h,
 }
 
 std::pair<Tensor, Tensor> LSTM::cell(size_t k, const Tensor& xw, const Tensor& h, const Tensor& c) const {
-  return detail::lstm_step(xw, h, c, weight_hh[k], bias_hh[k]);
+  auto [h2, c2] = detail::lstm_step(xw, h, c, weight_hh[k], bias_hh[k]);
+  if (!weight_hr.empty()) h2 = linear(h2, weight_hr[k]);  // the projection, PyTorch's h = W_hr h
+  return {h2, c2};
 }
 
 std::pair<Tensor, Tensor> GRU::cell(size_t k, const Tensor& xw, const Tensor& h, const Tensor&) const {

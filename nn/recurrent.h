@@ -29,11 +29,13 @@ struct RecurrentOptions {
   double dropout = 0.0;        ///< dropout on the outputs of every layer but the last, in training mode
   bool bidirectional = false;  ///< a second pass from the last step back; outputs (.., 2 * hidden_size)
   std::string nonlinearity = "tanh";  ///< RNN only: "tanh" or "relu"
+  int64_t proj_size = 0;  ///< LSTM only: h = W_hr (o tanh(c)) of this size (0: none; below hidden_size)
 };
 
 /// The hidden state of every layer after the last step: h (and, for an LSTM, the cell
 /// state c), each (num_layers * directions, N, hidden_size), layer-major (layer l's reverse
-/// direction at 2 l + 1). Undefined tensors mean zeros.
+/// direction at 2 l + 1); with an LSTM's proj_size, h is (.., N, proj_size). Undefined
+/// tensors mean zeros.
 struct RecurrentState {
   Tensor h, c;
 };
@@ -99,7 +101,11 @@ class RecurrentBase : public Module {
   /// weight_hh (gates*H, H), bias_ih, bias_hh (gates*H). PyTorch's names: weight_ih_l0,
   /// weight_ih_l0_reverse, ...
   std::vector<Tensor> weight_ih, weight_hh, bias_ih, bias_hh;
+  /// LSTM with proj_size: weight_hr (proj_size, H) per layer and direction (weight_hr_l0, ...).
+  std::vector<Tensor> weight_hr;
   int64_t directions() const { return options.bidirectional ? 2 : 1; }
+  /// The size of h and of each direction's output: proj_size when set, else hidden_size.
+  int64_t output_size() const { return options.proj_size > 0 ? options.proj_size : hidden_size; }
 
  protected:
   RecurrentBase() = default;

@@ -252,3 +252,38 @@ TEST_CASE("dropout between layers, and the cells against one step of the layers"
         std::string::npos);
   CHECK(error_of([&] { rc(randn({2, 5}, f64)); }).find("expected input of shape") != std::string::npos);
 }
+
+TEST_CASE("LSTM proj_size: h = W_hr (o tanh c), PyTorch's shapes and names") {
+  manual_seed(27);
+  nn::LSTM m(3, 5, {.num_layers = 2, .bidirectional = true, .proj_size = 2});
+  m.to(DType::float64);
+  const auto names = m.named_parameters();
+  CHECK(names.at("weight_hr_l0").shape() == Shape{2, 5});
+  CHECK(names.at("weight_hr_l1_reverse").shape() == Shape{2, 5});
+  CHECK(names.at("weight_hh_l0").shape() == Shape{20, 2});
+  CHECK(names.at("weight_ih_l1").shape() == Shape{20, 4});  // both directions' projections
+  CHECK(m.str().find("proj_size=2") != std::string::npos);
+  const Tensor x = randn({4, 3, 3}, f64);
+  auto [y, st] = m.forward_with_state(x);
+  CHECK(y.shape() == Shape{4, 3, 4});
+  CHECK(st.h.shape() == Shape{4, 3, 2});
+  CHECK(st.c.shape() == Shape{4, 3, 5});
+  // one step of layer 0 by hand
+  nn::LSTM one(3, 5, {.proj_size = 2});
+  one.to(DType::float64);
+  const Tensor x1 = randn({1, 2, 3}, f64), h0 = randn({1, 2, 2}, f64), c0 = randn({1, 2, 5}, f64);
+  auto [y1, s1] = one.forward_with_state(x1, {h0, c0});
+  const Tensor gates = add(linear(x1.select(0, 0), one.weight_ih[0], one.bias_ih[0]),
+                           linear(h0.select(0, 0), one.weight_hh[0], one.bias_hh[0]));
+  const Tensor c1 = add(mul(sig(gates.narrow(1, 5, 5)), c0.select(0, 0)),
+                        mul(sig(gates.narrow(1, 0, 5)), tanh(gates.narrow(1, 10, 5))));
+  const Tensor h1 = linear(mul(sig(gates.narrow(1, 15, 5)), tanh(c1)), one.weight_hr[0]);
+  CHECK(max(abs(sub(y1.select(0, 0), h1))).item() < 1e-15);
+  CHECK(max(abs(sub(s1.c.select(0, 0), c1))).item() < 1e-15);
+  CHECK(module_gradcheck(one, [&](std::vector<Tensor>& in) { return one(in[0]); }, {randn({3, 2, 3}, f64)}));
+  CHECK(error_of([&] { one.forward_with_state(x1, {randn({1, 2, 5}, f64), c0}); }).find("initial state h") !=
+        std::string::npos);
+  CHECK(error_of([] { nn::LSTM(3, 5, {.proj_size = 5}); }).find("proj_size must be in 0..hidden_size - 1") !=
+        std::string::npos);
+  CHECK(error_of([] { nn::GRU(3, 5, {.proj_size = 2}); }).find("an LSTM option") != std::string::npos);
+}
