@@ -462,6 +462,96 @@ Tensor Gamma::rsample(const Shape& sample_shape) const {
 
 // ---------------------------------------------------------------- Dirichlet
 
+namespace {
+// d x / d alpha for x ~ Beta(alpha, total - alpha) with its CDF held fixed, scaled by 1 / (1 - x)
+// (PyTorch's dirichlet_grad_one, Jankowiak and Obermeyer, 2018): Taylor series of the CDF near
+// x = 0 and x = 1, Rice's saddle-point expansion when both parameters exceed 6, a rational
+// correction to an analytic approximation elsewhere.
+double beta_grad_alpha_small(double x, double alpha, double beta) {
+  const double factor = math::digamma(alpha) - math::digamma(alpha + beta) - std::log(x);
+  double numer = 1, series = numer / alpha * (factor + 1 / alpha);
+  for (int i = 1; i <= 10; ++i) {
+    numer *= (i - beta) * x / i;
+    const double denom = alpha + i;
+    series += numer / denom * (factor + 1 / denom);
+  }
+  const double r = x * std::pow(1 - x, -beta) * series;
+  return std::isnan(r) ? 0.0 : r;
+}
+double beta_grad_beta_small(double x, double alpha, double beta) {
+  const double factor = math::digamma(alpha + beta) - math::digamma(beta);
+  double numer = 1, betas = 1, dbetas = 0, series = factor / alpha;
+  for (int i = 1; i <= 8; ++i) {
+    numer *= -x / i;
+    dbetas = dbetas * (beta - i) + betas;
+    betas = betas * (beta - i);
+    series += numer / (alpha + i) * (dbetas + factor * betas);
+  }
+  const double r = -std::pow(1 - x, 1 - beta) * series;
+  return std::isnan(r) ? 0.0 : r;
+}
+double beta_grad_alpha_mid(double x, double alpha, double beta) {
+  const double total = alpha + beta, mean = alpha / total, sd = std::sqrt(alpha * beta / (total + 1)) / total;
+  if (mean - 0.1 * sd <= x && x <= mean + 0.1 * sd) {  // avoid the singularity at x = mean
+    const double poly = 47 * x * (beta * beta) * (beta * beta) +
+                        alpha * ((43 + 20 * (16 + 27 * beta) * x) * (beta * beta) * beta +
+                                 alpha * (3 * (59 + 180 * beta - 90 * x) * (beta * beta) +
+                                          alpha * ((453 + 1620 * beta * (1 - x) - 455 * x) * beta +
+                                                   alpha * (8 * (1 - x) * (135 * beta - 11)))));
+    const double num = (1 + 12 * alpha) * (1 + 12 * beta) / (total * total);
+    const double den = 12960 * alpha * alpha * alpha * beta * beta * (1 + 12 * total);
+    return num / (1 - x) * poly / den;
+  }
+  const double prefactor = -x / std::sqrt(2 * alpha * beta / total);
+  const double stirling = (1 + 1 / (12 * alpha) + 1 / (288 * alpha * alpha)) *
+                          (1 + 1 / (12 * beta) + 1 / (288 * beta * beta)) /
+                          (1 + 1 / (12 * total) + 1 / (288 * total * total));
+  const double t1n = 2 * (alpha * alpha) * (x - 1) + alpha * beta * (x - 1) - x * (beta * beta);
+  const double axbx = alpha * (x - 1) + beta * x;
+  const double t1 = t1n / (std::sqrt(2 * alpha / beta) * std::pow(total, 1.5) * axbx * axbx);
+  const double t2 = 0.5 * std::log(alpha / (total * x));
+  const double t3 = std::sqrt(8 * alpha * beta / total) / (beta * x + alpha * (x - 1));
+  const double t4 = std::pow(beta * std::log(beta / (total * (1 - x))) + alpha * std::log(alpha / (total * x)), -1.5);
+  return stirling * prefactor * (t1 + t2 * (t3 + (x < mean ? t4 : -t4)));
+}
+double dirichlet_grad(double x, double alpha, double total) {
+  const double beta = total - alpha, boundary = total * x * (1 - x);
+  if (x <= 0.5 && boundary < 2.5) return beta_grad_alpha_small(x, alpha, beta);
+  if (x >= 0.5 && boundary < 0.75) return -beta_grad_beta_small(1 - x, beta, alpha);
+  if (alpha > 6 && beta > 6) return beta_grad_alpha_mid(x, alpha, beta);
+  static constexpr double c[2][3][3][4] = {
+      {{{1.003668233, -0.01061107488, -0.0657888334, 0.01201642863},
+        {0.6336835991, -0.3557432599, 0.05486251648, -0.001465281033},
+        {-0.03276231906, 0.004474107445, 0.002429354597, -0.0001557569013}},
+       {{0.221950385, -0.3187676331, 0.01799915743, 0.01074823814},
+        {-0.2951249643, 0.06219954479, 0.01535556598, 0.001550077057},
+        {0.02155310298, 0.004170831599, 0.001292462449, 6.976601077e-05}},
+       {{-0.05980841433, 0.008441916499, 0.01085618172, 0.002319392565},
+        {0.02911413504, 0.01400243777, -0.002721828457, 0.000751041181},
+        {0.005900514878, -0.001936558688, -9.495446725e-06, 5.385558597e-05}}},
+      {{{1, -0.02924021934, -0.04438342661, 0.007285809825},
+        {0.6357567472, -0.3473456711, 0.05454656494, -0.002407477521},
+        {-0.03301322327, 0.004845219414, 0.00231480583, -0.0002307248149}},
+       {{0.5925320577, -0.1757678135, 0.01505928619, 0.000564515273},
+        {0.1014815858, -0.06589186703, 0.01272886114, -0.0007316646956},
+        {-0.007258481865, 0.001096195486, 0.0003934994223, -4.12701925e-05}},
+       {{0.06469649321, -0.0236701437, 0.002902096474, -5.896963079e-05},
+        {0.001925008108, -0.002869809258, 0.0008000589141, -6.063713228e-05},
+        {-0.0003477407336, 6.959756487e-05, 1.097287507e-05, -1.650964693e-06}}}};
+  const double u = std::log(x), a = std::log(alpha) - u, b = std::log(total) - a;
+  const double pu[3] = {1, u, u * u}, pa[3] = {1, a, a * a};
+  double p = 0, q = 0;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const double ua = pu[i] * pa[j];
+      p += ua * (c[0][i][j][0] + b * (c[0][i][j][1] + b * (c[0][i][j][2] + b * c[0][i][j][3])));
+      q += ua * (c[1][i][j][0] + b * (c[1][i][j][1] + b * (c[1][i][j][2] + b * c[1][i][j][3])));
+    }
+  return p / q * (x * (math::digamma(total) - math::digamma(alpha)) / beta);
+}
+}  // namespace
+
+
 Dirichlet::Dirichlet(const Tensor& c) : concentration(c) {
   KILN_CHECK(c.defined() && c.is_floating_point() && c.dim() >= 1,
              "Dirichlet: concentration must be a floating-point tensor of at least one dim, got ",
@@ -487,9 +577,28 @@ Tensor Dirichlet::variance() const {
 }
 Tensor Dirichlet::sample(const Shape& sample_shape) const {
   NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Dirichlet::rsample(const Shape& sample_shape) const {
   const Shape s = extended_shape(sample_shape);
-  const Tensor g = host_draws(concentration, s, [](ElementStream& st, double a) { return standard_gamma(st, a); });
-  return clamp(div(g, sum(g, {-1}, true)), finfo_tiny(concentration.dtype()), 1.0 - finfo_eps(concentration.dtype()));
+  const Tensor a = concentration.expand(s);
+  Tensor x;
+  {
+    NoGradGuard ng;  // PyTorch's _sample_dirichlet: normalised Gamma draws, clamped inside (0, 1)
+    const Tensor g = host_draws(concentration, s, [](ElementStream& st, double al) { return standard_gamma(st, al); });
+    x = clamp(div(g, sum(g, {-1}, true)), finfo_tiny(concentration.dtype()), 1.0 - finfo_eps(concentration.dtype()));
+  }
+  // PyTorch's _Dirichlet backward: dirichlet_grad(x, alpha, total) (g - sum(x g)) (first order)
+  const Tensor xs = x.detach();
+  record(x, "Dirichlet.rsample", {a}, {a, xs}, [a, xs](const Tensor& g, const std::vector<bool>&) {
+    const std::vector<double> av = host_values(a), xv = host_values(xs);
+    const std::vector<double> tv = host_values(sum(a.detach(), {-1}, true).expand(a.shape()));
+    std::vector<double> d(av.size());
+    for (size_t i = 0; i < av.size(); ++i) d[i] = dirichlet_grad(xv[i], av[i], tv[i]);
+    const Tensor dg = from_vector<double>(d, xs.shape()).to(xs.dtype()).to(xs.device());
+    return std::vector<Tensor>{mul(dg, sub(g, sum(mul(xs, g), {-1}, true)))};
+  });
+  return x;
 }
 
 // ---------------------------------------------------------------- Beta
@@ -516,6 +625,7 @@ Tensor Beta::variance() const {
   return div(mul(concentration1, concentration0), mul(pow(total, 2.0), add(total, 1.0)));
 }
 Tensor Beta::sample(const Shape& sample_shape) const { return dirichlet_.sample(sample_shape).select(-1, 0); }
+Tensor Beta::rsample(const Shape& sample_shape) const { return dirichlet_.rsample(sample_shape).select(-1, 0); }
 
 // ---------------------------------------------------------------- Poisson
 

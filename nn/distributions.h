@@ -168,6 +168,8 @@ class Gamma : public Distribution {
 };
 
 /// Dirichlet(concentration) over the simplex of the last dim (event_shape (K)), all > 0.
+/// sample normalises Gamma draws; rsample is the same draw with PyTorch's implicit
+/// reparameterisation gradient (its dirichlet_grad approximations; first order).
 class Dirichlet : public Distribution {
  public:
   explicit Dirichlet(const Tensor& concentration);
@@ -176,12 +178,14 @@ class Dirichlet : public Distribution {
   Tensor mean() const override;
   Tensor variance() const override;
   Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
   const char* name() const override { return "Dirichlet"; }
   Tensor concentration;
 };
 
 /// Beta(concentration1, concentration0) on [0, 1] (PyTorch's argument order: the first is
-/// alpha, the exponent of x), a two-category Dirichlet as PyTorch's.
+/// alpha, the exponent of x), a two-category Dirichlet as PyTorch's (so rsample is the
+/// Dirichlet's, differentiable in both concentrations).
 class Beta : public Distribution {
  public:
   Beta(const Tensor& concentration1, const Tensor& concentration0);
@@ -191,6 +195,7 @@ class Beta : public Distribution {
   Tensor mean() const override;
   Tensor variance() const override;
   Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
   const char* name() const override { return "Beta"; }
   Tensor concentration1, concentration0;
 

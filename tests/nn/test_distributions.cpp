@@ -194,7 +194,7 @@ TEST_CASE("distributions: parameter checks and errors") {
   CHECK_THROWS_WITH_AS(D::Categorical::from_probs(T({0.5}, {})), doctest::Contains("at least one dim"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::Poisson(-1.0), doctest::Contains(">= 0"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::Poisson(1.0).entropy(), doctest::Contains("no closed form"), kiln::Error);
-  CHECK_THROWS_WITH_AS(D::Beta(1.0, 1.0).rsample(), doctest::Contains("Beta: rsample is not available"), kiln::Error);
+  CHECK_THROWS_WITH_AS(D::Poisson(1.0).rsample(), doctest::Contains("Poisson: rsample is not available"), kiln::Error);
   CHECK_THROWS_WITH_AS(D::Normal(T({0.0, 1.0}, {2}), T({1.0, 1.0, 1.0}, {3})), doctest::Contains("Normal"), kiln::Error);
   // a Python float's dtype: float32 parameters, shape ()
   const D::Normal s(0.0, 1.0);
@@ -272,4 +272,41 @@ TEST_CASE("Gamma.rsample: the implicit reparameterisation gradient") {
     CHECK(S(mean(x.detach())) == doctest::Approx(alpha / 2.0).epsilon(0.03));
   }
   CHECK_FALSE(D::Gamma(2.0, 1.0).sample({3}).requires_grad());
+}
+
+TEST_CASE("Beta.rsample and Dirichlet.rsample: the implicit reparameterisation gradient") {
+  // E[d x / d a] = d E[x] / d a = b / (a + b)^2 and E[d x / d b] = -a / (a + b)^2, with (a, b)
+  // in each of PyTorch's dirichlet_grad branches (near 0, near 1, both large, the rational fit)
+  manual_seed(25);
+  const int64_t n = 20000;
+  const std::vector<std::pair<double, double>> ab = {{0.3, 2.0}, {3.0, 0.4}, {9.0, 14.0}, {1.5, 2.5}};
+  for (const auto& p : ab) {
+    const double a0 = p.first, b0 = p.second, t = a0 + b0;
+    CAPTURE(a0);
+    CAPTURE(b0);
+    Tensor a = T({a0}, {1}).requires_grad_(true), b = T({b0}, {1}).requires_grad_(true);
+    const Tensor x = D::Beta(a, b).rsample({n});
+    const auto g = kiln::grad({sum(x)}, {a, b});
+    const double sd = std::sqrt(a0 * b0 / (t * t * (t + 1)));  // scale of x: the estimates' tolerance
+    CHECK(std::fabs(S(g[0]) / double(n) - b0 / (t * t)) < 0.05 * sd / std::min(a0, b0) + 0.03 * b0 / (t * t));
+    CHECK(std::fabs(S(g[1]) / double(n) + a0 / (t * t)) < 0.05 * sd / std::min(a0, b0) + 0.03 * a0 / (t * t));
+  }
+  // Dirichlet: d E[x_i] / d alpha_j = (delta_ij S - alpha_i) / S^2; rsample draws what sample draws
+  Tensor c = T({0.5, 2.0, 4.0}, {3}).requires_grad_(true);
+  const Tensor x = D::Dirichlet(c).rsample({n});
+  const Tensor w = T({1.0, -2.0, 0.5}, {3});
+  const Tensor gc = kiln::grad({sum(mul(x, w))}, {c})[0];
+  const double S0 = 6.5, cv[3] = {0.5, 2.0, 4.0}, wv[3] = {1.0, -2.0, 0.5};
+  for (int j = 0; j < 3; ++j) {
+    double want = 0;
+    for (int i = 0; i < 3; ++i) want += wv[i] * ((i == j ? S0 : 0.0) - cv[i]) / (S0 * S0);
+    CAPTURE(j);
+    CHECK(std::fabs(gc.to_vector<double>()[size_t(j)] / double(n) - want) < 0.01);
+  }
+  manual_seed(7);
+  const Tensor r1 = D::Dirichlet(c).rsample({5});
+  manual_seed(7);
+  const Tensor s1 = D::Dirichlet(c).sample({5});
+  CHECK(max(abs(sub(r1, s1))).item() == 0.0);
+  CHECK_FALSE(s1.requires_grad());
 }
