@@ -467,7 +467,13 @@ int64_t checked_features(int64_t sd, int64_t c) {
 }  // namespace
 
 InstanceNorm::InstanceNorm(int64_t sd, int64_t c, InstanceNormOptions o)
-    : GroupNorm(checked_features(sd, c), c, {.eps = o.eps, .affine = o.affine}), spatial_dims(sd) {}
+    : GroupNorm(checked_features(sd, c), c, {.eps = o.eps, .affine = o.affine}), spatial_dims(sd), instance_options(o) {
+  if (o.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({c}));
+    running_var = register_buffer("running_var", ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, {.dtype = DType::int64}));
+  }
+}
 
 Tensor InstanceNorm::forward(const Tensor& x) {
   KILN_CHECK(spatial_dims > 0, "InstanceNorm: the module is empty (default-constructed); assign it from "
@@ -480,13 +486,19 @@ Tensor InstanceNorm::forward(const Tensor& x) {
   KILN_CHECK(!options.affine || xb.size(1) == num_channels, "InstanceNorm", spatial_dims, "d: expected ",
              num_channels, " channels (num_features) at dim ", batched ? 1 : 0, ", got input shape ",
              shape_str(x.shape()));
-  const Tensor y = group_norm(xb, xb.size(1), weight, bias, options.eps);
+  KILN_CHECK(!instance_options.track_running_stats || xb.size(1) == num_channels, "InstanceNorm", spatial_dims,
+             "d: expected ", num_channels, " channels (num_features, for the running statistics) at dim ",
+             batched ? 1 : 0, ", got input shape ", shape_str(x.shape()));
+  const Tensor y = instance_norm(xb, running_mean, running_var, weight, bias,
+                                 is_training() || !instance_options.track_running_stats,
+                                 instance_options.momentum.value_or(0.0), options.eps);
   return batched ? y : y.squeeze(0);
 }
 
 std::string InstanceNorm::extra_repr() const {
   std::ostringstream os;
   os << num_channels << ", eps=" << options.eps << ", affine=" << bool_str(options.affine);
+  if (instance_options.track_running_stats) os << ", track_running_stats=true";
   return os.str();
 }
 

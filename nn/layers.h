@@ -324,11 +324,18 @@ class GroupNorm : public Module {
 struct InstanceNormOptions {
   double eps = 1e-5;
   bool affine = false;  ///< learnable per-channel weight (ones) and bias (zeros); PyTorch's default off
+  /// running_mean / running_var buffers (and num_batches_tracked, which PyTorch registers and
+  /// never advances for instance norm): updated in training, used in evaluation
+  bool track_running_stats = false;
+  /// the running statistics' update weight; none: 0 (PyTorch passes 0 for momentum=None)
+  std::optional<double> momentum = 0.1;
 };
-/// Normalises each channel of each sample over its positions (torch.nn.InstanceNorm1d/2d with
-/// their default track_running_stats=False: batch statistics in training and evaluation);
-/// group_norm with one channel per group. Input (N, C, L) or (C, L) for 1d, (N, C, H, W) or
-/// (C, H, W) for 2d.
+/// Normalises each channel of each sample over its positions (torch.nn.InstanceNorm1d/2d/3d):
+/// group_norm with one channel per group, through kiln::instance_norm. By default (PyTorch's
+/// track_running_stats=False) batch statistics in training and evaluation; with
+/// track_running_stats the running statistics are updated in training and normalise in
+/// evaluation. Input (N, C, L) or (C, L) for 1d, (N, C, H, W) or (C, H, W) for 2d, (N, C, D,
+/// H, W) or (C, D, H, W) for 3d.
 class InstanceNorm : public GroupNorm {
  public:
   InstanceNorm() = default;
@@ -337,6 +344,8 @@ class InstanceNorm : public GroupNorm {
   std::string extra_repr() const override;
 
   int64_t spatial_dims = 0;  // num_features is num_channels (= num_groups)
+  InstanceNormOptions instance_options;
+  Tensor running_mean, running_var, num_batches_tracked;  // with track_running_stats
 };
 class InstanceNorm1d : public InstanceNorm {
  public:
@@ -345,6 +354,10 @@ class InstanceNorm1d : public InstanceNorm {
 class InstanceNorm2d : public InstanceNorm {
  public:
   InstanceNorm2d(int64_t num_features, InstanceNormOptions o = {}) : InstanceNorm(2, num_features, o) {}
+};
+class InstanceNorm3d : public InstanceNorm {
+ public:
+  InstanceNorm3d(int64_t num_features, InstanceNormOptions o = {}) : InstanceNorm(3, num_features, o) {}
 };
 
 // ---------------------------------------------------------------- Embedding

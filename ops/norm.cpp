@@ -7,6 +7,7 @@
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
+#include "kiln/ops/reduce.h"
 
 namespace kiln {
 
@@ -203,6 +204,38 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   ps[1] = C;
   if (weight.defined()) y = mul(y, weight.reshape(ps));
   if (bias.defined()) y = add(y, bias.reshape(ps));
+  return y;
+}
+
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, bool use_input_stats, double momentum, double eps) {
+  KILN_CHECK(x.defined() && x.dim() >= 3, "instance_norm: expected an input (N, C, ...) with at least one spatial "
+             "dim, got ", x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  const int64_t N = x.size(0), C = x.size(1);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), "instance_norm: give both running_mean and "
+             "running_var, or neither");
+  if (running_mean.defined()) {
+    check_param("instance_norm", running_mean, "running_mean", {C}, x);
+    check_param("instance_norm", running_var, "running_var", {C}, x);
+  }
+  if (!use_input_stats) {
+    KILN_CHECK(running_mean.defined(), "instance_norm: use_input_stats = false needs running_mean and running_var");
+    return batch_norm(x, weight, bias, running_mean, running_var, /*training=*/false, momentum, eps);
+  }
+  const int64_t positions = x.numel() / std::max<int64_t>(N * C, 1);
+  KILN_CHECK(positions > 1 || x.numel() == 0, "instance_norm: expected more than 1 spatial element when training, "
+             "got input size ", shape_str(x.shape()));
+  const Tensor y = group_norm(x, C, weight, bias, eps);
+  if (running_mean.defined() && N > 0) {
+    NoGradGuard ng;
+    const Tensor flat = x.detach().reshape({N, C, positions}).to(running_mean.dtype());
+    // PyTorch's batch_norm over (1, N*C, ...) on the repeated running stats, then their mean over N
+    auto update = [&](Tensor r, const Tensor& stat) {
+      r.copy_(mean(add(mul(r.unsqueeze(0).expand({N, C}), 1.0 - momentum), mul(stat, momentum)), {0}));
+    };
+    update(running_mean, mean(flat, {2}));
+    update(running_var, var(flat, {2}, /*unbiased=*/true));
+  }
   return y;
 }
 

@@ -24,4 +24,15 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
 
+/// x (N, C, ...) normalised per sample and channel over its positions (torch.nn.functional.
+/// instance_norm). use_input_stats (PyTorch's training or not track_running_stats): each
+/// instance's own mean and biased variance (group_norm with a group per channel; more than one
+/// position needed), and, where running_mean / running_var (C) are given, they move towards
+/// the batch's average instance statistics in place: r = mean over N of ((1 - momentum) r +
+/// momentum stat), the variance unbiased, as PyTorch's batch_norm over (1, N*C, ...). Otherwise
+/// the running statistics normalise, as batch_norm in inference.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean = Tensor(), const Tensor& running_var = Tensor(),
+                     const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
+
 }  // namespace kiln

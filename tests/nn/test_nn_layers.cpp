@@ -643,6 +643,42 @@ TEST_CASE("InstanceNorm1d/2d: group_norm with a group per channel, unbatched inp
   CHECK(error_of([&] { in1(randn({2, 4, 5, 6})); }).find("2-D (unbatched) or 3-D") != std::string::npos);
 }
 
+TEST_CASE("InstanceNorm with track_running_stats: running statistics in training, used in evaluation; 3d") {
+  manual_seed(74);
+  nn::InstanceNorm2d in2(3, {.track_running_stats = true, .momentum = 0.3});
+  in2.to(DType::float64);
+  CHECK(in2.named_buffers().size() == 3);  // running_mean, running_var, num_batches_tracked
+  CHECK(in2.extra_repr().find("track_running_stats=true") != std::string::npos);
+  const Tensor x = add(mul(randn({4, 3, 5, 6}, f64), 2.0), 1.0);
+  const Tensor y = in2(x);
+  CHECK(max_abs_diff(y, group_norm(x, 3)) == 0);  // training: the instance statistics
+  // running = mean over the batch of (0.7 running + 0.3 instance stat), the variance unbiased
+  const Tensor flat = x.reshape({4, 3, 30});
+  CHECK(max_abs_diff(in2.running_mean, mul(mean(mean(flat, {2}), {0}), 0.3)) < 1e-15);
+  CHECK(max_abs_diff(in2.running_var, add(mul(mean(var(flat, {2}, true), {0}), 0.3), 0.7)) < 1e-15);
+  CHECK(in2.num_batches_tracked.item<int64_t>() == 0);  // PyTorch never advances it for instance norm
+  in2.eval();
+  const Tensor xe = randn({2, 3, 5, 6}, f64);
+  const Tensor want = div(sub(xe, in2.running_mean.reshape({1, 3, 1, 1})), sqrt(add(in2.running_var.reshape({1, 3, 1, 1}), 1e-5)));
+  CHECK(max_abs_diff(in2(xe), want) < 1e-14);
+  const Tensor rm = in2.running_mean.clone();
+  in2(xe);
+  CHECK(max_abs_diff(in2.running_mean, rm) == 0);  // evaluation leaves them alone
+  // momentum none: PyTorch passes 0, so the running statistics stay where they start
+  nn::InstanceNorm1d frozen(2, {.track_running_stats = true, .momentum = std::nullopt});
+  frozen(randn({3, 2, 4}));
+  CHECK(frozen.running_mean.to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(frozen.running_var.to_vector<float>() == std::vector<float>{1, 1});
+  // 3d, affine, through gradcheck
+  nn::InstanceNorm3d in3(2, {.affine = true});
+  in3.to(DType::float64);
+  CHECK(check_layer(in3, randn({2, 2, 3, 2, 3}, f64)));
+  CHECK(in3(randn({2, 3, 4, 2}, f64)).shape() == Shape{2, 3, 4, 2});  // unbatched (C, D, H, W)
+  CHECK(error_of([&] { in2.train(); in2(randn({2, 3, 1, 1}, f64)); }).find("more than 1 spatial element") !=
+        std::string::npos);
+  CHECK(error_of([&] { in2(randn({2, 4, 3, 3}, f64)); }).find("expected 3 channels") != std::string::npos);
+}
+
 TEST_CASE("PReLU, GLU, CELU, shrinks, Threshold, Softmin, Dropout2d, PixelShuffle, Unflatten and the padding modules") {
   manual_seed(83);
   nn::PReLU prelu_m(3, 0.1);
