@@ -702,6 +702,42 @@ std::string Conv3d::extra_repr() const {
   return os.str();
 }
 
+ConvTranspose3d::ConvTranspose3d(int64_t in, int64_t out, IntTriple k, ConvTranspose3dOptions o)
+    : in_channels(in), out_channels(out), kernel_size(k), options(o) {
+  KILN_CHECK(in > 0 && out > 0, "ConvTranspose3d: in_channels and out_channels must be positive, got ", in, " and ",
+             out);
+  KILN_CHECK(k[0] > 0 && k[1] > 0 && k[2] > 0, "ConvTranspose3d: kernel_size must be positive");
+  KILN_CHECK(o.groups > 0 && in % o.groups == 0 && out % o.groups == 0, "ConvTranspose3d: groups=", o.groups,
+             " must divide in_channels=", in, " and out_channels=", out);
+  weight = register_parameter("weight", empty({in, out / o.groups, k[0], k[1], k[2]}));
+  if (o.bias) bias = register_parameter("bias", empty({out}));
+  reset_parameters();
+}
+
+void ConvTranspose3d::reset_parameters() { init_conv_parameters(weight, bias); }  // fan_in from dim 1, as PyTorch
+
+Tensor ConvTranspose3d::forward(const Tensor& x) {
+  check_built(weight, "ConvTranspose3d");
+  check_input(x, "ConvTranspose3d");
+  KILN_CHECK((x.dim() == 5 || x.dim() == 4) && x.size(-4) == in_channels, "ConvTranspose3d(", in_channels, ", ",
+             out_channels, "): expected input of shape (N, ", in_channels, ", D, H, W), got ", shape_str(x.shape()));
+  return conv_transpose3d(x, weight, bias,
+                          {.stride = options.stride, .padding = options.padding,
+                           .output_padding = options.output_padding, .dilation = options.dilation,
+                           .groups = options.groups});
+}
+
+std::string ConvTranspose3d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels << ", " << out_channels << ", kernel_size=(" << kernel_size[0] << ", " << kernel_size[1] << ", "
+     << kernel_size[2] << ")";
+  if (options.stride != IntTriple{1, 1, 1})
+    os << ", stride=(" << options.stride[0] << ", " << options.stride[1] << ", " << options.stride[2] << ")";
+  if (options.groups != 1) os << ", groups=" << options.groups;
+  os << ", bias=" << bool_str(bias.defined());
+  return os.str();
+}
+
 ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, ConvTranspose1dOptions o)
     : in_channels(in), out_channels(out), kernel_size(k), options(o) {
   KILN_CHECK(in > 0 && out > 0 && k > 0, "ConvTranspose1d: channels and kernel_size must be positive, got ", in, ", ",

@@ -695,6 +695,65 @@ class AvgPool3d : public Module {
   IntTriple kernel_size, stride, padding;
   bool count_include_pad;
 };
+/// torch.nn.LPPool1d / LPPool2d (kiln::lp_pool1d / lp_pool2d): (sum of x^p over each window)^(1/p);
+/// stride 0 = kernel, as PyTorch's stride=None.
+class LPPool1d : public Module {
+ public:
+  LPPool1d(double norm_type, int64_t kernel_size, int64_t stride = 0, bool ceil_mode = false)
+      : norm_type(norm_type), kernel_size(kernel_size), stride(stride), ceil_mode(ceil_mode) {}
+  Tensor forward(const Tensor& x) override { return lp_pool1d(x, norm_type, kernel_size, stride, ceil_mode); }
+  double norm_type;
+  int64_t kernel_size, stride;
+  bool ceil_mode;
+};
+class LPPool2d : public Module {
+ public:
+  LPPool2d(double norm_type, Int2 kernel_size, Int2 stride = 0, bool ceil_mode = false)
+      : norm_type(norm_type), kernel_size(kernel_size), stride(stride), ceil_mode(ceil_mode) {}
+  Tensor forward(const Tensor& x) override {
+    return lp_pool2d(x, norm_type, {kernel_size.h, kernel_size.w}, {stride.h, stride.w}, ceil_mode);
+  }
+  double norm_type;
+  Int2 kernel_size, stride;
+  bool ceil_mode;
+};
+/// torch.nn.AdaptiveAvgPool3d / AdaptiveMaxPool3d (kiln::adaptive_avg_pool3d / adaptive_max_pool3d):
+/// AdaptiveAvgPool3d({1, 1, 1}) is a video or volume classifier's global pooling.
+class AdaptiveAvgPool3d : public Module {
+ public:
+  explicit AdaptiveAvgPool3d(IntTriple output_size = {1, 1, 1}) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool3d(x, output_size); }
+  IntTriple output_size;
+};
+class AdaptiveMaxPool3d : public Module {
+ public:
+  explicit AdaptiveMaxPool3d(IntTriple output_size = {1, 1, 1}) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_max_pool3d(x, output_size); }
+  IntTriple output_size;
+};
+struct ConvTranspose3dOptions {
+  IntTriple stride{1, 1, 1};
+  IntTriple padding{0, 0, 0};
+  IntTriple output_padding{0, 0, 0};
+  IntTriple dilation{1, 1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+};
+/// torch.nn.ConvTranspose3d (kiln::conv_transpose3d): weight (in, out / groups, kD, kH, kW);
+/// nn::ConvTranspose3d(32, 16, {2, 2, 2}, {.stride = {2, 2, 2}}) doubles D, H and W, as in a
+/// 3-D U-Net's decoder.
+class ConvTranspose3d : public Module {
+ public:
+  ConvTranspose3d() = default;
+  ConvTranspose3d(int64_t in_channels, int64_t out_channels, IntTriple kernel_size, ConvTranspose3dOptions o = {});
+  Tensor forward(const Tensor& x) override;
+  void reset_parameters() override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+  int64_t in_channels = 0, out_channels = 0;
+  IntTriple kernel_size{1, 1, 1};
+  ConvTranspose3dOptions options;
+};
 /// torch.nn.MaxUnpool2d: forward(x, indices) with the output size given, or worked out as
 /// (H - 1) stride - 2 padding + kernel, as PyTorch's.
 class MaxUnpool2d : public Module {

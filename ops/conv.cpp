@@ -643,4 +643,95 @@ Tensor avg_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride, IntTriple
   return div(s, cnt).contiguous();
 }
 
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvTranspose3dArgs a) {
+  const char* op = "conv_transpose3d";
+  KILN_CHECK(weight.defined() && weight.dim() == 5, op, ": expected weight (Cin, Cout/groups, kD, kH, kW), got ",
+             weight.defined() ? describe(weight) : "undefined");
+  if (x.defined() && x.dim() == 4) return conv_transpose3d(x.unsqueeze(0), weight, bias, a).squeeze(0);
+  check_5d(op, x);
+  KILN_CHECK(x.size(1) == weight.size(0), op, ": input ", describe(x), " has ", x.size(1), " channels but weight ",
+             describe(weight), " expects ", weight.size(0));
+  const int64_t sd = a.stride[0], dd = a.dilation[0], pd = a.padding[0], od = a.output_padding[0];
+  KILN_CHECK(sd > 0 && dd > 0 && pd >= 0 && od >= 0 && (od < sd || od < dd), op, ": depth stride and dilation must be "
+             "positive, padding >= 0 and output_padding smaller than the stride or the dilation, got stride ", sd,
+             ", dilation ", dd, ", padding ", pd, ", output_padding ", od);
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2), kD = weight.size(2);
+  const int64_t full = (D - 1) * sd + dd * (kD - 1) + 1 + od, Dout = full - 2 * pd;
+  KILN_CHECK(Dout > 0, op, ": the output depth (", D - 1, " * ", sd, " - 2 * ", pd, " + ", dd, " * ", kD - 1, " + ", od,
+             " + 1) is not positive for input ", describe(x));
+  const TensorOptions o{.dtype = x.dtype(), .device = x.device()};
+  const Tensor xf = x.permute({0, 2, 1, 3, 4}).reshape({N * D, C, x.size(3), x.size(4)});
+  Tensor acc;
+  for (int64_t kd = 0; kd < kD; ++kd) {
+    const Tensor y = conv_transpose2d(xf, weight.select(2, kd), Tensor(),
+                                      {.stride = {a.stride[1], a.stride[2]}, .padding = {a.padding[1], a.padding[2]},
+                                       .output_padding = {a.output_padding[1], a.output_padding[2]},
+                                       .dilation = {a.dilation[1], a.dilation[2]}, .groups = a.groups});
+    const int64_t O = y.size(1), Ho = y.size(2), Wo = y.size(3);
+    Tensor yd = y.reshape({N, D, O, Ho, Wo});
+    if (sd > 1)  // the depth slices sd apart: each followed by sd - 1 zero slices
+      yd = cat({yd.unsqueeze(2), zeros({N, D, sd - 1, O, Ho, Wo}, o)}, 2).reshape({N, D * sd, O, Ho, Wo}).narrow(1, 0, (D - 1) * sd + 1);
+    // at depth kd * dilation of the full (unpadded) output
+    const int64_t before = kd * dd, after = full - before - yd.size(1);
+    std::vector<Tensor> parts;
+    if (before > 0) parts.push_back(zeros({N, before, O, Ho, Wo}, o));
+    parts.push_back(yd);
+    if (after > 0) parts.push_back(zeros({N, after, O, Ho, Wo}, o));
+    yd = parts.size() == 1 ? yd : cat(parts, 1);
+    acc = kd == 0 ? yd : add(acc, yd);
+  }
+  Tensor out = acc.narrow(1, pd, Dout).permute({0, 2, 1, 3, 4});
+  if (bias.defined()) out = add(out, bias.reshape({bias.numel(), 1, 1, 1}));
+  return out.contiguous();
+}
+
+namespace {
+// The 2-D adaptive op on every depth slice, then the 1-D one over depth.
+template <class Pool2d, class Pool1d>
+Tensor adaptive_3d(const char* op, const Tensor& x, IntTriple out, Pool2d pool2d, Pool1d pool1d) {
+  check_5d(op, x);
+  KILN_CHECK(out[0] > 0 && out[1] > 0 && out[2] > 0, op, ": output_size must be positive, got (", out[0], ", ", out[1],
+             ", ", out[2], ")");
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2);
+  const Tensor planes = pool2d(x.permute({0, 2, 1, 3, 4}).reshape({N * D, C, x.size(3), x.size(4)}));  // (N D, C, Ho, Wo)
+  const int64_t Ho = planes.size(2), Wo = planes.size(3);
+  const Tensor depth_last = planes.reshape({N, D, C, Ho, Wo}).permute({0, 2, 3, 4, 1}).reshape({N, C * Ho * Wo, D});
+  return pool1d(depth_last).reshape({N, C, Ho, Wo, out[0]}).permute({0, 1, 4, 2, 3}).contiguous();
+}
+}  // namespace
+
+Tensor adaptive_avg_pool3d(const Tensor& x, IntTriple out) {
+  if (x.defined() && x.dim() == 4) return adaptive_avg_pool3d(x.unsqueeze(0), out).squeeze(0);
+  return adaptive_3d("adaptive_avg_pool3d", x, out,
+                     [&](const Tensor& t) { return adaptive_avg_pool2d(t, {out[1], out[2]}); },
+                     [&](const Tensor& t) { return adaptive_avg_pool1d(t, out[0]); });
+}
+
+Tensor adaptive_max_pool3d(const Tensor& x, IntTriple out) {
+  if (x.defined() && x.dim() == 4) return adaptive_max_pool3d(x.unsqueeze(0), out).squeeze(0);
+  return adaptive_3d("adaptive_max_pool3d", x, out,
+                     [&](const Tensor& t) { return adaptive_max_pool2d(t, {out[1], out[2]}); },
+                     [&](const Tensor& t) { return adaptive_max_pool1d(t, out[0]); });
+}
+
+namespace {
+// PyTorch's tail of lp_pool: (sign(out) * relu(|out|)) * window, to the 1/p.
+Tensor lp_finish(const Tensor& out, double p, int64_t window) {
+  return pow(mul(mul(sign(out), relu(abs(out))), double(window)), 1.0 / p);
+}
+void check_norm_type(const char* op, double p) {
+  KILN_CHECK(std::isfinite(p) && p != 0, op, ": norm_type must be finite and nonzero, got ", p);
+}
+}  // namespace
+
+Tensor lp_pool1d(const Tensor& x, double p, int64_t kernel, int64_t stride, bool ceil_mode) {
+  check_norm_type("lp_pool1d", p);
+  return lp_finish(avg_pool1d(pow(x, p), kernel, stride, 0, true, ceil_mode), p, kernel);
+}
+
+Tensor lp_pool2d(const Tensor& x, double p, IntPair kernel, IntPair stride, bool ceil_mode) {
+  check_norm_type("lp_pool2d", p);
+  return lp_finish(avg_pool2d(pow(x, p), kernel, stride, {0, 0}, true, ceil_mode), p, kernel[0] * kernel[1]);
+}
+
 }  // namespace kiln

@@ -75,6 +75,11 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t p
                   bool count_include_pad = true, bool ceil_mode = false);
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
 Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
+/// Power-average pooling (torch.nn.functional.lp_pool1d / lp_pool2d): (sum over the window of
+/// x^p)^(1/p), PyTorch's composition avg_pool(x^p) * window, through sign * relu(|.|) and the
+/// 1/p power (so p = inf is not offered; no padding). stride 0 means stride = kernel.
+Tensor lp_pool1d(const Tensor& x, double norm_type, int64_t kernel, int64_t stride = 0, bool ceil_mode = false);
+Tensor lp_pool2d(const Tensor& x, double norm_type, IntPair kernel, IntPair stride = {0, 0}, bool ceil_mode = false);
 
 /// Transposed 1-D convolution (PyTorch's conv_transpose1d): conv_transpose2d on a height-1
 /// view. x (N, Cin, L) or (Cin, L), weight (Cin, Cout/groups, K).
@@ -105,6 +110,25 @@ Tensor max_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride = {0, 0, 0
                   IntTriple dilation = {1, 1, 1});
 Tensor avg_pool3d(const Tensor& x, IntTriple kernel, IntTriple stride = {0, 0, 0}, IntTriple padding = {0, 0, 0},
                   bool count_include_pad = true);
+struct ConvTranspose3dArgs {
+  IntTriple stride{1, 1, 1};
+  IntTriple padding{0, 0, 0};
+  IntTriple output_padding{0, 0, 0};  ///< added to one side of the output; < stride or < dilation
+  IntTriple dilation{1, 1, 1};
+  int64_t groups = 1;
+};
+/// Transposed 3-D convolution (PyTorch's conv_transpose3d): x (N, Cin, D, H, W) or unbatched,
+/// weight (Cin, Cout/groups, kD, kH, kW), bias (Cout) or undefined -> (N, Cout, D', H', W'),
+/// D' = (D - 1) stride - 2 padding + dilation (kD - 1) + output_padding + 1 and so on: each
+/// depth tap one conv_transpose2d over the depth slices folded into the batch, its slices
+/// placed stride apart at their depth and summed.
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        ConvTranspose3dArgs args = {});
+/// Adaptive pooling to a fixed (D, H, W) output size with PyTorch's bins in each dim
+/// (adaptive_avg_pool3d / adaptive_max_pool3d): the 2-D op on every depth slice, then the
+/// 1-D op over depth (both separate over the boxes' dims).
+Tensor adaptive_avg_pool3d(const Tensor& x, IntTriple output_size);
+Tensor adaptive_max_pool3d(const Tensor& x, IntTriple output_size);
 
 /// Chooses how conv2d on CUDA picks its cuDNN algorithms: false (the default) takes
 /// cuDNN's heuristic choice; true times the candidates on the first call of each shape

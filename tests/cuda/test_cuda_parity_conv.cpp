@@ -215,6 +215,39 @@ TEST_CASE("cuda parity: max (ceil_mode, dilation), avg, adaptive avg and max poo
   }
 }
 
+TEST_CASE("cuda parity: the 3-D compositions (conv3d, conv_transpose3d, max/avg/adaptive 3-D pools, lp_pool2d)" *
+          doctest::skip(kNoGpu)) {
+  manual_seed(6);
+  for (DType dt : {DType::float32, DType::float64}) {
+    INFO(dtype_name(dt));
+    const double tol = dt == DType::float64 ? 1e-10 : 1e-4;
+    const Tensor x5 = randn({2, 4, 5, 6, 5}, {.dtype = dt}), w = randn({4, 2, 2, 3, 2}, {.dtype = dt});
+    const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&)>>> ops = {
+        {"conv3d", [](const Tensor& x, const Tensor& k) { return conv3d(x, k, Tensor(), {.stride = {2, 1, 1}, .groups = 2}); }},
+        {"conv_transpose3d", [](const Tensor& x, const Tensor& k) {
+           return conv_transpose3d(x, k, Tensor(), {.stride = {2, 1, 2}, .padding = {1, 0, 0}, .output_padding = {1, 0, 1}});
+         }},
+        {"max_pool3d", [](const Tensor& x, const Tensor&) { return max_pool3d(x, {2, 2, 2}, {1, 2, 1}, {1, 0, 1}); }},
+        {"avg_pool3d", [](const Tensor& x, const Tensor&) { return avg_pool3d(x, {2, 3, 2}, {1, 1, 2}, {1, 1, 0}, false); }},
+        {"adaptive_avg_pool3d", [](const Tensor& x, const Tensor&) { return adaptive_avg_pool3d(x, {2, 4, 3}); }},
+        {"adaptive_max_pool3d", [](const Tensor& x, const Tensor&) { return adaptive_max_pool3d(x, {3, 2, 2}); }},
+        {"lp_pool2d", [](const Tensor& x, const Tensor&) { return lp_pool2d(x.select(2, 0), 2.0, {2, 3}, {1, 2}, true); }},
+    };
+    for (const auto& op : ops) {  // (no structured binding: clang refuses one captured by INFO)
+      INFO(op.first);
+      Tensor xc = x5.clone().requires_grad_(), xg = x5.to(kGpu).requires_grad_();
+      Tensor wc = w.clone().requires_grad_(), wg = w.to(kGpu).requires_grad_();
+      const Tensor yc = op.second(xc, wc), yg = op.second(xg, wg);
+      CHECK(compare(yg, yc, tol) == "");
+      const Tensor r = randn(yc.shape(), {.dtype = dt});
+      sum(mul(yc, r)).backward();
+      sum(mul(yg, r.to(kGpu))).backward();
+      CHECK(compare(xg.grad(), xc.grad(), tol) == "");
+      if (wc.grad().defined()) CHECK(compare(wg.grad(), wc.grad(), tol) == "");
+    }
+  }
+}
+
 TEST_CASE("cuda parity: batch_norm in training (running stats) and eval mode" * doctest::skip(kNoGpu)) {
   manual_seed(9);
   for (DType dt : {DType::float32, DType::float64}) {

@@ -745,7 +745,7 @@ TEST_CASE("Unfold, Fold, LocalResponseNorm, ChannelShuffle, Bilinear, EmbeddingB
   CHECK_THROWS_AS(nn::Bilinear(0, 2, 4), kiln::Error);
 }
 
-TEST_CASE("Conv3d, ConvTranspose1d, MaxPool3d, AvgPool3d, MaxUnpool2d modules") {
+TEST_CASE("Conv3d, ConvTranspose1d, ConvTranspose3d, MaxPool3d, AvgPool3d, AdaptiveAvg/MaxPool3d, MaxUnpool2d modules") {
   manual_seed(82);
   nn::Conv3d c(2, 4, {3, 3, 3}, {.padding = {1, 1, 1}});
   CHECK(c.weight.shape() == Shape{4, 2, 3, 3, 3});
@@ -762,4 +762,17 @@ TEST_CASE("Conv3d, ConvTranspose1d, MaxPool3d, AvgPool3d, MaxUnpool2d modules") 
   nn::MaxUnpool2d un(2);
   CHECK(un.forward(m, idx).shape() == Shape{1, 2, 4, 4});
   CHECK_THROWS_AS(nn::Conv3d(2, 4, {3, 3, 3}, {.groups = 3}), kiln::Error);
+  // ConvTranspose3d: weight (in, out / groups, k...), PyTorch's init bound over fan_in = out/groups * k^3
+  nn::ConvTranspose3d ct(4, 2, {2, 2, 2}, {.stride = {2, 2, 2}});
+  CHECK(ct.weight.shape() == Shape{4, 2, 2, 2, 2});
+  CHECK(max_abs(ct.weight) <= 1 / std::sqrt(16.0));
+  CHECK(ct(randn({1, 4, 3, 4, 5})).shape() == Shape{1, 2, 6, 8, 10});  // a U-Net decoder's doubling
+  CHECK(ct.extra_repr() == "4, 2, kernel_size=(2, 2, 2), stride=(2, 2, 2), bias=true");
+  nn::ConvTranspose3d ct64(2, 2, {2, 1, 2}, {.padding = {0, 0, 1}, .groups = 2});
+  ct64.to(DType::float64);
+  CHECK(check_layer(ct64, randn({1, 2, 2, 2, 3}, f64)));
+  CHECK(nn::AdaptiveAvgPool3d()(randn({2, 3, 4, 5, 6})).shape() == Shape{2, 3, 1, 1, 1});
+  CHECK(nn::AdaptiveMaxPool3d({2, 3, 1})(randn({2, 3, 4, 5, 6})).shape() == Shape{2, 3, 2, 3, 1});
+  CHECK(nn::LPPool2d(2.0, 2)(randn({1, 2, 4, 6})).shape() == Shape{1, 2, 2, 3});
+  CHECK(nn::LPPool1d(2.0, 3, 1)(randn({1, 2, 6})).shape() == Shape{1, 2, 4});
 }

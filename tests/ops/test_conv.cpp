@@ -907,3 +907,75 @@ TEST_CASE("conv3d against its definition; max_pool3d, avg_pool3d, conv_transpose
   CHECK(gradcheck([&](auto& t) { return max_unpool2d(t[0], idx, {4, 6}); }, {m}));
   CHECK_THROWS_AS(max_unpool2d(m, idx.narrow(3, 0, 2), {4, 6}), kiln::Error);
 }
+
+TEST_CASE("conv_transpose3d: conv3d's adjoint, its output size, gradcheck; adaptive 3-D pools by their bins") {
+  manual_seed(82);
+  // <conv3d(u, w), v> = <u, conv_transpose3d(v, w)>, output_padding restoring u's size
+  for (const Conv3dArgs& a : {Conv3dArgs{}, Conv3dArgs{.stride = {2, 1, 2}, .padding = {1, 2, 0},
+                                                       .dilation = {2, 1, 1}, .groups = 2}}) {
+    const Tensor u = randn({2, 4, 6, 6, 5}, f64), w = randn({4, 4 / a.groups, 2, 3, 2}, f64);
+    const Tensor cu = conv3d(u, w, Tensor(), a), v = randn(cu.shape(), f64);
+    IntTriple op{};
+    for (int e = 0; e < 3; ++e) {
+      const size_t i = size_t(e);
+      const int64_t k = w.size(2 + e);
+      op[i] = u.size(2 + e) - ((cu.size(2 + e) - 1) * a.stride[i] - 2 * a.padding[i] + a.dilation[i] * (k - 1) + 1);
+    }
+    const Tensor t = conv_transpose3d(v, w, Tensor(), {.stride = a.stride, .padding = a.padding, .output_padding = op,
+                                                       .dilation = a.dilation, .groups = a.groups});
+    CHECK(t.shape() == u.shape());
+    CHECK(sum(mul(cu, v)).item() == doctest::Approx(sum(mul(u, t)).item()).epsilon(1e-12));
+  }
+  // one input voxel spreads the kernel, stride apart
+  const Tensor one = T({2}, {1, 1, 1, 1, 1}), k3 = T({1, 2, 3}, {1, 1, 3, 1, 1});
+  CHECK(conv_transpose3d(one, k3).to_vector<double>() == std::vector<double>{2, 4, 6});
+  CHECK(conv_transpose3d(T({1, 1}, {1, 1, 2, 1, 1}), k3, Tensor(), {.stride = {2, 1, 1}}).to_vector<double>() ==
+        std::vector<double>{1, 2, 4, 2, 3});
+  CHECK(gradcheck([](auto& t) {
+    return conv_transpose3d(t[0], t[1], t[2], {.stride = {2, 1, 2}, .padding = {1, 0, 0}, .output_padding = {1, 0, 1}});
+  }, {randn({1, 2, 3, 2, 2}, f64), randn({2, 3, 2, 2, 2}, f64), randn({3}, f64)}));
+  CHECK(conv_transpose3d(randn({2, 3, 2, 2}, f64), randn({2, 3, 1, 1, 1}, f64)).shape() == Shape{3, 3, 2, 2});
+  CHECK_THROWS_WITH_AS(conv_transpose3d(randn({1, 2, 2, 2, 2}, f64), randn({3, 3, 1, 1, 1}, f64)),
+                       doctest::Contains("channels"), kiln::Error);
+  CHECK_THROWS_WITH_AS(conv_transpose3d(randn({1, 2, 2, 2, 2}, f64), randn({2, 3, 1, 1, 1}, f64), Tensor(),
+                                        {.output_padding = {1, 0, 0}}),
+                       doctest::Contains("output_padding"), kiln::Error);
+  // adaptive pools: PyTorch's bins [floor(i L / n), ceil((i + 1) L / n)) in each dim
+  const Tensor x = randn({2, 3, 5, 4, 7}, f64);
+  const Tensor avg = adaptive_avg_pool3d(x, {2, 3, 3}), mx = adaptive_max_pool3d(x, {2, 3, 3});
+  CHECK(avg.shape() == Shape{2, 3, 2, 3, 3});
+  auto lo = [](int64_t i, int64_t L, int64_t n) { return (i * L) / n; };
+  auto hi = [](int64_t i, int64_t L, int64_t n) { return ((i + 1) * L + n - 1) / n; };
+  for (int64_t d = 0; d < 2; ++d)
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t w = 0; w < 3; ++w) {
+        const Tensor box = x.narrow(2, lo(d, 5, 2), hi(d, 5, 2) - lo(d, 5, 2))
+                               .narrow(3, lo(h, 4, 3), hi(h, 4, 3) - lo(h, 4, 3))
+                               .narrow(4, lo(w, 7, 3), hi(w, 7, 3) - lo(w, 7, 3));
+        const Tensor got_a = avg.select(2, d).select(2, h).select(2, w), got_m = mx.select(2, d).select(2, h).select(2, w);
+        CHECK(max(abs(sub(got_a, mean(box, {2, 3, 4})))).item() < 1e-15);
+        CHECK(max(abs(sub(got_m, amax(box, {2, 3, 4})))).item() == 0.0);
+      }
+  CHECK(max(abs(sub(adaptive_avg_pool3d(x, {1, 1, 1}).reshape({2, 3}), mean(x, {2, 3, 4})))).item() < 1e-15);
+  CHECK(gradcheck([](auto& t) { return adaptive_avg_pool3d(t[0], {2, 2, 3}); }, {randn({1, 2, 3, 4, 5}, f64)}));
+  CHECK(gradcheck([](auto& t) { return adaptive_max_pool3d(t[0], {2, 1, 2}); }, {randn({1, 2, 3, 2, 5}, f64)}));
+  CHECK(adaptive_avg_pool3d(randn({3, 4, 4, 4}, f64), {2, 2, 2}).shape() == Shape{3, 2, 2, 2});  // unbatched
+  CHECK_THROWS_WITH_AS(adaptive_max_pool3d(x, {0, 1, 1}), doctest::Contains("output_size must be positive"), kiln::Error);
+}
+
+TEST_CASE("lp_pool1d / lp_pool2d: (sum x^p)^(1/p) over each window") {
+  manual_seed(83);
+  const Tensor x = randn({2, 3, 6, 7}, f64);
+  // p = 2: the windows' Euclidean norms; p = 1 on a positive input: the windows' sums
+  const Tensor l2 = lp_pool2d(x, 2.0, {2, 3});
+  CHECK(l2.shape() == Shape{2, 3, 3, 2});
+  // sample 0, channel 2, output (1, 1): rows 2-3, columns 3-5
+  const double want = std::sqrt(sum(square(x.select(0, 0).select(0, 2).narrow(0, 2, 2).narrow(1, 3, 3))).item());
+  CHECK(l2.select(0, 0).select(0, 2).select(0, 1).select(0, 1).item() == doctest::Approx(want).epsilon(1e-14));
+  const Tensor px = abs(x);
+  CHECK(max(abs(sub(lp_pool2d(px, 1.0, {2, 2}, {1, 1}), mul(avg_pool2d(px, {2, 2}, {1, 1}), 4.0)))).item() < 1e-14);
+  CHECK(lp_pool1d(x.select(3, 0), 3.0, 3, 2, true).shape() == Shape{2, 3, 3});  // ceil_mode keeps the last window
+  CHECK(gradcheck([](auto& t) { return lp_pool2d(t[0], 2.0, {2, 2}); }, {randn({1, 2, 4, 4}, f64)}));
+  CHECK(gradcheck([](auto& t) { return lp_pool1d(abs(t[0]), 1.5, 2, 1); }, {add(abs(randn({1, 2, 5}, f64)), 0.5)}));
+  CHECK_THROWS_WITH_AS(lp_pool1d(x.select(3, 0), 0.0, 2), doctest::Contains("norm_type"), kiln::Error);
+}
