@@ -1,6 +1,8 @@
-// LSTM and GRU (nn/recurrent.h): PyTorch's parameter names and shapes, one step against
-// the gate equations written out, batch_first and initial states, float64 gradchecks
-// through time over the inputs and every parameter, and errors.
+// RNN, LSTM and GRU (nn/recurrent.h): PyTorch's parameter names and shapes, one step against
+// the gate equations written out, batch_first and initial states, bidirectional layers
+// against a forward pass over the flipped sequence, packed sequences against each sequence
+// run alone, dropout between layers, the cells, LSTM's proj_size, float64 gradchecks through
+// time over the inputs and every parameter, and errors.
 #include <doctest/doctest.h>
 #include "kiln/nn/recurrent.h"
 #include "nn_test_utils.h"
