@@ -3,6 +3,7 @@
 // where the ops do; the samplers of Gamma and Poisson run on the host from a counter-based
 // Philox stream per element (deterministic under manual_seed).
 #include "kiln/nn/distributions.h"
+#include "kiln/core/finfo.h"
 #include <cmath>
 #include <limits>
 #include "kiln/core/autograd.h"
@@ -40,30 +41,6 @@ void check_constraint(const char* who, const char* param, const Tensor& ok, cons
 void check_positive(const char* who, const char* param, const Tensor& t) {
   NoGradGuard ng;
   check_constraint(who, param, gt(t, 0.0), "> 0", t);
-}
-
-double finfo_eps(DType dt) {
-  switch (dt) {
-    case DType::float64: return std::numeric_limits<double>::epsilon();
-    case DType::float16: return 0.0009765625;
-    case DType::bfloat16: return 0.0078125;
-    default: return double(std::numeric_limits<float>::epsilon());
-  }
-}
-double finfo_min(DType dt) {
-  switch (dt) {
-    case DType::float64: return std::numeric_limits<double>::lowest();
-    case DType::float16: return -65504.0;
-    case DType::bfloat16: return -3.3895313892515355e38;
-    default: return double(std::numeric_limits<float>::lowest());
-  }
-}
-double finfo_tiny(DType dt) {
-  switch (dt) {
-    case DType::float64: return std::numeric_limits<double>::min();
-    case DType::float16: return 6.103515625e-05;
-    default: return double(std::numeric_limits<float>::min());  // float32 and bfloat16
-  }
 }
 
 Shape concat(const Shape& a, const Shape& b) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include "kiln/core/autograd.h"
+#include "kiln/core/finfo.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/kernels/linalg.h"
@@ -134,6 +135,24 @@ Tensor pinv_backward(const Tensor& g, const Tensor& pinvA, const Tensor& A) {
              matmul(matmul(pinvAhK, pinvA), A));
 }
 
+// The eigendecomposition of every (symmetric) matrix of A: eigenvalues w and, when asked,
+// eigenvectors v as float64 host arrays.
+struct HostEigh {
+  std::vector<double> w, v;
+};
+HostEigh host_eigh(const char* op, const Tensor& A, bool upper, bool vectors) {
+  const int64_t n = A.size(-1), nb = count(leading(A, 2));
+  const std::vector<double> a = host64(A);
+  HostEigh r;
+  r.w.resize(size_t(nb * n));
+  if (vectors) r.v.resize(a.size());
+  for (int64_t i = 0; i < nb; ++i)
+    KILN_CHECK(eigh_f64(a.data() + i * n * n, r.w.data() + i * n, vectors ? r.v.data() + i * n * n : nullptr, n, upper) == 0,
+               op, ": the eigenvalue algorithm did not converge", which(i, nb),
+               " (the input may hold NaN or infinite values)");
+  return r;
+}
+
 // The singular value decomposition of every matrix of A: U, S, Vh as float64 host arrays.
 struct HostSVD {
   std::vector<double> u, s, vh;
@@ -155,16 +174,11 @@ HostSVD host_svd(const char* op, const Tensor& A, bool vectors, bool full) {
   return r;
 }
 
-double dtype_eps(const Tensor& A) {
-  return A.dtype() == DType::float64 ? std::numeric_limits<double>::epsilon()
-                                     : double(std::numeric_limits<float>::epsilon());
-}
-
 // PyTorch's tolerance rule (linalg.pinv, linalg.matrix_rank): atol 0 when not given; rtol as
 // given, else 0 when atol > 0 was given, else eps(dtype) * max(m, n).
 std::pair<double, double> tolerances(const Tensor& A, std::optional<double> atol, std::optional<double> rtol) {
   const double a = atol.value_or(0.0);
-  const double r = rtol ? *rtol : (atol && *atol > 0) ? 0.0 : dtype_eps(A) * double(std::max(A.size(-1), A.size(-2)));
+  const double r = rtol ? *rtol : (atol && *atol > 0) ? 0.0 : finfo_eps(A.dtype()) * double(std::max(A.size(-1), A.size(-2)));
   return {a, r};
 }
 
@@ -178,31 +192,17 @@ Tensor above_tolerance(const Tensor& S, double atol, double rtol) {
 
 Eigh eigh(const Tensor& A, bool upper) {
   check_square("linalg.eigh", A);
-  const int64_t n = A.size(-1), nb = count(leading(A, 2));
-  const std::vector<double> a = host64(A);
-  std::vector<double> w(size_t(nb * n)), v(a.size());
-  for (int64_t i = 0; i < nb; ++i)
-    KILN_CHECK(eigh_f64(a.data() + i * n * n, w.data() + i * n, v.data() + i * n * n, n, upper) == 0,
-               "linalg.eigh: the eigenvalue algorithm did not converge", which(i, nb),
-               " (the input may hold NaN or infinite values)");
+  const HostEigh r = host_eigh("linalg.eigh", A, upper, true);
   const std::vector<Tensor> parts = record_parts(
-      "linalg.eigh", A, {like(w, with(leading(A, 2), {n}), A), like(v, A.shape(), A)},
+      "linalg.eigh", A, {like(r.w, with(leading(A, 2), {A.size(-1)}), A), like(r.v, A.shape(), A)},
       [](const std::vector<Tensor>& p, const std::vector<Tensor>& g) { return eigh_backward(g[0], g[1], p[0], p[1]); });
   return {parts[0], parts[1]};
 }
 
 Tensor eigvalsh(const Tensor& A, bool upper) {
   check_square("linalg.eigvalsh", A);
-  if (!any_requires_grad({A})) {
-    const int64_t n = A.size(-1), nb = count(leading(A, 2));
-    const std::vector<double> a = host64(A);
-    std::vector<double> w(size_t(nb * n));
-    for (int64_t i = 0; i < nb; ++i)
-      KILN_CHECK(eigh_f64(a.data() + i * n * n, w.data() + i * n, nullptr, n, upper) == 0,
-                 "linalg.eigvalsh: the eigenvalue algorithm did not converge", which(i, nb));
-    return like(w, with(leading(A, 2), {n}), A);
-  }
-  return eigh(A, upper).eigenvalues;  // the eigenvectors' gradient is zero, so skipped
+  if (any_requires_grad({A})) return eigh(A, upper).eigenvalues;  // the eigenvectors' gradient is zero, so skipped
+  return like(host_eigh("linalg.eigvalsh", A, upper, false).w, with(leading(A, 2), {A.size(-1)}), A);
 }
 
 SVD svd(const Tensor& A, bool full_matrices) {
@@ -333,7 +333,7 @@ Lstsq lstsq(const Tensor& A, const Tensor& B, std::optional<double> rcond) {
   const std::vector<double> a = host64(A.expand(with(batch, {m, n}))), b = host64(B.expand(with(batch, {m, k})));
   std::vector<double> x(size_t(nb * n * k));
   std::vector<int64_t> rank(static_cast<size_t>(nb));
-  const double rc = rcond ? *rcond : dtype_eps(A) * double(std::max(m, n));  // PyTorch's default
+  const double rc = rcond ? *rcond : finfo_eps(A.dtype()) * double(std::max(m, n));  // PyTorch's default
   for (int64_t i = 0; i < nb; ++i)
     rank[size_t(i)] = lstsq_f64(a.data() + i * m * n, b.data() + i * m * k, x.data() + i * n * k, m, n, k, rc);
   Tensor X = from_vector<double>(x, with(batch, {n, k})).to(promoted(A, B)).to(A.device());

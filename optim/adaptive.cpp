@@ -3,6 +3,7 @@
 // trajectories agree with PyTorch's to a few ulps: its vectorised CPU kernels fuse some
 // multiply-adds).
 #include "kiln/optim/adaptive.h"
+#include "kiln/core/finfo.h"
 #include <cmath>
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/linalg.h"
@@ -376,12 +377,7 @@ void Adafactor::update(size_t group, Tensor p, const Tensor& g, ParamState& st) 
   const double rho = std::min(o.lr, 1 / std::sqrt(t));
   const double alpha = std::max(o.eps2, vector_norm(p).item() / std::sqrt(double(p.numel()))) * rho;
   if (o.weight_decay != 0) p.mul_(1 - o.lr * o.weight_decay);
-  // torch.finfo(dtype).eps: 2^-52, 2^-23, 2^-10 (float16), 2^-7 (bfloat16)
-  const int mantissa = p.dtype() == DType::float64   ? 52
-                       : p.dtype() == DType::float16  ? 10
-                       : p.dtype() == DType::bfloat16 ? 7
-                                                      : 23;
-  const double eps1 = o.eps1 ? *o.eps1 : std::ldexp(1.0, -mantissa);
+  const double eps1 = o.eps1 ? *o.eps1 : finfo_eps(p.dtype());
   auto state = [&](const char* name) -> Tensor& {
     auto it = st.buffers.find(name);
     if (it == st.buffers.end())
