@@ -164,6 +164,20 @@ Tensor multi_dot(const std::vector<Tensor>& tensors);
 /// X with A X = B from A's Cholesky factor: L lower with A = L L^T, or upper: A = U^T U
 /// (torch.cholesky_solve(B, L, upper)); PyTorch's gradient, which treats L as a full matrix.
 Tensor cholesky_solve(const Tensor& B, const Tensor& L, bool upper = false);
+/// The first n columns of H_0 H_1 ... H_{k-1}, H_i = I - tau_i v_i v_i^T with v_i the i-th
+/// column of A (m x n, m >= n >= k = tau's size) below the diagonal and 1 on it
+/// (torch.linalg.householder_product, LAPACK's orgqr). Computed as k recorded rank-one
+/// updates, so differentiable in A and tau at every order (O(k m n), for the small matrices
+/// of parametrizations; nn::orthogonal uses it).
+Tensor householder_product(const Tensor& A, const Tensor& tau);
 }  // namespace linalg
+
+/// torch.geqrf: A (..., m, n) = Q R in LAPACK's packed form: `a` holds R on and above the
+/// diagonal and the Householder vectors below it, `tau` (..., min(m, n)) their scales, so
+/// linalg::householder_product(a, tau) is Q. Not differentiable (as PyTorch's).
+struct Geqrf {
+  Tensor a, tau;
+};
+Geqrf geqrf(const Tensor& A);
 
 }  // namespace kiln

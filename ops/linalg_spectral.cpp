@@ -278,6 +278,31 @@ QR qr(const Tensor& A, const std::string& mode) {
   return {parts[0], parts[1]};
 }
 
+Tensor householder_product(const Tensor& A, const Tensor& tau) {
+  check_matrix("linalg.householder_product", A);
+  const int64_t m = A.size(-2), n = A.size(-1);
+  KILN_CHECK(tau.defined() && tau.dim() == A.dim() - 1 && tau.dtype() == A.dtype() && tau.device() == A.device(),
+             "linalg.householder_product: expected tau of shape (..., k) with A's dtype and device, got A ",
+             describe(A), " and tau ", tau.defined() ? describe(tau) : std::string("undefined"));
+  const int64_t k = tau.size(-1);
+  KILN_CHECK(m >= n && n >= k && Shape(tau.shape().begin(), tau.shape().end() - 1) == leading(A, 2),
+             "linalg.householder_product: expected A (..., m, n) with m >= n and tau (..., k) with k <= n and the "
+             "same batch, got A ", describe(A), " and tau ", describe(tau));
+  const TensorOptions o{.dtype = A.dtype(), .device = A.device()};
+  const Shape b = leading(A, 2);
+  // Q = H_0 (H_1 (... (H_{k-1} E))), E the first n columns of the identity, as LAPACK's orgqr
+  Tensor Q = eye(m, n, o).expand(with(b, {m, n})).contiguous();
+  for (int64_t i = k - 1; i >= 0; --i) {
+    std::vector<Tensor> v;  // (..., m, 1): zeros above row i, 1 at i, A's column below
+    if (i > 0) v.push_back(zeros(with(b, {i, 1}), o));
+    v.push_back(ones(with(b, {1, 1}), o));
+    if (i + 1 < m) v.push_back(A.narrow(-1, i, 1).narrow(-2, i + 1, m - i - 1));
+    const Tensor vi = cat(v, -2), t = tau.narrow(-1, i, 1).unsqueeze(-1);  // t (..., 1, 1)
+    Q = sub(Q, matmul(mul(vi, t), matmul(mT(vi), Q)));
+  }
+  return Q;
+}
+
 Tensor pinv(const Tensor& A, std::optional<double> atol, std::optional<double> rtol, bool hermitian) {
   check_matrix("linalg.pinv", A);
   KILN_CHECK(!hermitian || A.size(-1) == A.size(-2), "linalg.pinv: hermitian=true needs square matrices, got ",
@@ -482,3 +507,22 @@ Tensor cholesky_solve(const Tensor& B, const Tensor& L, bool upper) {
 }
 
 }  // namespace kiln::linalg
+
+namespace kiln {
+
+Geqrf geqrf(const Tensor& A) {
+  using namespace linalg::host;
+  check_matrix("geqrf", A);
+  const int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), nb = count(leading(A, 2));
+  const std::vector<double> a = host64(A);
+  std::vector<double> packed(a.size()), tau(size_t(nb * k));
+  for (int64_t i = 0; i < nb; ++i) geqrf_f64(a.data() + i * m * n, m, n, packed.data() + i * m * n, tau.data() + i * k);
+  Tensor pa = like(packed, A.shape(), A), pt = like(tau, with(leading(A, 2), {k}), A);
+  if (any_requires_grad({A}))
+    record(pa, "geqrf", {A}, [](const Tensor&, const std::vector<bool>&) -> std::vector<Tensor> {
+      KILN_FAIL("geqrf: the derivative is not implemented (as in PyTorch); use linalg::qr to differentiate");
+    });
+  return {pa, pt};
+}
+
+}  // namespace kiln

@@ -64,6 +64,14 @@ void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool co
   if (q) Map(q, m, rows) = qr.householderQ() * Mat::Identity(m, rows);
 }
 
+void geqrf_f64(const double* a, int64_t m, int64_t n, double* packed, double* tau) {
+  const int64_t k = std::min(m, n);
+  if (k == 0) return;
+  const Eigen::HouseholderQR<Mat> qr(Mat(ConstMap(a, m, n)));
+  Map(packed, m, n) = qr.matrixQR();
+  for (int64_t i = 0; i < k; ++i) tau[i] = qr.hCoeffs()(i);
+}
+
 int64_t lstsq_f64(const double* a, const double* b, double* x, int64_t m, int64_t n, int64_t k, double rcond) {
   if (n == 0 || k == 0) return 0;
   if (m == 0) {

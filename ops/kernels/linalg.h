@@ -82,6 +82,9 @@ int64_t svd_f64(const double* a, int64_t m, int64_t n, double* s, double* u, dou
 /// A (m x n) = Q R by Householder reflections with LAPACK's signs (geqrf + orgqr): complete: Q
 /// (m x m), R (m x n), else Q (m x k), R (k x n), k = min(m, n); q may be null (R only).
 void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool complete);
+/// LAPACK's geqrf: R on and above the diagonal of packed (m x n), the Householder vectors v_i
+/// (v_i[i] = 1 implied) below it, and tau (min(m, n)): A = H_0 ... H_{k-1} R, H_i = I - tau_i v_i v_i^T.
+void geqrf_f64(const double* a, int64_t m, int64_t n, double* packed, double* tau);
 /// The least-squares solution X (n x k) of min |A X - B| (A m x n, B m x k) of minimum norm,
 /// by a complete orthogonal decomposition with column pivoting (LAPACK's gelsy): singular
 /// values estimated below rcond times the largest count as zero. Returns A's numerical rank.

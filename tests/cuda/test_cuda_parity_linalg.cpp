@@ -187,6 +187,9 @@ TEST_CASE("cuda parity: linalg solvers and factorizations on CUDA tensors (a hos
         {"matrix_power", [](const Tensor& a, const Tensor&) { return linalg::matrix_power(a, -3); }},
         {"matrix_norm", [](const Tensor&, const Tensor& b) { return linalg::matrix_norm(b, "nuc"); }},
         {"cholesky_solve", [](const Tensor& a, const Tensor& b) { return linalg::cholesky_solve(b, linalg::cholesky(a)); }},
+        {"householder_product", [](const Tensor& a, const Tensor& b) {
+           return linalg::householder_product(a.narrow(-1, 0, 3), b.narrow(-2, 0, 1).squeeze(-2));
+         }},
     };
     for (const auto& op : ops) {  // no structured binding: clang refuses one captured by INFO
       const auto& f = op.second;

@@ -1,5 +1,5 @@
-// torch.linalg's eigh, svd, qr, pinv, lstsq, matrix_rank, matrix_norm, matrix_exp,
-// matrix_power, multi_dot and cholesky_solve (ops/linalg.h): the defining identities on
+// torch.linalg's eigh, svd, qr, geqrf, householder_product, pinv, lstsq, matrix_rank,
+// matrix_norm, matrix_exp, matrix_power, multi_dot and cholesky_solve (ops/linalg.h): the defining identities on
 // batches, LAPACK's (PyTorch's) conventions where they are unique, errors, and float64
 // first and second derivatives of sign-independent quantities.
 #include <doctest/doctest.h>
@@ -100,6 +100,37 @@ TEST_CASE("qr: Q R = A, LAPACK's signs, modes") {
   CHECK_THROWS_WITH_AS(L::qr(tall, "complete"), doctest::Contains("not differentiable when mode='complete'"),
                        kiln::Error);
   CHECK_THROWS_WITH_AS(sum(L::qr(tall, "r").R).backward(), doctest::Contains("mode='r'"), kiln::Error);
+}
+
+TEST_CASE("geqrf and householder_product: the packed QR, orgqr's Q, gradients at every order") {
+  manual_seed(44);
+  for (const Shape& s : {Shape{6, 4}, Shape{2, 5, 3}, Shape{4, 4}, Shape{3, 5}}) {
+    CAPTURE(shape_str(s));
+    const Tensor A = randn(s, f64);
+    const Geqrf f = geqrf(A);
+    const int64_t m = s[s.size() - 2], n = s.back(), k = std::min(m, n);
+    CHECK(f.tau.size(-1) == k);
+    const L::QR r = L::qr(A);
+    // R is on and above the diagonal, and the reflections give qr's Q (LAPACK's signs both)
+    CHECK(maxabs(sub(triu(f.a).narrow(-2, 0, k), r.R)) < 1e-13);
+    if (m >= n) CHECK(maxabs(sub(L::householder_product(f.a, f.tau), r.Q)) < 1e-13);
+  }
+  // one reflection by hand: H = I - tau v v^T with v = (1, a_1, a_2)
+  const Tensor a = T({9, 2, 7, -3, 5, 4}, {3, 2}), tau = T({0.5}, {1});
+  const Tensor v = T({1, 7, 5}, {3, 1});
+  const Tensor H = sub(I(3), mul(matmul(v, mT(v)), 0.5));
+  CHECK(maxabs(sub(L::householder_product(a, tau), H.narrow(-1, 0, 2))) < 1e-15);
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return L::householder_product(in[0], in[1]); },
+                  {randn({5, 3}, f64), randn({2}, f64)}));
+  CHECK(gradgradcheck([](std::vector<Tensor>& in) { return L::householder_product(in[0], in[1]); },
+                      {randn({2, 4, 3}, f64), randn({2, 3}, f64)}));
+  CHECK_THROWS_WITH_AS(L::householder_product(randn({3, 4}, f64), randn({2}, f64)), doctest::Contains("m >= n"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(L::householder_product(randn({4, 3}, f64), randn({4}, f64)), doctest::Contains("k <= n"),
+                       kiln::Error);
+  Tensor leaf = randn({3, 3}, f64).requires_grad_(true);
+  CHECK_THROWS_WITH_AS(sum(geqrf(leaf).a).backward(), doctest::Contains("geqrf: the derivative is not implemented"),
+                       kiln::Error);
 }
 
 TEST_CASE("pinv, matrix_rank and lstsq: Moore-Penrose conditions, tolerances, minimum norm") {
