@@ -32,7 +32,7 @@ class GPT : public nn::Module {
   void reset_parameters() override;
   Tensor forward(const Tensor& idx) override;
   /// The head's weight (vocab, width): wte.weight when tied.
-  Tensor head_weight() const { return config.tie_weights ? wte.weight : head.weight; }
+  Tensor head_weight() const { return config.tie_weights ? wte.param(wte.weight) : head.param(head.weight); }
 
   /// Appends max_new_tokens sampled tokens to idx (B, T) int64 and returns (B, T + new).
   /// Runs under NoGradGuard; each step feeds the last `context` tokens, scales the last

@@ -58,8 +58,9 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const
              E, "), got query ", shape_of(query), ", key ", shape_of(key), ", value ", shape_of(value));
   const int64_t B = query.size(0), L = query.size(1), S = key.size(1);
   // the in-projection's q | k | v row blocks applied to query, key and value: (B, H, len, d)
+  const Tensor in_w = qkv.param(qkv.weight), in_b = qkv.param(qkv.bias);
   auto project = [&](const Tensor& x, int64_t i, int64_t n) {
-    const Tensor w = qkv.weight.narrow(0, i * E, E), b = qkv.bias.defined() ? qkv.bias.narrow(0, i * E, E) : Tensor();
+    const Tensor w = in_w.narrow(0, i * E, E), b = in_b.defined() ? in_b.narrow(0, i * E, E) : Tensor();
     return linear(x, w, b).reshape({B, n, H, d}).transpose(1, 2);
   };
   const Tensor q = project(query, 0, L), k = project(key, 1, S), v = project(value, 2, S);

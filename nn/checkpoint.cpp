@@ -154,7 +154,7 @@ Tensor Checkpoint::forward(const Tensor& x) {
   KILN_CHECK(inner_ != nullptr, "nn::Checkpoint: the wrapper is empty (default-constructed)");
   std::vector<Tensor> params = inner_->parameters();
   std::shared_ptr<Module> m = inner_;
-  return detail::checkpoint_impl([m](const std::vector<Tensor>& in) { return (*m)(in[0]); }, {x}, &params);
+  return kiln::detail::checkpoint_impl([m](const std::vector<Tensor>& in) { return (*m)(in[0]); }, {x}, &params);
 }
 
 std::string Checkpoint::type_name() const {

@@ -64,7 +64,7 @@ Tensor Linear::forward(const Tensor& x) {
   check_input(x, "Linear");
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "Linear(in_features=", in_features, ", out_features=",
              out_features, "): expected input of shape (..., ", in_features, "), got ", shape_str(x.shape()));
-  return linear(x, weight, bias);
+  return linear(x, param(weight), param(bias));
 }
 
 std::string Linear::extra_repr() const {
@@ -97,7 +97,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   check_input(x, "Conv2d");
   KILN_CHECK(x.dim() == 4 && x.size(1) == in_channels, "Conv2d(", in_channels, ", ", out_channels,
              "): expected input of shape (N, ", in_channels, ", H, W), got ", shape_str(x.shape()));
-  return conv2d(x, weight, bias, {.stride = options.stride, .padding = options.padding,
+  return conv2d(x, param(weight), param(bias), {.stride = options.stride, .padding = options.padding,
                                   .dilation = options.dilation, .groups = options.groups});
 }
 
@@ -133,7 +133,7 @@ Tensor ConvTranspose2d::forward(const Tensor& x) {
   check_input(x, "ConvTranspose2d");
   KILN_CHECK(x.dim() == 4 && x.size(1) == in_channels, "ConvTranspose2d(", in_channels, ", ", out_channels,
              "): expected input of shape (N, ", in_channels, ", H, W), got ", shape_str(x.shape()));
-  return conv_transpose2d(x, weight, bias,
+  return conv_transpose2d(x, param(weight), param(bias),
                           {.stride = options.stride, .padding = options.padding,
                            .output_padding = options.output_padding, .dilation = options.dilation,
                            .groups = options.groups});
@@ -230,7 +230,7 @@ Tensor Conv1d::forward(const Tensor& x) {
   KILN_CHECK((x.dim() == 3 && x.size(1) == in_channels) || (x.dim() == 2 && x.size(0) == in_channels), "Conv1d(",
              in_channels, ", ", out_channels, "): expected input of shape (N, ", in_channels, ", L) or (",
              in_channels, ", L), got ", shape_str(x.shape()));
-  return conv1d(x, weight, bias, options.stride, options.padding, options.dilation, options.groups);
+  return conv1d(x, param(weight), param(bias), options.stride, options.padding, options.dilation, options.groups);
 }
 
 std::string Conv1d::extra_repr() const {
@@ -326,7 +326,7 @@ Tensor BatchNormBase::forward(const Tensor& x) {
   // (In the recomputation, training uses batch statistics without touching the running ones.)
   const bool pass_stats = !training || update_stats;
   const Tensor none;
-  return batch_norm(x, weight, bias, pass_stats ? running_mean : none, pass_stats ? running_var : none,
+  return batch_norm(x, param(weight), param(bias), pass_stats ? running_mean : none, pass_stats ? running_var : none,
                     training || !running_mean.defined(), options.momentum, options.eps);
 }
 
@@ -369,7 +369,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   KILN_CHECK(!normalized_shape.empty(), "LayerNorm: the module is empty (default-constructed); assign it from "
              "register_module(name, nn::LayerNorm(...)) before calling it");
   check_input(x, "LayerNorm");
-  return layer_norm(x, normalized_shape, weight, bias, options.eps);
+  return layer_norm(x, normalized_shape, param(weight), param(bias), options.eps);
 }
 
 std::string LayerNorm::extra_repr() const {
@@ -415,7 +415,7 @@ Tensor RMSNorm::forward(const Tensor& x) {
                      : dt == DType::bfloat16 ? 0x1p-7
                                              : 0x1p-23;  // torch.finfo(x.dtype).eps
   Tensor y = mul(x, rsqrt(add(mean(mul(x, x), dims, true), eps)));
-  return weight.defined() ? mul(y, weight) : y;
+  return weight.defined() ? mul(y, param(weight)) : y;
 }
 
 std::string RMSNorm::extra_repr() const {
@@ -450,7 +450,7 @@ Tensor GroupNorm::forward(const Tensor& x) {
   KILN_CHECK(num_groups > 0, "GroupNorm: the module is empty (default-constructed); assign it from "
              "register_module(name, nn::GroupNorm(...)) before calling it");
   check_input(x, "GroupNorm");
-  return group_norm(x, num_groups, weight, bias, options.eps);
+  return group_norm(x, num_groups, param(weight), param(bias), options.eps);
 }
 
 std::string GroupNorm::extra_repr() const {
@@ -489,7 +489,7 @@ Tensor InstanceNorm::forward(const Tensor& x) {
   KILN_CHECK(!instance_options.track_running_stats || xb.size(1) == num_channels, "InstanceNorm", spatial_dims,
              "d: expected ", num_channels, " channels (num_features, for the running statistics) at dim ",
              batched ? 1 : 0, ", got input shape ", shape_str(x.shape()));
-  const Tensor y = instance_norm(xb, running_mean, running_var, weight, bias,
+  const Tensor y = instance_norm(xb, running_mean, running_var, param(weight), param(bias),
                                  is_training() || !instance_options.track_running_stats,
                                  instance_options.momentum.value_or(0.0), options.eps);
   return batched ? y : y.squeeze(0);
@@ -537,7 +537,7 @@ void Embedding::reset_parameters() {
 Tensor Embedding::forward(const Tensor& indices) {
   check_built(weight, "Embedding");
   check_input(indices, "Embedding");
-  return embedding(indices, weight, padding_idx >= 0 ? std::optional<int64_t>(padding_idx) : std::nullopt);
+  return embedding(indices, param(weight), padding_idx >= 0 ? std::optional<int64_t>(padding_idx) : std::nullopt);
 }
 
 std::string Embedding::extra_repr() const {
@@ -659,7 +659,7 @@ void EmbeddingBag::reset_parameters() {
 
 Tensor EmbeddingBag::forward(const Tensor& indices, const Tensor& offsets, const Tensor& per_sample_weights) {
   check_built(weight, "EmbeddingBag");
-  return embedding_bag(indices, weight,
+  return embedding_bag(indices, param(weight),
                        {.offsets = offsets, .mode = options.mode, .per_sample_weights = per_sample_weights,
                         .include_last_offset = options.include_last_offset, .padding_idx = options.padding_idx});
 }
@@ -690,7 +690,7 @@ Tensor Conv3d::forward(const Tensor& x) {
   check_input(x, "Conv3d");
   KILN_CHECK((x.dim() == 5 || x.dim() == 4) && x.size(-4) == in_channels, "Conv3d(", in_channels, ", ", out_channels,
              "): expected input of shape (N, ", in_channels, ", D, H, W), got ", shape_str(x.shape()));
-  return conv3d(x, weight, bias,
+  return conv3d(x, param(weight), param(bias),
                 {.stride = options.stride, .padding = options.padding, .dilation = options.dilation,
                  .groups = options.groups});
 }
@@ -721,7 +721,7 @@ Tensor ConvTranspose3d::forward(const Tensor& x) {
   check_input(x, "ConvTranspose3d");
   KILN_CHECK((x.dim() == 5 || x.dim() == 4) && x.size(-4) == in_channels, "ConvTranspose3d(", in_channels, ", ",
              out_channels, "): expected input of shape (N, ", in_channels, ", D, H, W), got ", shape_str(x.shape()));
-  return conv_transpose3d(x, weight, bias,
+  return conv_transpose3d(x, param(weight), param(bias),
                           {.stride = options.stride, .padding = options.padding,
                            .output_padding = options.output_padding, .dilation = options.dilation,
                            .groups = options.groups});
@@ -754,7 +754,7 @@ void ConvTranspose1d::reset_parameters() { init_conv_parameters(weight, bias); }
 Tensor ConvTranspose1d::forward(const Tensor& x) {
   check_built(weight, "ConvTranspose1d");
   check_input(x, "ConvTranspose1d");
-  return conv_transpose1d(x, weight, bias, options.stride, options.padding, options.output_padding, options.groups,
+  return conv_transpose1d(x, param(weight), param(bias), options.stride, options.padding, options.output_padding, options.groups,
                           options.dilation);
 }
 

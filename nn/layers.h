@@ -523,7 +523,7 @@ class Flatten : public Module {
 class PReLU : public Module {
  public:
   explicit PReLU(int64_t num_parameters = 1, double init = 0.25);
-  Tensor forward(const Tensor& x) override { return prelu(x, weight); }
+  Tensor forward(const Tensor& x) override { return prelu(x, param(weight)); }
   void reset_parameters() override;
   std::string extra_repr() const override { return "num_parameters=" + std::to_string(num_parameters); }
   Tensor weight;
@@ -809,7 +809,7 @@ class Bilinear : public Module {
   using Module::forward;
   Bilinear() = default;
   Bilinear(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
-  Tensor forward(const Tensor& x1, const Tensor& x2) { return bilinear(x1, x2, weight, bias); }
+  Tensor forward(const Tensor& x1, const Tensor& x2) { return bilinear(x1, x2, param(weight), param(bias)); }
   void reset_parameters() override;
   std::string extra_repr() const override;
   Tensor weight, bias;

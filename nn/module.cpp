@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace kiln::nn {
@@ -23,6 +24,20 @@ std::string demangle(const char* mangled) {
   }
   return s;
 }
+
+namespace detail {
+
+void replace_contents(const Tensor& dst, const Tensor& src) {
+  TensorImpl& d = dst.impl();
+  const TensorImpl& s = src.impl();
+  d.storage = s.storage;
+  d.shape = s.shape;
+  d.strides = s.strides;
+  d.offset = s.offset;
+  d.dtype = s.dtype;
+}
+
+}  // namespace detail
 
 struct ModuleAccess {
   static const std::shared_ptr<ModuleState>& state(const Module& m) { return m.state_; }
@@ -82,18 +97,6 @@ void collect_modules(const ModuleState& st, const std::string& prefix, OrderedDi
     out.insert(prefix + name, child);
     collect_modules(*cs, prefix + name + ".", out, seen);
   }
-}
-
-// Points `dst`'s TensorImpl at the contents of `src` (a fresh tensor), so every handle
-// to dst sees the new storage/dtype/device.
-void replace_contents(const Tensor& dst, const Tensor& src) {
-  TensorImpl& d = dst.impl();
-  const TensorImpl& s = src.impl();
-  d.storage = s.storage;
-  d.shape = s.shape;
-  d.strides = s.strides;
-  d.offset = s.offset;
-  d.dtype = s.dtype;
 }
 
 // Applies f(tensor) to every distinct parameter and buffer under `st`.
@@ -167,6 +170,34 @@ int64_t Module::register_forward_hook(ForwardHook hook) {
 void Module::remove_forward_hook(int64_t id) {
   std::erase_if(state_->pre_hooks, [id](const auto& h) { return h.first == id; });
   std::erase_if(state_->post_hooks, [id](const auto& h) { return h.first == id; });
+}
+
+namespace {
+// nn::CachedParametrizations: the open scopes on this thread and the values computed in them
+struct ParametrizationCache {
+  int depth = 0;
+  std::unordered_map<std::shared_ptr<TensorImpl>, Tensor> values;  // member -> value
+};
+thread_local ParametrizationCache t_param_cache;
+}  // namespace
+
+void detail::begin_parametrization_cache() { ++t_param_cache.depth; }
+
+void detail::end_parametrization_cache() {
+  if (t_param_cache.depth > 0 && --t_param_cache.depth == 0) t_param_cache.values.clear();
+}
+
+Tensor Module::parametrized_value(const Tensor& member) const {
+  for (const ParametrizedTensor& pt : state_->parametrized) {
+    if (pt.member != member.impl_ptr()) continue;
+    if (t_param_cache.depth > 0)
+      if (auto it = t_param_cache.values.find(pt.member); it != t_param_cache.values.end()) return it->second;
+    Tensor v = pt.value();
+    detail::replace_contents(member, v.detach());  // `layer.weight` shows the latest value
+    if (t_param_cache.depth > 0) t_param_cache.values.emplace(pt.member, v);
+    return v;
+  }
+  return member;
 }
 
 Tensor Module::call_with_hooks(const Tensor& x) const {
@@ -265,7 +296,7 @@ bool Module::is_training() const { return state_->training; }
 Module& Module::to(Device device) {
   NoGradGuard ng;
   for_each_tensor(*state_, [&](Tensor& t) {
-    if (t.device() != device) replace_contents(t, t.detach().to(device));
+    if (t.device() != device) detail::replace_contents(t, t.detach().to(device));
     if (TensorImpl& ti = t.impl(); ti.grad) {
       Tensor g(ti.grad);
       if (g.device() != device) ti.grad = g.detach().to(device).impl_ptr();
@@ -280,7 +311,7 @@ Module& Module::to(DType dtype) {
   NoGradGuard ng;
   for_each_tensor(*state_, [&](Tensor& t) {
     if (!t.is_floating_point()) return;
-    if (t.dtype() != dtype) replace_contents(t, t.detach().to(dtype));
+    if (t.dtype() != dtype) detail::replace_contents(t, t.detach().to(dtype));
     if (TensorImpl& ti = t.impl(); ti.grad) {
       Tensor g(ti.grad);
       if (g.dtype() != dtype) ti.grad = g.detach().to(dtype).impl_ptr();
@@ -314,7 +345,34 @@ StateDict Module::state_dict() const {
   return sd;
 }
 
-void Module::load_state_dict(const StateDict& sd, bool strict) {
+namespace {
+// sd with the legacy keys of parametrized tensors (ParametrizedTensor::legacy_keys) renamed,
+// as PyTorch's weight_norm load hook does; sd itself when there are none.
+StateDict rename_legacy_keys(const ModuleState& root, const OrderedDict<ModulePtr>& modules, const StateDict& sd) {
+  std::unordered_map<std::string, std::string> rename;
+  auto collect = [&](const ModuleState& st, const std::string& prefix) {
+    for (const ParametrizedTensor& pt : st.parametrized) {
+      if (pt.legacy_keys.empty()) continue;
+      bool all = true;
+      for (const auto& [old_key, key] : pt.legacy_keys) all = all && sd.contains(prefix + old_key);
+      if (all)
+        for (const auto& [old_key, key] : pt.legacy_keys) rename[prefix + old_key] = prefix + key;
+    }
+  };
+  collect(root, "");
+  for (const auto& [name, m] : modules) collect(*ModuleAccess::state(*m), name + ".");
+  if (rename.empty()) return sd;
+  StateDict out;
+  for (const auto& [k, t] : sd) {
+    auto it = rename.find(k);
+    out.insert_or_assign(it == rename.end() ? k : it->second, t);
+  }
+  return out;
+}
+}  // namespace
+
+void Module::load_state_dict(const StateDict& sd_in, bool strict) {
+  const StateDict sd = rename_legacy_keys(*state_, named_modules(), sd_in);
   StateDict own = state_dict();
   std::vector<std::string> missing, unexpected, bad;
   for (const auto& [name, t] : own) {

@@ -20,6 +20,17 @@ namespace kiln::nn {
 
 class Module;
 
+namespace detail {
+/// Points `dst`'s TensorImpl at the contents (storage, shape, strides, dtype) of `src`, so
+/// every handle to dst sees them; autograd fields are left alone. Module::to and
+/// parametrizations use it.
+void replace_contents(const Tensor& dst, const Tensor& src);
+/// Opens and closes a scope (per thread, nested ones count) in which each parametrized
+/// tensor is computed once (nn::CachedParametrizations in nn/parametrize.h).
+void begin_parametrization_cache();
+void end_parametrization_cache();
+}  // namespace detail
+
 /// Readable C++ type name from typeid(...).name() ("kiln::nn::" prefixes removed).
 std::string demangle(const char* mangled);
 
@@ -31,6 +42,16 @@ using ForwardPreHook = std::function<std::optional<Tensor>(Module&, const Tensor
 /// Called after a module's forward with (module, input, output); may return a replacement output.
 using ForwardHook = std::function<std::optional<Tensor>(Module&, const Tensor&, const Tensor&)>;
 
+/// A registered tensor that a parametrization computes (nn/parametrize.h).
+struct ParametrizedTensor {
+  std::string name;                    // "weight"
+  std::shared_ptr<TensorImpl> member;  // the layer's member handle's TensorImpl
+  std::function<Tensor()> value;       // computes the value from the originals
+  /// Keys of an older file format that load_state_dict renames when all are present
+  /// (weight_norm: weight_g -> parametrizations.weight.original0, weight_v -> ...original1).
+  std::vector<std::pair<std::string, std::string>> legacy_keys;
+};
+
 /// The state a module handle points to. Users go through Module.
 struct ModuleState {
   bool training = true;
@@ -40,6 +61,8 @@ struct ModuleState {
   OrderedDict<std::shared_ptr<Module>> children;     // each points to a copy of the concrete module
   std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks;  // (id, hook), in registration order
   std::vector<std::pair<int64_t, ForwardHook>> post_hooks;
+  /// Registered tensors that a parametrization computes; empty for almost every module.
+  std::vector<ParametrizedTensor> parametrized;
 };
 
 /// Base class of layers and models.
@@ -107,6 +130,18 @@ class Module {
   int64_t register_forward_hook(ForwardHook hook);
   /// Removes a pre- or post-forward hook of this module by id (unknown ids are ignored).
   void remove_forward_hook(int64_t id);
+
+  /// The value a forward uses for the registered tensor `member` (a member such as
+  /// `weight`): `member` itself, or, when nn::register_parametrization has put a
+  /// parametrization on it (weight_norm, spectral_norm), the parametrization's output,
+  /// computed now from the originals with the graph recorded (what PyTorch's
+  /// `module.weight` returns). Layers read their parameters through it:
+  ///   return linear(x, param(weight), param(bias));
+  /// After the call `member` holds the computed value too (detached), so reading
+  /// `layer.weight` shows the value of the latest forward.
+  Tensor param(const Tensor& member) const {
+    return state_->parametrized.empty() ? member : parametrized_value(member);
+  }
 
   /// Re-initialises the module's own parameters (PyTorch's default schemes) under
   /// NoGradGuard. Layers override it; the default does nothing. Not recursive.
@@ -207,9 +242,11 @@ class Module {
 
  private:
   Tensor call_with_hooks(const Tensor& x) const;
+  Tensor parametrized_value(const Tensor& member) const;
   void add_child(const std::string& name, std::shared_ptr<Module> child);
   void check_new_name(const std::string& name, const char* what) const;
   friend struct ModuleAccess;
+  friend struct ParametrizeAccess;  // nn/parametrize.cpp
 
   std::shared_ptr<ModuleState> state_;
 };

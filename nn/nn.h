@@ -10,6 +10,7 @@
 #include "kiln/nn/loss.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/ordered_dict.h"
+#include "kiln/nn/parametrize.h"
 #include "kiln/nn/recurrent.h"
 #include "kiln/nn/train_utils.h"
 #include "kiln/nn/serialize.h"

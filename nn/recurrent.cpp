@@ -13,6 +13,7 @@
 #include <numeric>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 #include "kiln/nn/init.h"
 #include "kiln/ops/elementwise.h"
 #include "kiln/ops/linalg.h"
@@ -114,17 +115,50 @@ std::pair<Tensor, RecurrentState> RecurrentBase::run_rows(const Tensor& rows, co
   for (size_t t = 0; t < bs.size(); ++t) off[t + 1] = off[t] + bs[t];
   const TensorOptions zo{.dtype = rows.dtype(), .device = rows.device()};
   const bool cs = has_cell_state();
+  // The weights this forward uses. A parametrized one is computed as often as PyTorch's RNN
+  // forward reads it (hasattr, then getattr): twice in _init_flat_weights and, for the first
+  // parametrized weight in the flat order, twice more in _weights_have_changed. It matters
+  // only for a parametrization with side effects (spectral_norm's power iteration in
+  // training mode: 4 or 2 iterations a forward), and keeps those in step with PyTorch's.
+  std::unordered_map<const TensorImpl*, Tensor> value;  // member -> the value this forward uses
+  if (!state().parametrized.empty()) {
+    std::vector<const Tensor*> flat;  // PyTorch's _flat_weights order
+    for (size_t k = 0; k < weight_ih.size(); ++k)
+      for (const std::vector<Tensor>* ws : {&weight_ih, &weight_hh, &bias_ih, &bias_hh, &weight_hr})
+        if (k < ws->size() && (*ws)[k].defined()) flat.push_back(&(*ws)[k]);
+    auto is_parametrized = [&](const Tensor* t) {
+      return std::any_of(state().parametrized.begin(), state().parametrized.end(),
+                         [&](const ParametrizedTensor& p) { return p.member == t->impl_ptr(); });
+    };
+    for (const Tensor* t : flat)
+      if (is_parametrized(t)) {
+        param(*t);
+        param(*t);
+        break;
+      }
+    for (const Tensor* t : flat)
+      if (is_parametrized(t)) {
+        param(*t);
+        value[&t->impl()] = param(*t);
+      }
+  }
+  auto used = [&](const std::vector<Tensor>& ws, size_t k) {
+    if (k >= ws.size()) return Tensor();
+    auto it = value.find(ws[k].defined() ? &ws[k].impl() : nullptr);
+    return it == value.end() ? ws[k] : it->second;
+  };
   Tensor layer_in = rows;
   std::vector<Tensor> hn, cn;
   for (int64_t l = 0; l < L; ++l) {
     std::vector<std::vector<Tensor>> outs(static_cast<size_t>(D), std::vector<Tensor>(static_cast<size_t>(T)));
     for (int64_t d = 0; d < D; ++d) {
       const size_t k = size_t(l * D + d);
-      const Tensor xw = linear(layer_in, weight_ih[k], bias_ih[k]);  // every step's projection at once
+      const Tensor xw = linear(layer_in, used(weight_ih, k), used(bias_ih, k));  // every step's projection at once
+      const StepWeights w{used(weight_hh, k), used(bias_hh, k), used(weight_hr, k)};
       const Tensor h0 = initial.h.defined() ? initial.h.select(0, int64_t(k)) : zeros({B, R}, zo);
       const Tensor c0 = !cs ? Tensor() : initial.c.defined() ? initial.c.select(0, int64_t(k)) : zeros({B, H}, zo);
       auto step = [&](int64_t t, Tensor& h, Tensor& c) {
-        std::tie(h, c) = cell(k, xw.narrow(0, off[size_t(t)], bs[size_t(t)]), h, c);
+        std::tie(h, c) = cell(w, xw.narrow(0, off[size_t(t)], bs[size_t(t)]), h, c);
         outs[size_t(d)][size_t(t)] = h;
       };
       Tensor h = h0, c = c0;
@@ -244,36 +278,39 @@ std::string CellBase::extra_repr() const {
   return os.str();
 }
 
-std::pair<Tensor, Tensor> CellBase::prepare(const Tensor& x, const Tensor& h, const char* what) const {
+Tensor CellBase::project(const Tensor& x) const {
   KILN_CHECK(weight_ih.defined(), name_, ": the module is empty (default-constructed)");
   KILN_CHECK(x.defined() && (x.dim() == 1 || x.dim() == 2) && x.size(-1) == input_size, name_, "(", input_size, ", ",
              hidden_size, "): expected input of shape (N, ", input_size, ") or (", input_size, "), got ",
              x.defined() ? shape_str(x.shape()) : std::string("undefined"));
-  const Tensor xb = x.dim() == 1 ? x.unsqueeze(0) : x;
+  return linear(x.dim() == 1 ? x.unsqueeze(0) : x, param(weight_ih), param(bias_ih));
+}
+
+Tensor CellBase::state_batch(const Tensor& x, const Tensor& h, const char* what) const {
   const Shape want = x.dim() == 1 ? Shape{hidden_size} : Shape{x.size(0), hidden_size};
   KILN_CHECK(!h.defined() || h.shape() == want, name_, ": the ", what, " state must have shape ", shape_str(want),
              ", got ", shape_str(h.shape()));
-  const Tensor hb = !h.defined() ? zeros({xb.size(0), hidden_size}, {.dtype = x.dtype(), .device = x.device()})
-                    : h.dim() == 1 ? h.unsqueeze(0) : h;
-  return {linear(xb, weight_ih, bias_ih), hb};
+  return !h.defined() ? zeros({x.dim() == 1 ? 1 : x.size(0), hidden_size}, {.dtype = x.dtype(), .device = x.device()})
+         : h.dim() == 1 ? h.unsqueeze(0)
+                        : h;
 }
 
 }  // namespace detail
 
 RNN::RNN(int64_t input_size, int64_t hidden_size, RecurrentOptions o) : RecurrentBase("RNN", 1, input_size, hidden_size, o) {}
 
-std::pair<Tensor, Tensor> RNN::cell(size_t k, const Tensor& xw, const Tensor& h, const Tensor&) const {
-  return {detail::rnn_step(xw, h, weight_hh[k], bias_hh[k], options.nonlinearity == "relu"), Tensor()};
+std::pair<Tensor, Tensor> RNN::cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor&) const {
+  return {detail::rnn_step(xw, h, w.w_hh, w.b_hh, options.nonlinearity == "relu"), Tensor()};
 }
 
-std::pair<Tensor, Tensor> LSTM::cell(size_t k, const Tensor& xw, const Tensor& h, const Tensor& c) const {
-  auto [h2, c2] = detail::lstm_step(xw, h, c, weight_hh[k], bias_hh[k]);
-  if (!weight_hr.empty()) h2 = linear(h2, weight_hr[k]);  // the projection, PyTorch's h = W_hr h
+std::pair<Tensor, Tensor> LSTM::cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor& c) const {
+  auto [h2, c2] = detail::lstm_step(xw, h, c, w.w_hh, w.b_hh);
+  if (w.w_hr.defined()) h2 = linear(h2, w.w_hr);  // the projection, PyTorch's h = W_hr h
   return {h2, c2};
 }
 
-std::pair<Tensor, Tensor> GRU::cell(size_t k, const Tensor& xw, const Tensor& h, const Tensor&) const {
-  return {detail::gru_step(xw, h, weight_hh[k], bias_hh[k]), Tensor()};
+std::pair<Tensor, Tensor> GRU::cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor&) const {
+  return {detail::gru_step(xw, h, w.w_hh, w.b_hh), Tensor()};
 }
 
 RNNCell::RNNCell(int64_t input_size, int64_t hidden_size, bool bias, const std::string& nl)
@@ -282,22 +319,21 @@ RNNCell::RNNCell(int64_t input_size, int64_t hidden_size, bool bias, const std::
 }
 
 Tensor RNNCell::forward(const Tensor& x, const Tensor& h) const {
-  auto [xw, hb] = prepare(x, h, "hidden");
-  const Tensor out = detail::rnn_step(xw, hb, weight_hh, bias_hh, nonlinearity == "relu");
+  const Tensor xw = project(x), hb = state_batch(x, h, "hidden");
+  const Tensor out = detail::rnn_step(xw, hb, param(weight_hh), param(bias_hh), nonlinearity == "relu");
   return x.dim() == 1 ? out.squeeze(0) : out;
 }
 
 std::pair<Tensor, Tensor> LSTMCell::forward(const Tensor& x, const std::pair<Tensor, Tensor>& state) const {
-  auto [xw, hb] = prepare(x, state.first, "hidden");
-  const Tensor cb = prepare(x, state.second, "cell").second;
-  auto [h2, c2] = detail::lstm_step(xw, hb, cb, weight_hh, bias_hh);
+  const Tensor xw = project(x), hb = state_batch(x, state.first, "hidden"), cb = state_batch(x, state.second, "cell");
+  auto [h2, c2] = detail::lstm_step(xw, hb, cb, param(weight_hh), param(bias_hh));
   if (x.dim() == 1) return {h2.squeeze(0), c2.squeeze(0)};
   return {h2, c2};
 }
 
 Tensor GRUCell::forward(const Tensor& x, const Tensor& h) const {
-  auto [xw, hb] = prepare(x, h, "hidden");
-  const Tensor out = detail::gru_step(xw, hb, weight_hh, bias_hh);
+  const Tensor xw = project(x), hb = state_batch(x, h, "hidden");
+  const Tensor out = detail::gru_step(xw, hb, param(weight_hh), param(bias_hh));
   return x.dim() == 1 ? out.squeeze(0) : out;
 }
 

@@ -110,9 +110,14 @@ class RecurrentBase : public Module {
  protected:
   RecurrentBase() = default;
   RecurrentBase(const char* name, int64_t gates, int64_t input_size, int64_t hidden_size, RecurrentOptions o);
-  /// One step of one layer and direction (index as the weights): xw = this step's input
-  /// projection (N, gates*H) with bias_ih, (h, c) the state before; returns the new (h, c).
-  virtual std::pair<Tensor, Tensor> cell(size_t index, const Tensor& xw, const Tensor& h, const Tensor& c) const = 0;
+  /// One layer and direction's recurrent weights as a forward uses them (Module::param:
+  /// parametrized ones are computed once a forward); w_hr only with proj_size.
+  struct StepWeights {
+    Tensor w_hh, b_hh, w_hr;
+  };
+  /// One step of one layer and direction: xw = this step's input projection (N, gates*H)
+  /// with bias_ih, (h, c) the state before; returns the new (h, c).
+  virtual std::pair<Tensor, Tensor> cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor& c) const = 0;
   virtual bool has_cell_state() const = 0;
 
  private:
@@ -143,9 +148,10 @@ class CellBase : public Module {
  protected:
   CellBase() = default;
   CellBase(const char* name, int64_t gates, int64_t input_size, int64_t hidden_size, bool bias);
-  /// Checks x (N, I) or unbatched (I) and a state (N, H) / (H) (undefined: zeros) and returns
-  /// x's projection W_ih x + b_ih and the state, both batched.
-  std::pair<Tensor, Tensor> prepare(const Tensor& x, const Tensor& h, const char* what) const;
+  /// Checks x (N, I) or unbatched (I) and returns x's projection W_ih x + b_ih, batched.
+  Tensor project(const Tensor& x) const;
+  /// Checks a state (N, H) / (H) for x (undefined: zeros) and returns it batched.
+  Tensor state_batch(const Tensor& x, const Tensor& h, const char* what) const;
   const char* name_ = "";
 };
 }  // namespace detail
@@ -157,7 +163,7 @@ class RNN : public detail::RecurrentBase {
   RNN(int64_t input_size, int64_t hidden_size, RecurrentOptions o = {});
 
  protected:
-  std::pair<Tensor, Tensor> cell(size_t index, const Tensor& xw, const Tensor& h, const Tensor& c) const override;
+  std::pair<Tensor, Tensor> cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor& c) const override;
   bool has_cell_state() const override { return false; }
 };
 
@@ -169,7 +175,7 @@ class LSTM : public detail::RecurrentBase {
   LSTM(int64_t input_size, int64_t hidden_size, RecurrentOptions o = {}) : RecurrentBase("LSTM", 4, input_size, hidden_size, o) {}
 
  protected:
-  std::pair<Tensor, Tensor> cell(size_t index, const Tensor& xw, const Tensor& h, const Tensor& c) const override;
+  std::pair<Tensor, Tensor> cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor& c) const override;
   bool has_cell_state() const override { return true; }
 };
 
@@ -181,7 +187,7 @@ class GRU : public detail::RecurrentBase {
   GRU(int64_t input_size, int64_t hidden_size, RecurrentOptions o = {}) : RecurrentBase("GRU", 3, input_size, hidden_size, o) {}
 
  protected:
-  std::pair<Tensor, Tensor> cell(size_t index, const Tensor& xw, const Tensor& h, const Tensor& c) const override;
+  std::pair<Tensor, Tensor> cell(const StepWeights& w, const Tensor& xw, const Tensor& h, const Tensor& c) const override;
   bool has_cell_state() const override { return false; }
 };
 
