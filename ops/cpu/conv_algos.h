@@ -112,6 +112,24 @@ void conv_gemm(const Conv2dGeom& g, bool trans_a, bool trans_b, int64_t M, int64
   else gemm_cpu<T>(trans_a, trans_b, M, N, K, T(1), A, lda, B, ldb, beta, C, ldc);
 }
 
+/// conv_gemm for a bf16 convolution whose B operand is kept as bf16 bits (the wide layout's
+/// padded input): the bf16 GEMM reads them as they are and rounds only A (float32 holding
+/// bf16 values, exact) as it packs: the same products as the float32 buffers gave.
+inline void conv_gemm(const Conv2dGeom&, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                      int64_t lda, const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C,
+                      int64_t ldc) {
+  const bool small = double(M) * double(N) * double(K) < double(1 << 21);
+  sgemm_bf16_rounding(trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc,
+                      omp_in_parallel() || small ? 1 : get_num_threads());
+}
+
+/// Whether a (T, X) convolution keeps its input as bf16 bits for the bf16 GEMM: X bf16, T
+/// float32, and products in bf16 (Conv2dGeom::bf16_products).
+template <class T, class X>
+bool bf16_bits(const Conv2dGeom& g) {
+  return std::is_same_v<X, BFloat16> && std::is_same_v<T, float> && g.bf16_products;
+}
+
 // ------------------------------------------------------------------ reductions
 
 constexpr int64_t kLanes = 16;  // partial sums per reduction (a vector register or two)

@@ -45,14 +45,18 @@ void col2im_wide_add(const T* dcols, int64_t ld, const Conv2dGeom& g, const Wide
 /// Per-thread scratch of the wide layout (one sample at a time).
 template <class T>
 struct WideScratch {
-  bool copy;             // x and dx go through xpad and dxpad: padded, or stored as a 16-bit X
-  std::vector<T> xpad;   // (C, Hp, Wp), zero border (when copy)
-  std::vector<T> out;    // (O, L2): forward output, or output gradient with zero junk columns
-  std::vector<T> dcols;  // (C*kH*kW, L2): columns of the input gradient
-  std::vector<T> dxpad;  // (C, Hp, Wp) (backward to the input, when copy)
-  WideScratch(const Conv2dGeom& g, const Wide& v, bool need_xpad, bool need_dx, bool widen)
+  bool copy;                    // x and dx go through xpad and dxpad: padded, or stored as a 16-bit X
+  bool bits;                    // x is read as bf16 bits (bf16_bits): xpad16 instead of xpad
+  std::vector<T> xpad;          // (C, Hp, Wp), zero border (when copy, not bits)
+  std::vector<uint16_t> xpad16; // (C, Hp, Wp) bf16 bits, zero border (bits and padded)
+  std::vector<T> out;           // (O, L2): forward output, or output gradient with zero junk columns
+  std::vector<T> dcols;         // (C*kH*kW, L2): columns of the input gradient
+  std::vector<T> dxpad;         // (C, Hp, Wp) (backward to the input, when copy)
+  WideScratch(const Conv2dGeom& g, const Wide& v, bool need_xpad, bool need_dx, bool widen, bool bits_)
       : copy(v.padded || widen),
-        xpad(need_xpad && copy ? size_t(g.C * v.Hp * v.Wp) : 0),
+        bits(bits_),
+        xpad(need_xpad && copy && !bits ? size_t(g.C * v.Hp * v.Wp) : 0),
+        xpad16(need_xpad && bits && v.padded ? size_t(g.C * v.Hp * v.Wp) : 0),
         out(size_t(g.O * v.L2)),
         dcols(need_dx ? size_t(g.C * g.kH * g.kW * v.L2) : 0),
         dxpad(need_dx && copy ? size_t(g.C * v.Hp * v.Wp) : 0) {}
@@ -64,6 +68,28 @@ struct WideScratch {
       if (!copy) return xn;
     over_channels(nt, g.C, [&](int64_t c0, int64_t c1) { pad_channels(xn, g, v, c0, c1, xpad.data()); });
     return xpad.data();
+  }
+  /// The same as bf16 bits (bits mode): xn's own bits when there is no padding, else copied
+  /// into xpad16's interior (no conversion: half the bytes of a float32 plane).
+  template <class X>
+  const uint16_t* padded_bits(int nt, const Conv2dGeom& g, const Wide& v, const X* xn) {
+    static_assert(sizeof(X) == sizeof(uint16_t));
+    const auto* xb = reinterpret_cast<const uint16_t*>(xn);
+    if (!v.padded) return xb;
+    over_channels(nt, g.C, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t h = 0; h < g.H; ++h)
+          std::copy_n(xb + (c * g.H + h) * g.W, g.W, xpad16.data() + (c * v.Hp + h + g.pH) * v.Wp + g.pW);
+    });
+    return xpad16.data();
+  }
+  /// Calls f with the padded plane of xn: bf16 bits in bits mode, else T.
+  template <class X, class F>
+  void with_padded(int nt, const Conv2dGeom& g, const Wide& v, const X* xn, const F& f) {
+    if constexpr (sizeof(X) == sizeof(uint16_t)) {
+      if (bits) return f(padded_bits(nt, g, v, xn));
+    }
+    f(padded(nt, g, v, xn));
   }
 };
 
@@ -77,12 +103,13 @@ void conv2d_forward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, co
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
   const std::vector<int64_t> rows = tap_rows(g, v);
-  WideScratch<T> s(g, v, true, false, !std::is_same_v<X, T>);
+  WideScratch<T> s(g, v, true, false, !std::is_same_v<X, T>, bf16_bits<T, X>(g));
   for (int64_t n = lo; n < hi; ++n) {
-    const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
-    for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
-      conv_gemm<T>(g, false, false, Og, v.L2, Kg, w + gi * Og * Kg, Kg, xp, 0, rows.data() + gi * Kg, T(0),
-                   s.out.data() + gi * Og * v.L2, v.L2);
+    s.with_padded(nt, g, v, x + n * g.C * g.H * g.W, [&](const auto* xp) {
+      for (int64_t gi = 0; gi < G; ++gi)  // out_g (Og, L2) = w_g (Og, Kg) @ cols_g (Kg, L2)
+        conv_gemm(g, false, false, Og, v.L2, Kg, w + gi * Og * Kg, Kg, xp, 0, rows.data() + gi * Kg, T(0),
+                  s.out.data() + gi * Og * v.L2, v.L2);
+    });
     wide_to_dense(s.out.data(), g, v.Wp, v.L2, bias, y + n * g.O * L);
   }
 }
@@ -94,15 +121,16 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, c
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
   const std::vector<int64_t> rows = tap_rows(g, v);
-  WideScratch<T> s(g, v, dw != nullptr, dx != nullptr, !std::is_same_v<X, T>);
+  WideScratch<T> s(g, v, dw != nullptr, dx != nullptr, !std::is_same_v<X, T>, bf16_bits<T, X>(g));
   T* dyw = s.out.data();  // (O, L2); the junk columns stay zero
   for (int64_t n = lo; n < hi; ++n) {
     dense_to_wide(dy + n * g.O * L, g, v.Wp, v.L2, dyw, db);
     if (dw) {
-      const T* xp = s.padded(nt, g, v, x + n * g.C * g.H * g.W);
-      for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
-        conv_gemm<T>(g, false, true, Og, Kg, v.L2, dyw + gi * Og * v.L2, v.L2, xp, 0, rows.data() + gi * Kg, T(1),
-                     dw + gi * Og * Kg, Kg);
+      s.with_padded(nt, g, v, x + n * g.C * g.H * g.W, [&](const auto* xp) {
+        for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
+          conv_gemm(g, false, true, Og, Kg, v.L2, dyw + gi * Og * v.L2, v.L2, xp, 0, rows.data() + gi * Kg, T(1),
+                    dw + gi * Og * Kg, Kg);
+      });
     }
     if (dx) {
       T* dc = s.dcols.data();  // dcols (C*kH*kW, L2)

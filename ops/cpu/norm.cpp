@@ -72,24 +72,60 @@ inline void store_row(X* d, int64_t n, const F& f) {
   }
 }
 
+/// One channel's rows (n, c) of a (N, C, S) tensor for the passes over it, read as T
+/// through T(row[i]). bf16 rows are read where they lie (a bf16 value widens by a shift,
+/// which vectorises inside the loops); a float16 channel of at most kChannelFloats values
+/// is widened once, at construction, into a per-thread buffer (batch norm reads each row
+/// two or three times), a larger one, or with `once` false (a single pass), a row at a
+/// time as widened() gives it. The same floats every way.
+template <class T, class X>
+class ChannelRows {
+ public:
+  static constexpr bool kDirect = std::is_same_v<X, T> || std::is_same_v<X, BFloat16>;
+  using Row = std::conditional_t<kDirect, const X*, const T*>;
+  static constexpr int64_t kChannelFloats = 262144;  // 1 MiB of float32, an L2's share
+  ChannelRows(const X* x, int64_t N, int64_t C, int64_t S, int64_t c, std::vector<T>& whole, std::vector<T>& row,
+              bool once = true)
+      : x_(x), C_(C), S_(S), c_(c), row_(row) {
+    if constexpr (!kDirect) {
+      if (once && N * S <= kChannelFloats) {
+        if (int64_t(whole.size()) < N * S) whole.resize(size_t(N * S));
+        for (int64_t n = 0; n < N; ++n) convert_floats(x + (n * C + c) * S, whole.data() + n * S, S);
+        whole_ = whole.data();
+      }
+    }
+  }
+  Row operator()(int64_t n) const {
+    if constexpr (kDirect) return x_ + (n * C_ + c_) * S_;
+    else return whole_ ? whole_ + n * S_ : widened<T>(x_ + (n * C_ + c_) * S_, S_, row_);
+  }
+
+ private:
+  const X* x_;
+  int64_t C_, S_, c_;
+  std::vector<T>& row_;
+  const T* whole_ = nullptr;
+};
+
 template <class T, class X = T>
 void bn_forward_train(const X* x, const T* w, const T* b, X* out, T* smean, T* sinv, T* rmean, T* rvar,
                       int64_t N, int64_t C, int64_t S, double momentum, double eps) {
   const int64_t M = N * S;
   parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
-    thread_local std::vector<T> xb;
+    thread_local std::vector<T> xb, xw;
     for (int64_t c = c0; c < c1; ++c) {
+      const ChannelRows<T, X> rows(x, N, C, S, c, xw, xb);
       double acc = 0;
       for (int64_t n = 0; n < N; ++n) {
-        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
-        acc += double(lane_sum<T>(S, [&](int64_t i) { return xr[i]; }));
+        const auto xr = rows(n);
+        acc += double(lane_sum<T>(S, [&](int64_t i) { return T(xr[i]); }));
       }
       const double mean = M > 0 ? acc / double(M) : 0.0;
       const T mt = T(mean);
       double sq = 0;
       for (int64_t n = 0; n < N; ++n) {
-        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
-        sq += double(lane_sum<T>(S, [&](int64_t i) { return (xr[i] - mt) * (xr[i] - mt); }));
+        const auto xr = rows(n);
+        sq += double(lane_sum<T>(S, [&](int64_t i) { return (T(xr[i]) - mt) * (T(xr[i]) - mt); }));
       }
       const double var = M > 0 ? sq / double(M) : 0.0;
       const double inv = 1.0 / std::sqrt(var + eps);
@@ -103,8 +139,8 @@ void bn_forward_train(const X* x, const T* w, const T* b, X* out, T* smean, T* s
       const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
       const T a = T(wc * inv), sh = T(bc - mean * wc * inv);
       for (int64_t n = 0; n < N; ++n) {
-        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
-        store_row<T>(out + (n * C + c) * S, S, [&](int64_t s) { return xr[s] * a + sh; });
+        const auto xr = rows(n);
+        store_row<T>(out + (n * C + c) * S, S, [&](int64_t s) { return T(xr[s]) * a + sh; });
       }
     }
   });
@@ -135,16 +171,18 @@ void bn_backward(const X* g, const X* x, const T* w, const T* smean, const T* si
                  int64_t N, int64_t C, int64_t S, bool training) {
   const int64_t M = N * S;
   parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
-    thread_local std::vector<T> xb, gb;
+    thread_local std::vector<T> xb, gb, xw, gw;
     for (int64_t c = c0; c < c1; ++c) {
       const T mean = smean[c];
       const double inv = double(sinv[c]);
+      const bool again = dx && training && M > 0;  // a second pass reads x and g
+      const ChannelRows<T, X> grows(g, N, C, S, c, gw, gb, again), xrows(x, N, C, S, c, xw, xb, again);
       double sum_g = 0, sum_gx = 0;  // sum(g), sum(g (x - mean))
       for (int64_t n = 0; n < N; ++n) {
-        const T* gr = widened<T>(g + (n * C + c) * S, S, gb);
-        const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
-        const auto [sg, sgx] =
-            lane_sum2<T>(S, [&](int64_t i) { return gr[i]; }, [&](int64_t i) { return gr[i] * (xr[i] - mean); });
+        const auto gr = grows(n);
+        const auto xr = xrows(n);
+        const auto [sg, sgx] = lane_sum2<T>(
+            S, [&](int64_t i) { return T(gr[i]); }, [&](int64_t i) { return T(gr[i]) * (T(xr[i]) - mean); });
         sum_g += double(sg);
         sum_gx += double(sgx);
       }
@@ -156,9 +194,10 @@ void bn_backward(const X* g, const X* x, const T* w, const T* smean, const T* si
         // dx = w inv (g - sum_g/M - (x - mean) inv^2 sum_gx / M)
         const T k = T(wc * inv), mg = T(sum_g / double(M)), kx = T(inv * inv * sum_gx / double(M));
         for (int64_t n = 0; n < N; ++n) {
-          const T* gr = widened<T>(g + (n * C + c) * S, S, gb);
-          const T* xr = widened<T>(x + (n * C + c) * S, S, xb);
-          store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * (gr[s] - mg - (xr[s] - mean) * kx); });
+          const auto gr = grows(n);
+          const auto xr = xrows(n);
+          store_row<T>(dx + (n * C + c) * S, S,
+                       [&](int64_t s) { return k * (T(gr[s]) - mg - (T(xr[s]) - mean) * kx); });
         }
       } else {
         const T k = T(wc * inv);

@@ -82,6 +82,11 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
 void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads);
+/// The same with B already bfloat16 (raw bits; A float32, rounded as it is packed): the
+/// bf16 convolutions' padded inputs, read where they lie.
+void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                         int threads);
 
 /// The AMX forms of the three above (ops/cpu/sgemm_amx.cpp; sgemm_bf16 calls them when
 /// KILN_CPU_BF16_GEMM selects AMX): the tile instructions, or with `model` their C++ model.
@@ -94,6 +99,9 @@ void sgemm_amx(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int
                const float* bias = nullptr);
 void sgemm_amx_rounding(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                         int64_t lda, const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C,
+                        int64_t ldc, int threads);
+void sgemm_amx_rounding(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                        int64_t lda, const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C,
                         int64_t ldc, int threads);
 
 }  // namespace kiln

@@ -310,6 +310,13 @@ void sgemm_amx_rounding(bool model, bool trans_a, bool trans_b, int64_t M, int64
            nullptr);
 }
 
+void sgemm_amx_rounding(bool model, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                        int64_t lda, const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C,
+                        int64_t ldc, int threads) {
+  gemm_amx(model, trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb, b_rows}, beta, C, ldc, threads,
+           nullptr);
+}
+
 #else  // no packed kernels in this build (KILN_CPU_BF16_GEMM offers no AMX choice then)
 
 namespace {
@@ -328,6 +335,10 @@ void sgemm_amx(bool, bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t
   not_compiled(M, N, K);
 }
 void sgemm_amx_rounding(bool, bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const float*,
+                        int64_t, const int64_t*, float, float*, int64_t, int) {
+  not_compiled(M, N, K);
+}
+void sgemm_amx_rounding(bool, bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const uint16_t*,
                         int64_t, const int64_t*, float, float*, int64_t, int) {
   not_compiled(M, N, K);
 }

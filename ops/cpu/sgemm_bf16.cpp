@@ -345,6 +345,12 @@ void avx512_gemm_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
                          int threads) {
   gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<float>{B, ldb, b_rows}, beta, C, ldc, threads, nullptr);
 }
+
+void avx512_gemm_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                         int threads) {
+  gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb, b_rows}, beta, C, ldc, threads, nullptr);
+}
 }  // namespace
 
 #else  // no AVX-512 in this build
@@ -367,6 +373,10 @@ void avx512_gemm(bool, bool, int64_t M, int64_t N, int64_t K, const uint16_t*, i
 }
 void avx512_gemm_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const float*, int64_t,
                           const int64_t*, float, float*, int64_t, int) {
+  no_kernel(M, N, K);
+}
+void avx512_gemm_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const uint16_t*,
+                          int64_t, const int64_t*, float, float*, int64_t, int) {
   no_kernel(M, N, K);
 }
 }  // namespace
@@ -440,6 +450,14 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, con
 
 void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
+                         int threads) {
+  if (const auto model = amx_choice())
+    return sgemm_amx_rounding(*model, trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
+  avx512_gemm_rounding(trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
+}
+
+void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                         const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads) {
   if (const auto model = amx_choice())
     return sgemm_amx_rounding(*model, trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);

@@ -1,9 +1,9 @@
 // kiln's bf16 GEMM (ops/cpu/sgemm_bf16.cpp, AVX512_BF16) against a float64 reference of the
 // same bf16 values: every transpose, edges of the 12 x 32 tile and the pair packing (odd
 // K, odd row strides), K slices over 512, beta 1, a row bias, one and two threads; for each
-// of its three forms: bf16 operands into a float32 C, into a bf16 C, and float32 operands
-// rounded to bf16 as they are packed (B also through a row table, as a convolution reads
-// it). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16, unless
+// of its forms: bf16 operands into a float32 C, into a bf16 C, float32 operands rounded to
+// bf16 as they are packed (B also through a row table, as a convolution reads it), and A
+// rounded with B's bf16 bits through a row table (bitwise the float32 B's result). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16, unless
 // KILN_CPU_BF16_GEMM selects the AMX kernel. The AMX kernel's loop nest runs on its C++
 // model of the tile instructions (ops/cpu/sgemm_amx.cpp) on every CPU.
 #include <doctest/doctest.h>
@@ -43,7 +43,7 @@ struct Case {
   bool bias = false;
 };
 
-enum class Form { bf16_to_f32, bf16_to_bf16, f32_rounding, f32_rounding_rows };
+enum class Form { bf16_to_f32, bf16_to_bf16, f32_rounding, f32_rounding_rows, f32_a_bf16_b_rows };
 
 /// amx_model: sgemm_amx's loop nest on its C++ model of the tiles, called directly; else
 /// sgemm_bf16's own kernel (sgemm_bf16_kernel()).
@@ -97,6 +97,24 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = f
                             c.threads);
       break;
     }
+    case Form::f32_a_bf16_b_rows: {  // B's bf16 bits through the table: bitwise the float32 B's rounding
+      std::vector<uint16_t> Brev16(Brev.size());
+      for (size_t i = 0; i < Brev.size(); ++i) Brev16[i] = to_bf16(Brev[i]);
+      std::vector<float> Cf = C;
+      if (amx_model) {
+        sgemm_amx_rounding(true, c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Brev16.data(), ldb, table.data(), beta,
+                           C.data(), ldc, c.threads);
+        sgemm_amx_rounding(true, c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Brev.data(), ldb, table.data(), beta,
+                           Cf.data(), ldc, c.threads);
+      } else {
+        sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Brev16.data(), ldb, table.data(), beta,
+                            C.data(), ldc, c.threads);
+        sgemm_bf16_rounding(c.ta, c.tb, c.M, c.N, c.K, Af.data(), lda, Brev.data(), ldb, table.data(), beta,
+                            Cf.data(), ldc, c.threads);
+      }
+      CHECK(std::memcmp(C.data(), Cf.data(), C.size() * sizeof(float)) == 0);
+      break;
+    }
   }
   double worst = 0;
   for (int64_t i = 0; i < c.M; ++i)
@@ -132,7 +150,8 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = f
 /// Every case, in every form, through sgemm_bf16's kernel or the AMX model.
 void all_cases(bool amx_model) {
   auto all = [&](const Case& c) {
-    for (Form f : {Form::bf16_to_f32, Form::bf16_to_bf16, Form::f32_rounding, Form::f32_rounding_rows})
+    for (Form f : {Form::bf16_to_f32, Form::bf16_to_bf16, Form::f32_rounding, Form::f32_rounding_rows,
+                   Form::f32_a_bf16_b_rows})
       check_case(c, f, amx_model);
   };
   const int64_t small[] = {1, 3, 4, 5, 8, 11, 12, 13, 16, 17, 31, 33};
