@@ -170,6 +170,30 @@ Tensor cholesky_solve(const Tensor& B, const Tensor& L, bool upper = false);
 /// updates, so differentiable in A and tau at every order (O(k m n), for the small matrices
 /// of parametrizations; nn::orthogonal uses it).
 Tensor householder_product(const Tensor& A, const Tensor& tau);
+
+/// torch.linalg.lu_factor: A (..., m, n) = P L U packed as LAPACK's getrf leaves it: `LU`
+/// holds U on and above the diagonal and L's multipliers (unit diagonal implied) below it;
+/// `pivots` (..., min(m, n)) int32, 1-based: row i was swapped with row pivots[i] at step i.
+/// Partial pivoting (pivot=false is not implemented on the CPU, as PyTorch's). A singular A
+/// factors without error (a zero on U's diagonal). Differentiable in LU (PyTorch's
+/// lu_factor_ex_backward), twice.
+struct LUFactor {
+  Tensor LU, pivots;
+};
+LUFactor lu_factor(const Tensor& A, bool pivot = true);
+/// torch.linalg.lu: P (..., m, m), L (..., m, k) unit lower, U (..., k, n) upper, k = min(m, n),
+/// with A = P L U; differentiable in L and U (PyTorch's linalg_lu_backward), twice.
+struct PLU {
+  Tensor P, L, U;
+};
+PLU lu(const Tensor& A, bool pivot = true);
+/// torch.lu_unpack: P, L, U from lu_factor's result (L and U differentiable in LU; P built
+/// from the pivots). unpack_data / unpack_pivots false leave L, U / P undefined.
+PLU lu_unpack(const Tensor& LU, const Tensor& pivots, bool unpack_data = true, bool unpack_pivots = true);
+/// torch.linalg.lu_solve: X with A X = B (left) or X A = B (left=false), A^H in place of A
+/// when adjoint, from A's lu_factor (A square). Triangular solves on the unpacked factors,
+/// differentiable in LU and B at every order.
+Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool left = true, bool adjoint = false);
 }  // namespace linalg
 
 /// torch.geqrf: A (..., m, n) = Q R in LAPACK's packed form: `a` holds R on and above the

@@ -1,11 +1,17 @@
 // The spectral and orthogonal factorizations behind torch.linalg's eigh, svd, qr, lstsq and
 // matrix_exp (ops/kernels/linalg.h): Eigen's symmetric eigensolver, divide-and-conquer SVD,
 // Householder QR, complete orthogonal decomposition and Pade matrix exponential, on float64
-// row-major matrices copied into Eigen's column-major ones.
+// row-major matrices copied into Eigen's column-major ones; and LAPACK's getrf (the
+// rectangular LU of linalg.lu_factor) written out, row-major in place.
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native),
 // as in ops/cpu/linalg.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
 #include <Eigen/Eigenvalues>
 #include <Eigen/QR>
 #include <Eigen/SVD>
@@ -62,6 +68,37 @@ void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool co
   const Eigen::HouseholderQR<Mat> qr(Mat(ConstMap(a, m, n)));
   Map(r, rows, n) = qr.matrixQR().topRows(rows).triangularView<Eigen::Upper>();
   if (q) Map(q, m, rows) = qr.householderQ() * Mat::Identity(m, rows);
+}
+
+int64_t getrf_f64(double* a, int64_t m, int64_t n, int32_t* piv) {
+  const int64_t k = std::min(m, n);
+  const double sfmin = std::numeric_limits<double>::min();
+  int64_t info = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t p = j;  // the first row of largest |a(i, j)|, as idamax
+    for (int64_t i = j + 1; i < m; ++i)
+      if (std::abs(a[i * n + j]) > std::abs(a[p * n + j])) p = i;
+    piv[j] = int32_t(p + 1);
+    const double pv = a[p * n + j];
+    if (pv != 0.0) {
+      if (p != j)
+        for (int64_t l = 0; l < n; ++l) std::swap(a[j * n + l], a[p * n + l]);
+      if (std::abs(pv) >= sfmin) {
+        const double r = 1.0 / pv;
+        for (int64_t i = j + 1; i < m; ++i) a[i * n + j] *= r;
+      } else {
+        for (int64_t i = j + 1; i < m; ++i) a[i * n + j] /= pv;
+      }
+    } else if (info == 0) {
+      info = j + 1;
+    }
+    for (int64_t i = j + 1; i < m; ++i) {  // the trailing update
+      const double lij = a[i * n + j];
+      if (lij != 0.0)
+        for (int64_t l = j + 1; l < n; ++l) a[i * n + l] -= lij * a[j * n + l];
+    }
+  }
+  return info;
 }
 
 void geqrf_f64(const double* a, int64_t m, int64_t n, double* packed, double* tau) {

@@ -187,6 +187,11 @@ TEST_CASE("cuda parity: linalg solvers and factorizations on CUDA tensors (a hos
         {"matrix_power", [](const Tensor& a, const Tensor&) { return linalg::matrix_power(a, -3); }},
         {"matrix_norm", [](const Tensor&, const Tensor& b) { return linalg::matrix_norm(b, "nuc"); }},
         {"cholesky_solve", [](const Tensor& a, const Tensor& b) { return linalg::cholesky_solve(b, linalg::cholesky(a)); }},
+        {"lu_factor", [](const Tensor& a, const Tensor&) { return linalg::lu_factor(a).LU; }},
+        {"lu_solve", [](const Tensor& a, const Tensor& b) {
+           const linalg::LUFactor f = linalg::lu_factor(a);
+           return linalg::lu_solve(f.LU, f.pivots, b);
+         }},
         {"householder_product", [](const Tensor& a, const Tensor& b) {
            return linalg::householder_product(a.narrow(-1, 0, 3), b.narrow(-2, 0, 1).squeeze(-2));
          }},

@@ -1,7 +1,8 @@
-// torch.linalg's eigh, svd, qr, geqrf, householder_product, pinv, lstsq, matrix_rank,
-// matrix_norm, matrix_exp, matrix_power, multi_dot and cholesky_solve (ops/linalg.h): the defining identities on
-// batches, LAPACK's (PyTorch's) conventions where they are unique, errors, and float64
-// first and second derivatives of sign-independent quantities.
+// torch.linalg's eigh, svd, qr, geqrf, householder_product, lu_factor, lu, lu_unpack,
+// lu_solve, pinv, lstsq, matrix_rank, matrix_norm, matrix_exp, matrix_power, multi_dot and
+// cholesky_solve (ops/linalg.h): the defining identities on batches, LAPACK's (PyTorch's)
+// conventions where they are unique, errors, and float64 first and second derivatives of
+// sign-independent quantities.
 #include <doctest/doctest.h>
 #include <cmath>
 #include "gradcheck.h"
@@ -131,6 +132,60 @@ TEST_CASE("geqrf and householder_product: the packed QR, orgqr's Q, gradients at
   Tensor leaf = randn({3, 3}, f64).requires_grad_(true);
   CHECK_THROWS_WITH_AS(sum(geqrf(leaf).a).backward(), doctest::Contains("geqrf: the derivative is not implemented"),
                        kiln::Error);
+}
+
+TEST_CASE("lu_factor, lu, lu_unpack and lu_solve: P L U = A, LAPACK's pivots, the four solves, gradients") {
+  manual_seed(45);
+  // getrf's first step swaps in the row of largest |a(i, 0)|: pivots are 1-based
+  const L::LUFactor t = L::lu_factor(T({1, 2, 4, 3}, {2, 2}));
+  CHECK(t.pivots.dtype() == DType::int32);
+  CHECK(t.pivots.to_vector<int32_t>() == std::vector<int32_t>{2, 2});
+  CHECK(maxabs(sub(t.LU, T({4, 3, 0.25, 1.25}, {2, 2}))) < 1e-15);
+  for (const Shape& s : {Shape{4, 4}, Shape{2, 3, 3}, Shape{5, 3}, Shape{3, 5}, Shape{2, 4, 6}}) {
+    CAPTURE(shape_str(s));
+    const Tensor A = randn(s, f64);
+    const int64_t m = s[s.size() - 2], n = s.back(), k = std::min(m, n);
+    const L::PLU f = L::lu(A);
+    CHECK(f.L.size(-1) == k);
+    CHECK(f.U.size(-2) == k);
+    CHECK(maxabs(sub(matmul(f.P, matmul(f.L, f.U)), A)) < 1e-14);
+    CHECK(maxabs(triu(f.L)) == maxabs(I(k)));  // unit lower: only the diagonal's ones above it
+    CHECK(maxabs(tril(f.U, -1)) == 0.0);
+    CHECK(maxabs(f.L) <= 1.0);  // partial pivoting: every multiplier at most 1
+    CHECK(maxabs(sub(matmul(mT(f.P), f.P), I(m))) == 0.0);
+  }
+  const Tensor A = randn({2, 4, 4}, f64), B = randn({2, 4, 3}, f64), Bt = randn({2, 3, 4}, f64);
+  const L::LUFactor f = L::lu_factor(A);
+  CHECK(maxabs(sub(matmul(A, L::lu_solve(f.LU, f.pivots, B)), B)) < 1e-13);
+  CHECK(maxabs(sub(matmul(mT(A), L::lu_solve(f.LU, f.pivots, B, true, true)), B)) < 1e-13);
+  CHECK(maxabs(sub(matmul(L::lu_solve(f.LU, f.pivots, Bt, false), A), Bt)) < 1e-13);
+  CHECK(maxabs(sub(matmul(L::lu_solve(f.LU, f.pivots, Bt, false, true), mT(A)), Bt)) < 1e-13);
+  // gradients: of the factors (sign-free: P fixed under small steps away from ties)
+  for (const Shape& s : {Shape{3, 3}, Shape{4, 2}, Shape{2, 4}}) {
+    CAPTURE(shape_str(s));
+    CHECK(gradcheck([](std::vector<Tensor>& in) { return L::lu_factor(in[0]).LU; }, {randn(s, f64)}));
+    CHECK(gradcheck([](std::vector<Tensor>& in) { const L::PLU r = L::lu(in[0]); return cat({r.L.reshape({-1}), r.U.reshape({-1})}, 0); },
+                    {randn(s, f64)}));
+  }
+  CHECK(gradgradcheck([](std::vector<Tensor>& in) { return L::lu_factor(in[0]).LU; }, {randn({3, 3}, f64)}));
+  for (bool left : {true, false})
+    for (bool adjoint : {true, false}) {
+      CAPTURE(left);
+      CAPTURE(adjoint);
+      const Tensor Ai = randn({3, 3}, f64);
+      CHECK(gradcheck([&](std::vector<Tensor>& in) {
+              const L::LUFactor g = L::lu_factor(in[0]);
+              return L::lu_solve(g.LU, g.pivots, in[1], left, adjoint);
+            },
+            {Ai, randn(left ? Shape{3, 2} : Shape{2, 3}, f64)}));
+    }
+  CHECK_THROWS_WITH_AS(L::lu_factor(randn({3, 3}, f64), false), doctest::Contains("without pivoting"), kiln::Error);
+  CHECK_THROWS_WITH_AS(L::lu_solve(f.LU, f.pivots, randn({2, 3, 3}, f64)), doctest::Contains("expected B of shape"),
+                       kiln::Error);
+  CHECK_THROWS_WITH_AS(L::lu_unpack(f.LU, f.pivots.to(DType::int64)), doctest::Contains("int32 pivots"), kiln::Error);
+  // a singular matrix factors without error: a zero on U's diagonal
+  const L::LUFactor z = L::lu_factor(T({1, 2, 2, 4}, {2, 2}));
+  CHECK(z.LU.to_vector<double>()[3] == 0.0);
 }
 
 TEST_CASE("pinv, matrix_rank and lstsq: Moore-Penrose conditions, tolerances, minimum norm") {
