@@ -194,6 +194,38 @@ PLU lu_unpack(const Tensor& LU, const Tensor& pivots, bool unpack_data = true, b
 /// when adjoint, from A's lu_factor (A square). Triangular solves on the unpacked factors,
 /// differentiable in LU and B at every order.
 Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool left = true, bool adjoint = false);
+/// torch.linalg.lu_factor_ex: lu_factor with `info` (int32, batch shape): 0, or i + 1 for the
+/// first zero on U's diagonal U(i, i) (LAPACK's getrf info).
+struct LUFactorEx {
+  Tensor LU, pivots, info;
+};
+LUFactorEx lu_factor_ex(const Tensor& A, bool pivot = true);
+
+// ---- compositions (ops/linalg_compose.cpp), differentiable through the ops they use ----
+
+/// torch.linalg.vecdot: sum(x * y) along dim, x and y broadcast (real dtypes).
+Tensor vecdot(const Tensor& x, const Tensor& y, int64_t dim = -1);
+/// torch.linalg.norm: with no ord, the 2-norm of every element (or along `dims`); with ord,
+/// a vector norm (x 1-D, or one dim given) or a matrix norm (x 2-D, or two dims given).
+Tensor norm(const Tensor& x, std::optional<double> ord = std::nullopt, const std::vector<int64_t>& dims = {},
+            bool keepdim = false);
+/// The same with a matrix-norm name: "fro" or "nuc" (x 2-D or two dims given).
+Tensor norm(const Tensor& x, const std::string& ord, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+/// torch.linalg.cond: the condition number in the norm `ord`: 2 (the default) / -2 from the
+/// singular values (largest over smallest, or the reverse; any m x n), "nuc" as sum(s)
+/// sum(1/s), or norm(A) norm(A^-1) for 1, -1, +-inf and "fro" (square A; inf for a singular
+/// one, as PyTorch's, whose gradient these paths lack; kiln's has one).
+Tensor cond(const Tensor& A, std::optional<double> ord = std::nullopt);
+Tensor cond(const Tensor& A, const std::string& ord);
+/// torch.linalg.vander: (..., n) -> (..., n, N) with columns x^0, x^1, ..., x^(N-1) (N defaults
+/// to n; increasing powers, by a cumulative product as PyTorch's).
+Tensor vander(const Tensor& x, std::optional<int64_t> N = std::nullopt);
+/// torch.linalg.tensorinv: the inverse of A seen as a (prod(shape[:ind]), prod(shape[ind:]))
+/// matrix, shaped shape[ind:] + shape[:ind].
+Tensor tensorinv(const Tensor& A, int64_t ind = 2);
+/// torch.linalg.tensorsolve: X with tensordot(A, X, X.dim()) = B (dims of A moved to the end
+/// first when given).
+Tensor tensorsolve(const Tensor& A, const Tensor& B, const std::vector<int64_t>& dims = {});
 }  // namespace linalg
 
 /// torch.geqrf: A (..., m, n) = Q R in LAPACK's packed form: `a` holds R on and above the

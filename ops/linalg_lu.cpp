@@ -99,6 +99,22 @@ LUFactor lu_factor(const Tensor& A, bool pivot) {
   return {LU, pivots};
 }
 
+LUFactorEx lu_factor_ex(const Tensor& A, bool pivot) {
+  check_matrix("linalg.lu_factor_ex", A);
+  const LUFactor f = lu_factor(A, pivot);
+  // getrf's info: the first exact zero on U's diagonal (1-based), 0 where none
+  const int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), nb = count(leading(A, 2));
+  const std::vector<double> lu = host64(f.LU);
+  std::vector<int32_t> info(size_t(nb), 0);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t i = 0; i < k; ++i)
+      if (lu[size_t(b * m * n + i * n + i)] == 0.0) {
+        info[size_t(b)] = int32_t(i + 1);
+        break;
+      }
+  return {f.LU, f.pivots, from_vector(info, leading(A, 2), {.dtype = DType::int32}).to(A.device())};
+}
+
 PLU lu_unpack(const Tensor& LU, const Tensor& pivots, bool unpack_data, bool unpack_pivots) {
   check_matrix("lu_unpack", LU);
   const int64_t m = LU.size(-2), n = LU.size(-1), k = std::min(m, n);

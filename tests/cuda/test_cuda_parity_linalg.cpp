@@ -188,6 +188,9 @@ TEST_CASE("cuda parity: linalg solvers and factorizations on CUDA tensors (a hos
         {"matrix_norm", [](const Tensor&, const Tensor& b) { return linalg::matrix_norm(b, "nuc"); }},
         {"cholesky_solve", [](const Tensor& a, const Tensor& b) { return linalg::cholesky_solve(b, linalg::cholesky(a)); }},
         {"lu_factor", [](const Tensor& a, const Tensor&) { return linalg::lu_factor(a).LU; }},
+        {"cond", [](const Tensor& a, const Tensor&) { return linalg::cond(a, "fro"); }},
+        {"norm", [](const Tensor&, const Tensor& b) { return linalg::norm(b, 1.0, {1, 2}); }},
+        {"vander", [](const Tensor&, const Tensor& b) { return linalg::vander(b); }},
         {"lu_solve", [](const Tensor& a, const Tensor& b) {
            const linalg::LUFactor f = linalg::lu_factor(a);
            return linalg::lu_solve(f.LU, f.pivots, b);

@@ -1,10 +1,11 @@
-// torch.linalg's eigh, svd, qr, geqrf, householder_product, lu_factor, lu, lu_unpack,
-// lu_solve, pinv, lstsq, matrix_rank, matrix_norm, matrix_exp, matrix_power, multi_dot and
+// torch.linalg's eigh, svd, qr, geqrf, householder_product, lu_factor(_ex), lu, lu_unpack,
+// lu_solve, vecdot, norm, cond, vander, tensorinv, tensorsolve, pinv, lstsq, matrix_rank, matrix_norm, matrix_exp, matrix_power, multi_dot and
 // cholesky_solve (ops/linalg.h): the defining identities on batches, LAPACK's (PyTorch's)
 // conventions where they are unique, errors, and float64 first and second derivatives of
 // sign-independent quantities.
 #include <doctest/doctest.h>
 #include <cmath>
+#include <limits>
 #include "gradcheck.h"
 
 using namespace kiln;
@@ -186,6 +187,59 @@ TEST_CASE("lu_factor, lu, lu_unpack and lu_solve: P L U = A, LAPACK's pivots, th
   // a singular matrix factors without error: a zero on U's diagonal
   const L::LUFactor z = L::lu_factor(T({1, 2, 2, 4}, {2, 2}));
   CHECK(z.LU.to_vector<double>()[3] == 0.0);
+}
+
+TEST_CASE("vecdot, norm, cond, vander, tensorinv, tensorsolve, lu_factor_ex: definitions, gradients, errors") {
+  manual_seed(46);
+  const Tensor x = randn({3, 4}, f64), y = randn({3, 4}, f64);
+  CHECK(maxabs(sub(L::vecdot(x, y), sum(mul(x, y), {-1}))) == 0.0);
+  CHECK(L::vecdot(x, y, 0).shape() == Shape{4});
+  // norm: vector or matrix by PyTorch's rule
+  CHECK(std::abs(L::norm(x).item() - std::sqrt(sum(mul(x, x)).item())) < 1e-14);
+  CHECK(std::abs(L::norm(x, 1.0).item() - L::matrix_norm(x, 1.0).item()) == 0.0);         // 2-D with ord: matrix
+  CHECK(maxabs(sub(L::norm(x, 1.0, {1}), sum(abs(x), {1}))) < 1e-14);                      // one dim: vector
+  CHECK(std::abs(L::norm(x, "nuc").item() - sum(L::svdvals(x)).item()) < 1e-14);
+  const Tensor b3 = randn({2, 3, 5}, f64);
+  CHECK(maxabs(sub(L::norm(b3, 2.0, {2, 0}), L::matrix_norm(b3.permute({1, 2, 0}), 2.0))) < 1e-14);
+  CHECK(L::norm(b3, "fro", {0, 2}, true).shape() == Shape{1, 3, 1});
+  CHECK_THROWS_WITH_AS(L::norm(b3, 2.0), doctest::Contains("must be 1-D or 2-D"), kiln::Error);
+  // cond: the singular values' ratio, or norm(A) norm(A^-1); inf at a singular matrix
+  const Tensor A = randn({2, 4, 4}, f64);
+  const Tensor S = L::svdvals(A);
+  CHECK(maxabs(sub(L::cond(A), div(S.select(-1, 0), S.select(-1, 3)))) < 1e-12);
+  CHECK(maxabs(sub(L::cond(A, -2.0), div(S.select(-1, 3), S.select(-1, 0)))) < 1e-12);
+  CHECK(maxabs(sub(L::cond(A, "fro"), mul(L::matrix_norm(A), L::matrix_norm(L::inv(A))))) < 1e-12);
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor sing = stack({T({1, 2, 2, 4}, {2, 2}), T({1, 2, 3, 4}, {2, 2})}, 0);
+  const std::vector<double> cs = L::cond(sing, inf).to_vector<double>();
+  CHECK(std::isinf(cs[0]));
+  CHECK(std::abs(cs[1] - 7.0 * 3.0) < 1e-12);  // ||A||_inf 7, ||A^-1||_inf 3
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return L::cond(in[0]); }, {randn({3, 3}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return L::cond(in[0], 1.0); }, {randn({3, 3}, f64)}));
+  CHECK_THROWS_WITH_AS(L::cond(randn({3, 4}, f64), 1.0), doctest::Contains("linalg.cond(ord=1)"), kiln::Error);
+  // vander: increasing powers
+  const Tensor v = L::vander(T({2, 3}, {2}), 4);
+  CHECK(v.to_vector<double>() == std::vector<double>{1, 2, 4, 8, 1, 3, 9, 27});
+  CHECK(L::vander(randn({2, 3}, f64)).shape() == Shape{2, 3, 3});
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return L::vander(in[0], 4); }, {randn({3}, f64)}));
+  // tensorinv / tensorsolve
+  const Tensor T4 = randn({4, 6, 8, 3}, f64);
+  const Tensor Ti = L::tensorinv(T4, 2);
+  CHECK(Ti.shape() == Shape{8, 3, 4, 6});
+  CHECK(maxabs(sub(tensordot(T4, Ti, 2), eye(24, -1, f64).reshape({4, 6, 4, 6}))) < 1e-12);
+  const Tensor As = randn({2, 3, 6}, f64), Bs = randn({2, 3}, f64);
+  const Tensor Xs = L::tensorsolve(As, Bs);
+  CHECK(Xs.shape() == Shape{6});
+  CHECK(maxabs(sub(tensordot(As, Xs, 1), Bs)) < 1e-12);
+  const Tensor Ad = randn({6, 2, 3}, f64);
+  CHECK(maxabs(sub(L::tensorsolve(Ad, Bs, {0}), L::tensorsolve(movedim(Ad, 0, 2), Bs))) == 0.0);
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return L::tensorsolve(in[0], in[1]); },
+                  {randn({2, 2, 4}, f64), randn({2, 2}, f64)}));
+  CHECK_THROWS_WITH_AS(L::tensorinv(randn({2, 3}, f64), 1), doctest::Contains("prod(A.shape[ind:])"), kiln::Error);
+  // lu_factor_ex: getrf's info
+  const L::LUFactorEx e = L::lu_factor_ex(stack({T({1, 2, 2, 4}, {2, 2}), I(2)}, 0));
+  CHECK(e.info.dtype() == DType::int32);
+  CHECK(e.info.to_vector<int32_t>() == std::vector<int32_t>{2, 0});
 }
 
 TEST_CASE("pinv, matrix_rank and lstsq: Moore-Penrose conditions, tolerances, minimum norm") {
