@@ -6,6 +6,7 @@
 #include "kiln/core/finfo.h"
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include "kiln/core/autograd.h"
 #include "kiln/core/rng.h"
 #include "kiln/ops/elementwise.h"
@@ -686,6 +687,217 @@ Tensor MultivariateNormal::sample(const Shape& sample_shape) const {
 Tensor MultivariateNormal::rsample(const Shape& sample_shape) const {
   const Tensor eps = randn(extended_shape(sample_shape), {.dtype = loc.dtype(), .device = loc.device()});
   return add(loc, matmul(scale_tril, eps.unsqueeze(-1)).squeeze(-1));  // PyTorch's _batch_mv
+}
+
+// ---------------------------------------------------------------- Cauchy
+
+Cauchy::Cauchy(const Tensor& l, const Tensor& sc) {
+  std::tie(loc, scale) = broadcast_all("Cauchy", l, sc);
+  check_positive("Cauchy", "scale", scale);
+  batch_shape_ = loc.shape();
+}
+Cauchy::Cauchy(double l, double sc) : Cauchy(number(l), number(sc)) {}
+Tensor Cauchy::log_prob(const Tensor& value) const {
+  return sub(rsub(-std::log(M_PI), log(scale)), log1p(pow(div(sub(value, loc), scale), 2.0)));
+}
+Tensor Cauchy::entropy() const { return add(log(scale), std::log(4 * M_PI)); }
+Tensor Cauchy::mean() const {
+  return full(batch_shape_, std::numeric_limits<double>::quiet_NaN(), {.dtype = loc.dtype(), .device = loc.device()});
+}
+Tensor Cauchy::variance() const {
+  return full(batch_shape_, std::numeric_limits<double>::infinity(), {.dtype = loc.dtype(), .device = loc.device()});
+}
+Tensor Cauchy::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Cauchy::rsample(const Shape& sample_shape) const {
+  // a standard Cauchy draw tan(pi (U - 1/2)), as Tensor.cauchy_
+  const Tensor eps = tan(mul(sub(rand_like_shape(extended_shape(sample_shape), loc), 0.5), M_PI));
+  return add(loc, mul(eps, scale));
+}
+Tensor Cauchy::cdf(const Tensor& value) const { return add(div(atan(div(sub(value, loc), scale)), M_PI), 0.5); }
+Tensor Cauchy::icdf(const Tensor& value) const { return add(mul(tan(mul(sub(value, 0.5), M_PI)), scale), loc); }
+
+// ---------------------------------------------------------------- LogNormal
+
+LogNormal::LogNormal(const Tensor& l, const Tensor& sc) : base_(l, sc) {
+  loc = base_.loc;
+  scale = base_.scale;
+  batch_shape_ = loc.shape();
+}
+LogNormal::LogNormal(double l, double sc) : LogNormal(number(l), number(sc)) {}
+Tensor LogNormal::log_prob(const Tensor& value) const {
+  const Tensor x = log(value);  // ExpTransform's inverse; its log|det J| is x
+  return add(neg(x), base_.log_prob(x));
+}
+Tensor LogNormal::entropy() const { return add(base_.entropy(), loc); }
+Tensor LogNormal::mean() const { return exp(add(loc, div(pow(scale, 2.0), 2.0))); }
+Tensor LogNormal::variance() const {
+  const Tensor s2 = pow(scale, 2.0);
+  return mul(expm1(s2), exp(add(mul(loc, 2.0), s2)));
+}
+Tensor LogNormal::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor LogNormal::rsample(const Shape& sample_shape) const { return exp(base_.rsample(sample_shape)); }
+Tensor LogNormal::cdf(const Tensor& value) const { return base_.cdf(log(value)); }
+Tensor LogNormal::icdf(const Tensor& value) const { return exp(base_.icdf(value)); }
+
+// ---------------------------------------------------------------- HalfNormal
+
+HalfNormal::HalfNormal(const Tensor& sc) : base_(zeros_like(sc), sc) {
+  scale = base_.scale;
+  batch_shape_ = scale.shape();
+}
+HalfNormal::HalfNormal(double sc) : HalfNormal(number(sc)) {}
+Tensor HalfNormal::log_prob(const Tensor& value) const {
+  const Tensor lp = add(base_.log_prob(value), std::log(2.0));
+  return where(ge(value, 0.0), lp, -std::numeric_limits<double>::infinity());
+}
+Tensor HalfNormal::entropy() const { return sub(base_.entropy(), std::log(2.0)); }
+Tensor HalfNormal::mean() const { return mul(scale, std::sqrt(2 / M_PI)); }
+Tensor HalfNormal::variance() const { return mul(pow(scale, 2.0), 1 - 2 / M_PI); }
+Tensor HalfNormal::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor HalfNormal::rsample(const Shape& sample_shape) const { return abs(base_.rsample(sample_shape)); }
+Tensor HalfNormal::cdf(const Tensor& value) const { return sub(mul(base_.cdf(value), 2.0), 1.0); }
+Tensor HalfNormal::icdf(const Tensor& value) const { return base_.icdf(div(add(value, 1.0), 2.0)); }
+
+// ---------------------------------------------------------------- Gumbel
+
+namespace {
+// PyTorch's Gumbel is a transformed Uniform(tiny, 1 - eps) of the dtype
+std::pair<double, double> gumbel_interval(DType dt) { return {finfo_tiny(dt), 1.0 - finfo_eps(dt)}; }
+}  // namespace
+
+Gumbel::Gumbel(const Tensor& l, const Tensor& sc) {
+  std::tie(loc, scale) = broadcast_all("Gumbel", l, sc);
+  check_positive("Gumbel", "scale", scale);
+  batch_shape_ = loc.shape();
+}
+Gumbel::Gumbel(double l, double sc) : Gumbel(number(l), number(sc)) {}
+Tensor Gumbel::log_prob(const Tensor& value) const {
+  const Tensor y = div(sub(loc, value), scale);
+  return sub(sub(y, exp(y)), log(scale));
+}
+Tensor Gumbel::entropy() const { return add(log(scale), 1.0 + 0.57721566490153286061); }
+Tensor Gumbel::mean() const { return add(loc, mul(scale, 0.57721566490153286061)); }
+Tensor Gumbel::variance() const { return pow(mul(scale, M_PI / std::sqrt(6.0)), 2.0); }
+Tensor Gumbel::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor Gumbel::rsample(const Shape& sample_shape) const {
+  const auto [lo, hi] = gumbel_interval(loc.dtype());
+  const Tensor u = add(mul(rand_like_shape(extended_shape(sample_shape), loc), hi - lo), lo);
+  return add(loc, mul(neg(scale), log(neg(log(u)))));  // the transforms: log, * -1, log, loc + (-scale) *
+}
+Tensor Gumbel::cdf(const Tensor& value) const {
+  const auto [lo, hi] = gumbel_interval(loc.dtype());
+  const Tensor u = exp(neg(exp(div(sub(value, loc), neg(scale)))));  // the transforms inverted
+  return clamp(div(sub(u, lo), hi - lo), 0.0, 1.0);                   // Uniform(lo, hi).cdf
+}
+Tensor Gumbel::icdf(const Tensor& value) const {
+  const auto [lo, hi] = gumbel_interval(loc.dtype());
+  return add(loc, mul(neg(scale), log(neg(log(add(mul(value, hi - lo), lo))))));
+}
+
+// ---------------------------------------------------------------- Geometric
+
+Geometric Geometric::from_probs(const Tensor& p) {
+  KILN_CHECK(p.defined() && p.is_floating_point(), "Geometric: probs must be a floating-point tensor");
+  check_constraint("Geometric", "probs", logical_and(gt(p, 0.0), le(p, 1.0)), "in (0, 1]", p);
+  Geometric g;
+  g.probs = p;
+  const double eps = finfo_eps(p.dtype());
+  const Tensor c = clamp(p, eps, 1.0 - eps);  // PyTorch's probs_to_logits(is_binary=True)
+  g.logits = sub(log(c), log1p(neg(c)));
+  g.batch_shape_ = p.shape();
+  return g;
+}
+Geometric Geometric::from_logits(const Tensor& l) {
+  KILN_CHECK(l.defined() && l.is_floating_point(), "Geometric: logits must be a floating-point tensor");
+  Geometric g;
+  g.logits = l;
+  g.probs = sigmoid(l);
+  g.batch_shape_ = l.shape();
+  return g;
+}
+Tensor Geometric::log_prob(const Tensor& value) const {
+  auto [v, p] = broadcast_all("Geometric.log_prob", value.is_floating_point() ? value : value.to(probs.dtype()), probs);
+  // PyTorch: probs taken as 0 where probs == 1 and value == 0, so 0 * log1p(-1) is 0, not NaN
+  const Tensor pz = where(logical_and(eq(p, 1.0), eq(v, 0.0)), 0.0, p);
+  return add(mul(v, log1p(neg(pz))), log(probs));
+}
+Tensor Geometric::entropy() const {
+  return div(binary_cross_entropy_with_logits(logits, probs, {.reduction = Reduction::none}), probs);
+}
+Tensor Geometric::mean() const { return sub(reciprocal(probs), 1.0); }
+Tensor Geometric::variance() const { return div(sub(reciprocal(probs), 1.0), probs); }
+Tensor Geometric::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  const Shape s = extended_shape(sample_shape);
+  const double tiny = finfo_tiny(probs.dtype());
+  const Tensor u = add(mul(rand_like_shape(s, probs), 1.0 - tiny), tiny);  // uniform on [tiny, 1)
+  return floor(div(log(u), log1p(neg(probs))));
+}
+
+// ---------------------------------------------------------------- Chi2, StudentT
+
+Chi2::Chi2(const Tensor& d) : Gamma(mul(d, 0.5), full_like(d, 0.5)), df(d) {}
+Chi2::Chi2(double d) : Chi2(number(d)) {}
+
+namespace {
+std::tuple<Tensor, Tensor, Tensor> broadcast_three(const char* who, const Tensor& a, const Tensor& b, const Tensor& c) {
+  KILN_CHECK(a.defined() && b.defined() && c.defined(), who, ": a parameter is undefined");
+  KILN_CHECK(a.is_floating_point() && b.is_floating_point() && c.is_floating_point(), who,
+             ": parameters must be floating-point, got ", describe(a), ", ", describe(b), " and ", describe(c));
+  const Shape s = broadcast_shapes(broadcast_shapes(a.shape(), b.shape(), who), c.shape(), who);
+  return {a.expand(s), b.expand(s), c.expand(s)};
+}
+}  // namespace
+
+StudentT::StudentT(const Tensor& d, const Tensor& l, const Tensor& sc) {
+  std::tie(df, loc, scale) = broadcast_three("StudentT", d, l, sc);
+  check_positive("StudentT", "df", df);
+  check_positive("StudentT", "scale", scale);
+  batch_shape_ = loc.shape();
+}
+StudentT::StudentT(double d, double l, double sc) : StudentT(number(d), number(l), number(sc)) {}
+Tensor StudentT::log_prob(const Tensor& value) const {
+  const Tensor y = div(sub(value, loc), scale);
+  const Tensor Z = sub(add(add(add(log(scale), mul(log(df), 0.5)), 0.5 * std::log(M_PI)), lgamma(mul(df, 0.5))),
+                       lgamma(mul(add(df, 1.0), 0.5)));
+  return sub(mul(mul(add(df, 1.0), -0.5), log1p(div(pow(y, 2.0), df))), Z);
+}
+Tensor StudentT::entropy() const {
+  const Tensor lbeta = sub(add(lgamma(mul(df, 0.5)), std::lgamma(0.5)), lgamma(mul(add(df, 1.0), 0.5)));
+  return add(add(add(log(scale), mul(mul(add(df, 1.0), 0.5),
+                                     sub(digamma(mul(add(df, 1.0), 0.5)), digamma(mul(df, 0.5))))),
+                 mul(log(df), 0.5)),
+             lbeta);
+}
+Tensor StudentT::mean() const { return where(le(df, 1.0), std::numeric_limits<double>::quiet_NaN(), loc); }
+Tensor StudentT::variance() const {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  // scale^2 df / (df - 2) above 2 (computed where df > 2 only), inf in (1, 2], NaN at or below 1
+  const Tensor big = gt(df, 2.0);
+  const Tensor safe_df = where(big, df, 3.0);
+  const Tensor v = div(mul(pow(scale, 2.0), safe_df), sub(safe_df, 2.0));
+  return where(big, v, masked_fill(full_like(df, nan), gt(df, 1.0), inf));
+}
+Tensor StudentT::sample(const Shape& sample_shape) const {
+  NoGradGuard ng;
+  return rsample(sample_shape);
+}
+Tensor StudentT::rsample(const Shape& sample_shape) const {
+  const Tensor X = randn(extended_shape(sample_shape), {.dtype = loc.dtype(), .device = loc.device()});
+  const Tensor Z = Chi2(df).rsample(sample_shape);
+  return add(loc, mul(scale, mul(X, rsqrt(div(Z, df)))));
 }
 
 // ---------------------------------------------------------------- KL divergences

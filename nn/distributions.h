@@ -242,6 +242,126 @@ class MultivariateNormal : public Distribution {
   MultivariateNormal(const Tensor& loc, const Tensor& scale_tril);
 };
 
+/// loc + scale tan(pi (u - 1/2)), scale > 0: no mean (NaN) and no variance (inf), as PyTorch's.
+class Cauchy : public Distribution {
+ public:
+  Cauchy(const Tensor& loc, const Tensor& scale);
+  Cauchy(double loc, double scale);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override;
+  Tensor variance() const override;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
+  Tensor cdf(const Tensor& value) const override;
+  Tensor icdf(const Tensor& value) const override;
+  const char* name() const override { return "Cauchy"; }
+  Tensor loc, scale;
+};
+
+/// exp(X) for X ~ N(loc, scale^2) (PyTorch's TransformedDistribution of a Normal by exp:
+/// the same formulas, written out).
+class LogNormal : public Distribution {
+ public:
+  LogNormal(const Tensor& loc, const Tensor& scale);
+  LogNormal(double loc, double scale);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override;
+  Tensor variance() const override;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
+  Tensor cdf(const Tensor& value) const override;
+  Tensor icdf(const Tensor& value) const override;
+  const char* name() const override { return "LogNormal"; }
+  Tensor loc, scale;
+
+ private:
+  Normal base_;
+};
+
+/// |X| for X ~ N(0, scale^2), scale > 0 (log_prob -inf below 0).
+class HalfNormal : public Distribution {
+ public:
+  explicit HalfNormal(const Tensor& scale);
+  explicit HalfNormal(double scale);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override;
+  Tensor variance() const override;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
+  Tensor cdf(const Tensor& value) const override;
+  Tensor icdf(const Tensor& value) const override;
+  const char* name() const override { return "HalfNormal"; }
+  Tensor scale;
+
+ private:
+  Normal base_;
+};
+
+/// loc - scale log(-log U), scale > 0 (PyTorch's Gumbel: U on [tiny, 1 - eps] of the dtype,
+/// so its cdf and icdf carry that interval's scaling as PyTorch's do).
+class Gumbel : public Distribution {
+ public:
+  Gumbel(const Tensor& loc, const Tensor& scale);
+  Gumbel(double loc, double scale);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override;
+  Tensor variance() const override;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
+  Tensor cdf(const Tensor& value) const override;
+  Tensor icdf(const Tensor& value) const override;
+  const char* name() const override { return "Gumbel"; }
+  Tensor loc, scale;
+};
+
+/// The number of failures before the first success, P(k) = (1 - p)^k p, p in (0, 1]; made from
+/// probs or logits as Bernoulli.
+class Geometric : public Distribution {
+ public:
+  static Geometric from_probs(const Tensor& probs);
+  static Geometric from_logits(const Tensor& logits);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override;
+  Tensor variance() const override;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  const char* name() const override { return "Geometric"; }
+  Tensor probs, logits;
+
+ private:
+  Geometric() = default;
+};
+
+/// Chi2(df) = Gamma(df / 2, 1 / 2), df > 0 (rsample is Gamma's).
+class Chi2 : public Gamma {
+ public:
+  explicit Chi2(const Tensor& df);
+  explicit Chi2(double df);
+  const char* name() const override { return "Chi2"; }
+  Tensor df;
+};
+
+/// Student's t with df > 0 degrees of freedom, loc + scale T (scale > 0): mean NaN for
+/// df <= 1, variance inf for 1 < df <= 2 and NaN for df <= 1, as PyTorch's; rsample through
+/// Chi2's reparameterised draw.
+class StudentT : public Distribution {
+ public:
+  StudentT(const Tensor& df, const Tensor& loc, const Tensor& scale);
+  StudentT(double df, double loc = 0.0, double scale = 1.0);
+  Tensor log_prob(const Tensor& value) const override;
+  Tensor entropy() const override;
+  Tensor mean() const override;
+  Tensor variance() const override;
+  Tensor sample(const Shape& sample_shape = {}) const override;
+  Tensor rsample(const Shape& sample_shape = {}) const override;
+  const char* name() const override { return "StudentT"; }
+  Tensor df, loc, scale;
+};
+
 /// KL(p || q) in closed form, PyTorch's formulas (inf where q is 0 and p is not).
 Tensor kl_divergence(const Normal& p, const Normal& q);
 Tensor kl_divergence(const Uniform& p, const Uniform& q);
