@@ -972,4 +972,24 @@ Tensor kl_divergence(const MultivariateNormal& p, const MultivariateNormal& q) {
   const Tensor term3 = batch_mahalanobis(q.scale_tril, sub(q.loc, p.loc));
   return add(half_term1, mul(sub(add(term2, term3), double(n)), 0.5));
 }
+// KL pairs of the later distributions (torch/distributions/kl.py)
+Tensor kl_divergence(const Cauchy& p, const Cauchy& q) {
+  const Tensor t1 = log(add(pow(add(p.scale, q.scale), 2.0), pow(sub(p.loc, q.loc), 2.0)));
+  const Tensor t2 = log(mul(mul(p.scale, 4.0), q.scale));
+  return sub(t1, t2);
+}
+Tensor kl_divergence(const LogNormal& p, const LogNormal& q) { return kl_divergence(p.base_dist(), q.base_dist()); }
+Tensor kl_divergence(const HalfNormal& p, const HalfNormal& q) { return kl_divergence(p.base_dist(), q.base_dist()); }
+Tensor kl_divergence(const Gumbel& p, const Gumbel& q) {
+  const double euler = 0.57721566490153286061;
+  const Tensor ct1 = div(p.scale, q.scale), ct2 = div(q.loc, q.scale), ct3 = div(p.loc, q.scale);
+  const Tensor t1 = add(sub(neg(log(ct1)), ct2), ct3);
+  const Tensor t2 = mul(ct1, euler);
+  const Tensor t3 = exp(sub(add(ct2, lgamma(add(ct1, 1.0))), ct3));
+  return sub(add(add(t1, t2), t3), 1.0 + euler);
+}
+Tensor kl_divergence(const Geometric& p, const Geometric& q) {
+  return sub(sub(neg(p.entropy()), div(log1p(neg(q.probs)), p.probs)), q.logits);
+}
+
 }  // namespace kiln::distributions

@@ -274,6 +274,8 @@ class LogNormal : public Distribution {
   Tensor cdf(const Tensor& value) const override;
   Tensor icdf(const Tensor& value) const override;
   const char* name() const override { return "LogNormal"; }
+  /// The Normal whose exp this is (PyTorch's base_dist).
+  const Normal& base_dist() const { return base_; }
   Tensor loc, scale;
 
  private:
@@ -294,6 +296,8 @@ class HalfNormal : public Distribution {
   Tensor cdf(const Tensor& value) const override;
   Tensor icdf(const Tensor& value) const override;
   const char* name() const override { return "HalfNormal"; }
+  /// The Normal(0, scale) whose absolute value this is (PyTorch's base_dist).
+  const Normal& base_dist() const { return base_; }
   Tensor scale;
 
  private:
@@ -372,6 +376,11 @@ Tensor kl_divergence(const Categorical& p, const Categorical& q);
 Tensor kl_divergence(const Gamma& p, const Gamma& q);
 Tensor kl_divergence(const Beta& p, const Beta& q);
 Tensor kl_divergence(const Poisson& p, const Poisson& q);
+Tensor kl_divergence(const Cauchy& p, const Cauchy& q);
+Tensor kl_divergence(const LogNormal& p, const LogNormal& q);
+Tensor kl_divergence(const HalfNormal& p, const HalfNormal& q);
+Tensor kl_divergence(const Gumbel& p, const Gumbel& q);
+Tensor kl_divergence(const Geometric& p, const Geometric& q);
 Tensor kl_divergence(const MultivariateNormal& p, const MultivariateNormal& q);
 
 }  // namespace kiln::distributions

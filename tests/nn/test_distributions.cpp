@@ -124,6 +124,21 @@ TEST_CASE("KL divergences: 0 against themselves, numerical integrals otherwise")
                                                                                           0.5 * std::log(2.5) + 0.5 * std::log(0.5 / 0.3)));
   const D::Bernoulli q1 = D::Bernoulli::from_probs(T({0.3}, {1})), q2 = D::Bernoulli::from_probs(T({0.6}, {1}));
   CHECK(S(D::kl_divergence(q1, q2)) == doctest::Approx(0.3 * std::log(0.5) + 0.7 * std::log(0.7 / 0.4)).epsilon(1e-14));
+  const D::Cauchy y1(T({0.3}, {1}), T({1.2}, {1})), y2(T({-0.4}, {1}), T({0.7}, {1}));
+  CHECK(std::abs(S(D::kl_divergence(y1, y1))) < 1e-15);
+  CHECK(S(D::kl_divergence(y1, y2)) ==
+        doctest::Approx(kl_by_quadrature(y1, y2, -20000, 20000)).epsilon(1e-3));  // heavy tails: a wide range
+  const D::LogNormal ln1(T({0.3}, {1}), T({0.6}, {1})), ln2(T({-0.2}, {1}), T({0.9}, {1}));
+  CHECK(S(D::kl_divergence(ln1, ln2)) == doctest::Approx(kl_by_quadrature(ln1, ln2, 1e-9, 60)).epsilon(1e-6));
+  const D::HalfNormal h1(T({1.2}, {1})), h2(T({0.7}, {1}));
+  CHECK(S(D::kl_divergence(h1, h2)) == doctest::Approx(kl_by_quadrature(h1, h2, 0, 15)).epsilon(1e-7));
+  const D::Gumbel gu1(T({0.3}, {1}), T({1.2}, {1})), gu2(T({-0.4}, {1}), T({0.7}, {1}));
+  CHECK(std::abs(S(D::kl_divergence(gu1, gu1))) < 1e-14);
+  CHECK(S(D::kl_divergence(gu1, gu2)) == doctest::Approx(kl_by_quadrature(gu1, gu2, -10, 60)).epsilon(1e-6));
+  const D::Geometric ge1 = D::Geometric::from_probs(T({0.3}, {1})), ge2 = D::Geometric::from_probs(T({0.6}, {1}));
+  const Tensor ks = arange(0, 300, 1, f64);
+  CHECK(S(D::kl_divergence(ge1, ge2)) ==
+        doctest::Approx(S(sum(mul(exp(ge1.log_prob(ks)), sub(ge1.log_prob(ks), ge2.log_prob(ks)))))).epsilon(1e-12));
   const D::Poisson p1(T({2.0}, {1})), p2(T({3.0}, {1}));
   CHECK(S(D::kl_divergence(p1, p2)) == doctest::Approx(2 * std::log(2.0 / 3.0) + 1.0).epsilon(1e-14));
 }
