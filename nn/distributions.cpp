@@ -316,14 +316,21 @@ Tensor Laplace::icdf(const Tensor& value) const {
 
 // ---------------------------------------------------------------- Bernoulli
 
+namespace {
+// PyTorch's probs_to_logits(probs, is_binary=True): log odds of probs clamped to [eps, 1 - eps]
+Tensor binary_logits(const Tensor& p) {
+  const double eps = finfo_eps(p.dtype());
+  const Tensor c = clamp(p, eps, 1.0 - eps);
+  return sub(log(c), log1p(neg(c)));
+}
+}  // namespace
+
 Bernoulli Bernoulli::from_probs(const Tensor& p) {
   KILN_CHECK(p.defined() && p.is_floating_point(), "Bernoulli: probs must be a floating-point tensor");
   check_constraint("Bernoulli", "probs", logical_and(ge(p, 0.0), le(p, 1.0)), "in [0, 1]", p);
   Bernoulli b;
   b.probs = p;
-  const double eps = finfo_eps(p.dtype());
-  const Tensor c = clamp(p, eps, 1.0 - eps);  // PyTorch's probs_to_logits(is_binary=True)
-  b.logits = sub(log(c), log1p(neg(c)));
+  b.logits = binary_logits(p);
   b.batch_shape_ = p.shape();
   return b;
 }
@@ -813,9 +820,7 @@ Geometric Geometric::from_probs(const Tensor& p) {
   check_constraint("Geometric", "probs", logical_and(gt(p, 0.0), le(p, 1.0)), "in (0, 1]", p);
   Geometric g;
   g.probs = p;
-  const double eps = finfo_eps(p.dtype());
-  const Tensor c = clamp(p, eps, 1.0 - eps);  // PyTorch's probs_to_logits(is_binary=True)
-  g.logits = sub(log(c), log1p(neg(c)));
+  g.logits = binary_logits(p);
   g.batch_shape_ = p.shape();
   return g;
 }

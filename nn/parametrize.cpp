@@ -89,6 +89,22 @@ ParametrizationList& parametrization_list(const Module& module, const std::strin
   return static_cast<ParametrizationList&>(*ParametrizeAccess::state(*p).children.at(name));
 }
 
+namespace {
+// The tensor `name` as a forward sees it (a parametrized one's current value, no graph): what
+// a parametrization registered on it next starts from.
+Tensor value_as_seen(const char* who, const Module& module, const std::string& name) {
+  if (is_parametrized(module, name)) {
+    NoGradGuard ng;
+    return parametrization_list(module, name).value();
+  }
+  bool is_buffer = false;
+  const Tensor* t = find_tensor(ParametrizeAccess::state(module), name, is_buffer);
+  KILN_CHECK(t != nullptr, who, "(", module.type_name(), ", '", name, "'): the module has no parameter or buffer '",
+             name, "'");
+  return *t;
+}
+}  // namespace
+
 Module& register_parametrization(Module& module, const std::string& name, std::shared_ptr<Parametrization> p,
                                  bool unsafe) {
   const std::string who = "register_parametrization(" + module.type_name() + ", '" + name + "')";
@@ -353,18 +369,8 @@ class SpectralNorm : public Parametrization {
 
 Module& spectral_norm(Module& module, const std::string& name, int64_t n_power_iterations, double eps,
                       std::optional<int64_t> dim) {
-  // the tensor as forward sees it: a parametrized one gets spectral_norm appended to its chain
-  Tensor w;
-  if (is_parametrized(module, name)) {
-    NoGradGuard ng;
-    w = parametrization_list(module, name).value();
-  } else {
-    bool is_buffer = false;
-    const Tensor* t = find_tensor(ParametrizeAccess::state(module), name, is_buffer);
-    KILN_CHECK(t != nullptr, "spectral_norm(", module.type_name(), ", '", name, "'): the module has no parameter or buffer '",
-               name, "'");
-    w = *t;
-  }
+  // a parametrized tensor gets spectral_norm appended to its chain
+  const Tensor w = value_as_seen("spectral_norm", module, name);
   KILN_CHECK(w.is_floating_point(), "spectral_norm(", module.type_name(), ", '", name,
              "'): expected a floating tensor, got ", describe(w));
   if (!dim)
@@ -490,17 +496,7 @@ class Orthogonal : public Parametrization {
 
 Module& orthogonal(Module& module, const std::string& name, std::optional<std::string> orthogonal_map,
                    bool use_trivialization) {
-  Tensor w;
-  if (is_parametrized(module, name)) {
-    NoGradGuard ng;
-    w = parametrization_list(module, name).value();
-  } else {
-    bool is_buffer = false;
-    const Tensor* t = find_tensor(ParametrizeAccess::state(module), name, is_buffer);
-    KILN_CHECK(t != nullptr, "orthogonal(", module.type_name(), ", '", name, "'): the module has no parameter or buffer '",
-               name, "'");
-    w = *t;
-  }
+  const Tensor w = value_as_seen("orthogonal", module, name);
   KILN_CHECK(w.is_floating_point() && w.dim() >= 2, "orthogonal(", module.type_name(), ", '", name,
              "'): expected a floating matrix or batch of matrices, got ", describe(w));
   const std::string map = orthogonal_map.value_or(w.size(-2) == w.size(-1) ? "matrix_exp" : "householder");
