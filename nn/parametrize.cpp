@@ -1,11 +1,11 @@
 // Parametrizations: see parametrize.h. The code follows torch/nn/utils/parametrize.py and
 // parametrizations.py (weight_norm, spectral_norm) step for step.
 #include "kiln/nn/parametrize.h"
-#include <sstream>
 #include "kiln/core/autograd.h"
 #include "kiln/core/finfo.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops/elementwise.h"
+#include "kiln/ops/helpers.h"
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/nn_functional.h"
 #include "kiln/ops/reduce.h"
@@ -25,12 +25,6 @@ class ParametrizationDict : public Module {
  public:
   std::string type_name() const override { return "ModuleDict"; }
 };
-
-std::string describe(const Tensor& t) {
-  std::ostringstream os;
-  os << dtype_name(t.dtype()) << " " << shape_str(t.shape());
-  return os.str();
-}
 
 // The registered (defined) parameter or buffer `name` of st; null when there is none.
 Tensor* find_tensor(ModuleState& st, const std::string& name, bool& is_buffer) {
@@ -112,20 +106,27 @@ Module& register_parametrization(Module& module, const std::string& name, std::s
   ModuleState& st = ParametrizeAccess::state(module);
   if (is_parametrized(module, name)) {  // append to the chain
     ParametrizationList& list = parametrization_list(module, name);
+    Tensor shown;  // the chain's new value, when the checks compute it
     if (!unsafe) {
       NoGradGuard ng;
       const Tensor y = list.value();
       const Tensor x = (*p)(y);
+      shown = x;
       KILN_CHECK(x.defined() && x.dtype() == y.dtype() && x.shape() == y.shape(), who, ": the parametrization maps ",
                  describe(y), " to ", x.defined() ? describe(x) : std::string("an undefined tensor"),
                  "; it may not change the shape or dtype (pass unsafe=true to allow it)");
-      const std::vector<Tensor> z = p->right_inverse(x);
-      KILN_CHECK(z.size() == 1 && z[0].dtype() == x.dtype() && z[0].shape() == x.shape(), who,
-                 ": a parametrization appended to a chain needs a right_inverse giving one tensor of its output's "
-                 "shape and dtype, ",
-                 describe(x));
+      try {  // PyTorch checks a right_inverse the parametrization has
+        const std::vector<Tensor> z = p->right_inverse(x);
+        KILN_CHECK(z.size() == 1 && z[0].dtype() == x.dtype() && z[0].shape() == x.shape(), who,
+                   ": a parametrization appended to a chain needs a right_inverse giving one tensor of its output's "
+                   "shape and dtype, ",
+                   describe(x));
+      } catch (const RightInverseNotImplemented&) {
+      }
     }
     list.register_module(std::to_string(ParametrizeAccess::state(list).children.size()), p);
+    for (const ParametrizedTensor& pt : st.parametrized)  // the member shows the chain's new value
+      if (pt.name == name && shown.defined()) detail::replace_contents(Tensor(pt.member), shown);
     return module;
   }
 

@@ -403,6 +403,7 @@ TEST_CASE("register_parametrization: a custom one, chains, assign_parametrized, 
   // a chain: the Scale runs on the symmetric matrix
   nn::register_parametrization(fc, "weight", std::make_shared<Scale>(3.0));
   const Tensor sym = add(triu(w0), triu(w0, 1).transpose(0, 1));
+  CHECK(max_diff(fc.weight, mul(sym, 3.0)) < 1e-14);  // shown at once
   CHECK(max_diff(fc(x), linear(x, mul(sym, 3.0))) < 1e-14);
   CHECK(nn::parametrization_list(fc, "weight").chain().size() == 2);
 
