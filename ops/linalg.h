@@ -174,8 +174,9 @@ Tensor householder_product(const Tensor& A, const Tensor& tau);
 /// torch.linalg.lu_factor: A (..., m, n) = P L U packed as LAPACK's getrf leaves it: `LU`
 /// holds U on and above the diagonal and L's multipliers (unit diagonal implied) below it;
 /// `pivots` (..., min(m, n)) int32, 1-based: row i was swapped with row pivots[i] at step i.
-/// Partial pivoting (pivot=false is not implemented on the CPU, as PyTorch's). A singular A
-/// factors without error (a zero on U's diagonal). Differentiable in LU (PyTorch's
+/// Partial pivoting, or none with pivot=false (A = L U, pivots 1..k; PyTorch offers that on
+/// CUDA only; a zero pivot then gives inf or NaN multipliers, as there). A singular A factors
+/// without error (a zero on U's diagonal). Differentiable in LU (PyTorch's
 /// lu_factor_ex_backward), twice.
 struct LUFactor {
   Tensor LU, pivots;

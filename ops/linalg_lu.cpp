@@ -79,12 +79,10 @@ Tensor permutation_of(const Tensor& pivots, int64_t m, const Tensor& like_t) {
 
 LUFactor lu_factor(const Tensor& A, bool pivot) {
   check_matrix("linalg.lu_factor", A);
-  KILN_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU (as in PyTorch), got ",
-             describe(A));
   const int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), nb = count(leading(A, 2));
   std::vector<double> a = host64(A);
   std::vector<int32_t> piv(size_t(nb * k));
-  for (int64_t i = 0; i < nb; ++i) getrf_f64(a.data() + i * m * n, m, n, piv.data() + i * k);
+  for (int64_t i = 0; i < nb; ++i) getrf_f64(a.data() + i * m * n, m, n, piv.data() + i * k, pivot);
   Tensor LU = like(a, A.shape(), A);
   const Tensor pivots = from_vector(piv, with(leading(A, 2), {k}), {.dtype = DType::int32}).to(A.device());
   if (any_requires_grad({A})) {

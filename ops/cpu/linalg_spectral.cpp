@@ -70,17 +70,21 @@ void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool co
   if (q) Map(q, m, rows) = qr.householderQ() * Mat::Identity(m, rows);
 }
 
-int64_t getrf_f64(double* a, int64_t m, int64_t n, int32_t* piv) {
+int64_t getrf_f64(double* a, int64_t m, int64_t n, int32_t* piv, bool pivot) {
   const int64_t k = std::min(m, n);
   const double sfmin = std::numeric_limits<double>::min();
   int64_t info = 0;
   for (int64_t j = 0; j < k; ++j) {
     int64_t p = j;  // the first row of largest |a(i, j)|, as idamax
-    for (int64_t i = j + 1; i < m; ++i)
-      if (std::abs(a[i * n + j]) > std::abs(a[p * n + j])) p = i;
+    if (pivot)
+      for (int64_t i = j + 1; i < m; ++i)
+        if (std::abs(a[i * n + j]) > std::abs(a[p * n + j])) p = i;
     piv[j] = int32_t(p + 1);
     const double pv = a[p * n + j];
-    if (pv != 0.0) {
+    if (pv == 0.0 && info == 0) info = j + 1;
+    // with pivoting a zero pivot means a zero column below it: nothing to eliminate; without,
+    // the multipliers divide by it (inf or NaN, as a GPU's getrf without pivoting gives)
+    if (pv != 0.0 || !pivot) {
       if (p != j)
         for (int64_t l = 0; l < n; ++l) std::swap(a[j * n + l], a[p * n + l]);
       if (std::abs(pv) >= sfmin) {
@@ -89,8 +93,6 @@ int64_t getrf_f64(double* a, int64_t m, int64_t n, int32_t* piv) {
       } else {
         for (int64_t i = j + 1; i < m; ++i) a[i * n + j] /= pv;
       }
-    } else if (info == 0) {
-      info = j + 1;
     }
     for (int64_t i = j + 1; i < m; ++i) {  // the trailing update
       const double lij = a[i * n + j];

@@ -85,8 +85,9 @@ void qr_f64(const double* a, int64_t m, int64_t n, double* q, double* r, bool co
 /// LAPACK's getrf (partial pivoting, unblocked, as dgetrf2 on a column: the multipliers
 /// scaled by the pivot's reciprocal): a (m x n) is overwritten by L (unit, below the
 /// diagonal) and U (on and above it) with P A = L U; piv (min(m, n)) the 1-based row each
-/// step swapped in. Returns 0, or j + 1 for the first zero pivot U(j, j) (not an error).
-int64_t getrf_f64(double* a, int64_t m, int64_t n, int32_t* piv);
+/// step swapped in (j + 1 throughout when pivot is false: A = L U). Returns 0, or j + 1 for
+/// the first zero pivot U(j, j) (not an error).
+int64_t getrf_f64(double* a, int64_t m, int64_t n, int32_t* piv, bool pivot = true);
 /// LAPACK's geqrf: R on and above the diagonal of packed (m x n), the Householder vectors v_i
 /// (v_i[i] = 1 implied) below it, and tau (min(m, n)): A = H_0 ... H_{k-1} R, H_i = I - tau_i v_i v_i^T.
 void geqrf_f64(const double* a, int64_t m, int64_t n, double* packed, double* tau);

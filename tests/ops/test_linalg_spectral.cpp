@@ -180,7 +180,20 @@ TEST_CASE("lu_factor, lu, lu_unpack and lu_solve: P L U = A, LAPACK's pivots, th
             },
             {Ai, randn(left ? Shape{3, 2} : Shape{2, 3}, f64)}));
     }
-  CHECK_THROWS_WITH_AS(L::lu_factor(randn({3, 3}, f64), false), doctest::Contains("without pivoting"), kiln::Error);
+  {  // without pivoting: A = L U, pivots 1..k, the identity P; the same as pivoting when no swap is made
+    const Tensor Ad = add(randn({2, 4, 3}, f64), mul(eye(4, 3, f64), 6.0));  // a dominant diagonal: no swaps
+    const L::PLU np = L::lu(Ad, false), pp = L::lu(Ad);
+    CHECK(maxabs(sub(matmul(np.L, np.U), Ad)) < 1e-14);
+    CHECK(maxabs(sub(np.P, I(4))) == 0.0);
+    CHECK(maxabs(sub(np.L, pp.L)) == 0.0);
+    CHECK(L::lu_factor(Ad, false).pivots.to_vector<int32_t>() == std::vector<int32_t>{1, 2, 3, 1, 2, 3});
+    const Tensor swap_needed = T({1, 2, 4, 3}, {2, 2});  // pivoting would swap; without it L(1, 0) = 4
+    const L::PLU ns = L::lu(swap_needed, false);
+    CHECK(maxabs(sub(ns.L, T({1, 0, 4, 1}, {2, 2}))) == 0.0);
+    CHECK(maxabs(sub(ns.U, T({1, 2, 0, -5}, {2, 2}))) == 0.0);
+    CHECK(gradcheck([](std::vector<Tensor>& in) { return L::lu_factor(in[0], false).LU; }, {randn({3, 3}, f64)}));
+    CHECK(L::lu_factor_ex(T({0, 1, 1, 0}, {2, 2}), false).info.to_vector<int32_t>() == std::vector<int32_t>{1});
+  }
   CHECK_THROWS_WITH_AS(L::lu_solve(f.LU, f.pivots, randn({2, 3, 3}, f64)), doctest::Contains("expected B of shape"),
                        kiln::Error);
   CHECK_THROWS_WITH_AS(L::lu_unpack(f.LU, f.pivots.to(DType::int64)), doctest::Contains("int32 pivots"), kiln::Error);
