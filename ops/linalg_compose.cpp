@@ -16,12 +16,9 @@ namespace kiln::linalg {
 namespace {
 using namespace host;
 
-// Normalises dims of x to [0, x.dim()) and checks there are `want` distinct ones.
+// x's dims wrapped into [0, x.dim()) in their given order (wrap_dims would sort them).
 std::vector<int64_t> norm_dims(const char* op, const Tensor& x, std::vector<int64_t> dims) {
-  for (int64_t& d : dims) {
-    KILN_CHECK(d >= -x.dim() && d < x.dim(), op, ": dim ", d, " is out of range for ", describe(x));
-    if (d < 0) d += x.dim();
-  }
+  for (int64_t& d : dims) d = wrap_dim(d, x.dim(), op);
   return dims;
 }
 
