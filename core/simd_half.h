@@ -7,7 +7,8 @@
 // float16: VCVTPS2PH (round to nearest even) and VCVTPH2PS. bfloat16: a bf16 value is the top
 // half of its float32, so widening is a 16-bit shift; narrowing is float_to_bf16_bits
 // (core/half.h) in integer lanes: add 0x7fff plus the lowest kept bit (to nearest even),
-// keep the top half, and a NaN becomes its top half with the quiet bit set.
+// keep the top half, and a NaN becomes its top half with the quiet bit set; with
+// AVX512_BF16, VCVTNEPS2BF16 gives the same bits for every vector without a subnormal.
 #pragma once
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
@@ -45,6 +46,12 @@ inline __m256i half16_from_floats(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROU
 inline __m512 floats_from_half16(__m256i h) { return _mm512_cvtph_ps(h); }
 
 inline __m256i bf16x16_from_floats(__m512 v) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+  // VCVTNEPS2BF16 rounds to nearest even and quiets a NaN exactly as the integer lanes
+  // below do, in one instruction, but flushes a subnormal input to a signed zero: a vector
+  // holding one (fpclass 0x20) takes the integer lanes.
+  if (_mm512_fpclass_ps_mask(v, 0x20) == 0) return (__m256i)_mm512_cvtneps_pbh(v);
+#endif
   const __m512i x = _mm512_castps_si512(v);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   const __m512i hi = _mm512_srli_epi32(x, 16);
@@ -56,6 +63,28 @@ inline __m256i bf16x16_from_floats(__m512 v) {
 inline __m512 floats_from_bf16x16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#define KILN_SIMD_BF16_ROWS 1
+/// Lanes [0, n) of a vector, n <= 16.
+inline __mmask16 lanes16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+/// d[0, n) = s[0, n) rounded to bf16 bits (Tensor::to's), the last n % 16 through masked
+/// loads and stores. Inline, so that the short rows of a kernel's inner loop (an attention
+/// row of 32 values) cost no call and no set-up per row.
+inline void bf16_from_floats(const float* s, uint16_t* d, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    _mm256_mask_storeu_epi16(d + i, m, bf16x16_from_floats(_mm512_maskz_loadu_ps(m, s + i)));
+  }
+}
+/// d[0, n) = s[0, n) widened from bf16 bits (exact).
+inline void floats_from_bf16(const uint16_t* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    _mm512_mask_storeu_ps(d + i, m, floats_from_bf16x16(_mm256_maskz_loadu_epi16(m, s + i)));
+  }
+}
+#endif
 #endif
 
 }  // namespace kiln::simd

@@ -164,6 +164,26 @@ void convert_run(D* __restrict d, const S* __restrict s, int64_t n) {
     for (; i + 16 <= n; i += 16)
       _mm512_storeu_ps(d + i, simd::floats_from_bf16x16(_mm256_loadu_si256(reinterpret_cast<const H*>(s + i))));
   }
+#if defined(KILN_SIMD_BF16_ROWS)
+  // the last n % 16 values through masked loads and stores (short rows are common: a bias,
+  // a channel): the lanes past n are read as zeros and not written
+  if (i < n) {
+    const __mmask16 m = simd::lanes16(n - i);
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
+      _mm256_mask_storeu_epi16(d + i, m, simd::half16_from_floats(_mm512_maskz_loadu_ps(m, s + i)));
+      return;
+    } else if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
+      _mm512_mask_storeu_ps(d + i, m, simd::floats_from_half16(_mm256_maskz_loadu_epi16(m, s + i)));
+      return;
+    } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, BFloat16>) {
+      _mm256_mask_storeu_epi16(d + i, m, simd::bf16x16_from_floats(_mm512_maskz_loadu_ps(m, s + i)));
+      return;
+    } else if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<D, float>) {
+      _mm512_mask_storeu_ps(d + i, m, simd::floats_from_bf16x16(_mm256_maskz_loadu_epi16(m, s + i)));
+      return;
+    }
+  }
+#endif
 #elif defined(__AVX2__) && defined(__F16C__)
   using H = __m128i;  // 8 16-bit values
   if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {

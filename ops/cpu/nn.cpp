@@ -15,6 +15,7 @@
 #include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/rng.h"
+#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/kernels/nn.h"
@@ -235,11 +236,124 @@ void attention_backward_t(const T* q, AttnLayout lq, const T* k, AttnLayout lk, 
 
 using bf16 = uint16_t;
 
-/// n values of a float32 row rounded into bf16 (kiln's Tensor casts' bits).
-inline void round_row(const float* s, bf16* d, int64_t n) { convert_floats(s, reinterpret_cast<BFloat16*>(d), n); }
-inline void widen_row(const bf16* s, float* d, int64_t n) {
-  convert_floats(reinterpret_cast<const BFloat16*>(s), d, n);
+// The softmax rows of both kernels, one fused pass where the build has AVX-512 (a row of
+// the GPT workload is 32 to 128 values; separate passes for scale, max, exp, mask, sum,
+// normalise and round cost more than their arithmetic), else in Eigen:
+//   softmax_row: s[0, n) scores, [0, ni) seen -> p16[0, n) = softmax(scale s) in bf16 (0 past
+//     ni), s overwritten; returns the row's log-sum-exp.
+//   softmax_grad_row: s[0, n) scores, dp[0, n) = dout_i . v_j, lse, dsum = dout_i . out_i ->
+//     p16 = exp(scale s - lse), ds16 = p (dp - dsum), both in bf16 and 0 past ni.
+//   row_dot: o . g over bf16 rows, summed in float32.
+#if defined(KILN_SIMD_BF16_ROWS)
+/// 16 lanes of math::fast_exp (its range reduction and polynomial; within an ulp or so of
+/// exp, +inf above 88.72, 0 below -103.97, NaN kept).
+inline __m512 exp16(__m512 x) {
+  const __m512 hi = _mm512_set1_ps(88.72283172607421875f), lo = _mm512_set1_ps(-103.972084045410156f);
+  __m512 r = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(r, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), r);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  __m512 out = _mm512_mul_ps(_mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23))),
+                             _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23)));
+  out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(HUGE_VALF));
+  out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
+/// Lanes [0, k) of the 16 from j on (none when k <= j).
+inline __mmask16 lanes_from(int64_t j, int64_t k) { return j >= k ? __mmask16(0) : simd::lanes16(k - j); }
+
+inline float softmax_row(float* s, int64_t ni, int64_t n, float scale, bf16* p16) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  __m512 vm = _mm512_set1_ps(-HUGE_VALF);
+  for (int64_t j = 0; j < ni; j += 16) {
+    const __mmask16 m = lanes_from(j, ni);
+    vm = _mm512_mask_max_ps(vm, m, vm, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vs));
+  }
+  const float mx = _mm512_reduce_max_ps(vm);
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < ni; j += 16) {
+    const __mmask16 m = lanes_from(j, ni);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vmx)));
+    _mm512_mask_storeu_ps(s + j, m, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  const float sum = _mm512_reduce_add_ps(vsum);
+  const __m512 inv = _mm512_set1_ps(1.f / sum);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes_from(j, ni), s + j), inv);
+    _mm256_mask_storeu_epi16(p16 + j, lanes_from(j, n), simd::bf16x16_from_floats(p));
+  }
+  return mx + std::log(sum);
+}
+
+inline void softmax_grad_row(const float* s, const float* dp, int64_t ni, int64_t n, float scale, float lse,
+                             float dsum, bf16* p16, bf16* ds16) {
+  const __m512 vs = _mm512_set1_ps(scale), vl = _mm512_set1_ps(lse), vd = _mm512_set1_ps(dsum);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_from(j, ni), mn = lanes_from(j, n);
+    const __m512 p = _mm512_maskz_mov_ps(m, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vl)));
+    const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), vd));
+    _mm256_mask_storeu_epi16(p16 + j, mn, simd::bf16x16_from_floats(p));
+    _mm256_mask_storeu_epi16(ds16 + j, mn, simd::bf16x16_from_floats(ds));
+  }
+}
+
+inline float row_dot(const bf16* o, const bf16* g, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_from(j, n);
+    acc = _mm512_fmadd_ps(simd::floats_from_bf16x16(_mm256_maskz_loadu_epi16(m, o + j)),
+                          simd::floats_from_bf16x16(_mm256_maskz_loadu_epi16(m, g + j)), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+/// n values of a float32 row rounded into bf16 (kiln's Tensor casts' bits).
+inline void round_row(const float* s, bf16* d, int64_t n) { simd::bf16_from_floats(s, d, n); }
+#else
+inline void round_row(const float* s, bf16* d, int64_t n) { convert_floats(s, reinterpret_cast<BFloat16*>(d), n); }
+
+inline float softmax_row(float* s, int64_t ni, int64_t n, float scale, bf16* p16) {
+  Eigen::Map<Eigen::VectorXf> row(s, n);
+  const int64_t w = exp_width(ni, n);
+  row.head(w) *= scale;
+  const float m = row.head(ni).maxCoeff();
+  row.head(w).array() = (row.head(w).array() - m).exp();
+  row.tail(n - ni).setZero();
+  const float sum = row.head(ni).sum();
+  row.head(ni) *= 1.f / sum;
+  round_row(s, p16, n);
+  return m + std::log(sum);
+}
+
+inline void softmax_grad_row(float* s, float* dp, int64_t ni, int64_t n, float scale, float lse, float dsum,
+                             bf16* p16, bf16* ds16) {
+  Eigen::Map<Eigen::ArrayXf> p(s, n), d(dp, n);
+  const int64_t w = exp_width(ni, n);
+  p.head(w) = (p.head(w) * scale - lse).exp();
+  p.segment(ni, n - ni).setZero();
+  d.segment(ni, n - ni).setZero();
+  d.head(ni) = p.head(ni) * (d.head(ni) - dsum);
+  round_row(s, p16, n);
+  round_row(dp, ds16, n);
+}
+
+inline float row_dot(const bf16* o, const bf16* g, int64_t n) {
+  float acc = 0.f;
+  for (int64_t e = 0; e < n; ++e) acc += bf16_bits_to_float(o[e]) * bf16_bits_to_float(g[e]);
+  return acc;
+}
+#endif
 
 void attention_forward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLayout lk, const bf16* v,
                             AttnLayout lv, bf16* out, AttnLayout lo, float* lse, int64_t B, int64_t Tq, int64_t Tk,
@@ -254,20 +368,9 @@ void attention_forward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLay
       const int64_t b = u / nblk, i0 = (u % nblk) * kRows, r = std::min(kRows, Tq - i0);
       const int64_t n = keys_seen(i0 + r - 1, Tk, causal);
       sgemm_bf16(false, true, r, n, E, row_of(q, lq, b, i0), lq.st, row_of(k, lk, b, 0), lk.st, 0.f, S.data(), Tk, 1);
-      auto Sb = S.topLeftCorner(r, n);
-      for (int64_t rr = 0; rr < r; ++rr) {  // the float32 path's softmax
-        const int64_t ni = keys_seen(i0 + rr, Tk, causal);
-        auto row = Sb.row(rr);
-        const int64_t w = exp_width(ni, n);
-        row.head(w) *= scale;
-        const float m = row.head(ni).maxCoeff();
-        row.head(w).array() = (row.head(w).array() - m).exp();
-        row.tail(n - ni).setZero();
-        const float sum = row.head(ni).sum();
-        row.head(ni) *= 1.f / sum;
-        lse[b * Tq + i0 + rr] = m + std::log(sum);
-        round_row(S.data() + rr * Tk, P.data() + rr * Tk, n);
-      }
+      for (int64_t rr = 0; rr < r; ++rr)
+        lse[b * Tq + i0 + rr] =
+            softmax_row(S.data() + rr * Tk, keys_seen(i0 + rr, Tk, causal), n, scale, P.data() + rr * Tk);
       sgemm_bf16(false, false, r, Ev, n, P.data(), Tk, row_of(v, lv, b, 0), lv.st, 0.f, O.data(), Ev, 1);
       for (int64_t rr = 0; rr < r; ++rr) round_row(O.data() + rr * Ev, row_of(out, lo, b, i0 + rr), Ev);
     }
@@ -286,7 +389,6 @@ void attention_backward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLa
     std::vector<bf16> P16(size_t(kRows * Tk)), dS16(size_t(kRows * Tk));
     std::vector<float> dK(static_cast<size_t>(Tk * E)), dV(static_cast<size_t>(Tk * Ev));
     std::vector<float> dQ(static_cast<size_t>(kRows * E));
-    std::vector<float> o(static_cast<size_t>(Ev)), g(static_cast<size_t>(Ev));
     for (int64_t b = b0; b < b1; ++b) {
       std::fill(dK.begin(), dK.end(), 0.f);
       std::fill(dV.begin(), dV.end(), 0.f);
@@ -299,18 +401,10 @@ void attention_backward_bf16(const bf16* q, AttnLayout lq, const bf16* k, AttnLa
         sgemm_bf16(false, true, r, n, E, Q, lq.st, K, lk.st, 0.f, P.data(), Tk, 1);    // Q K^T
         sgemm_bf16(false, true, r, n, Ev, G, lg.st, V, lv.st, 0.f, dS.data(), Tk, 1);  // dP = G V^T
         for (int64_t rr = 0; rr < r; ++rr) {
-          const int64_t i = i0 + rr, ni = keys_seen(i, Tk, causal), w = exp_width(ni, n);
-          widen_row(row_of(out, lo, b, i), o.data(), Ev);
-          widen_row(G + rr * lg.st, g.data(), Ev);
-          float dsum = 0.f;
-          for (int64_t e = 0; e < Ev; ++e) dsum += o[size_t(e)] * g[size_t(e)];
-          auto p = P.row(rr).head(w).array();
-          p = (p * scale - lse[b * Tq + i]).exp();
-          P.row(rr).segment(ni, n - ni).setZero();
-          dS.row(rr).segment(ni, n - ni).setZero();
-          dS.row(rr).head(ni).array() = P.row(rr).head(ni).array() * (dS.row(rr).head(ni).array() - dsum);
-          round_row(P.data() + rr * Tk, P16.data() + rr * Tk, n);
-          round_row(dS.data() + rr * Tk, dS16.data() + rr * Tk, n);
+          const int64_t i = i0 + rr;
+          const float dsum = row_dot(row_of(out, lo, b, i), G + rr * lg.st, Ev);
+          softmax_grad_row(P.data() + rr * Tk, dS.data() + rr * Tk, keys_seen(i, Tk, causal), n, scale,
+                           lse[b * Tq + i], dsum, P16.data() + rr * Tk, dS16.data() + rr * Tk);
         }
         if (dq) {  // dQ_block = scale dS K
           sgemm_bf16(false, false, r, E, n, dS16.data(), Tk, K, lk.st, 0.f, dQ.data(), E, 1);

@@ -245,6 +245,25 @@ KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, const uin
     }
 }
 
+/// c[0, n) = the sum of the T partial rows p + u * stride (in order u = 0, 1, ...) + bias
+/// (+ c where beta is 1: float32 c only), 16 columns at a time; a bf16 c gets Tensor::to's bits.
+template <class OutT>
+KILN_BF16_TARGET void sum_partials(const float* p, int64_t stride, int T, int64_t n, const float* bias, float beta,
+                                   OutT* c) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, p + j);
+    for (int u = 1; u < T; ++u) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, p + u * stride + j));
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + j));
+    if constexpr (std::is_same_v<OutT, float>) {
+      if (beta != 0.f) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + j), v);
+      _mm512_mask_storeu_ps(c + j, m, v);
+    } else {
+      _mm256_mask_storeu_epi16(c + j, m, simd::bf16x16_from_floats(v));
+    }
+  }
+}
+
 thread_local Buffer tls_a, tls_b, tls_c;  // packed A and B pairs (a float buffer holds 32-bit lanes); float32 C
 thread_local Buffer tls_split;  // the K split's partial C's (taken by the calling thread, outside the parallel region)
 
@@ -262,8 +281,7 @@ KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t
     if (kslices > 1) {
       float* s = tls_c.get(M * N);
       gemm_serial<EA, EB, float>(trans_a, trans_b, M, N, K, A, lda, B, 0.f, s, N, bias);
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = float_to_bf16_bits(s[i * N + j]);
+      for (int64_t i = 0; i < M; ++i) sum_partials(s + i * N, 0, 1, N, nullptr, 0.f, C + i * ldc);
       return;
     }
   }
@@ -313,13 +331,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 #pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          float v = part[i * N + j];
-          for (int u = 1; u < T; ++u) v += part[(u * M + i) * N + j];
-          if (bias) v += bias[j];
-          if constexpr (std::is_same_v<OutT, float>) C[i * ldc + j] = beta == 0.f ? v : C[i * ldc + j] + v;
-          else C[i * ldc + j] = float_to_bf16_bits(v);
-        }
+        sum_partials(part + i * N, M * N, T, N, bias, beta, C + i * ldc);
     }
     return;
   }
