@@ -242,6 +242,23 @@ TEST_CASE("tanh-GELU in float32 against the tanh formula in double, values and g
   }
   CHECK(worst_y < 1e-5);
   CHECK(worst_g < 5e-5);  // the worst is at the gradient's zero (x = -0.755): 2e-8 absolute
+  // The ends of the range (the AVX-512 path clamps the exponent and lets VSCALEFPS overflow
+  // or underflow): x itself far right, -0 far left, inf, NaN and -0 kept; gradient 1 and 0.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor e = from_vector<float>({inf, 1e30f, -1e30f, -20.f, nan, -0.f, 60.f, -60.f}).requires_grad_();
+  Tensor ye = gelu(e, GeluApprox::tanh);
+  ye.backward(ones_like(ye));
+  const std::vector<float> ev = ye.to_vector<float>(), eg = e.grad().to_vector<float>();
+  CHECK(ev[0] == inf);
+  CHECK(ev[1] == 1e30f);
+  CHECK((ev[2] == 0.f && std::signbit(ev[2])));
+  CHECK((ev[3] == 0.f && std::signbit(ev[3])));
+  CHECK(std::isnan(ev[4]));
+  CHECK((ev[5] == 0.f && std::signbit(ev[5])));
+  CHECK(ev[6] == 60.f);
+  CHECK(eg[6] == 1.f);
+  CHECK(eg[7] == 0.f);
+  CHECK(std::isnan(eg[4]));
 }
 
 TEST_CASE("comparisons, where and masked_fill") {
