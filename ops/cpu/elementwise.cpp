@@ -13,6 +13,7 @@
 #include "kiln/core/copy.h"
 #include "kiln/core/simd_half.h"
 #include "kiln/core/strided.h"
+#include "kiln/ops/cpu/simd_exp.h"
 #include "kiln/ops/kernels/elementwise.h"
 #include "kiln/ops/elementwise_functors.h"
 
@@ -192,27 +193,10 @@ void relu16(const UnaryArgs& a) {
 // GELU, tanh form, on AVX-512: a GPT's MLP runs it on four times its width per token,
 // forward and backward, and it was 8% of the GPT workload's step. math::gelu_tanh's
 // formulas (x / (1 + e^t), t = -2u; its derivative s + 2 x s (1 - s) du with s = 1 / (1 +
-// e^t)), but e^t is written for 16 lanes: after the range reduction and math::fast_exp's
-// polynomial, VSCALEFPS applies 2^n and overflows to inf or underflows to 0 by itself, so
-// the scalar version's three range selects go (t is clamped to +-150 first, which keeps
-// inf - inf out of the reduction; a NaN x stays NaN through x itself). Every storage dtype
+// e^t)), with e^t from simd::exp16 (ops/cpu/simd_exp.h: VSCALEFPS in place of the scalar
+// version's range selects). Every storage dtype
 // but float64 runs this one routine (16-bit values widened, and rounded as Tensor::to
 // does), so a 16-bit result is the float32 result rounded.
-inline __m512 exp_scalef16(__m512 t) {
-  t = _mm512_max_ps(_mm512_min_ps(t, _mm512_set1_ps(150.f)), _mm512_set1_ps(-150.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), t);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(y, n);
-}
-
 template <class T>
 inline __m512 load_lanes(const T* p, __mmask16 m) {
   if constexpr (std::is_same_v<T, float>) return _mm512_maskz_loadu_ps(m, p);
@@ -239,7 +223,7 @@ void gelu_tanh_avx512(const UnaryArgs& a) {
       const __mmask16 m = simd::lanes16(e - i);
       const __m512 v = load_lanes(x + i, m), v2 = _mm512_mul_ps(v, v);
       const __m512 u = _mm512_mul_ps(c, _mm512_fmadd_ps(_mm512_mul_ps(k, v2), v, v));  // c (x + k x^3)
-      const __m512 z = exp_scalef16(_mm512_mul_ps(_mm512_set1_ps(-2.f), u));
+      const __m512 z = simd::exp16(_mm512_mul_ps(_mm512_set1_ps(-2.f), u));
       if (!backward) {
         store_lanes(out + i, m, _mm512_div_ps(v, _mm512_add_ps(one, z)));
       } else {

@@ -17,6 +17,7 @@
 #include "kiln/core/rng.h"
 #include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/sgemm.h"
+#include "kiln/ops/cpu/simd_exp.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/kernels/nn.h"
 #include "kiln/ops/dispatch.h"
@@ -245,29 +246,6 @@ using bf16 = uint16_t;
 //     p16 = exp(scale s - lse), ds16 = p (dp - dsum), both in bf16 and 0 past ni.
 //   row_dot: o . g over bf16 rows, summed in float32.
 #if defined(KILN_SIMD_BF16_ROWS)
-/// 16 lanes of math::fast_exp (its range reduction and polynomial; within an ulp or so of
-/// exp, +inf above 88.72, 0 below -103.97, NaN kept).
-inline __m512 exp16(__m512 x) {
-  const __m512 hi = _mm512_set1_ps(88.72283172607421875f), lo = _mm512_set1_ps(-103.972084045410156f);
-  __m512 r = _mm512_max_ps(_mm512_min_ps(x, hi), lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(r, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), r);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  const __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
-  const __m512i bias = _mm512_set1_epi32(127);
-  __m512 out = _mm512_mul_ps(_mm512_mul_ps(y, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23))),
-                             _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23)));
-  out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(HUGE_VALF));
-  out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-  return _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
 /// Lanes [0, k) of the 16 from j on (none when k <= j).
 inline __mmask16 lanes_from(int64_t j, int64_t k) { return j >= k ? __mmask16(0) : simd::lanes16(k - j); }
 
@@ -283,7 +261,7 @@ inline float softmax_row(float* s, int64_t ni, int64_t n, float scale, bf16* p16
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < ni; j += 16) {
     const __mmask16 m = lanes_from(j, ni);
-    const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vmx)));
+    const __m512 e = _mm512_maskz_mov_ps(m, simd::exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vmx)));
     _mm512_mask_storeu_ps(s + j, m, e);
     vsum = _mm512_add_ps(vsum, e);
   }
@@ -301,7 +279,7 @@ inline void softmax_grad_row(const float* s, const float* dp, int64_t ni, int64_
   const __m512 vs = _mm512_set1_ps(scale), vl = _mm512_set1_ps(lse), vd = _mm512_set1_ps(dsum);
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = lanes_from(j, ni), mn = lanes_from(j, n);
-    const __m512 p = _mm512_maskz_mov_ps(m, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vl)));
+    const __m512 p = _mm512_maskz_mov_ps(m, simd::exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, s + j), vs, vl)));
     const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), vd));
     _mm256_mask_storeu_epi16(p16 + j, mn, simd::bf16x16_from_floats(p));
     _mm256_mask_storeu_epi16(ds16 + j, mn, simd::bf16x16_from_floats(ds));
