@@ -184,12 +184,21 @@ KILN_BF16_TARGET inline void store16(uint16_t* c, __mmask16 m, __m512 v) {
   _mm256_mask_storeu_epi16(c, m, (__m256i)_mm512_cvtneps_pbh(v));
 }
 
-/// C tile (mr x nr) = Ap panel @ Bp panel (kp pairs) + beta * C (+ bias on every row); beta
+/// Where the micro-kernel finds A's pairs: a packed panel (pair p of row i at Ap[p MR + i]),
+/// or, with `row` the stride of A's rows in pairs, A itself (at Ap[i row + p]): a bf16 A
+/// stored (M, K) with K even already holds each row's pairs side by side, so it is read in
+/// place, each of the tile's rows its own stream (rows past mr re-read the last one).
+struct APanel {
+  const uint32_t* a;
+  int64_t row = 0;  // 0: packed
+};
+
+/// C tile (mr x nr) = A panel @ Bp panel (kp pairs) + beta * C (+ bias on every row); beta
 /// is 0 (C not read) or 1 (float32 C only). The 2 x ROWS float32 accumulators stay in
 /// registers; a bf16 C gets them rounded once.
 template <int ROWS, class OutT>
-KILN_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* __restrict Ap, const uint32_t* __restrict Bp,
-                                   OutT* C, int64_t ldc, int mr, int nr, bool add_c, const float* bias) {
+KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, const uint32_t* __restrict Bp, OutT* C, int64_t ldc,
+                                   int mr, int nr, bool add_c, const float* bias) {
   const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   __m512 c0[ROWS], c1[ROWS];
@@ -201,16 +210,37 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* __restrict Ap, co
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
     }
   }
-  for (int64_t p = 0; p < kp; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp), b1 = (__m512bh)_mm512_load_si512(Bp + 16);
+  if (A.row == 0) {
+    const uint32_t* __restrict Ap = A.a;
+    for (int64_t p = 0; p < kp; ++p) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp), b1 = (__m512bh)_mm512_load_si512(Bp + 16);
 #pragma GCC unroll 12
-    for (int i = 0; i < ROWS; ++i) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(Ap[i]));
-      c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
-      c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
+      for (int i = 0; i < ROWS; ++i) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int(Ap[i]));
+        c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
+        c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
+      }
+      Ap += MR;
+      Bp += NR;
     }
-    Ap += MR;
-    Bp += NR;
+  } else {
+    int64_t off[ROWS];  // each row's start, in pairs
+#pragma GCC unroll 12
+    for (int i = 0; i < ROWS; ++i) off[i] = std::min(i, mr - 1) * A.row;
+    const uint32_t* ap = A.a;
+    for (int64_t p = 0; p < kp; ++p) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp), b1 = (__m512bh)_mm512_load_si512(Bp + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < ROWS; ++i) {
+        uint32_t pair;
+        std::memcpy(&pair, ap + off[i], sizeof pair);  // A's rows need not be 4-byte aligned
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(int(pair));
+        c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
+        c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
+      }
+      ++ap;
+      Bp += NR;
+    }
   }
   const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
   const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
@@ -230,12 +260,12 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, const uint32_t* __restrict Ap, co
 }
 
 template <class OutT>
-KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, const uint32_t* Ap, const uint32_t* Bp,
+KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, APanel Ap, const uint32_t* Bp,
                                    OutT* C, int64_t ldc, bool add_c, const float* bias) {
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 while the A panels pass
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
       const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
-      const uint32_t* a = Ap + i0 * kp;
+      const APanel a{Ap.a + i0 * (Ap.row ? Ap.row : kp), Ap.row};
       const uint32_t* b = Bp + j0 * kp;
       OutT* c = C + i0 * ldc + j0;
       const float* bi = bias ? bias + j0 : nullptr;
@@ -287,7 +317,10 @@ KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t
   }
   const int64_t kcmax = ((K + kslices - 1) / kslices + 1) / 2 * 2, kpmax = kcmax / 2;
   auto* Bp = reinterpret_cast<uint32_t*>(tls_b.get((std::min(N, NC) + NR - 1) / NR * NR * kpmax));
-  auto* Ap = reinterpret_cast<uint32_t*>(tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kpmax));
+  // bf16 A stored (M, K) with K and the row stride even is read in place (APanel)
+  bool direct_a = false;
+  if constexpr (std::is_same_v<EA, uint16_t>) direct_a = !trans_a && K % 2 == 0 && lda % 2 == 0;
+  auto* Ap = direct_a ? nullptr : reinterpret_cast<uint32_t*>(tls_a.get((std::min(M, MC) + MR - 1) / MR * MR * kpmax));
   for (int64_t jc = 0; jc < N; jc += NC) {
     const int64_t nc = std::min(NC, N - jc);
     for (int64_t pc = 0; pc < K; pc += kcmax) {
@@ -296,8 +329,12 @@ KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t
       const bool add_c = pc > 0 || beta != 0.f;  // later slices add to what the first wrote
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
-        pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
-        macro_kernel(mc, nc, kp, Ap, Bp, C + ic * ldc + jc, ldc, add_c, pc == 0 && bias ? bias + jc : nullptr);
+        APanel a{Ap};
+        if (direct_a)
+          a = APanel{reinterpret_cast<const uint32_t*>(A + ic * lda + pc), lda / 2};
+        else
+          pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
+        macro_kernel(mc, nc, kp, a, Bp, C + ic * ldc + jc, ldc, add_c, pc == 0 && bias ? bias + jc : nullptr);
       }
     }
   }

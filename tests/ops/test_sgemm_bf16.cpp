@@ -41,6 +41,9 @@ struct Case {
   float beta;
   int threads;
   bool bias = false;
+  int64_t a_pad = 3;  // A's row stride past its row length: odd, so pairs are unaligned loads; even
+                      // (with K even) lets the AVX512_BF16 kernel read a non-transposed A in place
+  int64_t a_off = 0;  // A's first element this many past an aligned one (1: pairs unaligned in place)
 };
 
 enum class Form { bf16_to_f32, bf16_to_bf16, f32_rounding, f32_rounding_rows, f32_a_bf16_b_rows };
@@ -51,12 +54,13 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = f
   std::mt19937 g(unsigned(c.M * 131 + c.N * 17 + c.K));
   std::normal_distribution<float> nd;
   // odd row strides: pairs are then unaligned 32-bit loads
-  const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 3;
+  const int64_t lda = (c.ta ? c.M : c.K) + c.a_pad, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 3;
   const int64_t a_rows = c.ta ? c.K : c.M, b_rows = c.tb ? c.N : c.K;
   std::vector<float> Af(a_rows * lda), Bf(b_rows * ldb);  // float32 values, not bf16 ones
   for (auto& x : Af) x = nd(g);
   for (auto& x : Bf) x = nd(g);
-  std::vector<uint16_t> A(Af.size()), B(Bf.size());
+  std::vector<uint16_t> Abuf(Af.size() + 1), B(Bf.size());
+  uint16_t* const A = Abuf.data() + c.a_off;
   for (size_t i = 0; i < Af.size(); ++i) A[i] = to_bf16(Af[i]);
   for (size_t i = 0; i < Bf.size(); ++i) B[i] = to_bf16(Bf[i]);
   // The row table: B's stored rows in reverse order, at their offsets in Bf.
@@ -76,12 +80,12 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = f
   const float* bp = bias.empty() ? nullptr : bias.data();
   switch (form) {
     case Form::bf16_to_f32:
-      if (amx_model) sgemm_amx(true, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
-      else sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
+      if (amx_model) sgemm_amx(true, c.ta, c.tb, c.M, c.N, c.K, A, lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
+      else sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A, lda, B.data(), ldb, beta, C.data(), ldc, c.threads, bp);
       break;
     case Form::bf16_to_bf16:
-      if (amx_model) sgemm_amx(true, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
-      else sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
+      if (amx_model) sgemm_amx(true, c.ta, c.tb, c.M, c.N, c.K, A, lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
+      else sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, A, lda, B.data(), ldb, C16.data(), ldc, c.threads, bp);
       for (size_t i = 0; i < C.size(); ++i) C[i] = float(from_bf16(C16[i]));
       break;
     case Form::f32_rounding:
@@ -131,7 +135,7 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = f
       const double err = (std::abs(got - want) - (c16 ? std::abs(want) * 0x1p-8 : 0.0)) / (mag + std::abs(add) + 1.0);
       if (!(err <= worst)) worst = err;  // NaN-safe
     }
-  INFO("form=", int(form), " ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " beta=", beta,
+  INFO("form=", int(form), " a_pad=", c.a_pad, " a_off=", c.a_off, " ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " beta=", beta,
        " threads=", c.threads, " bias=", bool(bp));
   CHECK(worst < 1e-6 * (double(c.K) + 4.0));
   for (int64_t i = 0; i < c.M; ++i)  // the padding columns of C are never written
@@ -166,6 +170,14 @@ void all_cases(bool amx_model) {
       all({bool(ta), bool(tb), 390, 33, 1025, 0.f, 2, true});  // odd K over slices, bias, split by rows
       all({bool(ta), bool(tb), 45, 600, 300, 1.f, 1, true});
       all({bool(ta), bool(tb), 30, 40, 1501, 1.f, 2, true});  // deep, small C: K split over threads, beta 1
+      // even row strides: a non-transposed bf16 A with K even is read in place (aligned, and
+      // from an odd element), odd K still packed
+      for (int64_t off : {0, 1})
+        for (int64_t m : {int64_t(1), int64_t(5), int64_t(12), int64_t(13), int64_t(31)})
+          for (int64_t k : {int64_t(2), int64_t(32), int64_t(33), int64_t(34)})
+            all({bool(ta), bool(tb), m, 45, k, 0.f, 1, false, 2, off});
+      all({bool(ta), bool(tb), 200, 70, 1100, 1.f, 2, true, 2, 1});  // K slices, M blocks, beta 1, bias
+      all({bool(ta), bool(tb), 390, 33, 1024, 0.f, 2, false, 2});
     }
 }
 
