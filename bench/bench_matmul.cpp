@@ -7,7 +7,9 @@
 // the cost of the conversions, which issue 18 wants at or below nothing.
 // Usage: bench_matmul [threads] [bf16|fp16]
 // GCC 12 reports false -Wmaybe-uninitialized inside Eigen's AVX-512 paths (-march=native).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"  // same Eigen AVX-512 code at -O1
 #include <Eigen/Core>
 #include <algorithm>

@@ -401,7 +401,7 @@ TEST_CASE("movedim, unbind, diag, meshgrid, diff: PyTorch's layouts, gradients, 
   CHECK(movedim(x, {0, 2}, {2, 0}).shape() == Shape{4, 3, 2});
   CHECK(movedim(x, 0, -1).shape() == Shape{3, 4, 2});
   CHECK(movedim(x, 0, -1).select(2, 1).select(0, 2).select(0, 3).item() == x.select(0, 1).select(0, 2).select(0, 3).item());
-  CHECK(movedim(x, {1}, {0}).shape() == Shape{3, 2, 4});
+  CHECK(movedim(x, std::vector<int64_t>{1}, std::vector<int64_t>{0}).shape() == Shape{3, 2, 4});  // the list form
   CHECK_THROWS_AS(movedim(x, {0, 0}, {1, 2}), kiln::Error);
   const std::vector<Tensor> parts = unbind(x, 1);
   REQUIRE(parts.size() == 3);
