@@ -95,11 +95,57 @@ struct WideScratch {
 
 }  // namespace
 
+/// A bf16 forward (bits mode, one group, C even, the AVX512_BF16 kernel) with nothing
+/// packed: the padded input is stored with its channels interleaved in pairs, (C/2, Hp, Wp)
+/// 32-bit lanes holding (channel 2c', channel 2c'+1), so the GEMM's row of pairs for channel
+/// pair c' and tap (kh, kw) is one contiguous run of that plane, read in place by
+/// sgemm_bf16_pair_rows; the weights are paired in the same (channel pair, tap) order once
+/// per call. The depth is the same products in another order: the sums differ from the
+/// packed path's only by float32 rounding.
+template <class X>
+void conv2d_forward_wide_pairs(int nt, const Conv2dGeom& g, const X* x, const float* w, const float* bias, X* y,
+                               int64_t lo, int64_t hi) {
+  const int64_t L = g.OH * g.OW, T = g.kH * g.kW, Cp = g.C / 2, Kp = Cp * T;
+  const Wide v = wide_of(g);
+  const int64_t plane = v.Hp * v.Wp;
+  std::vector<uint32_t> a(size_t(g.O * Kp));  // (O, Kp) weight pairs, the even channel in the low half
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t cp = 0; cp < Cp; ++cp)
+      for (int64_t t = 0; t < T; ++t)
+        a[size_t(o * Kp + cp * T + t)] = uint32_t(float_to_bf16_bits(w[(o * g.C + 2 * cp) * T + t])) |
+                                         uint32_t(float_to_bf16_bits(w[(o * g.C + 2 * cp + 1) * T + t])) << 16;
+  std::vector<int64_t> off(static_cast<size_t>(Kp));  // pair row (c', kh, kw): its start in the interleaved plane
+  for (int64_t cp = 0; cp < Cp; ++cp)
+    for (int64_t kh = 0; kh < g.kH; ++kh)
+      for (int64_t kw = 0; kw < g.kW; ++kw) off[size_t(cp * T + kh * g.kW + kw)] = cp * plane + kh * g.dH * v.Wp + kw * g.dW;
+  thread_local std::vector<uint32_t> xi;   // (C/2, Hp, Wp) interleaved, zero border
+  thread_local std::vector<float> out;     // (O, L2)
+  xi.assign(size_t(Cp * plane), 0u);
+  out.resize(size_t(g.O * v.L2));
+  for (int64_t n = lo; n < hi; ++n) {
+    const auto* xb = reinterpret_cast<const uint16_t*>(x + n * g.C * g.H * g.W);
+    over_channels(nt, Cp, [&](int64_t c0, int64_t c1) {
+      for (int64_t cp = c0; cp < c1; ++cp)
+        for (int64_t h = 0; h < g.H; ++h) {
+          const uint16_t* r0 = xb + (2 * cp * g.H + h) * g.W;
+          const uint16_t* r1 = r0 + g.H * g.W;
+          uint32_t* d = xi.data() + cp * plane + (h + g.pH) * v.Wp + g.pW;
+          for (int64_t i = 0; i < g.W; ++i) d[i] = uint32_t(r0[i]) | uint32_t(r1[i]) << 16;
+        }
+    });
+    sgemm_bf16_pair_rows(g.O, v.L2, Kp, a.data(), Kp, xi.data(), off.data(), out.data(), v.L2);
+    wide_to_dense(out.data(), g, v.Wp, v.L2, bias, y + n * g.O * L);
+  }
+}
+
 /// Forward over samples [lo, hi) in the wide layout, one GEMM per sample and group whose
 /// columns are read from the padded input through the tap table.
 template <class T, class X>
 void conv2d_forward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, const T* bias, X* y, int64_t lo,
                          int64_t hi) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>)
+    if (bf16_bits<T, X>(g) && g.groups == 1 && g.C % 2 == 0 && sgemm_bf16_pair_rows_available())
+      return conv2d_forward_wide_pairs(nt, g, x, w, bias, y, lo, hi);
   const int64_t L = g.OH * g.OW, G = g.groups, Og = g.O / G, Kg = g.C / G * g.kH * g.kW;
   const Wide v = wide_of(g);
   const std::vector<int64_t> rows = tap_rows(g, v);

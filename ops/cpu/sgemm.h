@@ -88,6 +88,18 @@ void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                          const uint16_t* B, int64_t ldb, const int64_t* b_rows, float beta, float* C, int64_t ldc,
                          int threads);
 
+/// C (M, N) float32 = A @ B (beta 0, on the calling thread) over Kp *pairs* of bf16 values,
+/// neither operand packed: A's row i holds its Kp pairs (32-bit lanes, the even k in the low
+/// half) at A + i lda, B's pair row p holds N pairs at B + b_off[p] (any 4-byte offsets;
+/// read with masks, never past column N). The wide bf16 convolution's forward stores its
+/// padded input with channels interleaved in pairs, so every (channel pair, tap) row of its
+/// GEMM lies in memory as this reads it (ops/cpu/conv_wide.cpp). Only on the AVX512_BF16
+/// kernel: sgemm_bf16_pair_rows_available() (false where AMX or no bf16 kernel is chosen);
+/// otherwise kiln::Error.
+bool sgemm_bf16_pair_rows_available();
+void sgemm_bf16_pair_rows(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda, const uint32_t* B,
+                          const int64_t* b_off, float* C, int64_t ldc);
+
 /// The AMX forms of the three above (ops/cpu/sgemm_amx.cpp; sgemm_bf16 calls them when
 /// KILN_CPU_BF16_GEMM selects AMX): the tile instructions, or with `model` their C++ model.
 /// A build without the packed kernels (AVX2 or AVX-512) throws kiln::Error.

@@ -193,12 +193,20 @@ struct APanel {
   int64_t row = 0;  // 0: packed
 };
 
-/// C tile (mr x nr) = A panel @ Bp panel (kp pairs) + beta * C (+ bias on every row); beta
+/// Where it finds B's pairs: a packed panel (pair row p at b + p NR), or, with `off` set,
+/// pair row p at b + off[p] (sgemm_bf16_pair_rows: rows of pairs that lie in memory as they
+/// are, 32-bit lanes, read with masks past nr).
+struct BPanel {
+  const uint32_t* b;
+  const int64_t* off = nullptr;  // null: packed
+};
+
+/// C tile (mr x nr) = A panel @ B panel (kp pairs) + beta * C (+ bias on every row); beta
 /// is 0 (C not read) or 1 (float32 C only). The 2 x ROWS float32 accumulators stay in
-/// registers; a bf16 C gets them rounded once.
-template <int ROWS, class OutT>
-KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, const uint32_t* __restrict Bp, OutT* C, int64_t ldc,
-                                   int mr, int nr, bool add_c, const float* bias) {
+/// registers; a bf16 C gets them rounded once. kDirectA / kRowsB: A.row and B.off are set.
+template <int ROWS, class OutT, bool kDirectA, bool kRowsB>
+KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, BPanel B, OutT* C, int64_t ldc, int mr, int nr, bool add_c,
+                                   const float* bias) {
   const __mmask16 m0 = nr >= 16 ? 0xFFFF : __mmask16((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? __mmask16((1u << (nr - 16)) - 1) : 0;
   __m512 c0[ROWS], c1[ROWS];
@@ -210,37 +218,34 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, const uint32_t* __restr
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
     }
   }
-  if (A.row == 0) {
-    const uint32_t* __restrict Ap = A.a;
-    for (int64_t p = 0; p < kp; ++p) {
-      const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp), b1 = (__m512bh)_mm512_load_si512(Bp + 16);
-#pragma GCC unroll 12
-      for (int i = 0; i < ROWS; ++i) {
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(int(Ap[i]));
-        c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
-        c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
-      }
-      Ap += MR;
-      Bp += NR;
-    }
-  } else {
-    int64_t off[ROWS];  // each row's start, in pairs
+  int64_t off[ROWS];  // direct A: each row's start, in pairs
+  if constexpr (kDirectA) {
 #pragma GCC unroll 12
     for (int i = 0; i < ROWS; ++i) off[i] = std::min(i, mr - 1) * A.row;
-    const uint32_t* ap = A.a;
-    for (int64_t p = 0; p < kp; ++p) {
-      const __m512bh b0 = (__m512bh)_mm512_load_si512(Bp), b1 = (__m512bh)_mm512_load_si512(Bp + 16);
-#pragma GCC unroll 12
-      for (int i = 0; i < ROWS; ++i) {
-        uint32_t pair;
-        std::memcpy(&pair, ap + off[i], sizeof pair);  // A's rows need not be 4-byte aligned
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(int(pair));
-        c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
-        c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
-      }
-      ++ap;
-      Bp += NR;
+  }
+  const uint32_t* __restrict ap = A.a;
+  const uint32_t* __restrict bp = B.b;
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh b0, b1;
+    if constexpr (kRowsB) {
+      const uint32_t* r = bp + B.off[p];
+      b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, r);
+      b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, r + 16);
+    } else {
+      b0 = (__m512bh)_mm512_load_si512(bp);
+      b1 = (__m512bh)_mm512_load_si512(bp + 16);
+      bp += NR;
     }
+#pragma GCC unroll 12
+    for (int i = 0; i < ROWS; ++i) {
+      uint32_t pair;
+      if constexpr (kDirectA) std::memcpy(&pair, ap + off[i], sizeof pair);  // rows need not be 4-byte aligned
+      else pair = ap[i];
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(pair));
+      c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
+      c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
+    }
+    ap += kDirectA ? 1 : MR;
   }
   const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
   const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
@@ -259,6 +264,15 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, const uint32_t* __restr
   }
 }
 
+/// One tile through the micro-kernel for its row count (12, 8 or 4) and operand sources.
+template <bool kDirectA, bool kRowsB, class OutT>
+KILN_BF16_TARGET void tile(int64_t kp, APanel a, BPanel b, OutT* c, int64_t ldc, int mr, int nr, bool add_c,
+                           const float* bias) {
+  if (mr > 8) micro_kernel<MR, OutT, kDirectA, kRowsB>(kp, a, b, c, ldc, mr, nr, add_c, bias);
+  else if (mr > 4) micro_kernel<8, OutT, kDirectA, kRowsB>(kp, a, b, c, ldc, mr, nr, add_c, bias);
+  else micro_kernel<4, OutT, kDirectA, kRowsB>(kp, a, b, c, ldc, mr, nr, add_c, bias);
+}
+
 template <class OutT>
 KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, APanel Ap, const uint32_t* Bp,
                                    OutT* C, int64_t ldc, bool add_c, const float* bias) {
@@ -266,12 +280,11 @@ KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, APanel Ap
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
       const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
       const APanel a{Ap.a + i0 * (Ap.row ? Ap.row : kp), Ap.row};
-      const uint32_t* b = Bp + j0 * kp;
+      const BPanel b{Bp + j0 * kp};
       OutT* c = C + i0 * ldc + j0;
       const float* bi = bias ? bias + j0 : nullptr;
-      if (mr > 8) micro_kernel<MR>(kp, a, b, c, ldc, mr, nr, add_c, bi);
-      else if (mr > 4) micro_kernel<8>(kp, a, b, c, ldc, mr, nr, add_c, bi);
-      else micro_kernel<4>(kp, a, b, c, ldc, mr, nr, add_c, bi);
+      if (Ap.row) tile<true, false>(kp, a, b, c, ldc, mr, nr, add_c, bi);
+      else tile<false, false>(kp, a, b, c, ldc, mr, nr, add_c, bi);
     }
 }
 
@@ -379,6 +392,23 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
   });
 }
 
+/// sgemm_bf16_pair_rows on this kernel: slices of at most 160 pair rows (a 32-column strip of
+/// them is 20 KiB, so it stays in L1 while the row panels of A pass), no packing of either
+/// operand.
+KILN_BF16_TARGET void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda,
+                                     const uint32_t* B, const int64_t* b_off, float* C, int64_t ldc) {
+  const int64_t slices = (Kp + 159) / 160, ks = (Kp + slices - 1) / slices;
+  for (int64_t p0 = 0; p0 < Kp; p0 += ks) {
+    const int64_t kp = std::min(ks, Kp - p0);
+    for (int64_t j0 = 0; j0 < N; j0 += NR)
+      for (int64_t i0 = 0; i0 < M; i0 += MR) {
+        const int mr = int(std::min<int64_t>(MR, M - i0)), nr = int(std::min<int64_t>(NR, N - j0));
+        tile<true, true>(kp, APanel{A + i0 * lda + p0, lda}, BPanel{B + j0, b_off + p0}, C + i0 * ldc + j0, ldc,
+                         mr, nr, p0 > 0, static_cast<const float*>(nullptr));
+      }
+  }
+}
+
 void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
   gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb}, beta, C, ldc, threads, bias);
@@ -427,6 +457,10 @@ void avx512_gemm_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const flo
 void avx512_gemm_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const float*, int64_t, const uint16_t*,
                           int64_t, const int64_t*, float, float*, int64_t, int) {
   no_kernel(M, N, K);
+}
+void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uint32_t*, int64_t, const uint32_t*, const int64_t*, float*,
+                    int64_t) {
+  no_kernel(M, N, 2 * Kp);
 }
 }  // namespace
 
@@ -511,6 +545,20 @@ void sgemm_bf16_rounding(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
   if (const auto model = amx_choice())
     return sgemm_amx_rounding(*model, trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
   avx512_gemm_rounding(trans_a, trans_b, M, N, K, A, lda, B, ldb, b_rows, beta, C, ldc, threads);
+}
+
+bool sgemm_bf16_pair_rows_available() { return bf16_kernel() == Bf16Kernel::avx512_bf16; }
+
+void sgemm_bf16_pair_rows(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda, const uint32_t* B,
+                          const int64_t* b_off, float* C, int64_t ldc) {
+  KILN_CHECK(sgemm_bf16_pair_rows_available(), "sgemm_bf16_pair_rows: needs the AVX512_BF16 kernel (this CPU or ",
+             "KILN_CPU_BF16_GEMM chose another; called for M=", M, " N=", N, " pairs=", Kp, ")");
+  if (M <= 0 || N <= 0) return;
+  if (Kp <= 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, 0.f);
+    return;
+  }
+  pair_rows_gemm(M, N, Kp, A, lda, B, b_off, C, ldc);
 }
 
 }  // namespace kiln

@@ -193,6 +193,55 @@ TEST_CASE("sgemm_bf16: against a float64 reference of the bf16 values") {
   all_cases(false);
 }
 
+TEST_CASE("sgemm_bf16_pair_rows: unpacked pairs of A and B rows at any offset, against a float64 reference") {
+  if (!sgemm_bf16_pair_rows_available()) {
+    MESSAGE("skipped: sgemm_bf16_pair_rows needs the AVX512_BF16 kernel, not chosen here");
+    CHECK_THROWS_AS(sgemm_bf16_pair_rows(1, 1, 1, nullptr, 1, nullptr, nullptr, nullptr, 1), Error);
+    return;
+  }
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd;
+  struct Shape { int64_t M, N, Kp; };
+  // tile edges in M (12, 8, 4 rows) and N (32 columns), one and several depth slices (160 pairs)
+  for (Shape sh : {Shape{1, 1, 1}, Shape{5, 17, 3}, Shape{12, 32, 16}, Shape{13, 45, 161}, Shape{32, 840, 144},
+                   Shape{64, 70, 288}, Shape{31, 100, 400}}) {
+    CAPTURE(sh.M);
+    CAPTURE(sh.N);
+    CAPTURE(sh.Kp);
+    const int64_t lda = sh.Kp + 1;  // odd: A's rows at 4-byte offsets only
+    std::vector<uint32_t> A(size_t(sh.M * lda));
+    for (auto& a : A) a = uint32_t(to_bf16(nd(gen))) | uint32_t(to_bf16(nd(gen))) << 16;
+    // B's pair rows at scattered, overlapping offsets of one buffer (as a convolution's taps)
+    const int64_t span = sh.N + 3 * sh.Kp + 7;
+    std::vector<uint32_t> B(static_cast<size_t>(span));
+    for (auto& b : B) b = uint32_t(to_bf16(nd(gen))) | uint32_t(to_bf16(nd(gen))) << 16;
+    std::vector<int64_t> off(size_t(sh.Kp));
+    for (int64_t p = 0; p < sh.Kp; ++p) off[size_t(p)] = (p * 7) % (3 * sh.Kp + 7);
+    const int64_t ldc = sh.N + 5;
+    std::vector<float> C(size_t(sh.M * ldc), std::numeric_limits<float>::quiet_NaN());
+    sgemm_bf16_pair_rows(sh.M, sh.N, sh.Kp, A.data(), lda, B.data(), off.data(), C.data(), ldc);
+    auto lo = [](uint32_t v) { return from_bf16(uint16_t(v & 0xFFFF)); };
+    auto hi = [](uint32_t v) { return from_bf16(uint16_t(v >> 16)); };
+    double worst = 0;
+    int untouched = 0;
+    for (int64_t i = 0; i < sh.M; ++i) {
+      for (int64_t j = 0; j < sh.N; ++j) {
+        double acc = 0, mag = 0;
+        for (int64_t p = 0; p < sh.Kp; ++p) {
+          const uint32_t a = A[size_t(i * lda + p)], b = B[size_t(off[size_t(p)] + j)];
+          const double t = lo(a) * lo(b) + hi(a) * hi(b);
+          acc += t, mag += std::abs(lo(a) * lo(b)) + std::abs(hi(a) * hi(b));
+        }
+        const double err = std::abs(double(C[size_t(i * ldc + j)]) - acc) / (mag + 1.0);
+        if (!(err <= worst)) worst = err;
+      }
+      for (int64_t j = sh.N; j < ldc; ++j) untouched += std::isnan(C[size_t(i * ldc + j)]);
+    }
+    CHECK(worst < 1e-6);
+    CHECK(untouched == sh.M * (ldc - sh.N));  // nothing written past column N
+  }
+}
+
 TEST_CASE("sgemm_amx: the AMX loop nest on the C++ model of the tiles, against a float64 reference") {
   // The packing (A row-major in pairs, B in 32-column pair panels, both zero-padded to
   // whole tiles), the 32 x 32 block of four C tiles, K slices, edges and threads of the
