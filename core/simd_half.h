@@ -10,6 +10,7 @@
 // keep the top half, and a NaN becomes its top half with the quiet bit set; with
 // AVX512_BF16, VCVTNEPS2BF16 gives the same bits for every vector without a subnormal.
 #pragma once
+#include <cstdint>
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 
@@ -82,6 +83,16 @@ inline void floats_from_bf16(const uint16_t* s, float* d, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = lanes16(n - i);
     _mm512_mask_storeu_ps(d + i, m, floats_from_bf16x16(_mm256_maskz_loadu_epi16(m, s + i)));
+  }
+}
+/// d[i] = lo[i] | hi[i] << 16 for i in [0, n): two rows of 16-bit values interleaved into
+/// 32-bit pairs (the layout of VDPBF16PS's operands), tails masked.
+inline void interleave_pairs(const uint16_t* lo, const uint16_t* hi, uint32_t* d, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes16(n - i);
+    const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + i));
+    const __m512i b = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + i));
+    _mm512_mask_storeu_epi32(d + i, m, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
   }
 }
 #endif

@@ -4,8 +4,14 @@
 // output channels, and for what the direct kernels leave of a first layer (its input
 // gradient; its forward above 16 outputs); it also runs a transposed-convolution input
 // gradient as a forward.
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports once inlined (GCC bug 105593): simd::interleave_pairs.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <algorithm>
 #include <vector>
+#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/conv_algos.h"
 #include "kiln/ops/kernels/linalg.h"
 
@@ -79,7 +85,7 @@ struct WideScratch {
     over_channels(nt, g.C, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t h = 0; h < g.H; ++h)
-          std::copy_n(xb + (c * g.H + h) * g.W, g.W, xpad16.data() + (c * v.Hp + h + g.pH) * v.Wp + g.pW);
+          copy_row(xpad16.data() + (c * v.Hp + h + g.pH) * v.Wp + g.pW, xb + (c * g.H + h) * g.W, g.W);
     });
     return xpad16.data();
   }
@@ -130,7 +136,11 @@ void conv2d_forward_wide_pairs(int nt, const Conv2dGeom& g, const X* x, const fl
           const uint16_t* r0 = xb + (2 * cp * g.H + h) * g.W;
           const uint16_t* r1 = r0 + g.H * g.W;
           uint32_t* d = xi.data() + cp * plane + (h + g.pH) * v.Wp + g.pW;
+#if defined(KILN_SIMD_BF16_ROWS)
+          simd::interleave_pairs(r0, r1, d, g.W);
+#else
           for (int64_t i = 0; i < g.W; ++i) d[i] = uint32_t(r0[i]) | uint32_t(r1[i]) << 16;
+#endif
         }
     });
     sgemm_bf16_pair_rows(g.O, v.L2, Kp, a.data(), Kp, xi.data(), off.data(), out.data(), v.L2);
@@ -169,9 +179,22 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, c
   const std::vector<int64_t> rows = tap_rows(g, v);
   WideScratch<T> s(g, v, dw != nullptr, dx != nullptr, !std::is_same_v<X, T>, bf16_bits<T, X>(g));
   T* dyw = s.out.data();  // (O, L2); the junk columns stay zero
+  // A bf16 weight gradient with the padded input kept as bf16 bits runs transposed where
+  // the AVX512_BF16 kernel is chosen: dw^T (Kg, O) += cols (Kg, L2) @ dy^T, the tap rows of
+  // the padded input read in place as A (sgemm_bf16_a_rows), so only dy (O rows) is packed
+  // where dy @ cols^T packs all C kH kW tap rows; the sum, in dwt, is added to dw at the end.
+  bool a_rows = false;
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>)
+    a_rows = dw && s.bits && G == 1 && sgemm_bf16_pair_rows_available();
+  std::vector<float> dwt(a_rows ? size_t(Kg * g.O) : 0, 0.f);
   for (int64_t n = lo; n < hi; ++n) {
     dense_to_wide(dy + n * g.O * L, g, v.Wp, v.L2, dyw, db);
-    if (dw) {
+    if (a_rows) {
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>) {
+        const uint16_t* xp = s.padded_bits(nt, g, v, x + n * g.C * g.H * g.W);
+        sgemm_bf16_a_rows(Kg, g.O, v.L2, xp, rows.data(), dyw, v.L2, 1.f, dwt.data(), g.O);
+      }
+    } else if (dw) {
       s.with_padded(nt, g, v, x + n * g.C * g.H * g.W, [&](const auto* xp) {
         for (int64_t gi = 0; gi < G; ++gi)  // dw_g (Og, Kg) += dy_g (Og, L2) @ cols_g^T (L2, Kg)
           conv_gemm(g, false, true, Og, Kg, v.L2, dyw + gi * Og * v.L2, v.L2, xp, 0, rows.data() + gi * Kg, T(1),
@@ -192,6 +215,9 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, c
       if (s.copy) unpad_channels(dxp, g, v, dxn);  // the interior is dx
     }
   }
+  if (a_rows)
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t k = 0; k < Kg; ++k) dw[o * Kg + k] += dwt[size_t(k * g.O + o)];
 }
 
 #define KILN_WIDE(T, X)                                                                                         \

@@ -100,6 +100,16 @@ bool sgemm_bf16_pair_rows_available();
 void sgemm_bf16_pair_rows(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda, const uint32_t* B,
                           const int64_t* b_off, float* C, int64_t ldc);
 
+/// C (M, N) float32 = A @ B + beta C (beta 0 or 1, on the calling thread) with A read where
+/// it lies: A's row i is the K bf16 values at A + a_off[i] (any element offsets; nothing past
+/// a row's K values is read), and B given transposed, column j's K float32 values at Bt + j
+/// ldb (rounded to bf16 as B is packed, once). The wide bf16 convolution's weight
+/// gradient, dW^T (C kH kW, O) = its padded input's tap rows @ dY^T: the tap rows are A, so
+/// only the few output channels are packed (ops/cpu/conv_wide.cpp). Needs the same kernel as
+/// sgemm_bf16_pair_rows (sgemm_bf16_pair_rows_available()); otherwise kiln::Error.
+void sgemm_bf16_a_rows(int64_t M, int64_t N, int64_t K, const uint16_t* A, const int64_t* a_off, const float* Bt,
+                       int64_t ldb, float beta, float* C, int64_t ldc);
+
 /// The AMX forms of the three above (ops/cpu/sgemm_amx.cpp; sgemm_bf16 calls them when
 /// KILN_CPU_BF16_GEMM selects AMX): the tile instructions, or with `model` their C++ model.
 /// A build without the packed kernels (AVX2 or AVX-512) throws kiln::Error.

@@ -185,12 +185,17 @@ KILN_BF16_TARGET inline void store16(uint16_t* c, __mmask16 m, __m512 v) {
 }
 
 /// Where the micro-kernel finds A's pairs: a packed panel (pair p of row i at Ap[p MR + i]),
-/// or, with `row` the stride of A's rows in pairs, A itself (at Ap[i row + p]): a bf16 A
-/// stored (M, K) with K even already holds each row's pairs side by side, so it is read in
-/// place, each of the tile's rows its own stream (rows past mr re-read the last one).
+/// or A itself, read in place: a bf16 A stored (M, K) already holds each row's pairs side by
+/// side, each of the tile's rows its own stream (rows past mr re-read the last one). In
+/// place, row i starts at `a` + i `row` pairs, or, with `rows` set, at the 16-bit element
+/// e + rows[i] (any 2-byte offsets: sgemm_bf16_a_rows); `half_last`: the last pair's high
+/// half lies past the row (odd K) and is read as zero.
 struct APanel {
   const uint32_t* a;
-  int64_t row = 0;  // 0: packed
+  int64_t row = 0;  // packed when 0 and rows is null
+  const int64_t* rows = nullptr;
+  const uint16_t* e = nullptr;
+  bool half_last = false;
 };
 
 /// Where it finds B's pairs: a packed panel (pair row p at b + p NR), or, with `off` set,
@@ -200,6 +205,36 @@ struct BPanel {
   const uint32_t* b;
   const int64_t* off = nullptr;  // null: packed
 };
+
+/// One pair of depth through the tile's accumulators: B's two vectors of pairs (packed, or
+/// pair row p at b_off[p]) times each row's A pair, broadcast; kHalf: A's high halves lie
+/// past its rows and are read as zero. Advances the panel pointers.
+template <int ROWS, bool kDirectA, bool kRowsB, bool kHalf>
+KILN_BF16_TARGET __attribute__((always_inline)) inline void pair_step(
+    int64_t p, const uint32_t*& ap, const uint16_t*& ae, const uint32_t*& bp, const int64_t* off,
+    const int64_t* b_off, __mmask16 m0, __mmask16 m1, __m512* c0, __m512* c1) {
+  __m512bh b0, b1;
+  if constexpr (kRowsB) {
+    const uint32_t* r = bp + b_off[p];
+    b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, r);
+    b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, r + 16);
+  } else {
+    b0 = (__m512bh)_mm512_load_si512(bp);
+    b1 = (__m512bh)_mm512_load_si512(bp + 16);
+    bp += NR;
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < ROWS; ++i) {
+    uint32_t pair = 0;
+    if constexpr (kDirectA) std::memcpy(&pair, ae + off[i], kHalf ? sizeof(uint16_t) : sizeof pair);  // any alignment
+    else pair = ap[i];
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(int(pair));
+    c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
+    c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
+  }
+  if constexpr (kDirectA) ae += 2;
+  else ap += MR;
+}
 
 /// C tile (mr x nr) = A panel @ B panel (kp pairs) + beta * C (+ bias on every row); beta
 /// is 0 (C not read) or 1 (float32 C only). The 2 x ROWS float32 accumulators stay in
@@ -218,35 +253,18 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, BPanel B, OutT* C, int6
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
     }
   }
-  int64_t off[ROWS];  // direct A: each row's start, in pairs
+  int64_t off[ROWS];  // direct A: each row's start, in 16-bit elements
   if constexpr (kDirectA) {
 #pragma GCC unroll 12
-    for (int i = 0; i < ROWS; ++i) off[i] = std::min(i, mr - 1) * A.row;
+    for (int i = 0; i < ROWS; ++i) off[i] = A.rows ? A.rows[std::min(i, mr - 1)] : 2 * std::min(i, mr - 1) * A.row;
   }
-  const uint32_t* __restrict ap = A.a;
-  const uint32_t* __restrict bp = B.b;
-  for (int64_t p = 0; p < kp; ++p) {
-    __m512bh b0, b1;
-    if constexpr (kRowsB) {
-      const uint32_t* r = bp + B.off[p];
-      b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, r);
-      b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, r + 16);
-    } else {
-      b0 = (__m512bh)_mm512_load_si512(bp);
-      b1 = (__m512bh)_mm512_load_si512(bp + 16);
-      bp += NR;
-    }
-#pragma GCC unroll 12
-    for (int i = 0; i < ROWS; ++i) {
-      uint32_t pair;
-      if constexpr (kDirectA) std::memcpy(&pair, ap + off[i], sizeof pair);  // rows need not be 4-byte aligned
-      else pair = ap[i];
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(pair));
-      c0[i] = _mm512_dpbf16_ps(c0[i], a, b0);
-      c1[i] = _mm512_dpbf16_ps(c1[i], a, b1);
-    }
-    ap += kDirectA ? 1 : MR;
-  }
+  const uint32_t* ap = A.a;                                             // packed A
+  const uint16_t* ae = A.rows ? A.e : reinterpret_cast<const uint16_t*>(A.a);  // direct A
+  const uint32_t* bp = B.b;
+  const int64_t kfull = kDirectA && A.half_last ? kp - 1 : kp;  // pairs read whole
+  for (int64_t p = 0; p < kfull; ++p)
+    pair_step<ROWS, kDirectA, kRowsB, false>(p, ap, ae, bp, off, B.off, m0, m1, c0, c1);
+  if (kfull < kp) pair_step<ROWS, kDirectA, kRowsB, true>(kfull, ap, ae, bp, off, B.off, m0, m1, c0, c1);
   const __m512 bias0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
   const __m512 bias1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
@@ -279,7 +297,7 @@ KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, APanel Ap
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 while the A panels pass
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
       const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
-      const APanel a{Ap.a + i0 * (Ap.row ? Ap.row : kp), Ap.row};
+      const APanel a{Ap.a + i0 * (Ap.row ? Ap.row : kp), Ap.row};  // (macro_kernel: no rows table)
       const BPanel b{Bp + j0 * kp};
       OutT* c = C + i0 * ldc + j0;
       const float* bi = bias ? bias + j0 : nullptr;
@@ -409,6 +427,27 @@ KILN_BF16_TARGET void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uin
   }
 }
 
+/// sgemm_bf16_a_rows on this kernel: B packed once (all of it: a weight gradient's few
+/// output channels), then slices of at most 160 pairs, so that a 32-column strip of packed B
+/// (20 KiB) stays in L1 while the tiles of A's rows pass; A is never packed.
+KILN_BF16_TARGET void a_rows_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, const int64_t* a_off,
+                                  const float* Bt, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const int64_t kp = (K + 1) / 2;
+  auto* Bp = reinterpret_cast<uint32_t*>(tls_b.get((N + NR - 1) / NR * NR * kp));
+  pack_b(true, RowsOf<float>{Bt, ldb}, K, N, Bp);
+  const int64_t slices = (kp + 159) / 160, ks = (kp + slices - 1) / slices;
+  for (int64_t p0 = 0; p0 < kp; p0 += ks) {
+    const int64_t n = std::min(ks, kp - p0);
+    const bool half = K % 2 && p0 + n == kp;
+    for (int64_t j0 = 0; j0 < N; j0 += NR)
+      for (int64_t i0 = 0; i0 < M; i0 += MR) {
+        const int mr = int(std::min<int64_t>(MR, M - i0)), nr = int(std::min<int64_t>(NR, N - j0));
+        tile<true, false>(n, APanel{nullptr, 0, a_off + i0, A + 2 * p0, half}, BPanel{Bp + j0 * kp + p0 * NR},
+                          C + i0 * ldc + j0, ldc, mr, nr, p0 > 0 || beta != 0.f, static_cast<const float*>(nullptr));
+      }
+  }
+}
+
 void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int threads, const float* bias) {
   gemm_bf16(trans_a, trans_b, M, N, K, A, lda, RowsOf<uint16_t>{B, ldb}, beta, C, ldc, threads, bias);
@@ -461,6 +500,10 @@ void avx512_gemm_rounding(bool, bool, int64_t M, int64_t N, int64_t K, const flo
 void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uint32_t*, int64_t, const uint32_t*, const int64_t*, float*,
                     int64_t) {
   no_kernel(M, N, 2 * Kp);
+}
+void a_rows_gemm(int64_t M, int64_t N, int64_t K, const uint16_t*, const int64_t*, const float*, int64_t, float, float*,
+                 int64_t) {
+  no_kernel(M, N, K);
 }
 }  // namespace
 
@@ -559,6 +602,20 @@ void sgemm_bf16_pair_rows(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, i
     return;
   }
   pair_rows_gemm(M, N, Kp, A, lda, B, b_off, C, ldc);
+}
+
+void sgemm_bf16_a_rows(int64_t M, int64_t N, int64_t K, const uint16_t* A, const int64_t* a_off, const float* Bt,
+                       int64_t ldb, float beta, float* C, int64_t ldc) {
+  KILN_CHECK(sgemm_bf16_pair_rows_available(), "sgemm_bf16_a_rows: needs the AVX512_BF16 kernel (this CPU or ",
+             "KILN_CPU_BF16_GEMM chose another; called for M=", M, " N=", N, " K=", K, ")");
+  KILN_CHECK(beta == 0.f || beta == 1.f, "sgemm_bf16_a_rows: beta must be 0 or 1, got ", beta);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (beta == 0.f)
+      for (int64_t i = 0; i < M; ++i) std::fill_n(C + i * ldc, N, 0.f);
+    return;
+  }
+  a_rows_gemm(M, N, K, A, a_off, Bt, ldb, beta, C, ldc);
 }
 
 }  // namespace kiln

@@ -376,6 +376,7 @@ TEST_CASE("conv2d, conv_transpose2d: bfloat16 on the CPU, every algorithm, again
       {{5, 6, 14, 14}, {16, 6, 5, 5}, {}, true},                                      // wide
       {{4, 1, 28, 28}, {32, 1, 3, 3}, {.padding = {1, 1}}, false},                    // im2col forward
       {{3, 32, 14, 14}, {64, 32, 3, 3}, {.padding = {1, 1}}, false},                  // wide, transposed dx
+      {{3, 16, 9, 9}, {16, 16, 3, 3}, {.padding = {1, 1}}, false},                    // wide, odd wide row (97)
       {{5, 3, 11, 10}, {8, 3, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}}, true},  // dilated
       {{5, 16, 9, 9}, {24, 16, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},   // strided: im2col
       {{4, 24, 8, 8}, {32, 12, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},        // grouped

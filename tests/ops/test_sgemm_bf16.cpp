@@ -3,7 +3,8 @@
 // K, odd row strides), K slices over 512, beta 1, a row bias, one and two threads; for each
 // of its forms: bf16 operands into a float32 C, into a bf16 C, float32 operands rounded to
 // bf16 as they are packed (B also through a row table, as a convolution reads it), and A
-// rounded with B's bf16 bits through a row table (bitwise the float32 B's result). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16, unless
+// rounded with B's bf16 bits through a row table (bitwise the float32 B's result); and the
+// two unpacked entries of the wide bf16 convolution (pair rows, A rows). Skipped (with a message naming the kernel) on a CPU without AVX512_BF16, unless
 // KILN_CPU_BF16_GEMM selects the AMX kernel. The AMX kernel's loop nest runs on its C++
 // model of the tile instructions (ops/cpu/sgemm_amx.cpp) on every CPU.
 #include <doctest/doctest.h>
@@ -240,6 +241,60 @@ TEST_CASE("sgemm_bf16_pair_rows: unpacked pairs of A and B rows at any offset, a
     CHECK(worst < 1e-6);
     CHECK(untouched == sh.M * (ldc - sh.N));  // nothing written past column N
   }
+}
+
+TEST_CASE("sgemm_bf16_a_rows: A's rows read in place at any element offset, B transposed, against float64") {
+  if (!sgemm_bf16_pair_rows_available()) {
+    MESSAGE("skipped: sgemm_bf16_a_rows needs the AVX512_BF16 kernel, not chosen here");
+    CHECK_THROWS_AS(sgemm_bf16_a_rows(1, 1, 1, nullptr, nullptr, nullptr, 1, 0.f, nullptr, 1), Error);
+    return;
+  }
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd;
+  const uint16_t nan16 = 0x7FC0;
+  struct Shape { int64_t M, N, K; bool overlap; float beta; };
+  // tile edges in M (12, 8, 4 rows) and N (32 columns); odd K (the last pair's high half past
+  // the row); one and several depth slices (160 pairs); beta 0 and 1; rows apart (a NaN after
+  // each row: reading past K poisons the sums) and overlapping (a convolution's taps)
+  for (Shape sh : {Shape{1, 1, 1, false, 0.f}, Shape{5, 17, 3, false, 1.f}, Shape{12, 32, 16, true, 0.f},
+                   Shape{13, 45, 321, false, 0.f}, Shape{288, 32, 811, true, 1.f}, Shape{40, 64, 209, false, 1.f},
+                   Shape{31, 100, 642, true, 0.f}}) {
+    CAPTURE(sh.M);
+    CAPTURE(sh.N);
+    CAPTURE(sh.K);
+    CAPTURE(sh.overlap);
+    std::vector<int64_t> off(size_t(sh.M));
+    for (int64_t i = 0; i < sh.M; ++i) off[size_t(i)] = sh.overlap ? (i * 7) % (2 * sh.M + 3) : i * (sh.K + 2) + i % 2;
+    const int64_t span = *std::max_element(off.begin(), off.end()) + sh.K + (sh.overlap ? 0 : 1);
+    std::vector<uint16_t> A(size_t(span), nan16);  // the gaps between rows apart stay NaN
+    for (int64_t i = 0; i < sh.M; ++i)
+      for (int64_t k = 0; k < sh.K; ++k) A[size_t(off[size_t(i)] + k)] = to_bf16(nd(gen));
+    const int64_t ldb = sh.K + 3, ldc = sh.N + 5;
+    std::vector<float> Bt(size_t(sh.N * ldb));  // float32 values: rounded to bf16 by the packing
+    for (auto& b : Bt) b = nd(gen);
+    std::vector<float> C(size_t(sh.M * ldc), std::numeric_limits<float>::quiet_NaN());
+    for (int64_t i = 0; i < sh.M; ++i)
+      for (int64_t j = 0; j < sh.N && sh.beta != 0.f; ++j) C[size_t(i * ldc + j)] = nd(gen);
+    const std::vector<float> C0 = C;
+    sgemm_bf16_a_rows(sh.M, sh.N, sh.K, A.data(), off.data(), Bt.data(), ldb, sh.beta, C.data(), ldc);
+    double worst = 0;
+    int untouched = 0;
+    for (int64_t i = 0; i < sh.M; ++i) {
+      for (int64_t j = 0; j < sh.N; ++j) {
+        double acc = sh.beta != 0.f ? double(C0[size_t(i * ldc + j)]) : 0.0, mag = std::abs(acc);
+        for (int64_t k = 0; k < sh.K; ++k) {
+          const double t = from_bf16(A[size_t(off[size_t(i)] + k)]) * from_bf16(to_bf16(Bt[size_t(j * ldb + k)]));
+          acc += t, mag += std::abs(t);
+        }
+        const double err = std::abs(double(C[size_t(i * ldc + j)]) - acc) / (mag + 1.0);
+        if (!(err <= worst)) worst = err;
+      }
+      for (int64_t j = sh.N; j < ldc; ++j) untouched += std::isnan(C[size_t(i * ldc + j)]);
+    }
+    CHECK(worst < 1e-6);
+    CHECK(untouched == sh.M * (ldc - sh.N));  // nothing written past column N
+  }
+  CHECK_THROWS_AS(sgemm_bf16_a_rows(1, 1, 1, nullptr, nullptr, nullptr, 1, 0.5f, nullptr, 1), Error);  // beta 0 or 1
 }
 
 TEST_CASE("sgemm_amx: the AMX loop nest on the C++ model of the tiles, against a float64 reference") {
