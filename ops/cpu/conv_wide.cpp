@@ -4,11 +4,6 @@
 // output channels, and for what the direct kernels leave of a first layer (its input
 // gradient; its forward above 16 outputs); it also runs a transposed-convolution input
 // gradient as a forward.
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which
-// -Wmaybe-uninitialized reports once inlined (GCC bug 105593): simd::interleave_pairs.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <algorithm>
 #include <vector>
 #include "kiln/core/simd_half.h"

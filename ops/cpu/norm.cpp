@@ -1,7 +1,13 @@
 // CPU kernels of the norm op family (batch norm, layer norm: fused forward and backward)
 // and their registration in the dispatch table. Row sums use 16 independent lanes (the
 // compiler vectorises them; the order depends only on the length, so results do not
-// change with alignment or thread count); per-channel / per-column totals use double.
+// change with alignment or thread count; batch norm's channels sum blocks of rows in 64
+// lanes, see rows_sum); per-channel / per-column totals use double. GCC 12's AVX-512
+// intrinsics start some results from _mm512_undefined_*(), which -Wmaybe-uninitialized
+// reports once inlined (GCC bug 105593): store_row's bf16 rounding.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -10,6 +16,7 @@
 #include "kiln/core/copy.h"
 #include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/simd_half.h"
 #include "kiln/ops/kernels/norm.h"
 #include "kiln/ops/dispatch.h"
 
@@ -50,6 +57,63 @@ inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
 
 // ---------------------------------------------------------------- batch norm
 
+// A batch-norm channel is N rows of S values (196-784 for a small CNN): per-row lane sums
+// spent as long combining their lanes and waiting on one chain of adds as adding. Its sums
+// instead run kRowLanes lanes (four float32 vectors, four chains in flight) over a block of
+// rows of about kRowBlock values, then combine the lanes pairwise into a double total, block
+// after block: the order depends only on N and S.
+constexpr int kRowLanes = 64;
+constexpr int64_t kRowBlock = 4096;
+
+/// sum over rows n < N and i < S of f(row(n), i) (see above).
+template <class T, class R, class F>
+inline double rows_sum(int64_t N, int64_t S, const R& row, const F& f) {
+  const int64_t block = std::max<int64_t>(1, kRowBlock / std::max<int64_t>(S, 1));
+  double total = 0;
+  for (int64_t n0 = 0; n0 < N; n0 += block) {
+    T a[kRowLanes] = {};
+    T tail = T(0);
+    for (int64_t n = n0; n < std::min(N, n0 + block); ++n) {
+      const auto r = row(n);
+      int64_t i = 0;
+      for (; i + kRowLanes <= S; i += kRowLanes)
+        for (int j = 0; j < kRowLanes; ++j) a[j] += f(r, i + j);
+      for (; i + 16 <= S; i += 16)
+        for (int j = 0; j < 16; ++j) a[j] += f(r, i + j);
+      for (; i < S; ++i) tail += f(r, i);
+    }
+    for (int w = kRowLanes / 2; w >= 1; w /= 2)
+      for (int j = 0; j < w; ++j) a[j] += a[j + w];
+    total += double(a[0] + tail);
+  }
+  return total;
+}
+
+/// rows_sum of f and of g together, in one pass over their rows.
+template <class T, class R, class F, class G>
+inline std::pair<double, double> rows_sum2(int64_t N, int64_t S, const R& row, const F& f, const G& g) {
+  const int64_t block = std::max<int64_t>(1, kRowBlock / std::max<int64_t>(S, 1));
+  double ta = 0, tb = 0;
+  for (int64_t n0 = 0; n0 < N; n0 += block) {
+    T a[kRowLanes] = {}, b[kRowLanes] = {};
+    T taila = T(0), tailb = T(0);
+    for (int64_t n = n0; n < std::min(N, n0 + block); ++n) {
+      const auto r = row(n);
+      int64_t i = 0;
+      for (; i + kRowLanes <= S; i += kRowLanes)
+        for (int j = 0; j < kRowLanes; ++j) a[j] += f(r, i + j), b[j] += g(r, i + j);
+      for (; i + 16 <= S; i += 16)
+        for (int j = 0; j < 16; ++j) a[j] += f(r, i + j), b[j] += g(r, i + j);
+      for (; i < S; ++i) taila += f(r, i), tailb += g(r, i);
+    }
+    for (int w = kRowLanes / 2; w >= 1; w /= 2)
+      for (int j = 0; j < w; ++j) a[j] += a[j + w], b[j] += b[j + w];
+    ta += double(a[0] + taila);
+    tb += double(b[0] + tailb);
+  }
+  return {ta, tb};
+}
+
 // X is how the activations x, out, dout and dx are stored: T, or a 16-bit float (the op
 // keeps a 16-bit input 16-bit on the CPU; ops/kernels/norm.h), computed on in T = float a
 // row at a time: rows are widened into a per-thread buffer (the same values as converting
@@ -67,6 +131,12 @@ inline void store_row(X* d, int64_t n, const F& f) {
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
       const int64_t m = std::min(kChunk, n - i0);
       for (int64_t i = 0; i < m; ++i) buf[i] = f(i0 + i);
+#if defined(KILN_SIMD_BF16_ROWS)
+      if constexpr (std::is_same_v<X, BFloat16>) {  // inline: no call per row
+        simd::bf16_from_floats(buf, reinterpret_cast<uint16_t*>(d + i0), m);
+        continue;
+      }
+#endif
       convert_floats(buf, d + i0, m);
     }
   }
@@ -115,18 +185,10 @@ void bn_forward_train(const X* x, const T* w, const T* b, X* out, T* smean, T* s
     thread_local std::vector<T> xb, xw;
     for (int64_t c = c0; c < c1; ++c) {
       const ChannelRows<T, X> rows(x, N, C, S, c, xw, xb);
-      double acc = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const auto xr = rows(n);
-        acc += double(lane_sum<T>(S, [&](int64_t i) { return T(xr[i]); }));
-      }
+      const double acc = rows_sum<T>(N, S, rows, [](const auto* xr, int64_t i) { return T(xr[i]); });
       const double mean = M > 0 ? acc / double(M) : 0.0;
       const T mt = T(mean);
-      double sq = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const auto xr = rows(n);
-        sq += double(lane_sum<T>(S, [&](int64_t i) { return (T(xr[i]) - mt) * (T(xr[i]) - mt); }));
-      }
+      const double sq = rows_sum<T>(N, S, rows, [mt](const auto* xr, int64_t i) { return (T(xr[i]) - mt) * (T(xr[i]) - mt); });
       const double var = M > 0 ? sq / double(M) : 0.0;
       const double inv = 1.0 / std::sqrt(var + eps);
       smean[c] = T(mean);
@@ -177,15 +239,11 @@ void bn_backward(const X* g, const X* x, const T* w, const T* smean, const T* si
       const double inv = double(sinv[c]);
       const bool again = dx && training && M > 0;  // a second pass reads x and g
       const ChannelRows<T, X> grows(g, N, C, S, c, gw, gb, again), xrows(x, N, C, S, c, xw, xb, again);
-      double sum_g = 0, sum_gx = 0;  // sum(g), sum(g (x - mean))
-      for (int64_t n = 0; n < N; ++n) {
-        const auto gr = grows(n);
-        const auto xr = xrows(n);
-        const auto [sg, sgx] = lane_sum2<T>(
-            S, [&](int64_t i) { return T(gr[i]); }, [&](int64_t i) { return T(gr[i]) * (T(xr[i]) - mean); });
-        sum_g += double(sg);
-        sum_gx += double(sgx);
-      }
+      // sum(g), sum(g (x - mean))
+      const auto [sum_g, sum_gx] = rows_sum2<T>(
+          N, S, [&](int64_t n) { return std::make_pair(grows(n), xrows(n)); },
+          [](const auto& r, int64_t i) { return T(r.first[i]); },
+          [mean](const auto& r, int64_t i) { return T(r.first[i]) * (T(r.second[i]) - mean); });
       if (dw) dw[c] = T(sum_gx * inv);
       if (db) db[c] = T(sum_g);
       if (!dx) continue;

@@ -103,6 +103,45 @@ TEST_CASE("batch_norm: float32 and bfloat16 paths") {
   CHECK(wf.grad().dtype() == DType::float32);
 }
 
+TEST_CASE("batch_norm: long channels (64-lane row sums over blocks of rows) against a float64 reference") {
+  // 40 x 165 values per channel: the CPU kernels sum rows of 165 in 64 lanes, then 16, then
+  // one by one, over blocks of 24 rows; the forward and both gradients against plain sums.
+  manual_seed(6);
+  const int64_t N = 40, C = 3, S = 165;
+  Tensor x = (randn({N, C, S}, f64) * 2.0 + 5.0).requires_grad_();
+  Tensor w = randn({C}, f64).requires_grad_(), b = randn({C}, f64).requires_grad_();
+  const Tensor g = randn({N, C, S}, f64);
+  Tensor y = batch_norm(x, w, b, Tensor(), Tensor(), true, 0.1, 1e-5);
+  y.backward(g);
+  const auto xv = x.detach().to_vector<double>(), gv = g.to_vector<double>(), yv = y.detach().to_vector<double>();
+  const auto wv = w.detach().to_vector<double>(), bv = b.detach().to_vector<double>();
+  const auto dx = x.grad().to_vector<double>(), dw = w.grad().to_vector<double>(), db = b.grad().to_vector<double>();
+  double worst = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    auto at = [&](int64_t n, int64_t i) { return size_t((n * C + c) * S + i); };
+    long double sx = 0, sxx = 0, sg = 0, sgx = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) sx += xv[at(n, i)];
+    const long double M = N * S, mean = sx / M;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const long double d = xv[at(n, i)] - mean;
+        sxx += d * d, sg += gv[at(n, i)], sgx += gv[at(n, i)] * d;
+      }
+    const long double inv = 1 / std::sqrt(sxx / M + 1e-5L);
+    worst = std::max(worst, double(std::fabs(dw[size_t(c)] - double(sgx * inv))));
+    worst = std::max(worst, double(std::fabs(db[size_t(c)] - double(sg))) / 100);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const long double xh = (xv[at(n, i)] - mean) * inv;
+        worst = std::max(worst, double(std::fabs(yv[at(n, i)] - double(xh * wv[size_t(c)] + bv[size_t(c)]))));
+        const long double d = wv[size_t(c)] * inv * (gv[at(n, i)] - sg / M - xh * sgx * inv / M);
+        worst = std::max(worst, double(std::fabs(dx[at(n, i)] - double(d))));
+      }
+  }
+  CHECK(worst < 1e-12);
+}
+
 TEST_CASE("batch_norm on a 16-bit CPU input: the bits of the float32 path on the widened input") {
   // The CPU kernels read a 16-bit x (and its gradient) widened and write out and dx in its
   // dtype (no float32 copies): every output, running stat and gradient must be the float32
@@ -116,11 +155,15 @@ TEST_CASE("batch_norm on a 16-bit CPU input: the bits of the float32 path on the
         CAPTURE(std::string(dtype_name(dt)));
         CAPTURE(training);
         CAPTURE(amp);
-        const Tensor x16 = (randn({6, 5, 37}) * 3.0 + 1.0).to(dt);
+        // short rows, and rows of 165 (64-lane, 16-lane and scalar steps) in two blocks of rows
+        const bool long_rows = training && amp;
+        const int64_t N = long_rows ? 40 : 6, C = 5, S = long_rows ? 165 : 37;
+        CAPTURE(S);
+        const Tensor x16 = (randn({N, C, S}) * 3.0 + 1.0).to(dt);
         Tensor x = x16.clone().requires_grad_(), xw = x16.to(f32).requires_grad_();
-        Tensor w = randn({5}).requires_grad_(), b = randn({5}).requires_grad_();
+        Tensor w = randn({C}).requires_grad_(), b = randn({C}).requires_grad_();
         Tensor w2 = w.detach().clone().requires_grad_(), b2 = b.detach().clone().requires_grad_();
-        Tensor rm = randn({5}), rv = rand({5}) + 0.5, rm2 = rm.clone(), rv2 = rv.clone();
+        Tensor rm = randn({C}), rv = rand({C}) + 0.5, rm2 = rm.clone(), rv2 = rv.clone();
         Tensor y;
         {
           autocast guard(dt, amp);
