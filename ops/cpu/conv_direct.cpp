@@ -1,6 +1,7 @@
 // conv2d on the CPU directly in vector registers, for first layers of few input channels.
 // conv.cpp chooses it for stride-1, ungrouped, non-pointwise convolutions of at most 4
-// input channels: the weight gradient always, the forward up to 16 output channels.
+// input channels: the weight gradient (except a bf16 one where the bf16 GEMM runs it, see
+// conv.cpp), the forward up to 16 output channels.
 #include <algorithm>
 #include <cstring>
 #include <vector>
