@@ -2,7 +2,8 @@
 // and their registration in the dispatch table. Row sums use 16 independent lanes (the
 // compiler vectorises them; the order depends only on the length, so results do not
 // change with alignment or thread count; batch norm's channels sum blocks of rows in 64
-// lanes, see rows_sum); per-channel / per-column totals use double. GCC 12's AVX-512
+// lanes, see rows_sum), their lanes combined in vector registers (combine_lanes);
+// per-channel / per-column totals use double. GCC 12's AVX-512
 // intrinsics start some results from _mm512_undefined_*(), which -Wmaybe-uninitialized
 // reports once inlined (GCC bug 105593): store_row's bf16 rounding.
 #if !defined(__clang__)
@@ -10,9 +11,13 @@
 #endif
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include "kiln/core/copy.h"
 #include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
@@ -24,6 +29,30 @@ namespace kiln {
 
 namespace {
 
+/// acc[0] + ... + acc[L-1] combined pairwise (acc[j] += acc[j + w] for w = L/2, ..., 1).
+/// With AVX-512 the lanes are combined as whole vectors and then inside one vector, the same
+/// additions in the same order (float addition commutes), where a loop over the array made
+/// partial-width reloads of the vectors just stored: stalls as long as the row's own sum.
+template <class T, int L>
+inline T combine_lanes(T* acc) {
+#if defined(__AVX512F__)
+  auto tree = [acc]<class V, int kN>() {  // the whole vectors, pairwise
+    V v[kN];
+    for (int k = 0; k < kN; ++k) std::memcpy(&v[k], acc + k * (64 / int(sizeof(T))), 64);
+    for (int n = kN; n > 1; n /= 2)
+      for (int k = 0; k < n / 2; ++k) v[k] = v[k] + v[k + n / 2];
+    return v[0];
+  };
+  if constexpr (std::is_same_v<T, float> && L % 16 == 0)
+    return _mm512_reduce_add_ps(tree.template operator()<__m512, L / 16>());
+  else if constexpr (std::is_same_v<T, double> && L % 8 == 0)
+    return _mm512_reduce_add_pd(tree.template operator()<__m512d, L / 8>());
+#endif
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
 // sum_{i < n} f(i) in 16 lanes, combined pairwise.
 template <class T, class F>
 inline T lane_sum(int64_t n, const F& f) {
@@ -34,9 +63,7 @@ inline T lane_sum(int64_t n, const F& f) {
     for (int j = 0; j < L; ++j) acc[j] += f(i + j);
   T tail = T(0);
   for (; i < n; ++i) tail += f(i);
-  for (int w = L / 2; w >= 1; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0] + tail;
+  return combine_lanes<T, L>(acc) + tail;
 }
 
 // lane_sum of f and of g together, in one pass over their inputs (each sum in the same
@@ -50,9 +77,7 @@ inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
     for (int j = 0; j < L; ++j) a[j] += f(i + j), b[j] += g(i + j);
   T ta = T(0), tb = T(0);
   for (; i < n; ++i) ta += f(i), tb += g(i);
-  for (int w = L / 2; w >= 1; w /= 2)
-    for (int j = 0; j < w; ++j) a[j] += a[j + w], b[j] += b[j + w];
-  return {a[0] + ta, b[0] + tb};
+  return {combine_lanes<T, L>(a) + ta, combine_lanes<T, L>(b) + tb};
 }
 
 // ---------------------------------------------------------------- batch norm
@@ -82,9 +107,7 @@ inline double rows_sum(int64_t N, int64_t S, const R& row, const F& f) {
         for (int j = 0; j < 16; ++j) a[j] += f(r, i + j);
       for (; i < S; ++i) tail += f(r, i);
     }
-    for (int w = kRowLanes / 2; w >= 1; w /= 2)
-      for (int j = 0; j < w; ++j) a[j] += a[j + w];
-    total += double(a[0] + tail);
+    total += double(combine_lanes<T, kRowLanes>(a) + tail);
   }
   return total;
 }
@@ -106,10 +129,8 @@ inline std::pair<double, double> rows_sum2(int64_t N, int64_t S, const R& row, c
         for (int j = 0; j < 16; ++j) a[j] += f(r, i + j), b[j] += g(r, i + j);
       for (; i < S; ++i) taila += f(r, i), tailb += g(r, i);
     }
-    for (int w = kRowLanes / 2; w >= 1; w /= 2)
-      for (int j = 0; j < w; ++j) a[j] += a[j + w], b[j] += b[j + w];
-    ta += double(a[0] + taila);
-    tb += double(b[0] + tailb);
+    ta += double(combine_lanes<T, kRowLanes>(a) + taila);
+    tb += double(combine_lanes<T, kRowLanes>(b) + tailb);
   }
   return {ta, tb};
 }
