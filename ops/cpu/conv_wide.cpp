@@ -6,7 +6,6 @@
 // gradient as a forward.
 #include <algorithm>
 #include <vector>
-#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/conv_algos.h"
 #include "kiln/ops/kernels/linalg.h"
 
