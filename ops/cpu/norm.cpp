@@ -82,11 +82,11 @@ inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
 
 // ---------------------------------------------------------------- batch norm
 
-// A batch-norm channel is N rows of S values (196-784 for a small CNN): per-row lane sums
-// spent as long combining their lanes and waiting on one chain of adds as adding. Its sums
-// instead run kRowLanes lanes (four float32 vectors, four chains in flight) over a block of
-// rows of about kRowBlock values, then combine the lanes pairwise into a double total, block
-// after block: the order depends only on N and S.
+// A batch-norm channel is N rows of S values (196-784 for a small CNN). Summed a row at a
+// time, each row waited on one chain of dependent adds and then combined its lanes; the
+// channel sums instead run kRowLanes lanes (four float32 vectors: four chains in flight)
+// over a block of rows of about kRowBlock values, combine the lanes pairwise into a double
+// total once per block, block after block: the order depends only on N and S.
 constexpr int kRowLanes = 64;
 constexpr int64_t kRowBlock = 4096;
 
