@@ -140,7 +140,7 @@ void conv2d_backward_t(const Conv2dGeom& g, const X* x, const T* w, const X* dy,
   // A bf16 weight gradient of few input channels (a first layer) runs on the bf16 GEMM,
   // transposed in the wide layout (sgemm_bf16_a_rows, conv_wide.cpp) where that GEMM is
   // chosen: twice the multiply rate of the direct kernel's float32 FMAs, at full tiles.
-  const bool wgrad_gemm = use_direct_wgrad(g) && bf16_bits<T, X>(g) && sgemm_bf16_pair_rows_available();
+  const bool wgrad_gemm = use_direct_wgrad(g) && wide_wgrad_a_rows<T, X>(g);
   const bool direct = use_direct_wgrad(g) && !wgrad_gemm, wide = !direct && (use_wide(g) || wgrad_gemm);
   const int nt = batch_threads(g.N);
   // The input gradient as the forward of the transposed convolution when its GEMMs have at

@@ -4,12 +4,6 @@
 // tests that choose an algorithm, and the entry points of each algorithm (templates
 // instantiated for float and double in their files). conv.cpp picks one per call.
 #pragma once
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which
-// -Wmaybe-uninitialized reports once inlined (GCC bug 105593): the simd:: row conversions
-// below, in every conv file that includes this one.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -17,7 +11,6 @@
 #include <omp.h>
 #include "kiln/core/copy.h"
 #include "kiln/core/parallel.h"
-#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
 #include "kiln/ops/kernels/linalg.h"
@@ -137,6 +130,15 @@ bool bf16_bits(const Conv2dGeom& g) {
   return std::is_same_v<X, BFloat16> && std::is_same_v<T, float> && g.bf16_products;
 }
 
+/// Whether the wide layout's weight gradient runs transposed on sgemm_bf16_a_rows (the tap
+/// rows of the bf16 padded input read in place, conv_wide.cpp): bf16 bits, one group, and
+/// the AVX512_BF16 kernel chosen. conv.cpp then also sends a first layer's weight gradient
+/// there instead of the direct float32 kernel.
+template <class T, class X>
+bool wide_wgrad_a_rows(const Conv2dGeom& g) {
+  return bf16_bits<T, X>(g) && g.groups == 1 && sgemm_bf16_pair_rows_available();
+}
+
 // ------------------------------------------------------------------ reductions
 
 constexpr int64_t kLanes = 16;  // partial sums per reduction (a vector register or two)
@@ -235,16 +237,6 @@ inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
 template <class T, class X>
 void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
   const int64_t L = g.OH * g.OW;
-#if defined(KILN_SIMD_BF16_ROWS)
-  if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<T, float>) {
-    if (!db) {  // bf16 rows widened straight into the wide rows (no plane buffer, one pass)
-      const auto* s = reinterpret_cast<const uint16_t*>(dyn);
-      for (int64_t o = 0; o < g.O; ++o)
-        for (int64_t oh = 0; oh < g.OH; ++oh) simd::floats_from_bf16(s + o * L + oh * g.OW, dyw + o * ld + oh * Wp, g.OW);
-      return;
-    }
-  }
-#endif
   for (int64_t o = 0; o < g.O; ++o) {
     const T* d = widened(dyn + o * L, L, plane_buffer<T>());
     for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, d + oh * g.OW, g.OW);
@@ -257,16 +249,6 @@ void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T*
 template <class T, class X>
 void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, X* yn) {
   const int64_t L = g.OH * g.OW;
-#if defined(KILN_SIMD_BF16_ROWS)
-  if constexpr (std::is_same_v<X, BFloat16> && std::is_same_v<T, float>) {
-    if (!bias) {  // each wide row rounded straight into y (Tensor::to's bits, one pass)
-      auto* d = reinterpret_cast<uint16_t*>(yn);
-      for (int64_t o = 0; o < g.O; ++o)
-        for (int64_t oh = 0; oh < g.OH; ++oh) simd::bf16_from_floats(out + o * ld + oh * Wp, d + o * L + oh * g.OW, g.OW);
-      return;
-    }
-  }
-#endif
   if constexpr (!std::is_same_v<X, T>) plane_buffer<T>().resize(size_t(L));
   for (int64_t o = 0; o < g.O; ++o) {
     T* yo = nullptr;  // the dense plane: y's own, or the buffer rounded into y afterwards

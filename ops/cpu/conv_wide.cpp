@@ -4,8 +4,14 @@
 // output channels, and for what the direct kernels leave of a first layer (its input
 // gradient; its forward above 16 outputs); it also runs a transposed-convolution input
 // gradient as a forward.
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports once inlined (GCC bug 105593): simd::interleave_pairs.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <algorithm>
 #include <vector>
+#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/conv_algos.h"
 #include "kiln/ops/kernels/linalg.h"
 
@@ -177,9 +183,7 @@ void conv2d_backward_wide(int nt, const Conv2dGeom& g, const X* x, const T* w, c
   // the AVX512_BF16 kernel is chosen: dw^T (Kg, O) += cols (Kg, L2) @ dy^T, the tap rows of
   // the padded input read in place as A (sgemm_bf16_a_rows), so only dy (O rows) is packed
   // where dy @ cols^T packs all C kH kW tap rows; the sum, in dwt, is added to dw at the end.
-  bool a_rows = false;
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>)
-    a_rows = dw && s.bits && G == 1 && sgemm_bf16_pair_rows_available();
+  const bool a_rows = dw && wide_wgrad_a_rows<T, X>(g);
   std::vector<float> dwt(a_rows ? size_t(Kg * g.O) : 0, 0.f);
   for (int64_t n = lo; n < hi; ++n) {
     dense_to_wide(dy + n * g.O * L, g, v.Wp, v.L2, dyw, db);

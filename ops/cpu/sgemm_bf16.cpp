@@ -410,42 +410,46 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
   });
 }
 
-/// sgemm_bf16_pair_rows on this kernel: slices of at most 160 pair rows (a 32-column strip of
-/// them is 20 KiB, so it stays in L1 while the row panels of A pass), no packing of either
-/// operand.
-KILN_BF16_TARGET void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda,
-                                     const uint32_t* B, const int64_t* b_off, float* C, int64_t ldc) {
+/// The loop of the two unpacked entries below: depth in equal slices of at most 160 pairs
+/// (a 32-column strip of B's pairs is then 20 KiB and stays in L1 while the row tiles of A
+/// pass), each slice's tiles through tile<true, kRowsB>; a(i0, p0, n) and b(j0, p0) give a
+/// tile's operands, slices after the first (or all, with add_c) add to C.
+template <bool kRowsB, class AOf, class BOf>
+KILN_BF16_TARGET void unpacked_gemm(int64_t M, int64_t N, int64_t Kp, const AOf& a, const BOf& b, float* C,
+                                    int64_t ldc, bool add_c) {
   const int64_t slices = (Kp + 159) / 160, ks = (Kp + slices - 1) / slices;
   for (int64_t p0 = 0; p0 < Kp; p0 += ks) {
-    const int64_t kp = std::min(ks, Kp - p0);
+    const int64_t n = std::min(ks, Kp - p0);
     for (int64_t j0 = 0; j0 < N; j0 += NR)
       for (int64_t i0 = 0; i0 < M; i0 += MR) {
         const int mr = int(std::min<int64_t>(MR, M - i0)), nr = int(std::min<int64_t>(NR, N - j0));
-        tile<true, true>(kp, APanel{A + i0 * lda + p0, lda}, BPanel{B + j0, b_off + p0}, C + i0 * ldc + j0, ldc,
-                         mr, nr, p0 > 0, static_cast<const float*>(nullptr));
+        tile<true, kRowsB>(n, a(i0, p0, n), b(j0, p0), C + i0 * ldc + j0, ldc, mr, nr, add_c || p0 > 0,
+                           static_cast<const float*>(nullptr));
       }
   }
 }
 
+/// sgemm_bf16_pair_rows on this kernel: neither operand packed.
+KILN_BF16_TARGET void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda,
+                                     const uint32_t* B, const int64_t* b_off, float* C, int64_t ldc) {
+  unpacked_gemm<true>(
+      M, N, Kp, [&](int64_t i0, int64_t p0, int64_t) { return APanel{A + i0 * lda + p0, lda}; },
+      [&](int64_t j0, int64_t p0) { return BPanel{B + j0, b_off + p0}; }, C, ldc, false);
+}
+
 /// sgemm_bf16_a_rows on this kernel: B packed once (all of it: a weight gradient's few
-/// output channels), then slices of at most 160 pairs, so that a 32-column strip of packed B
-/// (20 KiB) stays in L1 while the tiles of A's rows pass; A is never packed.
+/// output channels), A never.
 KILN_BF16_TARGET void a_rows_gemm(int64_t M, int64_t N, int64_t K, const uint16_t* A, const int64_t* a_off,
                                   const float* Bt, int64_t ldb, float beta, float* C, int64_t ldc) {
   const int64_t kp = (K + 1) / 2;
   auto* Bp = reinterpret_cast<uint32_t*>(tls_b.get((N + NR - 1) / NR * NR * kp));
   pack_b(true, RowsOf<float>{Bt, ldb}, K, N, Bp);
-  const int64_t slices = (kp + 159) / 160, ks = (kp + slices - 1) / slices;
-  for (int64_t p0 = 0; p0 < kp; p0 += ks) {
-    const int64_t n = std::min(ks, kp - p0);
-    const bool half = K % 2 && p0 + n == kp;
-    for (int64_t j0 = 0; j0 < N; j0 += NR)
-      for (int64_t i0 = 0; i0 < M; i0 += MR) {
-        const int mr = int(std::min<int64_t>(MR, M - i0)), nr = int(std::min<int64_t>(NR, N - j0));
-        tile<true, false>(n, APanel{nullptr, 0, a_off + i0, A + 2 * p0, half}, BPanel{Bp + j0 * kp + p0 * NR},
-                          C + i0 * ldc + j0, ldc, mr, nr, p0 > 0 || beta != 0.f, static_cast<const float*>(nullptr));
-      }
-  }
+  unpacked_gemm<false>(
+      M, N, kp,
+      [&](int64_t i0, int64_t p0, int64_t n) {  // an odd K's last pair is read half
+        return APanel{nullptr, 0, a_off + i0, A + 2 * p0, K % 2 == 1 && p0 + n == kp};
+      },
+      [&](int64_t j0, int64_t p0) { return BPanel{Bp + j0 * kp + p0 * NR}; }, C, ldc, beta != 0.f);
 }
 
 void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
