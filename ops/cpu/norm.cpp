@@ -66,20 +66,6 @@ inline T lane_sum(int64_t n, const F& f) {
   return combine_lanes<T, L>(acc) + tail;
 }
 
-// lane_sum of f and of g together, in one pass over their inputs (each sum in the same
-// order as lane_sum's, so the results are the same bits).
-template <class T, class F, class G>
-inline std::pair<T, T> lane_sum2(int64_t n, const F& f, const G& g) {
-  constexpr int L = 16;
-  T a[L] = {}, b[L] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) a[j] += f(i + j), b[j] += g(i + j);
-  T ta = T(0), tb = T(0);
-  for (; i < n; ++i) ta += f(i), tb += g(i);
-  return {combine_lanes<T, L>(a) + ta, combine_lanes<T, L>(b) + tb};
-}
-
 // ---------------------------------------------------------------- batch norm
 
 // A batch-norm channel is N rows of S values (196-784 for a small CNN). Summed a row at a

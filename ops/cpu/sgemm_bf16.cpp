@@ -184,17 +184,17 @@ KILN_BF16_TARGET inline void store16(uint16_t* c, __mmask16 m, __m512 v) {
   _mm256_mask_storeu_epi16(c, m, (__m256i)_mm512_cvtneps_pbh(v));
 }
 
-/// Where the micro-kernel finds A's pairs: a packed panel (pair p of row i at Ap[p MR + i]),
-/// or A itself, read in place: a bf16 A stored (M, K) already holds each row's pairs side by
-/// side, each of the tile's rows its own stream (rows past mr re-read the last one). In
-/// place, row i starts at `a` + i `row` pairs, or, with `rows` set, at the 16-bit element
-/// e + rows[i] (any 2-byte offsets: sgemm_bf16_a_rows); `half_last`: the last pair's high
-/// half lies past the row (odd K) and is read as zero.
+/// Where the micro-kernel finds A's pairs: a packed panel `a` (pair p of row i at a[p MR + i]),
+/// or, with `a` null, A itself read in place: a bf16 A stored (M, K) already holds each
+/// row's pairs side by side, each of the tile's rows its own stream (rows past mr re-read the
+/// last one), row i from the 16-bit element e + i stride, or e + rows[i] where a row table
+/// is given (any 2-byte offsets: sgemm_bf16_a_rows); `half_last`: the last pair's high half
+/// lies past the row (odd K) and is read as zero.
 struct APanel {
-  const uint32_t* a;
-  int64_t row = 0;  // packed when 0 and rows is null
-  const int64_t* rows = nullptr;
+  const uint32_t* a = nullptr;
   const uint16_t* e = nullptr;
+  int64_t stride = 0;
+  const int64_t* rows = nullptr;
   bool half_last = false;
 };
 
@@ -238,7 +238,8 @@ KILN_BF16_TARGET __attribute__((always_inline)) inline void pair_step(
 
 /// C tile (mr x nr) = A panel @ B panel (kp pairs) + beta * C (+ bias on every row); beta
 /// is 0 (C not read) or 1 (float32 C only). The 2 x ROWS float32 accumulators stay in
-/// registers; a bf16 C gets them rounded once. kDirectA / kRowsB: A.row and B.off are set.
+/// registers; a bf16 C gets them rounded once. kDirectA / kRowsB: A is read in place (A.a
+/// null), B.off is set.
 template <int ROWS, class OutT, bool kDirectA, bool kRowsB>
 KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, BPanel B, OutT* C, int64_t ldc, int mr, int nr, bool add_c,
                                    const float* bias) {
@@ -253,13 +254,13 @@ KILN_BF16_TARGET void micro_kernel(int64_t kp, APanel A, BPanel B, OutT* C, int6
       _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16), _MM_HINT_T0);
     }
   }
-  int64_t off[ROWS];  // direct A: each row's start, in 16-bit elements
+  int64_t off[ROWS];  // direct A: each row's start from A.e, in 16-bit elements
   if constexpr (kDirectA) {
 #pragma GCC unroll 12
-    for (int i = 0; i < ROWS; ++i) off[i] = A.rows ? A.rows[std::min(i, mr - 1)] : 2 * std::min(i, mr - 1) * A.row;
+    for (int i = 0; i < ROWS; ++i) off[i] = A.rows ? A.rows[std::min(i, mr - 1)] : std::min(i, mr - 1) * A.stride;
   }
-  const uint32_t* ap = A.a;                                             // packed A
-  const uint16_t* ae = A.rows ? A.e : reinterpret_cast<const uint16_t*>(A.a);  // direct A
+  const uint32_t* ap = A.a;  // packed A
+  const uint16_t* ae = A.e;  // direct A
   const uint32_t* bp = B.b;
   const int64_t kfull = kDirectA && A.half_last ? kp - 1 : kp;  // pairs read whole
   for (int64_t p = 0; p < kfull; ++p)
@@ -297,12 +298,11 @@ KILN_BF16_TARGET void macro_kernel(int64_t mc, int64_t nc, int64_t kp, APanel Ap
   for (int64_t j0 = 0; j0 < nc; j0 += NR)  // one B panel stays in L1 while the A panels pass
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
       const int mr = int(std::min<int64_t>(MR, mc - i0)), nr = int(std::min<int64_t>(NR, nc - j0));
-      const APanel a{Ap.a + i0 * (Ap.row ? Ap.row : kp), Ap.row};  // (macro_kernel: no rows table)
       const BPanel b{Bp + j0 * kp};
       OutT* c = C + i0 * ldc + j0;
       const float* bi = bias ? bias + j0 : nullptr;
-      if (Ap.row) tile<true, false>(kp, a, b, c, ldc, mr, nr, add_c, bi);
-      else tile<false, false>(kp, a, b, c, ldc, mr, nr, add_c, bi);
+      if (Ap.a) tile<false, false>(kp, APanel{Ap.a + i0 * kp}, b, c, ldc, mr, nr, add_c, bi);
+      else tile<true, false>(kp, APanel{nullptr, Ap.e + i0 * Ap.stride, Ap.stride}, b, c, ldc, mr, nr, add_c, bi);
     }
 }
 
@@ -362,7 +362,7 @@ KILN_BF16_TARGET void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t
         const int64_t mc = std::min(MC, M - ic);
         APanel a{Ap};
         if (direct_a)
-          a = APanel{reinterpret_cast<const uint32_t*>(A + ic * lda + pc), lda / 2};
+          a = APanel{nullptr, reinterpret_cast<const uint16_t*>(A + ic * lda + pc), lda};
         else
           pack_a(trans_a, trans_a ? A + pc * lda + ic : A + ic * lda + pc, lda, mc, kc, Ap);
         macro_kernel(mc, nc, kp, a, Bp, C + ic * ldc + jc, ldc, add_c, pc == 0 && bias ? bias + jc : nullptr);
@@ -433,7 +433,9 @@ KILN_BF16_TARGET void unpacked_gemm(int64_t M, int64_t N, int64_t Kp, const AOf&
 KILN_BF16_TARGET void pair_rows_gemm(int64_t M, int64_t N, int64_t Kp, const uint32_t* A, int64_t lda,
                                      const uint32_t* B, const int64_t* b_off, float* C, int64_t ldc) {
   unpacked_gemm<true>(
-      M, N, Kp, [&](int64_t i0, int64_t p0, int64_t) { return APanel{A + i0 * lda + p0, lda}; },
+      M, N, Kp, [&](int64_t i0, int64_t p0, int64_t) {
+        return APanel{nullptr, reinterpret_cast<const uint16_t*>(A + i0 * lda + p0), 2 * lda};
+      },
       [&](int64_t j0, int64_t p0) { return BPanel{B + j0, b_off + p0}; }, C, ldc, false);
 }
 
@@ -447,7 +449,7 @@ KILN_BF16_TARGET void a_rows_gemm(int64_t M, int64_t N, int64_t K, const uint16_
   unpacked_gemm<false>(
       M, N, kp,
       [&](int64_t i0, int64_t p0, int64_t n) {  // an odd K's last pair is read half
-        return APanel{nullptr, 0, a_off + i0, A + 2 * p0, K % 2 == 1 && p0 + n == kp};
+        return APanel{nullptr, A + 2 * p0, 0, a_off + i0, K % 2 == 1 && p0 + n == kp};
       },
       [&](int64_t j0, int64_t p0) { return BPanel{Bp + j0 * kp + p0 * NR}; }, C, ldc, beta != 0.f);
 }
