@@ -24,6 +24,7 @@ EwArgs make_args(const Shape& shape, std::initializer_list<const Tensor*> ts, co
     Shape st = broadcast_strides(*t, shape, op);
     for (int d = 0; d < a.ndim; ++d) a.strides[k][d] = st[d];
     a.ptr[k] = t->raw_data();
+    a.dtype[k] = t->dtype();
     ++k;
   }
   return a;
@@ -59,11 +60,14 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   // Every operand is first converted to the result dtype, as PyTorch does: a 16-bit result on
   // the CPU computes in float32, but a 0-dim float32/float64 or an integer operand beside it is
   // rounded to 16 bits first (bf16 + int32 -293 adds -292). mul and div keep a 0-dim operand's
-  // own value (PyTorch's opmath scalar, product_with_scalar).
+  // own value (PyTorch's opmath scalar, product_with_scalar). A float32 computation on the CPU
+  // reads a 16-bit operand as it is and writes a 16-bit result directly (the kernel widens
+  // and rounds a chunk at a time: EwArgs::dtype), where converting would add passes over memory.
   const bool keep_scalar = op == Op::mul || op == Op::div;
+  const bool widen_in_kernel = a0.is_cpu() && compute == DType::float32;
   auto operand = [&](const Tensor& x) {
-    if (compute != dt && x.dtype() != dt && !(keep_scalar && x.dim() == 0)) return x.to(dt).to(compute);
-    return x.to(compute);
+    Tensor y = compute != dt && x.dtype() != dt && !(keep_scalar && x.dim() == 0) ? x.to(dt) : x;
+    return widen_in_kernel && is_half(y.dtype()) ? y : y.to(compute);
   };
   Tensor a = operand(a0), b = operand(b0);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -71,7 +75,8 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   if (rounding_division && !is_floating(dt) && b.numel() > 0)
     KILN_CHECK(any(eq(b, 0.0)).item() == 0, name, ": integer division by zero (the divisor ", describe(b0),
                " has a zero)");
-  Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::bool_ : compute, a.device());
+  Tensor out = Tensor::empty(shape, is_comparison(op) ? DType::bool_ : widen_in_kernel && is_half(dt) ? dt : compute,
+                             a.device());
   if (out.numel() > 0) kernel<BinaryKernelFn>(op, out.device())(op, compute, make_args(shape, {&out, &a, &b}, name));
   if (out.dtype() != out_dt) out = out.to(out_dt);
   return out;

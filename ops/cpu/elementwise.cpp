@@ -69,16 +69,97 @@ void binary_typed(Op op, const EwArgs& args) {
   }
 }
 
-void binary_cpu(Op op, DType dt, const EwArgs& args) {
-  if (dt == DType::bool_) return binary_typed<uint8_t>(bool_binary_op(op), args);  // one byte, 0 or 1
-  KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() { binary_typed<T>(op, args); });
-}
-
 // float16 / bfloat16 storage computes in float32: each chunk is widened into a buffer on
 // the stack, computed as a float32 row is, and rounded back, so memory is read and written
 // once in 16 bits (where converting the tensors first would read and write it three
 // times). The same bits as computing on the widened tensor and rounding its result.
 constexpr int64_t kChunk = 512;  // (kIs16: core/copy.h)
+
+/// m values of an operand of dtype d from p (stride s; 0 broadcasts one value) as float32:
+/// a contiguous float32 row where it lies, else widened into buf. `unit`: the returned
+/// values' stride, 1, or 0 for one broadcast value.
+inline const float* operand_floats(const void* p, DType d, int64_t s, int64_t m, float* buf, int64_t& unit) {
+  unit = s == 0 ? 0 : 1;
+  const int64_t n = s == 0 ? 1 : m;
+  if (d == DType::float32) {
+    const float* f = static_cast<const float*>(p);
+    if (s <= 1) return f;
+    for (int64_t j = 0; j < n; ++j) buf[j] = f[j * s];
+    return buf;
+  }
+  auto widen = [&]<class X>(const X* x) {
+    if (s <= 1) return convert_floats(x, buf, n);
+    for (int64_t j = 0; j < n; ++j) buf[j] = float(x[j * s]);
+  };
+  if (d == DType::bfloat16) widen(static_cast<const BFloat16*>(p));
+  else widen(static_cast<const Half*>(p));
+  return buf;
+}
+
+/// The float32 computation of f over operands and an output any of which may be 16-bit
+/// (EwArgs::dtype; TO: float, rounded into a 16-bit out, or bool for comparisons), a
+/// chunk of a row at a time.
+template <class TO, class F>
+void binary_widened(const EwArgs& args, F f) {
+  const DType od = args.dtype[0], ad = args.dtype[1], bd = args.dtype[2];
+  const size_t osz = dtype_size(od), asz = dtype_size(ad), bsz = dtype_size(bd);
+  for_each_row_args<3>(args, [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& s) {
+    alignas(64) float ab[kChunk], bb[kChunk], ob[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      int64_t ua = 0, ub = 0;
+      const float* x = operand_floats(static_cast<const char*>(args.ptr[1]) + (off[1] + i0 * s[1]) * asz, ad, s[1], m,
+                                      ab, ua);
+      const float* y = operand_floats(static_cast<const char*>(args.ptr[2]) + (off[2] + i0 * s[2]) * bsz, bd, s[2], m,
+                                      bb, ub);
+      char* o = static_cast<char*>(args.ptr[0]) + (off[0] + i0 * s[0]) * osz;
+      // d[j * sd] = f(x_j, y_j), with a broadcast operand's one value hoisted (loops that vectorise)
+      auto run = [&](auto* d, auto sd) {  // sd: int64_t, or a constant 1
+        const float xv = x[0], yv = y[0];
+        if (ua && ub) {
+          for (int64_t j = 0; j < m; ++j) d[j * sd] = f(x[j], y[j]);
+        } else if (ua) {
+          for (int64_t j = 0; j < m; ++j) d[j * sd] = f(x[j], yv);
+        } else if (ub) {
+          for (int64_t j = 0; j < m; ++j) d[j * sd] = f(xv, y[j]);
+        } else {
+          for (int64_t j = 0; j < m; ++j) d[j * sd] = f(xv, yv);
+        }
+      };
+      if constexpr (std::is_same_v<TO, bool>) {
+        run(reinterpret_cast<bool*>(o), s[0]);
+      } else if (od == DType::float32 && s[0] == 1) {  // straight into a float32 row
+        run(reinterpret_cast<float*>(o), std::integral_constant<int64_t, 1>{});
+      } else {
+        run(ob, std::integral_constant<int64_t, 1>{});
+        auto store = [&]<class X>(X* d) {
+          if constexpr (!std::is_same_v<X, float>)
+            if (s[0] == 1) return convert_floats(ob, d, m);
+          for (int64_t j = 0; j < m; ++j) d[j * s[0]] = X(ob[j]);
+        };
+        if (od == DType::float32) store(reinterpret_cast<float*>(o));
+        else if (od == DType::bfloat16) store(reinterpret_cast<BFloat16*>(o));
+        else store(reinterpret_cast<Half*>(o));
+      }
+    }
+  });
+}
+
+void binary_cpu(Op op, DType dt, const EwArgs& args) {
+  if (dt == DType::bool_) return binary_typed<uint8_t>(bool_binary_op(op), args);  // one byte, 0 or 1
+  if (dt == DType::float32 && (is_half(args.dtype[0]) || is_half(args.dtype[1]) || is_half(args.dtype[2]))) {
+    using bool_ = bool;
+    using same = float;
+    switch (op) {
+#define KILN_BINARY(name, Fn, result) \
+  case Op::name: return binary_widened<result>(args, elementwise::Fn##F<float>{});
+#include "kiln/ops/elementwise_ops.def"
+#undef KILN_BINARY
+      default: KILN_FAIL("elementwise: op ", op_name(op), " is not a binary op");
+    }
+  }
+  KILN_DISPATCH_NUMERIC(dt, op_name(op), [&]<class T>() { binary_typed<T>(op, args); });
+}
 
 /// out[0, m) = f(x[0, m)) for 16-bit x, m <= kChunk, through float32.
 template <class T, class F>

@@ -10,16 +10,20 @@ namespace kiln {
 
 constexpr int kMaxDims = 16;
 
-/// Up to 4 operands over one index space: operand 0 is the output.
+/// Up to 4 operands over one index space: operand 0 is the output. `dtype`: each operand's
+/// storage dtype (make_args fills it from the tensors).
 struct EwArgs {
   int ndim = 0;
   int64_t shape[kMaxDims];
   int64_t strides[4][kMaxDims];
   void* ptr[4] = {nullptr, nullptr, nullptr, nullptr};
+  DType dtype[4] = {DType::float32, DType::float32, DType::float32, DType::float32};
 };
 
 /// out = op(a, b) over a broadcast index space. `dt` is the dtype of a and b; out has dtype
-/// `dt` except for comparisons (bool). ptr[0]=out, ptr[1]=a, ptr[2]=b.
+/// `dt` except for comparisons (bool). ptr[0]=out, ptr[1]=a, ptr[2]=b. One exception, on the
+/// CPU: with dt float32, a, b and out may be float16 / bfloat16 (args.dtype), widened as they
+/// are read and rounded once as out is written (the values of converting them first).
 using BinaryKernelFn = void(Op op, DType dt, const EwArgs& args);
 
 /// Two bool tensors are bytes holding 0 or 1 and run as uint8 with PyTorch's logical

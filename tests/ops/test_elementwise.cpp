@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <cmath>
 #include <limits>
@@ -417,6 +418,75 @@ TEST_CASE("16-bit floats compute in float32 and round the result") {
   sum(x.to(DType::bfloat16) * 3.0).backward();
   CHECK(x.grad().dtype() == DType::float32);
   CHECK(x.grad().at({0}) == 3.0);
+}
+
+TEST_CASE("binary ops on float16 / bfloat16 CPU operands: the bits of converting them to float32 first") {
+  // A float32 computation reads 16-bit operands as they are and writes a 16-bit result
+  // directly, a chunk of 512 at a time (ops/cpu/elementwise.cpp, binary_widened): every op
+  // must give the bits of widening the operands, computing in float32 and rounding once,
+  // contiguous, broadcast (a row, a column, a 0-dim tensor on either side), transposed, and
+  // mixed with float32 or with the other 16-bit type, special values included.
+  using Fn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, b); }},
+      {"remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }},
+      {"floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }},
+      {"atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); }},
+      {"hypot", [](const Tensor& a, const Tensor& b) { return hypot(a, b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
+  manual_seed(31);
+  const DType f32 = DType::float32, bf = DType::bfloat16, hf = DType::float16;
+  auto values = [](const Shape& shape, DType dt) {  // normal values, some rounded to integers, and specials
+    Tensor v = randn(shape) * 3.0;
+    Tensor flat = v.reshape({v.numel()});
+    const double special[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 2.0, -3.0, 1e-30, 65504.0};
+    for (int64_t i = 0; i < flat.numel(); i += 7) flat.narrow(0, i, 1).fill_(special[(i / 7) % 9]);
+    return v.to(dt);
+  };
+  // {a shape, a dtype, b shape, b dtype}; a transposed where noted
+  struct Case {
+    Shape sa;
+    DType da;
+    Shape sb;
+    DType db;
+    bool transpose_a;
+  };
+  const std::vector<Case> cases = {
+      {{1300}, bf, {1300}, bf, false},   {{1300}, hf, {1300}, hf, false},   {{7, 600}, bf, {600}, bf, false},
+      {{7, 600}, hf, {7, 1}, hf, false}, {{1300}, bf, {}, bf, false},       {{}, hf, {1300}, hf, false},
+      {{600, 7}, bf, {7, 600}, bf, true}, {{3, 700}, f32, {3, 700}, bf, false}, {{3, 700}, hf, {700}, f32, false},
+      {{1300}, bf, {1300}, hf, false}};
+  for (const auto& c : cases)
+    for (const auto& op : ops) {
+      const char* name = op.first;  // (no structured binding: clang cannot capture one)
+      const Fn fn = op.second;
+      CAPTURE(name);
+      CAPTURE(shape_str(c.sa));
+      CAPTURE(std::string(dtype_name(c.da)));
+      CAPTURE(shape_str(c.sb));
+      CAPTURE(std::string(dtype_name(c.db)));
+      Tensor a = values(c.sa, c.da), b = values(c.sb, c.db);
+      if (c.transpose_a) a = a.transpose(0, 1);
+      const Tensor got = fn(a, b);
+      const Tensor want32 = fn(a.to(f32), b.to(f32));  // exact widening, then float32 math
+      const Tensor want = want32.to(got.dtype());
+      REQUIRE(got.dtype() == (want32.dtype() == DType::bool_ ? DType::bool_ : promote_types(c.da, c.db)));
+      REQUIRE(got.shape() == want.shape());
+      CHECK(std::memcmp(got.contiguous().raw_data(), want.contiguous().raw_data(),
+                        size_t(got.numel()) * dtype_size(got.dtype())) == 0);
+    }
 }
 
 TEST_CASE("unary ops on float16 / bfloat16 CPU tensors: the bits of float32 math rounded once, forward and backward") {
