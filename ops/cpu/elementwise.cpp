@@ -75,11 +75,10 @@ void binary_typed(Op op, const EwArgs& args) {
 // times). The same bits as computing on the widened tensor and rounding its result.
 constexpr int64_t kChunk = 512;  // (kIs16: core/copy.h)
 
-/// m values of an operand of dtype d from p (stride s; 0 broadcasts one value) as float32:
-/// a contiguous float32 row where it lies, else widened into buf. `unit`: the returned
-/// values' stride, 1, or 0 for one broadcast value.
-inline const float* operand_floats(const void* p, DType d, int64_t s, int64_t m, float* buf, int64_t& unit) {
-  unit = s == 0 ? 0 : 1;
+/// m values of an operand of dtype d from p (stride s; 0 broadcasts one value, and then only
+/// that one is returned) as float32: a contiguous float32 row where it lies, else widened
+/// into buf.
+inline const float* operand_floats(const void* p, DType d, int64_t s, int64_t m, float* buf) {
   const int64_t n = s == 0 ? 1 : m;
   if (d == DType::float32) {
     const float* f = static_cast<const float*>(p);
@@ -107,11 +106,11 @@ void binary_widened(const EwArgs& args, F f) {
     alignas(64) float ab[kChunk], bb[kChunk], ob[kChunk];
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
       const int64_t m = std::min(kChunk, n - i0);
-      int64_t ua = 0, ub = 0;
-      const float* x = operand_floats(static_cast<const char*>(args.ptr[1]) + (off[1] + i0 * s[1]) * asz, ad, s[1], m,
-                                      ab, ua);
-      const float* y = operand_floats(static_cast<const char*>(args.ptr[2]) + (off[2] + i0 * s[2]) * bsz, bd, s[2], m,
-                                      bb, ub);
+      const bool ua = s[1] != 0, ub = s[2] != 0;  // false: one broadcast value
+      const char* pa = static_cast<const char*>(args.ptr[1]) + (off[1] + i0 * s[1]) * asz;
+      const char* pb = static_cast<const char*>(args.ptr[2]) + (off[2] + i0 * s[2]) * bsz;
+      const float* x = operand_floats(pa, ad, s[1], m, ab);
+      const float* y = operand_floats(pb, bd, s[2], m, bb);
       char* o = static_cast<char*>(args.ptr[0]) + (off[0] + i0 * s[0]) * osz;
       // d[j * sd] = f(x_j, y_j), with a broadcast operand's one value hoisted (loops that vectorise)
       auto run = [&](auto* d, auto sd) {  // sd: int64_t, or a constant 1
