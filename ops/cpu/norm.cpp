@@ -1,8 +1,8 @@
 // CPU kernels of the norm op family (batch norm, layer norm: fused forward and backward)
-// and their registration in the dispatch table. Row sums use 16 independent lanes (the
-// compiler vectorises them; the order depends only on the length, so results do not
-// change with alignment or thread count; batch norm's channels sum blocks of rows in 64
-// lanes, see rows_sum), their lanes combined in vector registers (combine_lanes);
+// and their registration in the dispatch table. Row sums use 16 independent lanes (vectors
+// of GCC's vector extension, see Lanes; the order depends only on the length, so results
+// do not change with alignment or thread count; batch norm's channels sum blocks of rows
+// in 64 lanes, see rows_sum), their lanes combined in vector registers (combine_lanes);
 // per-channel / per-column totals use double. GCC 12's AVX-512
 // intrinsics start some results from _mm512_undefined_*(), which -Wmaybe-uninitialized
 // reports once inlined (GCC bug 105593): store_row's bf16 rounding.
@@ -11,6 +11,7 @@
 #endif
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -53,17 +54,50 @@ inline T combine_lanes(T* acc) {
   return acc[0];
 }
 
-// sum_{i < n} f(i) in 16 lanes, combined pairwise.
+// Sums in lanes, with the lane arithmetic written out: a summand f reads its operands
+// through the load it is given, ld(p) for p[i], which is a vector of the 16 values at p + i
+// (GCC's vector extension: one AVX-512 register for float, two AVX2 ones) in the main
+// loops and the value p[i] in the tails. (Loops over arrays of 16 lanes relied on the
+// compiler's SLP vectoriser, which this build turns off for GCC 12, and ran one scalar
+// add at a time.)
+// A load also takes bf16 rows (batch norm reads them in place) and widens them: the bits
+// shifted up, as BFloat16's conversion does.
+template <class T>
+struct Lanes {
+  typedef T V __attribute__((vector_size(16 * sizeof(T))));
+  static auto vector_at(int64_t i) {
+    return [i]<class P>(const P* p) {
+      V v;
+      if constexpr (std::is_same_v<P, T>) {
+        std::memcpy(&v, p + i, sizeof(V));
+      } else {
+        static_assert(std::is_same_v<P, BFloat16> && std::is_same_v<T, float>);
+        typedef uint16_t H __attribute__((vector_size(32)));
+        typedef uint32_t W __attribute__((vector_size(64)));
+        H h;
+        std::memcpy(&h, p + i, sizeof(H));
+        const W w = __builtin_convertvector(h, W) << 16;
+        std::memcpy(&v, &w, sizeof(V));
+      }
+      return v;
+    };
+  }
+  static auto value_at(int64_t i) {
+    return [i](const auto* p) { return T(p[i]); };
+  }
+};
+
+// sum_{i < n} f(ld) in 16 lanes, combined pairwise.
 template <class T, class F>
 inline T lane_sum(int64_t n, const F& f) {
-  constexpr int L = 16;
-  T acc[L] = {};
+  typename Lanes<T>::V acc = {};
   int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) acc[j] += f(i + j);
+  for (; i + 16 <= n; i += 16) acc += f(Lanes<T>::vector_at(i));
   T tail = T(0);
-  for (; i < n; ++i) tail += f(i);
-  return combine_lanes<T, L>(acc) + tail;
+  for (; i < n; ++i) tail += f(Lanes<T>::value_at(i));
+  T lanes[16];
+  std::memcpy(lanes, &acc, sizeof(acc));
+  return combine_lanes<T, 16>(lanes) + tail;
 }
 
 // ---------------------------------------------------------------- batch norm
@@ -76,24 +110,27 @@ inline T lane_sum(int64_t n, const F& f) {
 constexpr int kRowLanes = 64;
 constexpr int64_t kRowBlock = 4096;
 
-/// sum over rows n < N and i < S of f(row(n), i) (see above).
+/// sum over rows n < N and i < S of f(row(n), ld) (see above; lane j of the 64 sums the
+/// values at i = j mod 64, and the 16-value steps past the last 64 add to lanes 0-15).
 template <class T, class R, class F>
 inline double rows_sum(int64_t N, int64_t S, const R& row, const F& f) {
+  using L = Lanes<T>;
   const int64_t block = std::max<int64_t>(1, kRowBlock / std::max<int64_t>(S, 1));
   double total = 0;
   for (int64_t n0 = 0; n0 < N; n0 += block) {
-    T a[kRowLanes] = {};
+    typename L::V a[kRowLanes / 16] = {};
     T tail = T(0);
     for (int64_t n = n0; n < std::min(N, n0 + block); ++n) {
       const auto r = row(n);
       int64_t i = 0;
       for (; i + kRowLanes <= S; i += kRowLanes)
-        for (int j = 0; j < kRowLanes; ++j) a[j] += f(r, i + j);
-      for (; i + 16 <= S; i += 16)
-        for (int j = 0; j < 16; ++j) a[j] += f(r, i + j);
-      for (; i < S; ++i) tail += f(r, i);
+        for (int k = 0; k < kRowLanes / 16; ++k) a[k] += f(r, L::vector_at(i + 16 * k));
+      for (; i + 16 <= S; i += 16) a[0] += f(r, L::vector_at(i));
+      for (; i < S; ++i) tail += f(r, L::value_at(i));
     }
-    total += double(combine_lanes<T, kRowLanes>(a) + tail);
+    T lanes[kRowLanes];
+    std::memcpy(lanes, a, sizeof(a));
+    total += double(combine_lanes<T, kRowLanes>(lanes) + tail);
   }
   return total;
 }
@@ -101,22 +138,31 @@ inline double rows_sum(int64_t N, int64_t S, const R& row, const F& f) {
 /// rows_sum of f and of g together, in one pass over their rows.
 template <class T, class R, class F, class G>
 inline std::pair<double, double> rows_sum2(int64_t N, int64_t S, const R& row, const F& f, const G& g) {
+  using L = Lanes<T>;
   const int64_t block = std::max<int64_t>(1, kRowBlock / std::max<int64_t>(S, 1));
   double ta = 0, tb = 0;
   for (int64_t n0 = 0; n0 < N; n0 += block) {
-    T a[kRowLanes] = {}, b[kRowLanes] = {};
+    typename L::V a[kRowLanes / 16] = {}, b[kRowLanes / 16] = {};
     T taila = T(0), tailb = T(0);
     for (int64_t n = n0; n < std::min(N, n0 + block); ++n) {
       const auto r = row(n);
       int64_t i = 0;
       for (; i + kRowLanes <= S; i += kRowLanes)
-        for (int j = 0; j < kRowLanes; ++j) a[j] += f(r, i + j), b[j] += g(r, i + j);
-      for (; i + 16 <= S; i += 16)
-        for (int j = 0; j < 16; ++j) a[j] += f(r, i + j), b[j] += g(r, i + j);
-      for (; i < S; ++i) taila += f(r, i), tailb += g(r, i);
+        for (int k = 0; k < kRowLanes / 16; ++k) {
+          const auto ld = L::vector_at(i + 16 * k);
+          a[k] += f(r, ld), b[k] += g(r, ld);
+        }
+      for (; i + 16 <= S; i += 16) {
+        const auto ld = L::vector_at(i);
+        a[0] += f(r, ld), b[0] += g(r, ld);
+      }
+      for (; i < S; ++i) taila += f(r, L::value_at(i)), tailb += g(r, L::value_at(i));
     }
-    ta += double(combine_lanes<T, kRowLanes>(a) + taila);
-    tb += double(combine_lanes<T, kRowLanes>(b) + tailb);
+    T la[kRowLanes], lb[kRowLanes];
+    std::memcpy(la, a, sizeof(a));
+    std::memcpy(lb, b, sizeof(b));
+    ta += double(combine_lanes<T, kRowLanes>(la) + taila);
+    tb += double(combine_lanes<T, kRowLanes>(lb) + tailb);
   }
   return {ta, tb};
 }
@@ -192,10 +238,13 @@ void bn_forward_train(const X* x, const T* w, const T* b, X* out, T* smean, T* s
     thread_local std::vector<T> xb, xw;
     for (int64_t c = c0; c < c1; ++c) {
       const ChannelRows<T, X> rows(x, N, C, S, c, xw, xb);
-      const double acc = rows_sum<T>(N, S, rows, [](const auto* xr, int64_t i) { return T(xr[i]); });
+      const double acc = rows_sum<T>(N, S, rows, [](const auto* xr, auto ld) { return ld(xr); });
       const double mean = M > 0 ? acc / double(M) : 0.0;
       const T mt = T(mean);
-      const double sq = rows_sum<T>(N, S, rows, [mt](const auto* xr, int64_t i) { return (T(xr[i]) - mt) * (T(xr[i]) - mt); });
+      const double sq = rows_sum<T>(N, S, rows, [mt](const auto* xr, auto ld) {
+        const auto d = ld(xr) - mt;
+        return d * d;
+      });
       const double var = M > 0 ? sq / double(M) : 0.0;
       const double inv = 1.0 / std::sqrt(var + eps);
       smean[c] = T(mean);
@@ -249,8 +298,8 @@ void bn_backward(const X* g, const X* x, const T* w, const T* smean, const T* si
       // sum(g), sum(g (x - mean))
       const auto [sum_g, sum_gx] = rows_sum2<T>(
           N, S, [&](int64_t n) { return std::make_pair(grows(n), xrows(n)); },
-          [](const auto& r, int64_t i) { return T(r.first[i]); },
-          [mean](const auto& r, int64_t i) { return T(r.first[i]) * (T(r.second[i]) - mean); });
+          [](const auto& r, auto ld) { return ld(r.first); },
+          [mean](const auto& r, auto ld) { return ld(r.first) * (ld(r.second) - mean); });
       if (dw) dw[c] = T(sum_gx * inv);
       if (db) db[c] = T(sum_g);
       if (!dx) continue;
@@ -335,10 +384,13 @@ void ln_forward(const T* x, const T* w, const T* b, T* out, T* smean, T* srstd, 
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * D;
       T* o = out + r * D;
-      const double mean = D > 0 ? double(lane_sum<T>(D, [&](int64_t i) { return xr[i]; })) / double(D) : 0.0;
+      const double mean = D > 0 ? double(lane_sum<T>(D, [&](auto ld) { return ld(xr); })) / double(D) : 0.0;
       const T mt = T(mean);
-      const double var =
-          D > 0 ? double(lane_sum<T>(D, [&](int64_t i) { return (xr[i] - mt) * (xr[i] - mt); })) / double(D) : 0.0;
+      const double var = D > 0 ? double(lane_sum<T>(D, [&](auto ld) {
+                                   const auto d = ld(xr) - mt;
+                                   return d * d;
+                                 })) / double(D)
+                               : 0.0;
       const T rstd = T(1.0 / std::sqrt(var + eps));
       smean[r] = mt;
       srstd[r] = rstd;
@@ -372,8 +424,8 @@ void ln_backward(const T* g, const T* x, const T* w, const T* smean, const T* sr
           gwp = gw.data();
         }
         // mean(gw) and mean(gw xhat)
-        const T m1 = T(double(lane_sum<T>(D, [&](int64_t i) { return gwp[i]; })) / double(D));
-        const T m2 = T(double(lane_sum<T>(D, [&](int64_t i) { return gwp[i] * (xr[i] - mean); })) * double(rstd) /
+        const T m1 = T(double(lane_sum<T>(D, [&](auto ld) { return ld(gwp); })) / double(D));
+        const T m2 = T(double(lane_sum<T>(D, [&](auto ld) { return ld(gwp) * (ld(xr) - mean); })) * double(rstd) /
                        double(D));
         for (int64_t i = 0; i < D; ++i) d[i] = rstd * (gwp[i] - m1 - (xr[i] - mean) * rstd * m2);
       }
