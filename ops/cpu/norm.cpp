@@ -177,24 +177,33 @@ inline std::pair<double, double> rows_sum2(int64_t N, int64_t S, const R& row, c
 // row at a time: rows are widened into a per-thread buffer (the same values as converting
 // the whole tensor first) and results rounded as they are stored.
 
-/// d[0, n) = f(i) for each i, stored as X: directly, or (16-bit X) through a float32 chunk
-/// rounded by the vectorised conversion.
+/// d[i] = f(ld) for i in [0, n) (ld as in lane_sum), stored as X: directly, or (16-bit X)
+/// rounded as Tensor::to rounds. With AVX-512, 16 values at a time are computed in a
+/// register and rounded straight into d; elsewhere, and for the last n % 16, through a
+/// float32 chunk and the vectorised conversion.
 template <class T, class X, class F>
 inline void store_row(X* d, int64_t n, const F& f) {
+  using L = Lanes<T>;
   if constexpr (std::is_same_v<X, T>) {
-    for (int64_t i = 0; i < n; ++i) d[i] = f(i);
+    for (int64_t i = 0; i < n; ++i) d[i] = f(L::value_at(i));
   } else {
+    int64_t i0 = 0;
+#if defined(KILN_SIMD_BF16_ROWS)
+    if constexpr (std::is_same_v<T, float>) {
+      for (; i0 + 16 <= n; i0 += 16) {
+        const auto v = f(L::vector_at(i0));
+        __m512 z;
+        std::memcpy(&z, &v, sizeof(z));
+        const __m256i h = std::is_same_v<X, BFloat16> ? simd::bf16x16_from_floats(z) : simd::half16_from_floats(z);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i0), h);
+      }
+    }
+#endif
     constexpr int64_t kChunk = 512;
     alignas(64) float buf[kChunk];
-    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    for (; i0 < n; i0 += kChunk) {
       const int64_t m = std::min(kChunk, n - i0);
-      for (int64_t i = 0; i < m; ++i) buf[i] = f(i0 + i);
-#if defined(KILN_SIMD_BF16_ROWS)
-      if constexpr (std::is_same_v<X, BFloat16>) {  // inline: no call per row
-        simd::bf16_from_floats(buf, reinterpret_cast<uint16_t*>(d + i0), m);
-        continue;
-      }
-#endif
+      for (int64_t i = 0; i < m; ++i) buf[i] = f(L::value_at(i0 + i));
       convert_floats(buf, d + i0, m);
     }
   }
@@ -263,7 +272,7 @@ void bn_forward_train(const X* x, const T* w, const T* b, X* out, T* smean, T* s
       const T a = T(wc * inv), sh = T(bc - mean * wc * inv);
       for (int64_t n = 0; n < N; ++n) {
         const auto xr = rows(n);
-        store_row<T>(out + (n * C + c) * S, S, [&](int64_t s) { return T(xr[s]) * a + sh; });
+        store_row<T>(out + (n * C + c) * S, S, [&](auto ld) { return ld(xr) * a + sh; });
       }
     }
   });
@@ -284,7 +293,7 @@ void bn_forward_eval(const X* x, const T* w, const T* b, const T* rmean, const T
       const double wc = w ? double(w[c]) : 1.0, bc = b ? double(b[c]) : 0.0;
       const T a = T(wc * double(sinv[c])), sh = T(bc - double(smean[c]) * wc * double(sinv[c]));
       const T* xr = widened<T>(x + r * S, S, xb);
-      store_row<T>(out + r * S, S, [&](int64_t s) { return xr[s] * a + sh; });
+      store_row<T>(out + r * S, S, [&](auto ld) { return ld(xr) * a + sh; });
     }
   });
 }
@@ -316,13 +325,13 @@ void bn_backward(const X* g, const X* x, const T* w, const T* smean, const T* si
           const auto gr = grows(n);
           const auto xr = xrows(n);
           store_row<T>(dx + (n * C + c) * S, S,
-                       [&](int64_t s) { return k * (T(gr[s]) - mg - (T(xr[s]) - mean) * kx); });
+                       [&](auto ld) { return k * (ld(gr) - mg - (ld(xr) - mean) * kx); });
         }
       } else {
         const T k = T(wc * inv);
         for (int64_t n = 0; n < N; ++n) {
           const T* gr = widened<T>(g + (n * C + c) * S, S, gb);
-          store_row<T>(dx + (n * C + c) * S, S, [&](int64_t s) { return k * gr[s]; });
+          store_row<T>(dx + (n * C + c) * S, S, [&](auto ld) { return k * ld(gr); });
         }
       }
     }
