@@ -11,6 +11,7 @@
 #include <omp.h>
 #include "kiln/core/copy.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
 #include "kiln/ops/kernels/linalg.h"
@@ -249,6 +250,16 @@ void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T*
 template <class T, class X>
 void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, X* yn) {
   const int64_t L = g.OH * g.OW;
+#if defined(KILN_SIMD_BF16_ROWS)
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>) {
+    if (!bias) {  // each row rounded straight into y (the conversion convert_floats makes)
+      for (int64_t o = 0; o < g.O; ++o)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          simd::bf16_from_floats(out + o * ld + oh * Wp, reinterpret_cast<uint16_t*>(yn + o * L + oh * g.OW), g.OW);
+      return;
+    }
+  }
+#endif
   if constexpr (!std::is_same_v<X, T>) plane_buffer<T>().resize(size_t(L));
   for (int64_t o = 0; o < g.O; ++o) {
     T* yo = nullptr;  // the dense plane: y's own, or the buffer rounded into y afterwards

@@ -179,8 +179,8 @@ inline std::pair<double, double> rows_sum2(int64_t N, int64_t S, const R& row, c
 
 /// d[i] = f(ld) for i in [0, n) (ld as in lane_sum), stored as X: directly, or (16-bit X)
 /// rounded as Tensor::to rounds. With AVX-512, 16 values at a time are computed in a
-/// register and rounded straight into d; elsewhere, and for the last n % 16, through a
-/// float32 chunk and the vectorised conversion.
+/// register and rounded straight into d (the last n % 16 through a masked store);
+/// elsewhere through a float32 chunk and the vectorised conversion.
 template <class T, class X, class F>
 inline void store_row(X* d, int64_t n, const F& f) {
   using L = Lanes<T>;
@@ -190,13 +190,23 @@ inline void store_row(X* d, int64_t n, const F& f) {
     int64_t i0 = 0;
 #if defined(KILN_SIMD_BF16_ROWS)
     if constexpr (std::is_same_v<T, float>) {
+      auto round16 = [](__m512 z) {
+        if constexpr (std::is_same_v<X, BFloat16>) return simd::bf16x16_from_floats(z);
+        else return simd::half16_from_floats(z);
+      };
       for (; i0 + 16 <= n; i0 += 16) {
         const auto v = f(L::vector_at(i0));
         __m512 z;
         std::memcpy(&z, &v, sizeof(z));
-        const __m256i h = std::is_same_v<X, BFloat16> ? simd::bf16x16_from_floats(z) : simd::half16_from_floats(z);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i0), h);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i0), round16(z));
       }
+      if (i0 < n) {  // the last n % 16 through a masked store
+        alignas(64) float t[16];
+        for (int64_t i = 0; i < n - i0; ++i) t[i] = f(L::value_at(i0 + i));
+        const __mmask16 k = simd::lanes16(n - i0);
+        _mm256_mask_storeu_epi16(d + i0, k, round16(_mm512_maskz_loadu_ps(k, t)));
+      }
+      return;
     }
 #endif
     constexpr int64_t kChunk = 512;
