@@ -238,6 +238,17 @@ inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
 template <class T, class X>
 void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
   const int64_t L = g.OH * g.OW;
+#if defined(KILN_SIMD_BF16_ROWS)
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>) {
+    if (!db) {  // each row widened straight into place (exact, as widened() is)
+      for (int64_t o = 0; o < g.O; ++o)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          simd::floats_from_bf16(reinterpret_cast<const uint16_t*>(dyn + o * L + oh * g.OW), dyw + o * ld + oh * Wp,
+                                 g.OW);
+      return;
+    }
+  }
+#endif
   for (int64_t o = 0; o < g.O; ++o) {
     const T* d = widened(dyn + o * L, L, plane_buffer<T>());
     for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, d + oh * g.OW, g.OW);
