@@ -11,7 +11,6 @@
 #include <omp.h>
 #include "kiln/core/copy.h"
 #include "kiln/core/parallel.h"
-#include "kiln/core/simd_half.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
 #include "kiln/ops/kernels/linalg.h"
@@ -238,17 +237,13 @@ inline std::vector<int64_t> tap_rows(const Conv2dGeom& g, const Wide& v) {
 template <class T, class X>
 void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T* dyw, T* db) {
   const int64_t L = g.OH * g.OW;
-#if defined(KILN_SIMD_BF16_ROWS)
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>) {
-    if (!db) {  // each row widened straight into place (exact, as widened() is)
+  if constexpr (!std::is_same_v<X, T>) {
+    if (!db) {  // each 16-bit row widened straight into place (exact, as widened() is)
       for (int64_t o = 0; o < g.O; ++o)
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          simd::floats_from_bf16(reinterpret_cast<const uint16_t*>(dyn + o * L + oh * g.OW), dyw + o * ld + oh * Wp,
-                                 g.OW);
+        for (int64_t oh = 0; oh < g.OH; ++oh) convert_floats(dyn + o * L + oh * g.OW, dyw + o * ld + oh * Wp, g.OW);
       return;
     }
   }
-#endif
   for (int64_t o = 0; o < g.O; ++o) {
     const T* d = widened(dyn + o * L, L, plane_buffer<T>());
     for (int64_t oh = 0; oh < g.OH; ++oh) copy_row(dyw + o * ld + oh * Wp, d + oh * g.OW, g.OW);
@@ -261,16 +256,13 @@ void dense_to_wide(const X* dyn, const Conv2dGeom& g, int64_t Wp, int64_t ld, T*
 template <class T, class X>
 void wide_to_dense(const T* out, const Conv2dGeom& g, int64_t Wp, int64_t ld, const T* bias, X* yn) {
   const int64_t L = g.OH * g.OW;
-#if defined(KILN_SIMD_BF16_ROWS)
-  if constexpr (std::is_same_v<T, float> && std::is_same_v<X, BFloat16>) {
-    if (!bias) {  // each row rounded straight into y (the conversion convert_floats makes)
+  if constexpr (!std::is_same_v<X, T>) {
+    if (!bias) {  // each row rounded straight into the 16-bit y
       for (int64_t o = 0; o < g.O; ++o)
-        for (int64_t oh = 0; oh < g.OH; ++oh)
-          simd::bf16_from_floats(out + o * ld + oh * Wp, reinterpret_cast<uint16_t*>(yn + o * L + oh * g.OW), g.OW);
+        for (int64_t oh = 0; oh < g.OH; ++oh) convert_floats(out + o * ld + oh * Wp, yn + o * L + oh * g.OW, g.OW);
       return;
     }
   }
-#endif
   if constexpr (!std::is_same_v<X, T>) plane_buffer<T>().resize(size_t(L));
   for (int64_t o = 0; o < g.O; ++o) {
     T* yo = nullptr;  // the dense plane: y's own, or the buffer rounded into y afterwards

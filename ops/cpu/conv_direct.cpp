@@ -2,11 +2,6 @@
 // conv.cpp chooses it for stride-1, ungrouped, non-pointwise convolutions of at most 4
 // input channels: the weight gradient (except a bf16 one where the bf16 GEMM runs it, see
 // conv.cpp), the forward up to 16 output channels.
-// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which
-// -Wmaybe-uninitialized reports once inlined (GCC bug 105593): wide_to_dense's bf16 rows.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <algorithm>
 #include <cstring>
 #include <vector>
