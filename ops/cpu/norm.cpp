@@ -73,8 +73,7 @@ struct Lanes {
       } else {
         static_assert(std::is_same_v<P, BFloat16> && std::is_same_v<T, float>);
 #if defined(__AVX512F__)  // one VPMOVZXWD (GCC splits __builtin_convertvector's into four)
-        const __m512i w = _mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i))), 16);
+        const __m512 w = simd::floats_from_bf16x16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
 #else
         typedef uint16_t H __attribute__((vector_size(32)));
         typedef uint32_t W __attribute__((vector_size(64)));
