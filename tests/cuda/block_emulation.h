@@ -10,13 +10,15 @@
 //   run_block(256, [&](const EmulatedBlock& b) { rows::softmax_row<float>(b, k, ...); });
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <semaphore>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -84,7 +86,9 @@ class EmulatedBlock {
 
 /// The emulated CUDA threads: std::threads started on first use (as many as the largest
 /// block so far) and reused; run(n, job) runs job(t) on threads t < n and returns when all n
-/// have finished.
+/// have finished. Each thread sleeps on its own semaphore, so a block of n threads wakes
+/// exactly n of them (one condition variable woke the whole team, 256 threads, for every
+/// block, to send most of them back to sleep).
 class ThreadTeam {
  public:
   static ThreadTeam& instance() {
@@ -92,48 +96,38 @@ class ThreadTeam {
     return team;
   }
   void run(int n, const std::function<void(int)>& job) {
-    std::unique_lock<std::mutex> lock(m_);
+    std::lock_guard<std::mutex> lock(run_);  // one block at a time
     while (int(workers_.size()) < n) {
       const int id = int(workers_.size());
+      wake_.push_back(std::make_unique<std::binary_semaphore>(0));
       workers_.emplace_back([this, id] { work(id); });
     }
     job_ = &job;
-    active_ = pending_ = n;
-    ++generation_;
-    start_.notify_all();
-    done_.wait(lock, [this] { return pending_ == 0; });
+    pending_.store(n);
+    for (int t = 0; t < n; ++t) wake_[size_t(t)]->release();
+    done_.acquire();
   }
   ~ThreadTeam() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      stop_ = true;
-    }
-    start_.notify_all();
+    stop_ = true;
+    for (auto& w : wake_) w->release();
     for (std::thread& w : workers_) w.join();
   }
 
  private:
   void work(int id) {
-    uint64_t seen = 0;  // generations start at 1
-    std::unique_lock<std::mutex> lock(m_);
     for (;;) {
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      wake_[size_t(id)]->acquire();  // run()'s release happens-before: job_ and stop_ are visible
       if (stop_) return;
-      seen = generation_;
-      if (id >= active_) continue;  // not in this block
-      const std::function<void(int)>* job = job_;
-      lock.unlock();
-      (*job)(id);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      (*job_)(id);
+      if (pending_.fetch_sub(1) == 1) done_.release();
     }
   }
-  std::mutex m_;
-  std::condition_variable start_, done_;
+  std::mutex run_;
+  std::vector<std::unique_ptr<std::binary_semaphore>> wake_;
   std::vector<std::thread> workers_;
+  std::binary_semaphore done_{0};
   const std::function<void(int)>* job_ = nullptr;
-  int active_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};
   bool stop_ = false;
 };
 
