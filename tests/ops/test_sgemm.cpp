@@ -15,6 +15,7 @@
 #include "kiln/core/error.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/cpu/sgemm.h"
+#include "normal_pool.h"
 
 using namespace kiln;
 
@@ -32,17 +33,16 @@ struct Case {
 /// Runs one case through `gemm` and checks every element against a float64 product.
 template <class Gemm>
 void check_case(const Case& c, const Gemm& gemm) {
-  std::mt19937 g(unsigned(c.M * 131 + c.N * 17 + c.K));
-  std::normal_distribution<float> nd;
+  kiln::test::NormalPool nd(unsigned(c.M * 131 + c.N * 17 + c.K));
   // Row strides 3 wider than needed: the kernel must honour lda/ldb/ldc, not assume packing.
   const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 3, ldc = c.N + 3;
   std::vector<float> A((c.ta ? c.K : c.M) * lda), B((c.tb ? c.N : c.K) * ldb), C(c.M * ldc);
-  for (auto& x : A) x = nd(g);
-  for (auto& x : B) x = nd(g);
+  for (auto& x : A) x = nd();
+  for (auto& x : B) x = nd();
   // beta == 0 must not read C: fill it with NaN, which any read would carry into the result.
-  for (auto& x : C) x = c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
+  for (auto& x : C) x = c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd();
   std::vector<float> bias(c.bias ? c.N : 0);
-  for (auto& x : bias) x = nd(g);
+  for (auto& x : bias) x = nd();
   // Row r of the stored B: r * ldb, or through a table that repeats rows and shifts every
   // other one by an element (a convolution's taps overlap and are not aligned).
   const int64_t stored = c.tb ? c.N : c.K;

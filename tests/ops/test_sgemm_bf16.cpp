@@ -18,6 +18,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
 #include "kiln/ops/cpu/sgemm.h"
+#include "normal_pool.h"
 
 using namespace kiln;
 
@@ -52,14 +53,13 @@ enum class Form { bf16_to_f32, bf16_to_bf16, f32_rounding, f32_rounding_rows, f3
 /// amx_model: sgemm_amx's loop nest on its C++ model of the tiles, called directly; else
 /// sgemm_bf16's own kernel (sgemm_bf16_kernel()).
 void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = false) {
-  std::mt19937 g(unsigned(c.M * 131 + c.N * 17 + c.K));
-  std::normal_distribution<float> nd;
+  kiln::test::NormalPool nd(unsigned(c.M * 131 + c.N * 17 + c.K));
   // odd row strides: pairs are then unaligned 32-bit loads
   const int64_t lda = (c.ta ? c.M : c.K) + c.a_pad, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 3;
   const int64_t a_rows = c.ta ? c.K : c.M, b_rows = c.tb ? c.N : c.K;
   std::vector<float> Af(a_rows * lda), Bf(b_rows * ldb);  // float32 values, not bf16 ones
-  for (auto& x : Af) x = nd(g);
-  for (auto& x : Bf) x = nd(g);
+  for (auto& x : Af) x = nd();
+  for (auto& x : Bf) x = nd();
   std::vector<uint16_t> Abuf(Af.size() + 1), B(Bf.size());
   uint16_t* const A = Abuf.data() + c.a_off;
   for (size_t i = 0; i < Af.size(); ++i) A[i] = to_bf16(Af[i]);
@@ -74,8 +74,8 @@ void check_case(const Case& c, Form form = Form::bf16_to_f32, bool amx_model = f
   const bool c16 = form == Form::bf16_to_bf16;
   const float beta = c16 ? 0.f : c.beta;
   std::vector<float> C(c.M * ldc), bias(c.bias && form <= Form::bf16_to_bf16 ? c.N : 0);
-  for (auto& x : C) x = beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd(g);
-  for (auto& x : bias) x = nd(g);
+  for (auto& x : C) x = beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : nd();
+  for (auto& x : bias) x = nd();
   std::vector<uint16_t> C16(C.size(), 0x7FC0);  // NaN
   const std::vector<float> C0 = C;
   const float* bp = bias.empty() ? nullptr : bias.data();
@@ -200,8 +200,7 @@ TEST_CASE("sgemm_bf16_pair_rows: unpacked pairs of A and B rows at any offset, a
     CHECK_THROWS_AS(sgemm_bf16_pair_rows(1, 1, 1, nullptr, 1, nullptr, nullptr, nullptr, 1), Error);
     return;
   }
-  std::mt19937 gen(7);
-  std::normal_distribution<float> nd;
+  kiln::test::NormalPool nd(7);
   struct Shape { int64_t M, N, Kp; };
   // tile edges in M (12, 8, 4 rows) and N (32 columns), one and several depth slices (160 pairs)
   for (Shape sh : {Shape{1, 1, 1}, Shape{5, 17, 3}, Shape{12, 32, 16}, Shape{13, 45, 161}, Shape{32, 840, 144},
@@ -211,11 +210,11 @@ TEST_CASE("sgemm_bf16_pair_rows: unpacked pairs of A and B rows at any offset, a
     CAPTURE(sh.Kp);
     const int64_t lda = sh.Kp + 1;  // odd: A's rows at 4-byte offsets only
     std::vector<uint32_t> A(size_t(sh.M * lda));
-    for (auto& a : A) a = uint32_t(to_bf16(nd(gen))) | uint32_t(to_bf16(nd(gen))) << 16;
+    for (auto& a : A) a = uint32_t(to_bf16(nd())) | uint32_t(to_bf16(nd())) << 16;
     // B's pair rows at scattered, overlapping offsets of one buffer (as a convolution's taps)
     const int64_t span = sh.N + 3 * sh.Kp + 7;
     std::vector<uint32_t> B(static_cast<size_t>(span));
-    for (auto& b : B) b = uint32_t(to_bf16(nd(gen))) | uint32_t(to_bf16(nd(gen))) << 16;
+    for (auto& b : B) b = uint32_t(to_bf16(nd())) | uint32_t(to_bf16(nd())) << 16;
     std::vector<int64_t> off(size_t(sh.Kp));
     for (int64_t p = 0; p < sh.Kp; ++p) off[size_t(p)] = (p * 7) % (3 * sh.Kp + 7);
     const int64_t ldc = sh.N + 5;
@@ -249,8 +248,7 @@ TEST_CASE("sgemm_bf16_a_rows: A's rows read in place at any element offset, B tr
     CHECK_THROWS_AS(sgemm_bf16_a_rows(1, 1, 1, nullptr, nullptr, nullptr, 1, 0.f, nullptr, 1), Error);
     return;
   }
-  std::mt19937 gen(11);
-  std::normal_distribution<float> nd;
+  kiln::test::NormalPool nd(11);
   const uint16_t nan16 = 0x7FC0;
   struct Shape { int64_t M, N, K; bool overlap; float beta; };
   // tile edges in M (12, 8, 4 rows) and N (32 columns); odd K (the last pair's high half past
@@ -268,13 +266,13 @@ TEST_CASE("sgemm_bf16_a_rows: A's rows read in place at any element offset, B tr
     const int64_t span = *std::max_element(off.begin(), off.end()) + sh.K + (sh.overlap ? 0 : 1);
     std::vector<uint16_t> A(size_t(span), nan16);  // the gaps between rows apart stay NaN
     for (int64_t i = 0; i < sh.M; ++i)
-      for (int64_t k = 0; k < sh.K; ++k) A[size_t(off[size_t(i)] + k)] = to_bf16(nd(gen));
+      for (int64_t k = 0; k < sh.K; ++k) A[size_t(off[size_t(i)] + k)] = to_bf16(nd());
     const int64_t ldb = sh.K + 3, ldc = sh.N + 5;
     std::vector<float> Bt(size_t(sh.N * ldb));  // float32 values: rounded to bf16 by the packing
-    for (auto& b : Bt) b = nd(gen);
+    for (auto& b : Bt) b = nd();
     std::vector<float> C(size_t(sh.M * ldc), std::numeric_limits<float>::quiet_NaN());
     for (int64_t i = 0; i < sh.M; ++i)
-      for (int64_t j = 0; j < sh.N && sh.beta != 0.f; ++j) C[size_t(i * ldc + j)] = nd(gen);
+      for (int64_t j = 0; j < sh.N && sh.beta != 0.f; ++j) C[size_t(i * ldc + j)] = nd();
     const std::vector<float> C0 = C;
     sgemm_bf16_a_rows(sh.M, sh.N, sh.K, A.data(), off.data(), Bt.data(), ldb, sh.beta, C.data(), ldc);
     double worst = 0;
@@ -357,16 +355,15 @@ TEST_CASE("sgemm_packed_half: float16 and bfloat16 operands widened per panel, a
           const int64_t M = c.M, N = c.N, K = c.K;
           const int threads = c.threads;
           const bool with_bias = c.bias;
-          std::mt19937 g(unsigned(M * 7 + N * 3 + K));
-          std::normal_distribution<float> nd;
+          kiln::test::NormalPool nd(unsigned(M * 7 + N * 3 + K));
           const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
           auto to16 = [&](float f) { return bf16 ? to_bf16(f) : float_to_half_bits(f); };
           auto from16 = [&](uint16_t h) { return bf16 ? from_bf16(h) : double(half_bits_to_float(h)); };
           std::vector<uint16_t> A((ta ? K : M) * lda), B((tb ? N : K) * ldb), C(M * ldc, 0x7E00);
-          for (auto& x : A) x = to16(nd(g));
-          for (auto& x : B) x = to16(nd(g));
+          for (auto& x : A) x = to16(nd());
+          for (auto& x : B) x = to16(nd());
           std::vector<float> bias(with_bias ? N : 0);
-          for (auto& x : bias) x = nd(g);
+          for (auto& x : bias) x = nd();
           sgemm_packed_half(bf16, ta, tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, threads,
                             with_bias ? bias.data() : nullptr);
           // The float32 kernel on the same values sums in the same order (slices of K, the
