@@ -100,7 +100,8 @@ class ThreadTeam {
     while (int(workers_.size()) < n) {
       const int id = int(workers_.size());
       wake_.push_back(std::make_unique<std::binary_semaphore>(0));
-      workers_.emplace_back([this, id] { work(id); });
+      std::binary_semaphore* wake = wake_.back().get();  // the thread never reads wake_, which grows
+      workers_.emplace_back([this, id, wake] { work(id, *wake); });
     }
     job_ = &job;
     pending_.store(n);
@@ -114,9 +115,9 @@ class ThreadTeam {
   }
 
  private:
-  void work(int id) {
+  void work(int id, std::binary_semaphore& wake) {
     for (;;) {
-      wake_[size_t(id)]->acquire();  // run()'s release happens-before: job_ and stop_ are visible
+      wake.acquire();  // run()'s release happens-before: job_ and stop_ are visible
       if (stop_) return;
       (*job_)(id);
       if (pending_.fetch_sub(1) == 1) done_.release();
