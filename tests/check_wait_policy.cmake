@@ -1,0 +1,36 @@
+# Every test of the build runs with OMP_WAIT_POLICY=passive (kiln_tests_wait_passively(),
+# CMakeLists.txt): lists the tests with `ctest --show-only=json-v1` and fails naming any test
+# whose environment lacks it (a folder that adds tests and forgets the call).
+# Usage: cmake -DCTEST=<ctest> -DBUILD_DIR=<build> -P check_wait_policy.cmake
+execute_process(COMMAND ${CTEST} --show-only=json-v1 WORKING_DIRECTORY ${BUILD_DIR}
+                OUTPUT_VARIABLE json RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ctest --show-only=json-v1 failed in ${BUILD_DIR} (exit ${rc})")
+endif()
+string(JSON count LENGTH "${json}" tests)
+math(EXPR last "${count} - 1")
+set(missing "")
+foreach(i RANGE ${last})
+  string(JSON name GET "${json}" tests ${i} name)
+  string(JSON props ERROR_VARIABLE none GET "${json}" tests ${i} properties)
+  set(env "")
+  if(NOT none)
+    string(JSON np LENGTH "${props}")
+    math(EXPR plast "${np} - 1")
+    foreach(p RANGE ${plast})
+      string(JSON pname GET "${props}" ${p} name)
+      if(pname STREQUAL "ENVIRONMENT")
+        string(JSON env GET "${props}" ${p} value)
+      endif()
+    endforeach()
+  endif()
+  string(FIND "${env}" "\"OMP_WAIT_POLICY=passive\"" at)
+  if(at EQUAL -1)
+    list(APPEND missing ${name})
+  endif()
+endforeach()
+if(missing)
+  message(FATAL_ERROR "tests without OMP_WAIT_POLICY=passive (call kiln_tests_wait_passively() after "
+                      "adding tests, CMakeLists.txt): ${missing}")
+endif()
+message(STATUS "all ${count} tests wait passively")
