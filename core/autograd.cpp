@@ -178,10 +178,7 @@ void check_saved(const Node& n) {
 // a's dtype and shape are kept (add_ rounds into a).
 Tensor add_grads(const Tensor& a, const Tensor& b, bool create_graph) {
   if (create_graph) return add(a, b);
-  if (a.dtype() == b.dtype() && a.shape() == b.shape()) {
-    NoGradGuard no_grad;
-    return add(a.detach(), b.detach());
-  }
+  if (a.dtype() == b.dtype() && a.shape() == b.shape()) return add(a.detach(), b.detach());  // records nothing
   Tensor s = a.detach().clone();
   s.add_(b);
   return s;

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <string>
 #include <limits>
-#include <random>
 #include <vector>
 #include "kiln/core/error.h"
 #include "kiln/ops/kernels/linalg.h"

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <vector>
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
