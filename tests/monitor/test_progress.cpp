@@ -203,7 +203,7 @@ TEST_CASE("MetricsLog: CSV header and rows, absent values as empty fields, NaN a
   CHECK(rows[1].accuracy == 0.875);
   CHECK(rows[1].items_per_s == 1500);
   MetricsLog fresh(path);  // not appending: starts over
-  CHECK(read_text(path) == std::string(kMetricsHeader) + "\n");
+  CHECK(read_text(path) == std::string(kMetricsHeader).append("\n"));
   CHECK(fresh.rows().empty());
 }
 
@@ -236,7 +236,7 @@ TEST_CASE("MetricsLog append: continues a log, dropping the rows after the resum
   // A missing file is created.
   MetricsLog created(dir / "new.csv", true, 5);
   CHECK(created.rows().empty());
-  CHECK(read_text(dir / "new.csv") == std::string(kMetricsHeader) + "\n");
+  CHECK(read_text(dir / "new.csv") == std::string(kMetricsHeader).append("\n"));
 }
 
 TEST_CASE("MetricsLog: another header, a malformed row or an unwritable path is an error naming the file") {
@@ -249,7 +249,7 @@ TEST_CASE("MetricsLog: another header, a malformed row or an unwritable path is 
   CHECK(read_text(other) == "a,b,c\n1,2,3\n");  // left alone
 
   const std::string broken = dir / "broken.csv";
-  kiln_test::write_text(broken, std::string(kMetricsHeader) + "\n1,1,0.5,0.1,10,,\n2,1,oops,0.1,10,,\n3,1,0.4,0.1,10,,\n");
+  kiln_test::write_text(broken, std::string(kMetricsHeader).append("\n1,1,0.5,0.1,10,,\n2,1,oops,0.1,10,,\n3,1,0.4,0.1,10,,\n"));
   const std::string e2 = error_of([&] { MetricsLog log(broken, true, 10); });
   CHECK(contains(e2, broken));
   CHECK(contains(e2, "line 3"));
