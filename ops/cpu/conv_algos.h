@@ -11,6 +11,7 @@
 #include <omp.h>
 #include "kiln/core/copy.h"
 #include "kiln/core/parallel.h"
+#include "kiln/core/simd_width.h"
 #include "kiln/ops/cpu/sgemm.h"
 #include "kiln/ops/kernels/conv.h"
 #include "kiln/ops/kernels/linalg.h"
@@ -19,13 +20,7 @@ namespace kiln::conv_cpu {
 
 // Vectors as wide as the target's registers (64 bytes with AVX-512), as GCC vector
 // extensions: the same code serves float and double and any x86 build.
-#if defined(__AVX512F__)
-constexpr int kVecBytes = 64;
-#elif defined(__AVX__)
-constexpr int kVecBytes = 32;
-#else
-constexpr int kVecBytes = 16;
-#endif
+constexpr int kVecBytes = simd::kRegBytes;
 
 template <class T>
 struct VecOf {

@@ -23,6 +23,7 @@
 #include "kiln/core/half.h"
 #include "kiln/core/parallel.h"
 #include "kiln/core/simd_half.h"
+#include "kiln/core/simd_width.h"
 #include "kiln/ops/kernels/norm.h"
 #include "kiln/ops/dispatch.h"
 
@@ -62,13 +63,7 @@ inline T combine_lanes(T* acc) {
 // A load also takes bf16 rows (batch norm reads them in place) and widens them: the bits
 // shifted up, as BFloat16's conversion does.
 
-#if defined(__AVX512F__)
-constexpr int kRegBytes = 64;
-#elif defined(__AVX__)
-constexpr int kRegBytes = 32;
-#else
-constexpr int kRegBytes = 16;
-#endif
+using simd::kRegBytes;
 
 /// 16 lanes of T as vectors of GCC's vector extension no wider than the target's registers,
 /// with elementwise +, - and * (a scalar operand applies to every lane). One 64-byte vector
