@@ -20,8 +20,8 @@ __global__ void __launch_bounds__(kLoopBlock)
 }
 
 template <class Loop, class F>
-__global__ void __launch_bounds__(kLoopBlock) contiguous_loop_kernel(int64_t n, LoopPtrs<Loop::N> p, F f) {
-  Loop::template contiguous<PlainStore>(n, p, f, GridPos{blockIdx.x, threadIdx.x, blockDim.x, gridDim.x});
+__global__ void __launch_bounds__(kLoopBlock) contiguous_loop_kernel(int64_t n, bool aligned, LoopPtrs<Loop::N> p, F f) {
+  Loop::template contiguous<PlainStore>(n, aligned, p, f, GridPos{blockIdx.x, threadIdx.x, blockDim.x, gridDim.x});
 }
 
 // ---- launchers ----
@@ -45,7 +45,7 @@ void launch_elementwise(const LoopLayout<1 + int(sizeof...(TI))>& L, void* const
   switch (choose_loop(L, ptrs, elem_sizes, Loop::kVec)) {
     case LoopKind::Vectorized: {
       const LaunchConfig c = launch_config((L.numel + Loop::kVec - 1) / Loop::kVec, max_blocks);
-      contiguous_loop_kernel<Loop><<<c.grid, c.block, 0, stream>>>(L.numel, p, f);
+      contiguous_loop_kernel<Loop><<<c.grid, c.block, 0, stream>>>(L.numel, true, p, f);
       break;
     }
     case LoopKind::Strided32: {
@@ -61,6 +61,23 @@ void launch_elementwise(const LoopLayout<1 + int(sizeof...(TI))>& L, void* const
       break;
     }
   }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+/// out = f(in...) over n contiguous elements of every operand (ptrs[0] = out): one kernel,
+/// vectorised when every pointer is aligned to the vector width, element by element if not.
+template <class TO, class... TI, class F>
+void launch_contiguous(int64_t n, void* const* ptrs, const F& f) {
+  using Loop = ElementwiseLoop<TO, TI...>;
+  constexpr int N = Loop::N;
+  if (n == 0) return;
+  LoopPtrs<N> p;
+  for (int k = 0; k < N; ++k) p.p[k] = ptrs[k];
+  const size_t elem_sizes[N] = {sizeof(TO), sizeof(TI)...};
+  bool aligned = true;
+  for (int k = 0; k < N; ++k) aligned = aligned && is_aligned(ptrs[k], elem_sizes[k] * size_t(Loop::kVec));
+  const LaunchConfig c = launch_config(aligned ? (n + Loop::kVec - 1) / Loop::kVec : n, loop_max_blocks());
+  contiguous_loop_kernel<Loop><<<c.grid, c.block, 0, current_raw_stream(-1)>>>(n, aligned, p, f);
   KILN_CUDA_CHECK_LAUNCH();
 }
 

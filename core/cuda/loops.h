@@ -1,6 +1,6 @@
 // The bodies of kiln's generic GPU elementwise loops, as __host__ __device__ templates:
 // out = f(in...) over a strided, broadcast index space (OffsetCalculator), or over
-// contiguous arrays with one 16-byte load/store per operand per step. 16-bit floats are
+// contiguous arrays with one 16-byte load/store per operand per step where aligned. 16-bit floats are
 // computed in float. The __global__ wrappers (core/cuda/loops.cuh) call these with the
 // real grid; the CPU test (tests/cuda/test_cuda_index_math.cpp) calls the same code over
 // an emulated grid. No CUDA header.
@@ -83,25 +83,29 @@ struct ElementwiseLoop {
     for (IdxT i = gs.first; i < n; i += gs.step) apply<Store>(p, calc.get(i), f, std::index_sequence_for<TI...>{});
   }
 
-  /// The contiguous loop: each step handles kVec consecutive elements with one aligned
-  /// 16-byte load per input and one store; the last partial chunk goes element by
-  /// element. Every pointer must be aligned to kVec of its elements.
+  /// The contiguous loop. With `aligned` (every pointer aligned to kVec of its elements; one
+  /// answer for the whole launch) each step handles kVec consecutive elements with one
+  /// 16-byte load per input and one store, and the last n % kVec go element by element;
+  /// without, all go element by element (a view that starts inside a vector). One body, so
+  /// the unary ops (always contiguous) need one kernel per op and dtype, not three.
   template <class Store = PlainStore, class F>
-  KILN_HD static void contiguous(int64_t n, const LoopPtrs<N>& p, const F& f, const GridPos& g) {
-    const int64_t chunks = (n + kVec - 1) / kVec;
+  KILN_HD static void contiguous(int64_t n, bool aligned, const LoopPtrs<N>& p, const F& f, const GridPos& g) {
     const GridStride<int64_t> gs(g);
-    for (int64_t c = gs.first; c < chunks; c += gs.step) {
-      const int64_t base = c * kVec;
-      if (base + kVec <= n) {
-        vec_chunk<Store>(p, base, f, std::index_sequence_for<TI...>{});
-      } else {
-        for (int64_t i = base; i < n; ++i) {
-          Offsets<N> o;
-          for (int k = 0; k < N; ++k) o.v[k] = i;
-          apply<Store>(p, o, f, std::index_sequence_for<TI...>{});
-        }
-      }
+    int64_t start = 0;
+    if (aligned) {
+      const int64_t chunks = n / kVec;
+      for (int64_t c = gs.first; c < chunks; c += gs.step)
+        vec_chunk<Store>(p, c * kVec, f, std::index_sequence_for<TI...>{});
+      start = chunks * kVec;
     }
+    for (int64_t i = start + gs.first; i < n; i += gs.step) apply<Store>(p, at(i), f, std::index_sequence_for<TI...>{});
+  }
+
+  /// Element i of every operand (all contiguous).
+  KILN_HD_INLINE static Offsets<N> at(int64_t i) {
+    Offsets<N> o;
+    for (int k = 0; k < N; ++k) o.v[k] = i;
+    return o;
   }
 
   template <class Store, class F, size_t... Is>

@@ -26,7 +26,7 @@ using namespace kiln::elementwise;
 template <class T, class F>
 void unary_loop(const UnaryArgs& a, const F& f) {
   void* ptrs[2] = {a.out, const_cast<void*>(a.x)};
-  launch_elementwise<T, T>(contiguous_layout<2>(a.n), ptrs, f);
+  launch_contiguous<T, T>(a.n, ptrs, f);
 }
 
 // out[i] = g[i] * d(s[i]) (elementwise::unary_grad), s the saved input or output (the row's `reads`).
@@ -35,7 +35,7 @@ void unary_grad_loop(Op op, const UnaryArgs& a, const D& d) {
   KILN_CHECK(a.s != nullptr && a.g != nullptr, op_name(op), ": the CUDA backward kernel needs the gradient and ",
              "the saved input or output");
   void* ptrs[3] = {a.out, const_cast<void*>(a.g), const_cast<void*>(a.s)};
-  launch_elementwise<T, T, T>(contiguous_layout<3>(a.n), ptrs, GradF<compute_t<T>, D>{d});
+  launch_contiguous<T, T, T>(a.n, ptrs, GradF<compute_t<T>, D>{d});
 }
 
 // The switch over the unary rows of ops/elementwise_ops.def, forward or backward.

@@ -16,14 +16,4 @@ LoopLayout<N> layout_from_args(const EwArgs& a) {
   return merge_dims<N>(a.ndim, a.shape, strides);
 }
 
-/// N contiguous arrays of n elements (the unary kernels' arguments).
-template <int N>
-LoopLayout<N> contiguous_layout(int64_t n) {
-  const int64_t shape[1] = {n};
-  const int64_t unit[1] = {1};
-  const int64_t* strides[N];
-  for (int k = 0; k < N; ++k) strides[k] = unit;
-  return merge_dims<N>(1, shape, strides);
-}
-
 }  // namespace kiln::cuda

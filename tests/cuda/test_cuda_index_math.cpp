@@ -152,7 +152,8 @@ void check_strided(const Tensor& out, const std::vector<Tensor>& ins, const F& f
   }
 }
 
-// The same for the vectorised contiguous body (all operands contiguous and aligned).
+// The same for the contiguous body, vectorised (all operands contiguous and aligned) and
+// element by element (pointers not aligned to the vector width).
 template <class Loop, class F>
 void check_contiguous(const Tensor& out, const std::vector<Tensor>& ins, const F& f, const Tensor& ref,
                       double rtol = 0, double atol = 0) {
@@ -167,9 +168,16 @@ void check_contiguous(const Tensor& out, const std::vector<Tensor>& ins, const F
   for (const LaunchConfig& c : configs((n + Loop::kVec - 1) / Loop::kVec)) {
     std::memset(out.raw_data(), 0xff, size_t(n) * out.element_size());
     g_log.reset(out.raw_data(), sizeof(typename Loop::out_type), n);
-    run_grid(c, [&](const GridPos& g) { Loop::template contiguous<CountingStore>(n, p, f, g); });
+    run_grid(c, [&](const GridPos& g) { Loop::template contiguous<CountingStore>(n, true, p, f, g); });
     CHECK(g_log.each_once());
     CHECK(g_log.misaligned == 0);
+    CHECK(matches(out, ref, rtol, atol));
+  }
+  for (const LaunchConfig& c : configs(n)) {  // not aligned: element by element
+    std::memset(out.raw_data(), 0xff, size_t(n) * out.element_size());
+    g_log.reset(out.raw_data(), sizeof(typename Loop::out_type), n);
+    run_grid(c, [&](const GridPos& g) { Loop::template contiguous<CountingStore>(n, false, p, f, g); });
+    CHECK(g_log.each_once());
     CHECK(matches(out, ref, rtol, atol));
   }
 }
