@@ -181,8 +181,11 @@ cudaStream_t stream_of(const Tensor& t) {
 #endif
 
 // The contiguous tensor of dtype `as` a collective works on: `t` itself when it already
-// is one, else a copy that finish() writes back into `t`.
-Tensor staging(const Tensor& t, DType as) { return t.is_contiguous() && t.dtype() == as ? t : t.to(as).contiguous(); }
+// is one, else a copy that finish() writes back into `t`. (Both helpers serve the MPI paths
+// only: unused in a build without MPI.)
+[[maybe_unused]] Tensor staging(const Tensor& t, DType as) {
+  return t.is_contiguous() && t.dtype() == as ? t : t.to(as).contiguous();
+}
 // The result into t, after the average's division when avg: under no_grad, since a
 // collective is not recorded by autograd (a leaf that requires grad may be reduced, as in
 // PyTorch).
@@ -192,7 +195,7 @@ void finish(Tensor& t, Tensor& buf, bool avg) {
   if (!buf.is_same(t)) t.copy_(buf);
 }
 // float16 / bfloat16 go through MPI as float32 (MPI has no 16-bit float types).
-DType mpi_dtype(DType d) { return d == DType::float16 || d == DType::bfloat16 ? DType::float32 : d; }
+[[maybe_unused]] DType mpi_dtype(DType d) { return d == DType::float16 || d == DType::bfloat16 ? DType::float32 : d; }
 
 }  // namespace
 
