@@ -15,5 +15,5 @@ export KILN_KILLS=${KILN_KILLS:-10}
 # wrong code whose tests must fail (the first stage checks that they do), and the bf16
 # model trainings of test_amp_models (90 s here, over kernels the other tests run), and the
 # tests labelled `timing` (course chapters that time the kernels the unit tests run)
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" -E 'install_consumer|_starter$|^test_amp_models$' \
-  -LE '^timing$' ${1:+-R "$1"}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${JOBS:-$(nproc)}" \
+  -E 'install_consumer|_starter$|^test_amp_models$' -LE '^timing$' ${1:+-R "$1"}

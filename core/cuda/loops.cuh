@@ -20,7 +20,8 @@ __global__ void __launch_bounds__(kLoopBlock)
 }
 
 template <class Loop, class F>
-__global__ void __launch_bounds__(kLoopBlock) contiguous_loop_kernel(int64_t n, bool aligned, LoopPtrs<Loop::N> p, F f) {
+__global__ void __launch_bounds__(kLoopBlock)
+    contiguous_loop_kernel(int64_t n, bool aligned, LoopPtrs<Loop::N> p, F f) {
   Loop::template contiguous<PlainStore>(n, aligned, p, f, GridPos{blockIdx.x, threadIdx.x, blockDim.x, gridDim.x});
 }
 

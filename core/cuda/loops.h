@@ -1,9 +1,9 @@
 // The bodies of kiln's generic GPU elementwise loops, as __host__ __device__ templates:
 // out = f(in...) over a strided, broadcast index space (OffsetCalculator), or over
-// contiguous arrays with one 16-byte load/store per operand per step where aligned. 16-bit floats are
-// computed in float. The __global__ wrappers (core/cuda/loops.cuh) call these with the
-// real grid; the CPU test (tests/cuda/test_cuda_index_math.cpp) calls the same code over
-// an emulated grid. No CUDA header.
+// contiguous arrays with one 16-byte load/store per operand per step where aligned. 16-bit
+// floats are computed in float. The __global__ wrappers (core/cuda/loops.cuh) call these
+// with the real grid; the CPU test (tests/cuda/test_cuda_index_math.cpp) calls the same
+// code over an emulated grid. No CUDA header.
 #pragma once
 #include <cstddef>
 #include <cstdint>
