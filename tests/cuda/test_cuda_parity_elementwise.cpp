@@ -83,14 +83,23 @@ const DType kFloatTypes[] = {DType::float32, DType::float64, DType::float16, DTy
 using UnaryFn = std::function<Tensor(const Tensor&)>;
 using BinaryFn = std::function<Tensor(const Tensor&, const Tensor&)>;
 
-// Forward and backward of a unary op on both devices.
+// Forward and backward of a unary op on both devices. The last trial's input is a
+// contiguous view one element into its storage: not aligned to the GPU loop's 16-byte
+// vectors, so the kernel goes element by element.
 void check_unary(const char* name, const UnaryFn& f, bool positive) {
   for (DType dt : kFloatTypes) {
-    for (int trial = 0; trial < 4; ++trial) {
-      Shape shape = trial == 3 ? Shape{3, 1031} : random_shape();
+    for (int trial = 0; trial < 5; ++trial) {
+      Shape shape = trial == 3 ? Shape{3, 1031} : trial == 4 ? Shape{1031} : random_shape();
       const bool strided = trial % 2 == 1;
-      Tensor xc = make_input(shape, dt, positive, strided).detach().requires_grad_();
-      Tensor xg = to_gpu_same_layout(xc.detach()).detach().requires_grad_();
+      Tensor xc, xg;
+      if (trial == 4) {
+        const Tensor base = make_input({1032}, dt, positive, false);
+        xc = base.narrow(0, 1, 1031).detach().requires_grad_();
+        xg = base.to(kGpu).narrow(0, 1, 1031).detach().requires_grad_();
+      } else {
+        xc = make_input(shape, dt, positive, strided).detach().requires_grad_();
+        xg = to_gpu_same_layout(xc.detach()).detach().requires_grad_();
+      }
       CAPTURE(name);
       CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(shape));
