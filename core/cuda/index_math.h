@@ -211,6 +211,14 @@ constexpr int vec_width(size_t max_elem_size) {
 /// True when p is a multiple of `bytes` (a vector access of that size is legal).
 inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+/// True when each of the N pointers is aligned to `vec` of its elements.
+template <int N>
+bool all_aligned(void* const* ptrs, const size_t* elem_sizes, int vec) {
+  for (int k = 0; k < N; ++k)
+    if (!is_aligned(ptrs[k], elem_sizes[k] * size_t(vec))) return false;
+  return true;
+}
+
 /// How an elementwise loop runs: one vectorised contiguous loop, or the strided loop with
 /// 32- or 64-bit indices.
 enum class LoopKind { Vectorized, Strided32, Strided64 };
@@ -220,11 +228,7 @@ enum class LoopKind { Vectorized, Strided32, Strided64 };
 /// index type that holds numel.
 template <int N>
 LoopKind choose_loop(const LoopLayout<N>& L, void* const* ptrs, const size_t* elem_sizes, int vec) {
-  if (is_contiguous_loop(L)) {
-    bool aligned = true;
-    for (int k = 0; k < N; ++k) aligned = aligned && is_aligned(ptrs[k], elem_sizes[k] * size_t(vec));
-    if (aligned) return LoopKind::Vectorized;
-  }
+  if (is_contiguous_loop(L) && all_aligned<N>(ptrs, elem_sizes, vec)) return LoopKind::Vectorized;
   return L.numel <= kMax32BitIndex ? LoopKind::Strided32 : LoopKind::Strided64;
 }
 

@@ -75,8 +75,7 @@ void launch_contiguous(int64_t n, void* const* ptrs, const F& f) {
   LoopPtrs<N> p;
   for (int k = 0; k < N; ++k) p.p[k] = ptrs[k];
   const size_t elem_sizes[N] = {sizeof(TO), sizeof(TI)...};
-  bool aligned = true;
-  for (int k = 0; k < N; ++k) aligned = aligned && is_aligned(ptrs[k], elem_sizes[k] * size_t(Loop::kVec));
+  const bool aligned = all_aligned<N>(ptrs, elem_sizes, Loop::kVec);
   const LaunchConfig c = launch_config(aligned ? (n + Loop::kVec - 1) / Loop::kVec : n, loop_max_blocks());
   contiguous_loop_kernel<Loop><<<c.grid, c.block, 0, current_raw_stream(-1)>>>(n, aligned, p, f);
   KILN_CUDA_CHECK_LAUNCH();
