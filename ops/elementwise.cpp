@@ -113,6 +113,8 @@ constexpr Reads unary_reads(Op op) {
   }
 }
 
+}  // namespace
+
 // g * op'(s) through the unary backward kernel; s is the saved input or output.
 Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p1) {
   const bool same16 = is_half(g0.dtype()) && s0.dtype() == g0.dtype();
@@ -131,6 +133,8 @@ Tensor unary_grad(Op op, const Tensor& g0, const Tensor& s0, double p0, double p
   if (a.n > 0) kernel<UnaryKernelFn>(op, out.device())(op, compute, a);
   return out.to(g0.dtype());
 }
+
+namespace {
 
 // A C++ double beside a tensor, as a 0-dim tensor (which never outranks a dimensioned
 // operand of its category, ops/helpers.h result_type), PyTorch's wrapped-number rule: beside
@@ -170,6 +174,8 @@ Tensor log_ndtr_derivative(const Tensor& x) {
     return std::vector<Tensor>{mul(g, neg(mul(G, add(x, G))))};
   }));
 }
+
+}  // namespace
 
 // f'(s) written in recorded ops, for a backward under create_graph: s is the live input x
 // or the output y (saved_output), as the op's `reads` column says. Piecewise-constant
@@ -261,6 +267,8 @@ Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1) {
     default: KILN_FAIL("unary_derivative: no formula for '", op_name(op), "'");  // has_recorded_derivative says
   }
 }
+
+namespace {
 
 // Whether unary_derivative has op's formula. A row without one (a new activation's four
 // edits) is first-order only: a second backward through it is an error naming the op

@@ -5,6 +5,7 @@
 #include <vector>
 #include "kiln/core/autograd.h"
 #include "kiln/core/tensor.h"
+#include "kiln/ops/dispatch.h"
 
 namespace kiln {
 
@@ -38,5 +39,12 @@ std::string describe(const Tensor& t);
 /// On the CPU, 16-bit float tensors are computed in float32 and rounded back (so autocast
 /// numerics match the GPU's). Returns the dtype kernels should run in for dtype d.
 inline DType cpu_compute_dtype(DType d) { return is_half(d) ? DType::float32 : d; }
+
+/// g * op'(s) for a unary op of ops/elementwise_ops.def through its backward kernel, not
+/// recorded; s is what the op's row reads (its input or output). ops/elementwise.cpp.
+Tensor unary_grad(Op op, const Tensor& g, const Tensor& s, double p0, double p1);
+/// op'(s) in recorded ops, for a backward under create_graph (ops with
+/// has_recorded_derivative). ops/elementwise.cpp.
+Tensor unary_derivative(Op op, const Tensor& s, double p0, double p1);
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <atomic>
 #include "kiln/core/autograd.h"
 #include "kiln/ops/cpu/sgemm.h"
+#include "kiln/ops/kernels/elementwise.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/elementwise.h"
@@ -280,6 +281,111 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return twice_differentiable(out);
 }
 
+namespace {
+
+/// linear's and linear_gelu's operands, checked: x as (M, I) rows with row stride ldx (a view
+/// when the rows are evenly spaced), W (O, I) and bias (O) contiguous and detached.
+struct LinearOperands {
+  Tensor x2, w, bias;
+  int64_t ldx = 1, M = 0, O = 0, I = 0;
+  Shape out_shape;
+};
+
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.dim() == 2, op, ": weight must be 2-D (out_features, in_features), got shape ",
+             shape_str(weight.shape()));
+  KILN_CHECK(x.dim() >= 1, op, ": input must have at least 1 dim, got shape ", shape_str(x.shape()));
+  KILN_CHECK(x.size(-1) == weight.size(1), op, ": input ", shape_str(x.shape()), " has ", x.size(-1),
+             " features but weight ", shape_str(weight.shape()), " expects ", weight.size(1),
+             " (in_features = weight.size(1))");
+  if (bias.defined()) {
+    check_same_device(op, {x, bias});
+    KILN_CHECK(bias.dtype() == x.dtype(), op, ": dtype mismatch, input is ", describe(x), " and bias is ",
+               describe(bias), " (expected equal dtypes)");
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias must have shape [", weight.size(0),
+               "] for weight ", shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
+  }
+}
+
+LinearOperands linear_operands(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  LinearOperands r;
+  r.I = weight.size(1), r.O = weight.size(0);
+  r.out_shape = Shape(x.shape().begin(), x.shape().end() - 1);
+  r.M = shape_numel(r.out_shape);
+  r.out_shape.push_back(r.O);
+  Tensor xd = x.detach();
+  r.ldx = std::max<int64_t>(r.I, 1);
+  if (xd.dim() >= 2) {
+    GemmOperand op2 = gemm_operand(xd);
+    if (!op2.trans && rows_mergeable(op2.t, op2.ld)) {
+      r.x2 = op2.t;
+      r.ldx = op2.ld;
+    }
+  } else if (xd.stride(0) == 1 || r.I <= 1) {
+    r.x2 = xd;
+  }
+  if (!r.x2.defined()) r.x2 = xd.contiguous();
+  r.x2 = make_view(r.x2, {r.M, r.I}, {r.ldx, 1});
+  r.w = weight.detach();
+  if (!r.w.is_contiguous()) r.w = r.w.contiguous();
+  if (bias.defined()) r.bias = bias.detach().contiguous();
+  return r;
+}
+
+/// What linear's backward reads: x2 when W needs a gradient, W when x does, and the same
+/// live (x, W, bias) for a backward under create_graph.
+struct LinearSaved {
+  Tensor x2, w, xl, wl, bl;
+  DType dt = DType::float32;
+  int64_t ldx = 1, M = 0, O = 0, I = 0;
+  Shape x_shape;
+};
+
+LinearSaved linear_saved(const LinearOperands& a, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         bool keep_live) {
+  const bool gx = x.requires_grad(), gw = weight.requires_grad();
+  LinearSaved s;
+  if (gw) s.x2 = a.x2;
+  if (gx) s.w = a.w;
+  if (gw || keep_live) s.xl = x;
+  if (gx || keep_live) s.wl = weight;
+  if (keep_live) s.bl = bias;
+  s.dt = x.dtype(), s.ldx = a.ldx, s.M = a.M, s.O = a.O, s.I = a.I, s.x_shape = x.shape();
+  return s;
+}
+
+/// {dx, dW, db} of y = x W^T + b from g = dL/dy (M, O) in any layout: one GEMM each, the
+/// bias gradient summed by the weight-gradient GEMM where the device's kernel can
+/// (LinearKernels::weight_grad_bias), else by a column sum.
+std::vector<Tensor> linear_grads(const Tensor& g, const LinearSaved& s, const std::vector<bool>& needs) {
+  const int64_t M = s.M, O = s.O, I = s.I;
+  const bool need_b = needs.size() > 2 && needs[2];
+  if (grad_mode_enabled()) {  // create_graph: the same products in recorded ops
+    Tensor gl = g.to(s.dt), dx, dw, db;
+    if (needs[0]) dx = matmul(gl, s.wl);                                                   // g W
+    if (needs[1]) dw = matmul(gl.reshape({M, O}).transpose(0, 1), s.xl.reshape({M, I}));  // g^T x
+    if (need_b) db = sum(gl.reshape({M, O}), {0});
+    return {dx, dw, db};
+  }
+  Tensor g2 = contiguous_as(g.dtype() == s.dt ? g : g.detach().to(s.dt), {M, O});  // (M, O)
+  Tensor dx, dw, db;
+  if (needs[0]) dx = contiguous_as(gemm2d(false, false, M, I, O, g2, O, s.w, I), s.x_shape);  // g W
+  if (needs[1] && need_b && M > 0) {
+    const auto* k = kernel<LinearKernels>(Op::linear, g2.device());
+    if (k->weight_grad_bias) {
+      dw = Tensor::empty({O, I}, s.dt, g2.device());
+      db = Tensor::empty({O}, s.dt, g2.device());
+      if (!k->weight_grad_bias(s.dt, M, O, I, g2.raw_data(), s.x2.raw_data(), s.ldx, dw.raw_data(), db.raw_data()))
+        dw = db = Tensor();
+    }
+  }
+  if (needs[1] && !dw.defined()) dw = gemm2d(true, false, O, I, M, g2, O, s.x2, s.ldx);  // g^T x: (O, I)
+  if (need_b && !db.defined()) db = sum(g2, {0});                                          // (O)
+  return {dx, dw, db};
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (auto r = autocast_op(
           AutocastTo::low,
@@ -287,19 +393,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           x, weight, bias))
     return *r;  // autocast: the op ran on cast inputs
   check_pair("linear", x, weight, "input", "weight", /*integers=*/true);
-  KILN_CHECK(weight.dim() == 2, "linear: weight must be 2-D (out_features, in_features), got shape ",
-             shape_str(weight.shape()));
-  KILN_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got shape ", shape_str(x.shape()));
-  KILN_CHECK(x.size(-1) == weight.size(1), "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
-             " features but weight ", shape_str(weight.shape()), " expects ", weight.size(1),
-             " (in_features = weight.size(1))");
-  if (bias.defined()) {
-    check_same_device("linear", {x, bias});
-    KILN_CHECK(bias.dtype() == x.dtype(), "linear: dtype mismatch, input is ", describe(x), " and bias is ",
-               describe(bias), " (expected equal dtypes)");
-    KILN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias must have shape [",
-               weight.size(0), "] for weight ", shape_str(weight.shape()), ", got ", shape_str(bias.shape()));
-  }
+  check_linear("linear", x, weight, bias);
   if (gemm_in_float32(x))
     return linear(x.to(DType::float32), weight.to(DType::float32),
                   bias.defined() ? bias.to(DType::float32) : Tensor())
@@ -308,58 +402,59 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Tensor y = matmul(x, weight.t());
     return bias.defined() ? add(y, bias) : y;
   }
-
-  const int64_t I = weight.size(1), O = weight.size(0);
-  Shape lead(x.shape().begin(), x.shape().end() - 1);
-  const int64_t M = shape_numel(lead);
-  // x as (M, I) rows with row stride ldx: a view when the rows are evenly spaced.
-  Tensor xd = x.detach();
-  int64_t ldx = std::max<int64_t>(I, 1);
-  Tensor x2;
-  if (xd.dim() >= 2) {
-    GemmOperand op = gemm_operand(xd);
-    if (!op.trans && rows_mergeable(op.t, op.ld)) {
-      x2 = op.t;
-      ldx = op.ld;
-    }
-  } else if (xd.stride(0) == 1 || I <= 1) {
-    x2 = xd;
-  }
-  if (!x2.defined()) x2 = xd.contiguous();
-  x2 = make_view(x2, {M, I}, {ldx, 1});
-  Tensor w = weight.detach();
-  if (!w.is_contiguous()) w = w.contiguous();
-  Tensor bd = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Shape out_shape = lead;
-  out_shape.push_back(O);
-  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  const LinearOperands a = linear_operands(x, weight, bias);
+  Tensor out = Tensor::empty(a.out_shape, x.dtype(), x.device());
   if (out.numel() > 0)
-    kernel<LinearKernel>(Op::linear, x.device())(x.dtype(), M, O, I, x2.raw_data(), ldx, w.raw_data(),
-                                                 bd.defined() ? bd.raw_data() : nullptr, out.raw_data());
-
-  const bool gx = x.requires_grad(), gw = weight.requires_grad();
-  Tensor xs = gw ? x2 : Tensor(), ws = gx ? w : Tensor();  // saved: what the needed gradients read
-  Tensor xl = gw ? x : Tensor(), wl = gx ? weight : Tensor();  // the same, live (create_graph)
-  record(out, "linear", {x, weight, bias}, {xs, ws},
-         [x2 = xs, w = ws, xl, wl, dt = x.dtype(), ldx, M, O, I, x_shape = x.shape()](
-             const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
-           if (grad_mode_enabled()) {  // create_graph: the same products in recorded ops
-             Tensor gl = g.to(dt), dx, dw, db;
-             if (needs[0]) dx = matmul(gl, wl);                                                // g W
-             if (needs[1]) dw = matmul(gl.reshape({M, O}).transpose(0, 1), xl.reshape({M, I}));  // g^T x
-             if (needs.size() > 2 && needs[2]) db = sum(gl.reshape({M, O}), {0});
-             return {dx, dw, db};
-           }
-           Tensor g2 = contiguous_as(g.dtype() == dt ? g : g.detach().to(dt), {M, O});  // (M, O)
-           Tensor dx, dw, db;
-           if (needs[0]) dx = contiguous_as(gemm2d(false, false, M, I, O, g2, O, w, I), x_shape);  // g W
-           if (needs[1]) dw = gemm2d(true, false, O, I, M, g2, O, x2, ldx);  // g^T x: (O, I)
-           if (needs.size() > 2 && needs[2]) db = sum(g2, {0});              // (O)
-           return {dx, dw, db};
-         });
+    kernel<LinearKernels>(Op::linear, x.device())
+        ->forward(x.dtype(), a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(),
+                  a.bias.defined() ? a.bias.raw_data() : nullptr, out.raw_data());
+  const LinearSaved s = linear_saved(a, x, weight, bias, /*keep_live=*/false);
+  record(out, "linear", {x, weight, bias}, {s.x2, s.w},
+         [s](const Tensor& g, const std::vector<bool>& needs) { return linear_grads(g, s, needs); });
   return twice_differentiable(out);
 }
 
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto r = autocast_op(
+          AutocastTo::low,
+          [&](const Tensor& xc, const Tensor& wc, const Tensor& bc) { return linear_gelu(xc, wc, bc); },
+          x, weight, bias))
+    return *r;
+  check_pair("linear_gelu", x, weight, "input", "weight");
+  check_linear("linear_gelu", x, weight, bias);
+  if (gemm_in_float32(x))
+    return linear_gelu(x.to(DType::float32), weight.to(DType::float32),
+                       bias.defined() ? bias.to(DType::float32) : Tensor())
+        .to(x.dtype());
+  const LinearOperands a = linear_operands(x, weight, bias);
+  const DType dt = x.dtype();
+  Tensor pre = Tensor::empty(a.out_shape, dt, x.device()), out = Tensor::empty(a.out_shape, dt, x.device());
+  if (out.numel() > 0) {
+    const auto* k = kernel<LinearKernels>(Op::linear, x.device());
+    const void* b = a.bias.defined() ? a.bias.raw_data() : nullptr;
+    if (!k->forward_gelu ||
+        !k->forward_gelu(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b, pre.raw_data(), out.raw_data())) {
+      k->forward(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b, pre.raw_data());
+      UnaryArgs u;  // the gelu op's own kernel: the same values as gelu(linear(x, W, b), tanh)
+      u.n = pre.numel();
+      u.x = pre.raw_data();
+      u.out = out.raw_data();
+      kernel<UnaryKernelFn>(Op::gelu_tanh, x.device())(Op::gelu_tanh, dt, u);
+    }
+  }
+  // The backward reads pre; under create_graph it recomputes pre from the live x, W and b, so
+  // that the second derivative sees pre's dependence on them.
+  const LinearSaved s = linear_saved(a, x, weight, bias, /*keep_live=*/true);
+  record(out, "linear_gelu", {x, weight, bias}, {s.x2, s.w, pre},
+         [s, pre](const Tensor& g, const std::vector<bool>& needs) {
+           if (grad_mode_enabled()) {
+             const Tensor pre_l = linear(s.xl, s.wl, s.bl);
+             return linear_grads(mul(g.to(s.dt), unary_derivative(Op::gelu_tanh, pre_l, 0, 0)), s, needs);
+           }
+           return linear_grads(unary_grad(Op::gelu_tanh, g.to(s.dt), pre, 0, 0), s, needs);
+         });
+  return twice_differentiable(out);
+}
 
 // ---------------------------------------------------------------- compositions of matmul
 

@@ -15,6 +15,13 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// y = x W^T + b for x (..., in), W (out, in), b (out) or undefined. Integer tensors on the
 /// CPU as matmul's.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// gelu(linear(x, W, b), GeluApprox::tanh) as one op (Sequential{Linear, GELU(tanh)}, the
+/// GPT's MLP; PyTorch's torch._addmm_activation(b, x, W.t(), use_gelu=True)), floating dtypes.
+/// On CUDA in float16/bfloat16 the GELU runs in the GEMM's epilogue (cuBLASLt's
+/// GELU_AUX_BIAS), which also writes the pre-activation the backward reads; elsewhere the
+/// linear and gelu_tanh kernels run one after the other, with the same values as the two
+/// ops (bit for bit on the CPU). Either way one tape node, holding what the two would.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 /// PyTorch's stricter products, compositions of matmul: mm (2-D x 2-D), bmm (3-D x 3-D, the
 /// same batch), addmm / baddbmm: beta * input + alpha * (m1 @ m2) with input broadcast to the
 /// product (beta 0 ignores input, NaN included, as PyTorch), outer (1-D x 1-D -> 2-D).

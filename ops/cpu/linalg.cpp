@@ -265,7 +265,8 @@ void linear_cpu(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int
 
 void register_cpu_linalg() {
   register_kernel(Op::matmul, DeviceType::CPU, &matmul_cpu);
-  register_kernel(Op::linear, DeviceType::CPU, &linear_cpu);
+  static constexpr LinearKernels kLinearCpu{.forward = &linear_cpu};
+  register_kernel(Op::linear, DeviceType::CPU, &kLinearCpu);
 }
 
 }  // namespace kiln

@@ -64,6 +64,21 @@ inline bool evenly_spaced(const int64_t* off, int64_t n, int64_t& s) {
   return true;
 }
 
+// The GEMMs of linear (ops/cuda/linalg.cu) for x (M, I) with row stride ldx, W (O, I),
+// g = dL/dy (M, O) contiguous. With cuBLASLt's operands (A = the first, B = the second of
+// to_col_major) the output C^T is (O, M) for the forward and (I, O) for the weight gradient:
+// the forward's bias and GELU epilogues act on C^T's rows (one per output feature), and the
+// weight gradient's BGRADB epilogue sums cuBLASLt's B = op(g's buffer), (M, O), over k = M:
+// one sum per column of C^T, i.e. per output feature, db = sum over rows of g.
+/// y = x W^T (+ bias, GELU)
+inline RowMajorGemm linear_forward(int64_t M, int64_t O, int64_t I, int64_t ldx) {
+  return {false, true, M, O, I, ldx, I > 0 ? I : 1, O, 0, 0, 0, 1};
+}
+/// dW = g^T x (+ db = the column sums of g, BGRADB)
+inline RowMajorGemm linear_weight_grad(int64_t M, int64_t O, int64_t I, int64_t ldx) {
+  return {true, false, O, I, M, O, ldx, I, 0, 0, 0, 1};
+}
+
 // The GEMMs of attention (ops/cuda/nn.cu) over B contiguous batch entries of
 // q (Tq, E), k (Tk, E), v (Tk, Ev), scores / probabilities p (Tq, Tk), out and dO (Tq, Ev).
 /// s = q k^T (forward and backward)

@@ -1,7 +1,8 @@
 // CUDA kernels of the linalg op family (matmul, linear) through cuBLAS: the same kernel
 // types as the CPU (ops/kernels/linalg.h, row-major), mapped onto column-major cuBLAS.
 // One cuBLAS handle per device, created on first use and bound to the current stream.
-// float16/bfloat16 go through cuBLASLt with float32 accumulation (bias as an epilogue);
+// float16/bfloat16 go through cuBLASLt with float32 accumulation (bias, bias + GELU and the
+// bias gradient as epilogues);
 // float32 uses TF32 tensor cores when set_float32_matmul_precision("high") allows it.
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -15,6 +16,7 @@
 #include "kiln/ops/linalg.h"
 #include "kiln/ops/cuda/gemm_map.h"
 #include "kiln/ops/cuda/handles.h"
+#include "kiln/ops/cuda/lt_readback.h"
 #include "kiln/ops/cuda/register.h"
 #include "kiln/ops/dispatch.h"
 
@@ -130,46 +132,59 @@ cublasLtMatrixLayout_t lt_layout(cudaDataType_t t, int64_t rows, int64_t cols, i
   return l;
 }
 
-/// Row-major C (M, N) = alpha op(A) op(B) + beta C (+ bias (N) on every row when bias is
-/// given and beta == 0), 16-bit operands with float32 accumulation, through cuBLASLt:
-/// column-major C^T = op(B)^T op(A)^T as in gemm<T>(). Returns false when cuBLASLt offers
-/// no algorithm for the shapes (the caller then uses cublasGemmEx).
-bool gemm_lt(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda,
-             const void* B, int64_t ldb, float beta, void* C, int64_t ldc, const void* bias, int64_t batch = 1,
-             int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
-  if (K == 0) return false;  // cublasGemmEx handles the empty sum (C = beta C)
+/// What a cuBLASLt GEMM does to its output on the way out (CUBLASLT_MATMUL_DESC_EPILOGUE).
+struct LtEpilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  ///< BIAS, GELU_AUX_BIAS: the vector added; BGRADB: the bias gradient written
+  void* aux = nullptr;         ///< GELU_AUX(_BIAS): the pre-activation, laid out as C
+  int64_t aux_ld = 0;
+};
+
+/// The descriptors of one row-major GEMM on cuBLASLt (16-bit operands, float32 accumulation):
+/// column-major C^T = op(B)^T op(A)^T as in gemm<T>(), with the epilogue. Needs no GPU.
+void lt_describe(LtDesc& d, DType dt, const cuda::RowMajorGemm& g, const LtEpilogue& e) {
   const cudaDataType_t t = cuda_type(dt);
-  LtDesc d;
   KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescCreate)(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cuda::RowMajorGemm g{ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch};
   const cuda::ColMajorGemm c = cuda::to_col_major(g);
   const cublasOperation_t op_first = op_of(c.trans_first), op_second = op_of(c.trans_second);
-  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
-                                                                        sizeof(op_first)));
-  KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
-                                                                        sizeof(op_second)));
-  if (bias && alignment_of(bias, 0) < 16) return false;  // the epilogue wants an aligned vector
-  if (bias) {
-    // the bias epilogue adds a vector of length m (here N, the row-major columns) to each column
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    KILN_CUBLAS_CHECK(
-        KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                                          &bias, sizeof(bias)));
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t n) {
+    KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescSetAttribute)(d.op, attr, v, n));
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first));
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second));
+  if (e.kind != CUBLASLT_EPILOGUE_DEFAULT) set(CUBLASLT_MATMUL_DESC_EPILOGUE, &e.kind, sizeof(e.kind));
+  if (e.bias) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.bias, sizeof(e.bias));
+  if (e.aux) {
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof(e.aux));
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.aux_ld, sizeof(e.aux_ld));
   }
   // first operand: B's buffer, (N, K) column-major when !tb, stored (K, N) when tb
   const cuda::LtGemmLayouts l = cuda::to_lt_layouts(g);
-  d.a = lt_layout(t, l.first.rows, l.first.cols, l.first.ld, batch, l.first.stride);
-  d.b = lt_layout(t, l.second.rows, l.second.cols, l.second.ld, batch, l.second.stride);
-  d.c = lt_layout(t, l.c.rows, l.c.cols, l.c.ld, batch, l.c.stride);
+  d.a = lt_layout(t, l.first.rows, l.first.cols, l.first.ld, g.batch, l.first.stride);
+  d.b = lt_layout(t, l.second.rows, l.second.cols, l.second.ld, g.batch, l.second.stride);
+  d.c = lt_layout(t, l.c.rows, l.c.cols, l.c.ld, g.batch, l.c.stride);
+}
+
+/// Row-major C (M, N) = alpha op(A) op(B) + beta C through cuBLASLt, with an epilogue (the
+/// bias added to every row of C, GELU, the bias gradient), 16-bit operands with float32
+/// accumulation. Returns false when cuBLASLt offers no algorithm for the case (the caller
+/// then runs its fallback).
+bool gemm_lt(DType dt, const cuda::RowMajorGemm& g, float alpha, const void* A, const void* B, float beta, void* C,
+             const LtEpilogue& e = {}) {
+  if (g.K == 0) return false;  // cublasGemmEx handles the empty sum (C = beta C)
+  if (e.bias && alignment_of(e.bias, 0) < 16) return false;  // the epilogues want aligned vectors
+  if (e.aux && (alignment_of(e.aux, 0) < 16 || e.aux_ld % 8 != 0)) return false;  // cuBLASLt's rule for GELU's aux
+  LtDesc d;
+  lt_describe(d, dt, g, e);
   KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceCreate)(&d.pref));
   const uint64_t ws_bytes = kLtWorkspace;
   KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
       d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
   // cuBLASLt assumes 256-byte aligned operands unless told otherwise (views, batch offsets)
   const size_t es = 2;
-  const uint32_t al_first = alignment_of(B, batch > 1 ? sb * es : 0), al_second = alignment_of(A, batch > 1 ? sa * es : 0);
-  const uint32_t al_c = alignment_of(C, batch > 1 ? sc * es : 0);
+  const bool batched = g.batch > 1;
+  const uint32_t al_first = alignment_of(B, batched ? g.sb * es : 0), al_second = alignment_of(A, batched ? g.sa * es : 0);
+  const uint32_t al_c = alignment_of(C, batched ? g.sc * es : 0);
   KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
       d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_first, sizeof(al_first)));
   KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulPreferenceSetAttribute)(
@@ -196,8 +211,7 @@ bool gemm_lt(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
 void gemm_mixed(cublasHandle_t h, DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                 const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
                 int64_t batch = 1, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
-  if (is_half(dt) && gemm_lt(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, batch, sa, sb, sc))
-    return;
+  if (is_half(dt) && gemm_lt(dt, {ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, batch}, alpha, A, B, beta, C)) return;
   gemm_ex(h, dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, batch, sa, sb, sc);
 }
 
@@ -279,7 +293,9 @@ void linear_t(int64_t M, int64_t O, int64_t I, const T* x, int64_t ldx, const T*
 void linear_mixed(DType dt, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
                   const void* bias, void* y) {
   // y (M, O) = x (M, I) @ W^T (I, O)
-  if (is_half(dt) && gemm_lt(dt, false, true, M, O, I, 1.0f, x, ldx, w, I, 0.0f, y, O, bias)) return;
+  if (is_half(dt) && gemm_lt(dt, cuda::linear_forward(M, O, I, ldx), 1.0f, x, w, 0.0f, y,
+                             {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias}))
+    return;
   if (bias) {
     const int64_t n = M * O;
     const int threads = 256;
@@ -313,11 +329,81 @@ void linear_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, in
              static_cast<const double*>(bias), static_cast<double*>(y));
 }
 
+/// y = gelu_tanh(x W^T + bias) with the pre-activation in pre, in one cuBLASLt call
+/// (GELU_AUX_BIAS: the epilogue's GELU is the tanh approximation). 16-bit dtypes only: the
+/// op runs linear and the gelu_tanh kernel for the rest, and where cuBLASLt declines.
+bool linear_gelu_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
+                      const void* bias, void* pre, void* y) {
+  if (!is_half(dtype)) return false;
+  return gemm_lt(dtype, cuda::linear_forward(M, O, I, ldx), 1.0f, x, w, 0.0f, y,
+                 {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre, O});
+}
+
+/// dW = g^T x and db = the column sums of g in one cuBLASLt call (BGRADB), 16-bit dtypes.
+bool linear_weight_grad_bias_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* g, const void* x,
+                                  int64_t ldx, void* dw, void* db) {
+  if (!is_half(dtype)) return false;
+  return gemm_lt(dtype, cuda::linear_weight_grad(M, O, I, ldx), 1.0f, g, x, 0.0f, dw,
+                 {CUBLASLT_EPILOGUE_BGRADB, db});
+}
+
 }  // namespace
+
+cuda::LtDescriptorReadback cuda::linear_lt_descriptor_readback(DType dtype, const RowMajorGemm& g,
+                                                               LtEpilogueKind kind, const void* bias, void* aux,
+                                                               int64_t aux_ld) {
+  LtEpilogue e;
+  switch (kind) {
+    case LtEpilogueKind::none: break;
+    case LtEpilogueKind::bias: e.kind = CUBLASLT_EPILOGUE_BIAS; break;
+    case LtEpilogueKind::gelu_aux_bias: e.kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+    case LtEpilogueKind::bgradb: e.kind = CUBLASLT_EPILOGUE_BGRADB; break;
+  }
+  e.bias = bias, e.aux = aux, e.aux_ld = aux_ld;
+  LtDesc d;
+  lt_describe(d, dtype, g, e);
+  LtDescriptorReadback r;
+  auto get = [&](cublasLtMatmulDescAttributes_t attr, void* v, size_t n) {
+    size_t written = 0;
+    KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatmulDescGetAttribute)(d.op, attr, v, n, &written));
+  };
+  int32_t ta = 0, tb = 0, compute = 0, scale = 0;
+  uint32_t epi = 0;
+  get(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  get(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  get(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+  get(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &r.bias, sizeof(r.bias));
+  get(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &r.aux, sizeof(r.aux));
+  get(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &r.aux_ld, sizeof(r.aux_ld));
+  get(CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, &compute, sizeof(compute));
+  get(CUBLASLT_MATMUL_DESC_SCALE_TYPE, &scale, sizeof(scale));
+  r.trans_a = ta == CUBLAS_OP_T, r.trans_b = tb == CUBLAS_OP_T;
+  r.epilogue = int(epi), r.compute_type = compute, r.scale_type = scale;
+  auto layout = [&](cublasLtMatrixLayout_t l, LtDescriptorReadback::Layout& out) {
+    auto lget = [&](cublasLtMatrixLayoutAttribute_t attr, void* v, size_t n) {
+      size_t written = 0;
+      KILN_CUBLAS_CHECK(KILN_LAZY(cublasLt, cublasLtMatrixLayoutGetAttribute)(l, attr, v, n, &written));
+    };
+    uint64_t rows = 0, cols = 0;
+    uint32_t type = 0;
+    lget(CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof(rows));
+    lget(CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols));
+    lget(CUBLASLT_MATRIX_LAYOUT_LD, &out.ld, sizeof(out.ld));
+    lget(CUBLASLT_MATRIX_LAYOUT_TYPE, &type, sizeof(type));
+    out.rows = int64_t(rows), out.cols = int64_t(cols), out.type = int(type);
+  };
+  layout(d.a, r.a);
+  layout(d.b, r.b);
+  layout(d.c, r.c);
+  return r;
+}
 
 void register_cuda_linalg() {
   register_kernel(Op::matmul, DeviceType::CUDA, &matmul_cuda);
-  register_kernel(Op::linear, DeviceType::CUDA, &linear_cuda);
+  static constexpr LinearKernels kLinearCuda{.forward = &linear_cuda,
+                                             .forward_gelu = &linear_gelu_cuda,
+                                             .weight_grad_bias = &linear_weight_grad_bias_cuda};
+  register_kernel(Op::linear, DeviceType::CUDA, &kLinearCuda);
 }
 
 }  // namespace kiln

@@ -23,11 +23,32 @@ using MatmulKernel = void(DType dtype, bool trans_a, bool trans_b, int64_t batch
                           const void* B, int64_t ldb, const int64_t* b_off, double beta, void* C,
                           int64_t ldc, const int64_t* c_off);
 
-/// The kernel registered for Op::linear: y (M, O) = x (M, I) @ W^T + bias, where x has row
+/// Op::linear's forward kernel: y (M, O) = x (M, I) @ W^T + bias, where x has row
 /// stride ldx, W is (O, I) contiguous (read transposed, no copy) and bias (O) may be null.
 /// y is contiguous. float16 / bfloat16 on the CPU as for MatmulKernel (the bias added in float32).
 using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx,
                           const void* w, const void* bias, void* y);
+
+/// linear_gelu's fused forward, as LinearKernel but writing pre = x W^T + bias (M, O) and
+/// y = gelu_tanh(pre) in one pass (cuBLASLt's GELU_AUX_BIAS epilogue). Returns false where it
+/// cannot run the case (the op then runs `forward` into pre and the gelu_tanh kernel into y).
+using LinearGeluKernel = bool(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx,
+                              const void* w, const void* bias, void* pre, void* y);
+
+/// linear's weight and bias gradients in one GEMM (cuBLASLt's BGRADB epilogue): dw (O, I) =
+/// g^T x and db (O) = the column sums of g (M, O), g contiguous, x (M, I) with row stride ldx.
+/// Returns false where it cannot run the case (the op then runs a GEMM and a sum).
+using LinearWeightGradKernel = bool(DType dtype, int64_t M, int64_t O, int64_t I, const void* g, const void* x,
+                                    int64_t ldx, void* dw, void* db);
+
+/// The kernels registered for Op::linear. `forward` is required; the two fused ones are
+/// optional (null on the CPU, whose GEMM has no such epilogues): linear and linear_gelu give
+/// the same values either way, from one tape node.
+struct LinearKernels {
+  LinearKernel* forward = nullptr;
+  LinearGeluKernel* forward_gelu = nullptr;
+  LinearWeightGradKernel* weight_grad_bias = nullptr;
+};
 
 /// Single row-major GEMM (instantiated for float and double):
 /// C (M, N) = alpha * op(A) @ op(B) + beta * C [+ bias (N values) on every row]. float

@@ -2,8 +2,9 @@
 // run on the CPU: each row-major product goes through the mapping into a naive GEMM with
 // cuBLAS's column-major semantics (and one with cuBLASLt's layout semantics), and must
 // equal the row-major product computed directly. Covers both transposes, padded leading
-// dimensions, strided batches, broadcast (stride 0) operands, and the six GEMMs of
-// attention's forward and backward. No GPU needed.
+// dimensions, strided batches, broadcast (stride 0) operands, the six GEMMs of attention's
+// forward and backward, and linear's two with their cuBLASLt epilogues (bias, GELU keeping
+// the pre-activation, the bias gradient). No GPU needed.
 #include <doctest/doctest.h>
 #include <array>
 #include <cmath>
@@ -140,6 +141,62 @@ TEST_CASE("the GEMMs of attention map onto column-major correctly") {
   CHECK((!s.ta && s.tb && s.M == 5 && s.N == 7 && s.K == 4 && s.sa == 20 && s.sb == 28 && s.sc == 35));
   const RowMajorGemm dk = attention_dk(2, 5, 7, 4);  // dk (Tk, E) = ds^T (Tk, Tq) q (Tq, E)
   CHECK((dk.ta && !dk.tb && dk.M == 7 && dk.N == 4 && dk.K == 5 && dk.lda == 7 && dk.sc == 28));
+}
+
+TEST_CASE("linear's cuBLASLt GEMMs: y = gelu(x W^T + b) with its pre-activation, dW = g^T x and db by BGRADB") {
+  // cuBLASLt's epilogues, by their documented meaning on its column-major D = op(A) op(B)
+  // (m x n, k summed): BIAS and GELU_AUX_BIAS add bias[i] to row i of D, keep D + bias in
+  // aux (ld aux_ld) and write gelu_tanh of it; BGRADB writes bias[j] = sum over l of op(B)(l, j).
+  // A is to_col_major's first operand, B its second, as ops/cuda/linalg.cu passes them.
+  auto gelu_tanh = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
+  for (auto [M, O, I, pad] : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 0}, {6, 8, 5, 0}, {7, 16, 9, 3}, {3, 24, 4, 1}}) {
+    INFO("M " << M << " O " << O << " I " << I << " x row padding " << pad);
+    const int64_t ldx = I + pad;
+    const auto x = random_buffer(M * ldx), w = random_buffer(O * I), b = random_buffer(O), g = random_buffer(M * O);
+    // forward: D (O x M, ld O) is y^T; aux the same layout
+    const RowMajorGemm f = linear_forward(M, O, I, ldx);
+    const ColMajorGemm cf = to_col_major(f);
+    std::vector<double> d(size_t(M * O), 0.0), pre(size_t(M * O)), y(size_t(M * O));
+    lt_like(to_lt_layouts(f), cf.trans_first, cf.trans_second, 1.0, w.data(), x.data(), 0.0, d.data(), 1);
+    const int64_t aux_ld = O;  // what linear_gelu_cuda passes
+    for (int64_t j = 0; j < cf.n; ++j)
+      for (int64_t i = 0; i < cf.m; ++i) {
+        pre[size_t(i + j * aux_ld)] = d[size_t(i + j * cf.ldc)] + b[size_t(i)];
+        y[size_t(i + j * cf.ldc)] = gelu_tanh(pre[size_t(i + j * aux_ld)]);
+      }
+    double err_y = 0, err_pre = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t o = 0; o < O; ++o) {
+        double acc = b[size_t(o)];
+        for (int64_t i = 0; i < I; ++i) acc += x[size_t(m * ldx + i)] * w[size_t(o * I + i)];
+        err_pre = std::max(err_pre, std::abs(pre[size_t(m * O + o)] - acc));  // row-major (M, O)
+        err_y = std::max(err_y, std::abs(y[size_t(m * O + o)] - gelu_tanh(acc)));
+      }
+    CHECK(err_pre < 1e-12);
+    CHECK(err_y < 1e-12);
+    // weight gradient: D (I x O, ld I) is dW^T; BGRADB sums op(B) = g's (M x O) over k = M
+    const RowMajorGemm wg = linear_weight_grad(M, O, I, ldx);
+    const ColMajorGemm cw = to_col_major(wg);
+    std::vector<double> dw(size_t(O * I), 0.0), db(size_t(cw.n), 0.0);
+    lt_like(to_lt_layouts(wg), cw.trans_first, cw.trans_second, 1.0, x.data(), g.data(), 0.0, dw.data(), 1);
+    for (int64_t j = 0; j < cw.n; ++j)
+      for (int64_t l = 0; l < cw.k; ++l)
+        db[size_t(j)] += cw.trans_second ? g[size_t(j + l * cw.ld_second)] : g[size_t(l + j * cw.ld_second)];
+    REQUIRE(cw.n == O);  // one bias gradient per output feature
+    double err_dw = 0, err_db = 0;
+    for (int64_t o = 0; o < O; ++o) {
+      double sb = 0;
+      for (int64_t m = 0; m < M; ++m) sb += g[size_t(m * O + o)];
+      err_db = std::max(err_db, std::abs(db[size_t(o)] - sb));
+      for (int64_t i = 0; i < I; ++i) {
+        double acc = 0;
+        for (int64_t m = 0; m < M; ++m) acc += g[size_t(m * O + o)] * x[size_t(m * ldx + i)];
+        err_dw = std::max(err_dw, std::abs(dw[size_t(o * I + i)] - acc));  // row-major (O, I)
+      }
+    }
+    CHECK(err_dw < 1e-12);
+    CHECK(err_db < 1e-12);
+  }
 }
 
 TEST_CASE("evenly_spaced: one strided batch only for evenly spaced offsets") {

@@ -1,4 +1,4 @@
-// CUDA (cuBLAS) against CPU (Eigen) for matmul and linear: 2-D, batched, broadcast batch
+// CUDA (cuBLAS) against CPU (Eigen) for matmul, linear and linear_gelu: 2-D, batched, broadcast batch
 // dims and transposed views, float32 and float64, forward and backward. Skipped (visibly,
 // as doctest skips) where no GPU is available.
 #include <doctest/doctest.h>
@@ -116,7 +116,8 @@ TEST_CASE("cuda parity: float16/bfloat16 matmul through cuBLASLt (float32 accumu
   }
 }
 
-TEST_CASE("cuda parity: float16/bfloat16 linear (bias epilogue), forward and backward" * doctest::skip(kNoGpu)) {
+TEST_CASE("cuda parity: float16/bfloat16 linear (bias epilogue; bias gradient by the weight gradient's BGRADB "
+          "epilogue), forward and backward" * doctest::skip(kNoGpu)) {
   manual_seed(14);
   for (DType dt : {DType::float16, DType::bfloat16})
     for (Shape xs : {Shape{8, 16}, Shape{2, 5, 16}, Shape{16}, Shape{33, 16}}) {
@@ -138,6 +139,33 @@ TEST_CASE("cuda parity: float16/bfloat16 linear (bias epilogue), forward and bac
       CHECK(compare(gw.grad().to(DType::float32), cw.grad(), 1e-2) == "");
       CHECK(compare(gb.grad().to(DType::float32), cb.grad(), 1e-2) == "");
     }
+}
+
+TEST_CASE("cuda parity: linear_gelu (GELU_AUX_BIAS epilogue in 16 bits, linear + gelu_tanh kernels otherwise), "
+          "forward and backward" * doctest::skip(kNoGpu)) {
+  manual_seed(15);
+  for (DType dt : {DType::float16, DType::bfloat16, DType::float32, DType::float64})
+    for (int64_t O : {24, 12})  // 24: the epilogue's aux leading dimension (a multiple of 8); 12: the two kernels
+      for (bool with_bias : {true, false})
+        for (Shape xs : {Shape{8, 16}, Shape{2, 5, 16}, Shape{16}}) {
+          INFO(dtype_name(dt) << " O " << O << (with_bias ? " bias" : " no bias") << " x " << shape_str(xs));
+          const bool half = is_half(dt);
+          const DType ref = half ? DType::float32 : dt;
+          const double tol = half ? 2e-2 : dt == DType::float32 ? 1e-4 : 1e-10;
+          Tensor x = randn(xs).to(dt), w = mul(randn({O, 16}), 0.5).to(dt), b = randn({O}).to(dt);
+          Tensor gx = x.to(kGpu).requires_grad_(), gw = w.to(kGpu).requires_grad_();
+          Tensor cx = x.to(ref).requires_grad_(), cw = w.to(ref).requires_grad_();
+          Tensor gb = with_bias ? b.to(kGpu).requires_grad_() : Tensor(), cb = with_bias ? b.to(ref).requires_grad_() : Tensor();
+          Tensor gy = linear_gelu(gx, gw, gb), cy = gelu(linear(cx, cw, cb), GeluApprox::tanh);
+          CHECK(gy.dtype() == dt);
+          CHECK(compare(gy.to(ref), cy, tol) == "");
+          Tensor up = randn(cy.shape()).to(dt);
+          gy.backward(up.to(kGpu));
+          cy.backward(up.to(ref));
+          CHECK(compare(gx.grad().to(ref), cx.grad(), tol, kiln::test::Scale::max) == "");
+          CHECK(compare(gw.grad().to(ref), cw.grad(), tol, kiln::test::Scale::max) == "");
+          if (with_bias) CHECK(compare(gb.grad().to(ref), cb.grad(), tol, kiln::test::Scale::max) == "");
+        }
 }
 
 TEST_CASE("cuda parity: float32 matmul/linear with TF32 allowed (\"high\")" * doctest::skip(kNoGpu)) {

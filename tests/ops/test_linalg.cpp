@@ -1,4 +1,4 @@
-// matmul and linear: values by hand and against a naive triple-loop reference (1-D
+// matmul, linear and linear_gelu: values by hand and against a naive triple-loop reference (1-D
 // promotion, broadcast batch dims, transposed / sliced inputs), gradchecks in float64,
 // 16-bit float paths and argument errors.
 #include <doctest/doctest.h>
@@ -325,6 +325,64 @@ TEST_CASE("linear: errors") {
   CHECK_THROWS_AS(linear(ones({2, 3}), ones({4, 3}, f64)), Error);
   CHECK_THROWS_AS(linear(ones({2, 3}), ones({4, 3}), ones({4}, f64)), Error);
   CHECK_THROWS_AS(linear(scalar_tensor(1.0), ones({4, 1})), Error);
+}
+
+TEST_CASE("linear_gelu: gelu(linear(x, W, b), tanh) from one node, values and gradients bit for bit on the CPU") {
+  manual_seed(21);
+  struct Case {
+    Shape x;
+    bool bias;
+    bool transposed;  // x read through a transposed view
+  };
+  for (DType dt : {DType::float32, DType::float64, DType::bfloat16, DType::float16})
+    for (const Case& c : {Case{{2, 5, 8}, true, false}, Case{{7, 8}, false, false}, Case{{8}, true, false},
+                          Case{{8, 6}, true, true}}) {
+      INFO(dtype_name(dt) << " x " << shape_str(c.x) << (c.bias ? " with bias" : "") << (c.transposed ? " (x^T)" : ""));
+      const Tensor x0 = randn(c.x).to(dt), w0 = randn({12, 8}).to(dt), b0 = c.bias ? randn({12}).to(dt) : Tensor();
+      const Tensor g = randn({120}).to(dt);  // upstream gradients: the first y.numel() of them
+      auto run = [&](bool fused) {
+        Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+        Tensor b = c.bias ? b0.clone().requires_grad_() : Tensor();
+        const Tensor xin = c.transposed ? x.t() : x;
+        Tensor y = fused ? linear_gelu(xin, w, b) : gelu(linear(xin, w, b), GeluApprox::tanh);
+        if (fused) CHECK(y.grad_fn()->name == "linear_gelu");
+        const Tensor gy = g.narrow(0, 0, y.numel()).reshape(y.shape());
+        y.backward(gy);
+        return std::vector<Tensor>{y.detach(), x.grad(), w.grad(), c.bias ? b.grad() : zeros({1})};
+      };
+      const auto fused = run(true), twoops = run(false);
+      CHECK(fused[0].dtype() == dt);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        INFO("output " << i << " (y, dx, dW, db)");
+        CHECK(fused[i].shape() == twoops[i].shape());
+        CHECK(max_abs_diff(fused[i], twoops[i]) == 0.0);
+      }
+    }
+}
+
+TEST_CASE("linear_gelu: gradcheck, second derivatives, autocast, errors") {
+  manual_seed(22);
+  auto lg = [](std::vector<Tensor>& in) { return linear_gelu(in[0], in[1], in[2]); };
+  CHECK(gradcheck(lg, {randn({4, 3}, f64), randn({5, 3}, f64), randn({5}, f64)}));
+  CHECK(gradcheck(lg, {randn({2, 3, 4}, f64), randn({6, 4}, f64), randn({6}, f64)}));
+  CHECK(gradcheck([](std::vector<Tensor>& in) { return linear_gelu(in[0].t(), in[1]); },
+                  {randn({3, 4}, f64), randn({2, 3}, f64)}));
+  // the backward under create_graph recomputes the pre-activation from the live inputs
+  CHECK(kiln::test::gradgradcheck(lg, {randn({3, 4}, f64), randn({2, 4}, f64), randn({2}, f64)}));
+  {
+    autocast ac(DType::bfloat16);  // a GEMM op: runs in bf16, as linear does
+    Tensor x = randn({4, 8}), w = randn({6, 8}), b = randn({6});
+    Tensor y = linear_gelu(x, w, b);
+    CHECK(y.dtype() == DType::bfloat16);
+    CHECK(max_abs_diff(y, gelu(linear(x, w, b), GeluApprox::tanh)) == 0.0);
+  }
+  std::string msg = error_of([] { linear_gelu(ones({2, 3}), ones({4, 5})); });
+  CHECK(msg.find("linear_gelu") != std::string::npos);
+  CHECK(msg.find("[4, 5]") != std::string::npos);
+  CHECK(error_of([] { linear_gelu(ones({2, 3}), ones({4, 3}), ones({5})); }).find("[5]") != std::string::npos);
+  CHECK(error_of([] { linear_gelu(ones({2, 3}, {.dtype = DType::int64}), ones({4, 3}, {.dtype = DType::int64})); })
+            .find("linear_gelu") != std::string::npos);
+  CHECK_THROWS_AS(linear_gelu(ones({2, 3}), ones({4, 3}, f64)), Error);
 }
 
 TEST_CASE("mm, bmm, addmm, baddbmm, outer, trace, cdist: values, gradients, errors") {
