@@ -3,6 +3,7 @@
 #include "kiln/nn/attention.h"
 #include <cmath>
 #include <sstream>
+#include <typeinfo>
 #include "kiln/nn/init.h"
 #include "kiln/ops/helpers.h"
 #include "kiln/ops/linalg.h"
@@ -131,7 +132,20 @@ Tensor TransformerBlock::forward(const Tensor& x) {
   KILN_CHECK(embed_dim > 0, "TransformerBlock: the module is empty (default-constructed); assign it from "
              "register_module(name, nn::TransformerBlock(...)) before calling it");
   Tensor h = x + attn(ln1(x));
-  return h + mlp(ln2(h));
+  return h + mlp_forward(ln2(h));
+}
+
+Tensor TransformerBlock::mlp_forward(const Tensor& x) {
+  // mlp[0] and mlp[1] as one linear_gelu (on CUDA in 16 bits: the GELU in the GEMM's
+  // epilogue) while they are the block's own Linear and GELU(tanh) without hooks; a replaced
+  // or hooked module, or a changed mlp, runs through mlp as written. The same values either way.
+  const auto is = [](const Module& m, const std::type_info& t) { return typeid(m) == t && !m.has_forward_hooks(); };
+  if (mlp.size() == 4 && !mlp.has_forward_hooks() && is(mlp[0], typeid(Linear)) && is(mlp[1], typeid(GELU)) &&
+      static_cast<const GELU&>(mlp[1]).approx == GeluApprox::tanh) {
+    const auto& fc = static_cast<const Linear&>(mlp[0]);
+    return mlp[3](mlp[2](linear_gelu(x, fc.param(fc.weight), fc.param(fc.bias))));
+  }
+  return mlp(x);
 }
 
 std::string TransformerBlock::extra_repr() const {

@@ -72,7 +72,8 @@ struct TransformerBlockOptions {
 };
 /// Pre-LayerNorm transformer block (GPT-2):
 ///   x = x + attn(ln1(x));  x = x + mlp(ln2(x));
-///   mlp = Sequential{Linear(C, 4C), GELU(tanh), Linear(4C, C), Dropout(p)}.
+///   mlp = Sequential{Linear(C, 4C), GELU(tanh), Linear(4C, C), Dropout(p)},
+/// its Linear and GELU run as one linear_gelu (mlp_forward).
 /// Children: ln1, attn, ln2, mlp (parameter names like "attn.qkv.weight", "mlp.0.weight").
 class TransformerBlock : public Module {
  public:
@@ -80,6 +81,8 @@ class TransformerBlock : public Module {
   TransformerBlock(int64_t embed_dim, int64_t num_heads, TransformerBlockOptions o = {});
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+  /// mlp(x), with its Linear and GELU(tanh) as one linear_gelu where they are unchanged.
+  Tensor mlp_forward(const Tensor& x);
 
   LayerNorm ln1, ln2;
   MultiheadAttention attn;

@@ -115,7 +115,7 @@ class Module {
   /// Calls forward(x), with the forward hooks around it when there are any. Constness is
   /// shallow, as for Tensor: modules are handles.
   Tensor operator()(const Tensor& x) const {
-    if (state_->pre_hooks.empty() && state_->post_hooks.empty()) return const_cast<Module*>(this)->forward(x);
+    if (!has_forward_hooks()) return const_cast<Module*>(this)->forward(x);
     return call_with_hooks(x);
   }
 
@@ -130,6 +130,8 @@ class Module {
   int64_t register_forward_hook(ForwardHook hook);
   /// Removes a pre- or post-forward hook of this module by id (unknown ids are ignored).
   void remove_forward_hook(int64_t id);
+  /// Whether any forward hook is registered on this module (not its children).
+  bool has_forward_hooks() const { return !state_->pre_hooks.empty() || !state_->post_hooks.empty(); }
 
   /// The value a forward uses for the registered tensor `member` (a member such as
   /// `weight`): `member` itself, or, when nn::register_parametrization has put a

@@ -330,6 +330,32 @@ TEST_CASE("TransformerBlock: names, shape, gradcheck with dropout") {
   Tensor x = randn({1, 4, 8});
   Tensor h = x + blk.attn(blk.ln1(x));
   CHECK(bitwise_equal(blk(x), h + blk.mlp(blk.ln2(h))));
+  // the MLP's Linear and GELU(tanh) run as one linear_gelu node, with the Sequential's values and
+  // gradients; a hook on either (or on mlp) sends the input through mlp as written
+  auto mlp_grads = [&](bool fused) {
+    blk.zero_grad();
+    Tensor a = blk.ln2(h.detach());
+    Tensor y = fused ? blk.mlp_forward(a) : blk.mlp(a);
+    sum(y * y).backward();
+    return std::vector<Tensor>{y.detach(), blk.mlp.get<nn::Linear>(0).weight.grad().clone(),
+                               blk.mlp.get<nn::Linear>(0).bias.grad().clone(), blk.ln2.weight.grad().clone()};
+  };
+  const auto fused = mlp_grads(true), seq = mlp_grads(false);
+  for (size_t i = 0; i < fused.size(); ++i) CHECK(bitwise_equal(fused[i], seq[i]));
+  CHECK(blk.mlp[2].has_forward_hooks() == false);
+  CHECK(blk.mlp_forward(blk.ln2(h)).grad_fn()->next[0].node->name == "linear_gelu");  // mlp[2]'s input
+  int calls = 0;
+  const int64_t id = blk.mlp[1].register_forward_hook(
+      [&](nn::Module&, const Tensor&, const Tensor&) -> std::optional<Tensor> {
+        ++calls;
+        return std::nullopt;
+      });
+  CHECK(blk.mlp[1].has_forward_hooks());
+  CHECK(bitwise_equal(blk(x), h + blk.mlp(blk.ln2(h))));
+  CHECK(calls == 2);
+  blk.mlp[1].remove_forward_hook(id);
+  blk(x);
+  CHECK(calls == 2);
   blk.train();
   nn::TransformerBlock small(4, 2, {.causal = true, .dropout = 0.1, .mlp_ratio = 2});
   CHECK(check_layer(small, randn({2, 3, 4}, f64)));
