@@ -422,18 +422,20 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     return *r;
   check_pair("linear_gelu", x, weight, "input", "weight");
   check_linear("linear_gelu", x, weight, bias);
-  if (gemm_in_float32(x))
-    return linear_gelu(x.to(DType::float32), weight.to(DType::float32),
-                       bias.defined() ? bias.to(DType::float32) : Tensor())
-        .to(x.dtype());
+  if (gemm_in_float32(x))  // 16 bits on a CPU without the packed GEMM: as the two ops round
+    return gelu(linear(x, weight, bias), GeluApprox::tanh);
   const LinearOperands a = linear_operands(x, weight, bias);
   const DType dt = x.dtype();
-  Tensor pre = Tensor::empty(a.out_shape, dt, x.device()), out = Tensor::empty(a.out_shape, dt, x.device());
+  // the pre-activation is kept only for a backward (without one, the fused kernel skips it)
+  const bool backward = any_requires_grad({x, weight, bias});
+  Tensor pre = backward ? Tensor::empty(a.out_shape, dt, x.device()) : Tensor();
+  Tensor out = Tensor::empty(a.out_shape, dt, x.device());
   if (out.numel() > 0) {
     const auto* k = kernel<LinearKernels>(Op::linear, x.device());
     const void* b = a.bias.defined() ? a.bias.raw_data() : nullptr;
-    if (!k->forward_gelu ||
-        !k->forward_gelu(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b, pre.raw_data(), out.raw_data())) {
+    if (!k->forward_gelu || !k->forward_gelu(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b,
+                                             backward ? pre.raw_data() : nullptr, out.raw_data())) {
+      if (!backward) pre = Tensor::empty(a.out_shape, dt, x.device());
       k->forward(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b, pre.raw_data());
       UnaryArgs u;  // the gelu op's own kernel: the same values as gelu(linear(x, W, b), tanh)
       u.n = pre.numel();

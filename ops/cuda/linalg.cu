@@ -329,20 +329,22 @@ void linear_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, in
              static_cast<const double*>(bias), static_cast<double*>(y));
 }
 
-/// y = gelu_tanh(x W^T + bias) with the pre-activation in pre, in one cuBLASLt call
-/// (GELU_AUX_BIAS: the epilogue's GELU is the tanh approximation). 16-bit dtypes only: the
-/// op runs linear and the gelu_tanh kernel for the rest, and where cuBLASLt declines.
+/// y = gelu_tanh(x W^T + bias) with the pre-activation in pre (unless pre is null), in one
+/// cuBLASLt call (GELU_AUX_BIAS, or GELU_BIAS without pre: the epilogue's GELU is the tanh
+/// approximation). 16-bit dtypes only: the op runs linear and the gelu_tanh kernel for the
+/// rest, and where cuBLASLt declines.
 bool linear_gelu_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx, const void* w,
                       const void* bias, void* pre, void* y) {
   if (!is_half(dtype)) return false;
-  return gemm_lt(dtype, cuda::linear_forward(M, O, I, ldx), 1.0f, x, w, 0.0f, y,
-                 {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias, pre, O});
+  const cublasLtEpilogue_t kind = pre ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                      : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+  return gemm_lt(dtype, cuda::linear_forward(M, O, I, ldx), 1.0f, x, w, 0.0f, y, {kind, bias, pre, pre ? O : 0});
 }
 
 /// dW = g^T x and db = the column sums of g in one cuBLASLt call (BGRADB), 16-bit dtypes.
 bool linear_weight_grad_bias_cuda(DType dtype, int64_t M, int64_t O, int64_t I, const void* g, const void* x,
                                   int64_t ldx, void* dw, void* db) {
-  if (!is_half(dtype)) return false;
+  if (!is_half(dtype) || I == 0 || O == 0) return false;  // no empty matrix layouts: the GEMM and the sum
   return gemm_lt(dtype, cuda::linear_weight_grad(M, O, I, ldx), 1.0f, g, x, 0.0f, dw,
                  {CUBLASLT_EPILOGUE_BGRADB, db});
 }
@@ -357,6 +359,7 @@ cuda::LtDescriptorReadback cuda::linear_lt_descriptor_readback(DType dtype, cons
     case LtEpilogueKind::none: break;
     case LtEpilogueKind::bias: e.kind = CUBLASLT_EPILOGUE_BIAS; break;
     case LtEpilogueKind::gelu_aux_bias: e.kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+    case LtEpilogueKind::gelu_bias: e.kind = CUBLASLT_EPILOGUE_GELU_BIAS; break;
     case LtEpilogueKind::bgradb: e.kind = CUBLASLT_EPILOGUE_BGRADB; break;
   }
   e.bias = bias, e.aux = aux, e.aux_ld = aux_ld;

@@ -10,9 +10,9 @@
 namespace kiln::cuda {
 
 /// The epilogues linear uses: none, the bias (forward), bias + GELU keeping the
-/// pre-activation (linear_gelu's forward), the bias gradient of cuBLASLt's B (the weight
-/// gradient's GEMM).
-enum class LtEpilogueKind { none, bias, gelu_aux_bias, bgradb };
+/// pre-activation (linear_gelu's forward) or not (without autograd), the bias gradient of
+/// cuBLASLt's B (the weight gradient's GEMM).
+enum class LtEpilogueKind { none, bias, gelu_aux_bias, gelu_bias, bgradb };
 
 /// One cuBLASLt GEMM's descriptors, read back through cublasLt*GetAttribute.
 struct LtDescriptorReadback {

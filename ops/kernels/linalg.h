@@ -30,8 +30,9 @@ using LinearKernel = void(DType dtype, int64_t M, int64_t O, int64_t I, const vo
                           const void* w, const void* bias, void* y);
 
 /// linear_gelu's fused forward, as LinearKernel but writing pre = x W^T + bias (M, O) and
-/// y = gelu_tanh(pre) in one pass (cuBLASLt's GELU_AUX_BIAS epilogue). Returns false where it
-/// cannot run the case (the op then runs `forward` into pre and the gelu_tanh kernel into y).
+/// y = gelu_tanh(pre) in one pass (cuBLASLt's GELU_AUX_BIAS epilogue); pre is null when no
+/// backward will read it (only y is written: GELU_BIAS). Returns false where it cannot run
+/// the case (the op then runs `forward` into pre and the gelu_tanh kernel into y).
 using LinearGeluKernel = bool(DType dtype, int64_t M, int64_t O, int64_t I, const void* x, int64_t ldx,
                               const void* w, const void* bias, void* pre, void* y);
 

@@ -149,7 +149,8 @@ TEST_CASE("linear's cuBLASLt GEMMs: y = gelu(x W^T + b) with its pre-activation,
   // aux (ld aux_ld) and write gelu_tanh of it; BGRADB writes bias[j] = sum over l of op(B)(l, j).
   // A is to_col_major's first operand, B its second, as ops/cuda/linalg.cu passes them.
   auto gelu_tanh = [](double v) { return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
-  for (auto [M, O, I, pad] : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 0}, {6, 8, 5, 0}, {7, 16, 9, 3}, {3, 24, 4, 1}}) {
+  for (const auto& shape : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 0}, {6, 8, 5, 0}, {7, 16, 9, 3}, {3, 24, 4, 1}}) {
+    const int64_t M = shape[0], O = shape[1], I = shape[2], pad = shape[3];  // (no structured bindings: INFO captures)
     INFO("M " << M << " O " << O << " I " << I << " x row padding " << pad);
     const int64_t ldx = I + pad;
     const auto x = random_buffer(M * ldx), w = random_buffer(O * I), b = random_buffer(O), g = random_buffer(M * O);

@@ -17,7 +17,8 @@ using namespace kiln::cuda;
 TEST_CASE("linear's cuBLASLt descriptors: the epilogues, their pointers and the layouts read back") {
   alignas(256) static char bias_buf[256], aux_buf[256];  // never dereferenced: descriptors only
   for (DType dt : {DType::bfloat16, DType::float16})
-    for (auto [M, O, I, pad] : std::vector<std::array<int64_t, 4>>{{4, 8, 16, 0}, {1024, 3072, 768, 0}, {5, 24, 9, 7}}) {
+    for (const auto& shape : std::vector<std::array<int64_t, 4>>{{4, 8, 16, 0}, {1024, 3072, 768, 0}, {5, 24, 9, 7}}) {
+      const int64_t M = shape[0], O = shape[1], I = shape[2], pad = shape[3];  // (no structured bindings: INFO captures)
       const int want_type = dt == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_16F;
       INFO(dtype_name(dt) << " M " << M << " O " << O << " I " << I << " pad " << pad);
       const int64_t ldx = I + pad;
@@ -35,6 +36,12 @@ TEST_CASE("linear's cuBLASLt descriptors: the epilogues, their pointers and the 
       CHECK((f.a.rows == I && f.a.cols == O && f.a.ld == I && f.a.type == want_type));
       CHECK((f.b.rows == I && f.b.cols == M && f.b.ld == ldx && f.b.type == want_type));
       CHECK((f.c.rows == O && f.c.cols == M && f.c.ld == O && f.c.type == want_type));
+      // without autograd linear_gelu keeps no pre-activation
+      const auto fg = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), LtEpilogueKind::gelu_bias,
+                                                    bias_buf, nullptr, 0);
+      CHECK(fg.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS);
+      CHECK(fg.bias == bias_buf);
+      CHECK(fg.aux == nullptr);
       // the bias epilogue of plain linear: same layouts, no aux
       const auto fb = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), LtEpilogueKind::bias, bias_buf,
                                                     nullptr, 0);

@@ -376,6 +376,13 @@ TEST_CASE("linear_gelu: gradcheck, second derivatives, autocast, errors") {
     CHECK(y.dtype() == DType::bfloat16);
     CHECK(max_abs_diff(y, gelu(linear(x, w, b), GeluApprox::tanh)) == 0.0);
   }
+  {
+    NoGradGuard ng;  // no backward: no pre-activation kept, no node
+    Tensor x = randn({5, 8}).requires_grad_(), w = randn({6, 8}), b = randn({6});
+    Tensor y = linear_gelu(x, w, b);
+    CHECK(y.grad_fn() == nullptr);
+    CHECK(max_abs_diff(y, gelu(linear(x, w, b), GeluApprox::tanh)) == 0.0);
+  }
   std::string msg = error_of([] { linear_gelu(ones({2, 3}), ones({4, 5})); });
   CHECK(msg.find("linear_gelu") != std::string::npos);
   CHECK(msg.find("[4, 5]") != std::string::npos);
