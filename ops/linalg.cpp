@@ -1,5 +1,5 @@
-// matmul and linear: argument checks, batch broadcasting, output allocation, the call
-// through the dispatch table, and the backward formulas (dA = g B^T, dB = A^T g).
+// matmul, linear and linear_gelu: argument checks, batch broadcasting, output allocation,
+// the call through the dispatch table, and the backward formulas (dA = g B^T, dB = A^T g).
 // Transposed (non-contiguous) operands are handed to the GEMM as transposes, not copied.
 #include "kiln/ops/linalg.h"
 #include "kiln/core/autocast.h"

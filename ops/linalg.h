@@ -1,5 +1,5 @@
 // Matrix products: matmul with batch broadcasting (Eigen GEMM on the CPU, transposes
-// folded into the GEMM call) and linear (x W^T + b), and the float32 matmul precision
+// folded into the GEMM call), linear (x W^T + b) and linear_gelu, and the float32 matmul precision
 // switch (TF32 on CUDA).
 #pragma once
 #include <optional>
