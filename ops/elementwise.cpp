@@ -82,10 +82,12 @@ Tensor binary_raw(Op op, const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
+}  // namespace
+
 // Unary kernels take float16 / bfloat16 on every device (on the CPU: 16-bit storage,
 // float32 math a chunk at a time, ops/cpu/elementwise.cpp), so they are never converted.
 
-Tensor unary_raw(Op op, const Tensor& x0, double p0 = 0, double p1 = 0) {
+Tensor unary_raw(Op op, const Tensor& x0, double p0, double p1) {
   const char* name = op_name(op);
   KILN_CHECK(x0.defined(), name, ": undefined input tensor");
   DType compute = x0.is_cpu() && !is_half(x0.dtype()) ? cpu_compute_dtype(x0.dtype()) : x0.dtype();
@@ -100,6 +102,8 @@ Tensor unary_raw(Op op, const Tensor& x0, double p0 = 0, double p1 = 0) {
   if (a.n > 0) kernel<UnaryKernelFn>(op, out.device())(op, compute, a);
   return out.to(x0.dtype());
 }
+
+namespace {
 
 // Which tensor a unary op's derivative reads: the `reads` column of ops/elementwise_ops.def.
 enum class Reads { x, y, none };

@@ -40,6 +40,9 @@ std::string describe(const Tensor& t);
 /// numerics match the GPU's). Returns the dtype kernels should run in for dtype d.
 inline DType cpu_compute_dtype(DType d) { return is_half(d) ? DType::float32 : d; }
 
+/// op(x) for a unary op of ops/elementwise_ops.def through its forward kernel, not recorded
+/// (a new contiguous tensor of x's dtype). ops/elementwise.cpp.
+Tensor unary_raw(Op op, const Tensor& x, double p0 = 0, double p1 = 0);
 /// g * op'(s) for a unary op of ops/elementwise_ops.def through its backward kernel, not
 /// recorded; s is what the op's row reads (its input or output). ops/elementwise.cpp.
 Tensor unary_grad(Op op, const Tensor& g, const Tensor& s, double p0, double p1);

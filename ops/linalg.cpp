@@ -7,7 +7,6 @@
 #include <atomic>
 #include "kiln/core/autograd.h"
 #include "kiln/ops/cpu/sgemm.h"
-#include "kiln/ops/kernels/elementwise.h"
 #include "kiln/ops/kernels/linalg.h"
 #include "kiln/ops/dispatch.h"
 #include "kiln/ops/elementwise.h"
@@ -429,20 +428,21 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // the pre-activation is kept only for a backward (without one, the fused kernel skips it)
   const bool backward = any_requires_grad({x, weight, bias});
   Tensor pre = backward ? Tensor::empty(a.out_shape, dt, x.device()) : Tensor();
-  Tensor out = Tensor::empty(a.out_shape, dt, x.device());
-  if (out.numel() > 0) {
-    const auto* k = kernel<LinearKernels>(Op::linear, x.device());
-    const void* b = a.bias.defined() ? a.bias.raw_data() : nullptr;
-    if (!k->forward_gelu || !k->forward_gelu(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b,
-                                             backward ? pre.raw_data() : nullptr, out.raw_data())) {
-      if (!backward) pre = Tensor::empty(a.out_shape, dt, x.device());
-      k->forward(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(), b, pre.raw_data());
-      UnaryArgs u;  // the gelu op's own kernel: the same values as gelu(linear(x, W, b), tanh)
-      u.n = pre.numel();
-      u.x = pre.raw_data();
-      u.out = out.raw_data();
-      kernel<UnaryKernelFn>(Op::gelu_tanh, x.device())(Op::gelu_tanh, dt, u);
-    }
+  const auto* k = kernel<LinearKernels>(Op::linear, x.device());
+  Tensor out;
+  if (k->forward_gelu && shape_numel(a.out_shape) > 0) {  // one fused kernel, where the device has one
+    out = Tensor::empty(a.out_shape, dt, x.device());
+    if (!k->forward_gelu(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(),
+                         a.bias.defined() ? a.bias.raw_data() : nullptr, backward ? pre.raw_data() : nullptr,
+                         out.raw_data()))
+      out = Tensor();
+  }
+  if (!out.defined()) {  // the linear kernel into pre, then the gelu op's: gelu(linear(x, W, b), tanh)'s values
+    if (!pre.defined()) pre = Tensor::empty(a.out_shape, dt, x.device());
+    if (pre.numel() > 0)
+      k->forward(dt, a.M, a.O, a.I, a.x2.raw_data(), a.ldx, a.w.raw_data(),
+                 a.bias.defined() ? a.bias.raw_data() : nullptr, pre.raw_data());
+    out = unary_raw(Op::gelu_tanh, pre);
   }
   // The backward reads pre; under create_graph it recomputes pre from the live x, W and b, so
   // that the second derivative sees pre's dependence on them.

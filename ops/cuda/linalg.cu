@@ -351,18 +351,9 @@ bool linear_weight_grad_bias_cuda(DType dtype, int64_t M, int64_t O, int64_t I, 
 
 }  // namespace
 
-cuda::LtDescriptorReadback cuda::linear_lt_descriptor_readback(DType dtype, const RowMajorGemm& g,
-                                                               LtEpilogueKind kind, const void* bias, void* aux,
-                                                               int64_t aux_ld) {
-  LtEpilogue e;
-  switch (kind) {
-    case LtEpilogueKind::none: break;
-    case LtEpilogueKind::bias: e.kind = CUBLASLT_EPILOGUE_BIAS; break;
-    case LtEpilogueKind::gelu_aux_bias: e.kind = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
-    case LtEpilogueKind::gelu_bias: e.kind = CUBLASLT_EPILOGUE_GELU_BIAS; break;
-    case LtEpilogueKind::bgradb: e.kind = CUBLASLT_EPILOGUE_BGRADB; break;
-  }
-  e.bias = bias, e.aux = aux, e.aux_ld = aux_ld;
+cuda::LtDescriptorReadback cuda::linear_lt_descriptor_readback(DType dtype, const RowMajorGemm& g, int epilogue,
+                                                               const void* bias, void* aux, int64_t aux_ld) {
+  const LtEpilogue e{cublasLtEpilogue_t(epilogue), bias, aux, aux_ld};
   LtDesc d;
   lt_describe(d, dtype, g, e);
   LtDescriptorReadback r;

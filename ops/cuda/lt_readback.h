@@ -9,11 +9,6 @@
 
 namespace kiln::cuda {
 
-/// The epilogues linear uses: none, the bias (forward), bias + GELU keeping the
-/// pre-activation (linear_gelu's forward) or not (without autograd), the bias gradient of
-/// cuBLASLt's B (the weight gradient's GEMM).
-enum class LtEpilogueKind { none, bias, gelu_aux_bias, gelu_bias, bgradb };
-
 /// One cuBLASLt GEMM's descriptors, read back through cublasLt*GetAttribute.
 struct LtDescriptorReadback {
   struct Layout {
@@ -29,8 +24,9 @@ struct LtDescriptorReadback {
   const void* aux = nullptr;
   int64_t aux_ld = 0;
 };
-/// The descriptors gemm_lt builds for the row-major GEMM g in `dtype` with this epilogue.
-LtDescriptorReadback linear_lt_descriptor_readback(DType dtype, const RowMajorGemm& g, LtEpilogueKind kind,
+/// The descriptors gemm_lt builds for the row-major GEMM g in `dtype` with this epilogue
+/// (a cublasLtEpilogue_t: CUBLASLT_EPILOGUE_BIAS, GELU_AUX_BIAS, GELU_BIAS, BGRADB, ...).
+LtDescriptorReadback linear_lt_descriptor_readback(DType dtype, const RowMajorGemm& g, int epilogue,
                                                    const void* bias, void* aux, int64_t aux_ld);
 
 }  // namespace kiln::cuda

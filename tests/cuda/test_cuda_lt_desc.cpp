@@ -23,7 +23,7 @@ TEST_CASE("linear's cuBLASLt descriptors: the epilogues, their pointers and the 
       INFO(dtype_name(dt) << " M " << M << " O " << O << " I " << I << " pad " << pad);
       const int64_t ldx = I + pad;
       // forward with GELU_AUX_BIAS: C^T (O x M) = W (first, stored I x O, transposed) x (second, I x M)
-      const auto f = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), LtEpilogueKind::gelu_aux_bias,
+      const auto f = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
                                                    bias_buf, aux_buf, O);
       CHECK(f.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
       CHECK(f.bias == bias_buf);
@@ -37,20 +37,20 @@ TEST_CASE("linear's cuBLASLt descriptors: the epilogues, their pointers and the 
       CHECK((f.b.rows == I && f.b.cols == M && f.b.ld == ldx && f.b.type == want_type));
       CHECK((f.c.rows == O && f.c.cols == M && f.c.ld == O && f.c.type == want_type));
       // without autograd linear_gelu keeps no pre-activation
-      const auto fg = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), LtEpilogueKind::gelu_bias,
+      const auto fg = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), CUBLASLT_EPILOGUE_GELU_BIAS,
                                                     bias_buf, nullptr, 0);
       CHECK(fg.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS);
       CHECK(fg.bias == bias_buf);
       CHECK(fg.aux == nullptr);
       // the bias epilogue of plain linear: same layouts, no aux
-      const auto fb = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), LtEpilogueKind::bias, bias_buf,
+      const auto fb = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), CUBLASLT_EPILOGUE_BIAS, bias_buf,
                                                     nullptr, 0);
       CHECK(fb.epilogue == CUBLASLT_EPILOGUE_BIAS);
       CHECK(fb.bias == bias_buf);
       CHECK(fb.aux == nullptr);
       // weight gradient with BGRADB: C^T (I x O) = x (first, I x M) g (second, stored O x M, transposed);
       // the bias gradient is written through the bias pointer
-      const auto w = linear_lt_descriptor_readback(dt, linear_weight_grad(M, O, I, ldx), LtEpilogueKind::bgradb,
+      const auto w = linear_lt_descriptor_readback(dt, linear_weight_grad(M, O, I, ldx), CUBLASLT_EPILOGUE_BGRADB,
                                                    bias_buf, nullptr, 0);
       CHECK(w.epilogue == CUBLASLT_EPILOGUE_BGRADB);
       CHECK(w.bias == bias_buf);
@@ -60,7 +60,7 @@ TEST_CASE("linear's cuBLASLt descriptors: the epilogues, their pointers and the 
       CHECK((w.b.rows == O && w.b.cols == M && w.b.ld == O));
       CHECK((w.c.rows == I && w.c.cols == O && w.c.ld == I));
       // no epilogue: the default
-      const auto n = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), LtEpilogueKind::none, nullptr,
+      const auto n = linear_lt_descriptor_readback(dt, linear_forward(M, O, I, ldx), CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                                                    nullptr, 0);
       CHECK(n.epilogue == CUBLASLT_EPILOGUE_DEFAULT);
       CHECK(n.bias == nullptr);
